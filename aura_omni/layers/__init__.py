@@ -1,0 +1,1 @@
+"""Small reusable modules shared by every model: norms, rotary embeddings, attention, MLPs."""

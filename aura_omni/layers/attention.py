@@ -1,0 +1,113 @@
+"""Attention over a flattened ("varlen") batch, with an optional paged KV cache.
+
+Every model forward sees tokens of several sequences concatenated on one axis ([N, ...]);
+`AttentionMetadata` says where each sequence's new tokens start, how many tokens it already has
+cached, and which cache slots the new K/V go to. The engine builds the metadata; models only pass
+it through. Without a cache (`slot_mapping is None`) every sequence attends causally to its own
+new tokens only: that is the plain prefill used by parity tests and the code predictor.
+
+The KV cache of one layer is two tensors [num_blocks, block_size, num_kv_heads, head_dim] that the
+engine allocates and assigns to `Attention.k_cache` / `Attention.v_cache`.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class AttentionMetadata:
+    cu_seqlens_q: torch.Tensor  # [B+1] int32: offsets of each sequence's new tokens in the flat axis
+    query_lens: list[int]  # new tokens per sequence (host copy)
+    context_lens: list[int]  # tokens already in the cache per sequence, before this step (host copy)
+    slot_mapping: torch.Tensor | None = None  # [N] int64 cache slot per new token; None = no cache
+    block_tables: torch.Tensor | None = None  # [B, max_blocks] int32 cache blocks of each sequence
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.query_lens)
+
+    @property
+    def is_uniform_prefill(self) -> bool:
+        """All sequences start empty and have the same length: one batched SDPA call suffices."""
+        return not any(self.context_lens) and len(set(self.query_lens)) == 1
+
+    @staticmethod
+    def prefill(seq_lens: list[int], device: torch.device | str = "cpu") -> "AttentionMetadata":
+        """Cache-less causal attention over whole sequences."""
+        cu = torch.zeros(len(seq_lens) + 1, dtype=torch.int32)
+        cu[1:] = torch.tensor(seq_lens, dtype=torch.int32).cumsum(0)
+        return AttentionMetadata(cu.to(device), list(seq_lens), [0] * len(seq_lens))
+
+
+class Attention(nn.Module):
+    """Scaled dot-product attention with GQA; K/V written to and read from the paged cache if bound."""
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float | None = None):
+        super().__init__()
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.scale = scale if scale is not None else head_dim**-0.5
+        self.k_cache: torch.Tensor | None = None
+        self.v_cache: torch.Tensor | None = None
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """q: [N, Hq, D], k/v: [N, Hkv, D] -> [N, Hq*D]."""
+        n = q.shape[0]
+        use_cache = meta.slot_mapping is not None and self.k_cache is not None
+        if use_cache:
+            kc = self.k_cache.view(-1, self.num_kv_heads, self.head_dim)
+            vc = self.v_cache.view(-1, self.num_kv_heads, self.head_dim)
+            kc.index_copy_(0, meta.slot_mapping, k.to(kc.dtype))
+            vc.index_copy_(0, meta.slot_mapping, v.to(vc.dtype))
+        if not use_cache or not any(meta.context_lens):
+            if meta.is_uniform_prefill:
+                out = self._uniform_prefill(q, k, v, meta.num_seqs)
+                return out.reshape(n, -1)
+        out = torch.empty_like(q)
+        starts = meta.cu_seqlens_q.tolist()
+        for i, (qlen, ctx) in enumerate(zip(meta.query_lens, meta.context_lens)):
+            s, e = starts[i], starts[i] + qlen
+            if use_cache and ctx:
+                keys, values = self._gather(meta.block_tables[i], ctx + qlen)
+            else:
+                keys, values = k[s:e], v[s:e]
+            out[s:e] = self._attend(q[s:e], keys, values, ctx)
+        return out.reshape(n, -1)
+
+    def _gather(self, block_table: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        block_size = self.k_cache.shape[1]
+        nblocks = (length + block_size - 1) // block_size
+        blocks = block_table[:nblocks].long()
+        keys = self.k_cache[blocks].reshape(-1, self.num_kv_heads, self.head_dim)[:length]
+        values = self.v_cache[blocks].reshape(-1, self.num_kv_heads, self.head_dim)[:length]
+        return keys, values
+
+    def _uniform_prefill(self, q, k, v, num_seqs: int) -> torch.Tensor:
+        b = num_seqs
+        q = q.view(b, -1, self.num_heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        out = F.scaled_dot_product_attention(
+            q, k.to(q.dtype), v.to(q.dtype), is_causal=q.shape[2] > 1, scale=self.scale,
+            enable_gqa=self.num_heads != self.num_kv_heads,
+        )
+        return out.transpose(1, 2)
+
+    def _attend(self, q, keys, values, context_len: int) -> torch.Tensor:
+        """Causal attention of q (positions context_len..) over keys/values (positions 0..)."""
+        qlen, klen = q.shape[0], keys.shape[0]
+        qh = q.transpose(0, 1).unsqueeze(0)
+        kh = keys.to(q.dtype).transpose(0, 1).unsqueeze(0)
+        vh = values.to(q.dtype).transpose(0, 1).unsqueeze(0)
+        mask = None
+        if qlen > 1:
+            qpos = torch.arange(context_len, context_len + qlen, device=q.device)
+            mask = torch.arange(klen, device=q.device)[None, :] <= qpos[:, None]
+        out = F.scaled_dot_product_attention(
+            qh, kh, vh, attn_mask=mask, scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads
+        )
+        return out[0].transpose(0, 1)

@@ -1,0 +1,122 @@
+"""The one Qwen3 decoder backbone behind all four language models (ASR LM, AURA LM, Talker, code predictor).
+
+Pre-RMSNorm layers, per-head q/k RMSNorm before RoPE, GQA, SwiGLU, final norm. Models differ only in
+what goes in (`inputs_embeds`), how positions are built (1-D, or [3, N] for MRoPE) and, for AURA,
+DeepStack features added after the first layers. Token embeddings and heads live in the model
+wrappers because their key names and shapes differ per checkpoint.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from aura_omni.layers.attention import Attention, AttentionMetadata
+from aura_omni.layers.mlp import SwiGLU
+from aura_omni.layers.rmsnorm import RMSNorm
+from aura_omni.layers.rotary import RotaryEmbedding, apply_rotary
+
+
+@dataclass
+class Qwen3Config:
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    mrope_section: list[int] | None = None  # interleaved MRoPE sections, e.g. [24, 20, 20]
+    attention_bias: bool = False
+
+    @classmethod
+    def from_hf(cls, cfg: dict) -> "Qwen3Config":
+        """From a Hugging Face text config dict (transformers 4.x `rope_scaling` or 5.x `rope_parameters`)."""
+        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        theta = cfg.get("rope_theta", rope.get("rope_theta", 1_000_000.0))
+        heads = cfg["num_attention_heads"]
+        return cls(
+            hidden_size=cfg["hidden_size"],
+            num_hidden_layers=cfg["num_hidden_layers"],
+            num_attention_heads=heads,
+            num_key_value_heads=cfg.get("num_key_value_heads", heads),
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+            intermediate_size=cfg["intermediate_size"],
+            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+            rope_theta=float(theta),
+            mrope_section=rope.get("mrope_section"),
+            attention_bias=cfg.get("attention_bias", False),
+        )
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, q_dim, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, kv_dim, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, kv_dim, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(q_dim, cfg.hidden_size, bias=cfg.attention_bias)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim)
+
+    def forward(self, x, cos, sin, meta: AttentionMetadata):
+        n = x.shape[0]
+        q = self.q_norm(self.q_proj(x).view(n, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(n, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return self.o_proj(self.attn(q, k, v, meta))
+
+
+class Qwen3DecoderLayer(nn.Module):
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.self_attn = Qwen3Attention(cfg)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, meta):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+@dataclass
+class DeepStack:
+    """Features added to the hidden states at `positions` (flat token indices) after layers 0..len-1."""
+
+    positions: torch.Tensor  # [M] long
+    features: list[torch.Tensor]  # each [M, H]
+
+
+class Qwen3Model(nn.Module):
+    """Decoder stack over a flattened batch. Key names: layers.N.*, norm.weight."""
+
+    def __init__(self, cfg: Qwen3Config):
+        super().__init__()
+        self.config = cfg
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+
+    def attention_layers(self) -> list[Attention]:
+        return [layer.self_attn.attn for layer in self.layers]
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,  # [N, H]
+        positions: torch.Tensor,  # [N] or [3, N]
+        meta: AttentionMetadata,
+        deepstack: DeepStack | None = None,
+    ) -> torch.Tensor:
+        cos, sin = self.rotary(positions)
+        x = inputs_embeds
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, meta)
+            if deepstack is not None and i < len(deepstack.features):
+                x = x.index_add(0, deepstack.positions, deepstack.features[i].to(x.dtype))
+        return self.norm(x)

@@ -1,0 +1,1 @@
+"""Tiny random-weight checkpoints with the real file layouts, for tests and the CPU demo."""
