@@ -1,0 +1,1 @@
+"""Media as pure functions: audio decode/resample/features, image and video decode/resize, output encoding."""
