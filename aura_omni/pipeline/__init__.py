@@ -1,0 +1,1 @@
+"""The AURA Omni pipeline: stage input processors (pure functions), orchestrator, stage placement."""
