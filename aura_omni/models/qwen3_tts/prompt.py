@@ -1,0 +1,155 @@
+"""Talker prompt assembly for every Qwen3-TTS mode (qwen3_tts.md §2), in two steps.
+
+`plan_prompt` is pure bookkeeping on ids: each prompt position is a text id (through the text
+projection) and/or a codec item (a codec-vocabulary id, the speaker x-vector, or one reference
+frame), plus the trailing text queue fed one id per decode step. `embed_prompt` turns a plan into
+embeddings with a Talker. Keeping them apart lets the layout be tested without a model.
+
+Templates (qwen-tts wrapper): target "<|im_start|>assistant\\n{text}<|im_end|>\\n<|im_start|>assistant\\n"
+-> ids[:3] role, ids[3:-5] body; instruct "<|im_start|>user\\n{instruct}<|im_end|>\\n" used whole;
+ICL reference "<|im_start|>assistant\\n{ref_text}<|im_end|>\\n" -> ids[3:-2].
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+
+from aura_omni.models.qwen3_tts.config import Qwen3TTSConfig
+
+XVECTOR = "xvector"  # codec item: the speaker embedding row (Base models)
+
+
+@dataclass(frozen=True)
+class RefFrame:
+    """Codec item: the sum of the 16 codebook embeddings of reference frame `index` (ICL)."""
+
+    index: int
+
+
+CodecItem = int | str | RefFrame | None
+
+
+@dataclass
+class TalkerPrompt:
+    text_ids: list[int | None] = field(default_factory=list)  # per position
+    codec: list[CodecItem] = field(default_factory=list)  # per position
+    trailing_text_ids: list[int] = field(default_factory=list)  # one per decode step, then <tts_pad>
+
+    def __len__(self) -> int:
+        return len(self.text_ids)
+
+    def add(self, text_ids: list, codec: list) -> None:
+        assert len(text_ids) == len(codec)
+        self.text_ids += list(text_ids)
+        self.codec += list(codec)
+
+
+def target_template(text: str) -> str:
+    return f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def instruct_template(instruct: str) -> str:
+    return f"<|im_start|>user\n{instruct}<|im_end|>\n"
+
+
+def ref_template(ref_text: str) -> str:
+    return f"<|im_start|>assistant\n{ref_text}<|im_end|>\n"
+
+
+def codec_language(cfg: Qwen3TTSConfig, language: str, speaker: str | None) -> int | None:
+    """Codec language id, None for "auto"; dialect speakers replace chinese/auto by their dialect."""
+    lang = language.lower()
+    lang_id = None if lang == "auto" else cfg.talker.codec_language_id[lang]
+    if speaker and lang in ("chinese", "auto"):
+        dialect = cfg.talker.spk_is_dialect.get(speaker.lower(), False)
+        if dialect:
+            lang_id = cfg.talker.codec_language_id[dialect]
+    return lang_id
+
+
+def plan_prompt(
+    cfg: Qwen3TTSConfig,
+    text_ids: list[int],
+    *,
+    language: str = "auto",
+    speaker: str | None = None,
+    instruct_ids: list[int] | None = None,
+    xvector: bool = False,
+    ref_text_ids: list[int] | None = None,
+    num_ref_frames: int = 0,
+    non_streaming: bool = False,
+) -> TalkerPrompt:
+    """Positions and trailing queue for one request. `text_ids` is the tokenised target template;
+    `ref_text_ids` the tokenised ICL reference template (ICL when given with `num_ref_frames`)."""
+    tc = cfg.talker
+    pad, bos, eos = cfg.tts_pad_token_id, cfg.tts_bos_token_id, cfg.tts_eos_token_id
+    role, body = list(text_ids[:3]), list(text_ids[3:-5])
+    prompt = TalkerPrompt()
+    if instruct_ids:
+        prompt.add(instruct_ids, [None] * len(instruct_ids))
+    prompt.add(role, [None] * 3)
+
+    lang_id = codec_language(cfg, language, speaker)
+    codec = ([tc.codec_nothink_id, tc.codec_think_bos_id, tc.codec_think_eos_id] if lang_id is None
+             else [tc.codec_think_id, tc.codec_think_bos_id, lang_id, tc.codec_think_eos_id])
+    if speaker:
+        codec.append(tc.spk_id[speaker.lower()])
+    elif xvector:
+        codec.append(XVECTOR)
+    codec += [tc.codec_pad_id, tc.codec_bos_id]
+    # Text track under the codec prefix: <tts_pad>... then <tts_text_bos>; the final codec bos waits for the body.
+    prompt.add([pad] * (len(codec) - 2) + [bos], codec[:-1])
+
+    if ref_text_ids is not None and num_ref_frames > 0:  # ICL: reference text + codes lead the target
+        text = list(ref_text_ids[3:-2]) + body + [eos]
+        frames = [tc.codec_bos_id] + [RefFrame(i) for i in range(num_ref_frames)]
+        if non_streaming:
+            prompt.add(text, [tc.codec_pad_id] * len(text))
+            prompt.add([pad] * len(frames), frames)
+            prompt.trailing_text_ids = [pad]
+        elif len(text) > len(frames):
+            prompt.add(text[:len(frames)], frames)
+            prompt.trailing_text_ids = text[len(frames):]
+        else:
+            prompt.add(text + [pad] * (len(frames) - len(text)), frames)
+            prompt.trailing_text_ids = [pad]
+    elif non_streaming:  # whole text first, then the codec bos
+        text = body + [eos]
+        prompt.add(text, [tc.codec_pad_id] * len(text))
+        prompt.add([pad], [tc.codec_bos_id])
+        prompt.trailing_text_ids = [pad]
+    else:  # streaming text: first token with the codec bos, the rest one per frame
+        prompt.add(body[:1], [tc.codec_bos_id])
+        prompt.trailing_text_ids = body[1:] + [eos]
+    return prompt
+
+
+@torch.no_grad()
+def embed_prompt(talker, prompt: TalkerPrompt, *, xvector: torch.Tensor | None = None,
+                 ref_codes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (inputs_embeds [L, H], trailing text embeddings [Q, H]) on the talker's device and dtype."""
+    weight = talker.model.codec_embedding.weight
+    device, dtype = weight.device, weight.dtype
+    out = torch.zeros(len(prompt), weight.shape[1], device=device, dtype=dtype)
+
+    text_pos = [i for i, t in enumerate(prompt.text_ids) if t is not None]
+    if text_pos:
+        ids = torch.tensor([prompt.text_ids[i] for i in text_pos], device=device)
+        out[text_pos] += talker.embed_text(ids)
+    codec_pos = [i for i, c in enumerate(prompt.codec) if isinstance(c, int)]
+    if codec_pos:
+        ids = torch.tensor([prompt.codec[i] for i in codec_pos], device=device)
+        out[codec_pos] += talker.embed_codec(ids)
+    xvec_pos = [i for i, c in enumerate(prompt.codec) if c == XVECTOR]
+    if xvec_pos:
+        if xvector is None:
+            raise ValueError("prompt has an x-vector row but no x-vector was given")
+        out[xvec_pos] += xvector.to(device, dtype)
+    frame_pos = [i for i, c in enumerate(prompt.codec) if isinstance(c, RefFrame)]
+    if frame_pos:
+        if ref_codes is None:
+            raise ValueError("prompt has reference frames but no reference codes were given")
+        frames = torch.stack([ref_codes[prompt.codec[i].index] for i in frame_pos]).to(device)
+        out[frame_pos] += talker.embed_frame(frames)
+    trailing = talker.embed_text(torch.tensor(prompt.trailing_text_ids, device=device, dtype=torch.long))
+    return out, trailing
