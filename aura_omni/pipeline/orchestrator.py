@@ -1,0 +1,159 @@
+"""Runs one turn through ASR -> AURA -> Talker/Code2Wav, streaming between stages.
+
+AURA's text reaches the Talker sentence by sentence while AURA still decodes, and each sentence's audio
+leaves as the Code2Wav stream produces it, so the first audio is out long before the reply ends. The
+consumer sees one ordered event stream (transcript, text deltas, audio chunks, done). Closing that stream
+(client gone) or a timeout cancels every stage's work for the request.
+"""
+
+import asyncio
+import time
+from typing import AsyncIterator
+
+from aura_omni.pipeline.constants import SILENT_TEXT, TTS_SAMPLE_RATE
+from aura_omni.pipeline.processors import (
+    PipelineRequestError,
+    asr2aura,
+    is_effectively_silent,
+    normalize_asr_transcript,
+    strip_assistant_text,
+    wrap_tts_token_ids,
+)
+from aura_omni.pipeline.sentences import SentenceSplitter
+from aura_omni.pipeline.stage_api import AsrStage, AuraStage, SpeechStage
+from aura_omni.pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnEvent, TurnRequest
+
+
+class TurnTimeout(TimeoutError):
+    """The turn ran past its deadline; every stage's work for it was cancelled."""
+
+
+_END = object()
+
+
+class AuraOmniPipeline:
+    def __init__(self, asr: AsrStage | None, aura: AuraStage | None, speech: SpeechStage | None,
+                 *, sentence_min_chars: int = 30, default_timeout_s: float | None = 300.0):
+        self.asr, self.aura, self.speech = asr, aura, speech
+        self.sentence_min_chars = sentence_min_chars
+        self.default_timeout_s = default_timeout_s
+
+    def check(self, req: TurnRequest) -> None:
+        """Refuse what this deployment cannot do before any stage runs."""
+        if self.aura is None:
+            raise PipelineRequestError("this deployment has no AURA stage; chat completions are not available")
+        if req.audio is not None and self.asr is None:
+            raise PipelineRequestError("this deployment has no ASR stage; send text instead of audio")
+        if req.speak and self.speech is None:
+            raise PipelineRequestError("this deployment has no TTS stages; ask for modalities [\"text\"]")
+        if req.speak and req.tts is None:
+            raise PipelineRequestError("audio output needs TTS options")
+
+    async def turn(self, req: TurnRequest) -> AsyncIterator[TurnEvent]:
+        self.check(req)
+        timeout = req.timeout_s if req.timeout_s is not None else self.default_timeout_s
+        deadline = None if timeout is None else time.monotonic() + timeout
+        events: asyncio.Queue = asyncio.Queue()
+        worker = asyncio.create_task(self._run(req, events))
+        try:
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TurnTimeout(f"turn {req.request_id} exceeded its {timeout:.0f} s timeout")
+                try:
+                    item = await asyncio.wait_for(events.get(), remaining)
+                except asyncio.TimeoutError:
+                    raise TurnTimeout(f"turn {req.request_id} exceeded its {timeout:.0f} s timeout") from None
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            worker.cancel()
+            await asyncio.gather(worker, return_exceptions=True)
+
+    async def _run(self, req: TurnRequest, events: asyncio.Queue) -> None:
+        try:
+            await self._run_stages(req, events)
+            events.put_nowait(_END)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # delivered to the consumer, which re-raises
+            events.put_nowait(e)
+
+    async def _run_stages(self, req: TurnRequest, events: asyncio.Queue) -> None:
+        transcript = ""
+        if req.audio is not None:
+            samples, sr = req.audio
+            transcript = normalize_asr_transcript(await self.asr.transcribe(
+                samples, sr, request_id=f"{req.request_id}-asr", language=req.asr_language,
+                context=req.asr_context, sampling=req.asr_sampling))
+            events.put_nowait(TranscriptReady(transcript))
+        prompt = asr2aura(transcript, vision_items=[v.kind for v in req.vision], text_parts=req.text_parts,
+                          system_prompt=req.system_prompt, history=req.history, is_speech=req.is_speech)
+
+        sentences: asyncio.Queue = asyncio.Queue()
+        speaker = asyncio.create_task(self._speak(req, sentences, events)) if req.speak else None
+        splitter = SentenceSplitter(self.sentence_min_chars)
+        by_sentence = req.speak and not req.tts.pass_token_ids  # token passthrough speaks the whole reply's ids
+        raw, shown, ids, prompt_tokens, finish_reason = "", "", [], 0, "stop"
+        try:
+            async for delta in self.aura.generate(prompt, req.vision, request_id=f"{req.request_id}-aura",
+                                                  sampling=req.aura_sampling):
+                raw += delta.text
+                ids += delta.token_ids
+                prompt_tokens = max(prompt_tokens, delta.prompt_tokens)
+                if delta.finish_reason:
+                    finish_reason = delta.finish_reason
+                visible = self._visible(raw)
+                if visible is not None and visible.startswith(shown) and len(visible) > len(shown):
+                    events.put_nowait(TextDelta(visible[len(shown):], list(delta.token_ids)))
+                    shown = visible
+                if by_sentence:
+                    for piece in splitter.feed(raw):
+                        sentences.put_nowait((piece, None))
+            silent = is_effectively_silent(raw)
+            if req.speak and not silent:
+                if by_sentence:
+                    for piece in splitter.finish(raw):
+                        sentences.put_nowait((piece, None))
+                else:
+                    wrapped = wrap_tts_token_ids(ids)
+                    sentences.put_nowait((strip_assistant_text(raw), wrapped or None))
+            if speaker is not None:
+                sentences.put_nowait(_END)
+                audio_seconds = await speaker
+            else:
+                audio_seconds = 0.0
+        finally:
+            if speaker is not None and not speaker.done():
+                speaker.cancel()
+                await asyncio.gather(speaker, return_exceptions=True)
+        text = "" if silent else strip_assistant_text(raw)
+        events.put_nowait(TurnDone(text=text, raw_text=raw, token_ids=ids, silent=silent, transcript=transcript,
+                                   prompt_tokens=prompt_tokens, completion_tokens=len(ids),
+                                   audio_seconds=audio_seconds, finish_reason=finish_reason))
+
+    @staticmethod
+    def _visible(raw: str) -> str | None:
+        """The reply text a client may see so far; None while it may still be the silent marker."""
+        stripped = raw.strip()
+        if stripped and SILENT_TEXT.startswith(stripped):
+            return None
+        return strip_assistant_text(raw).replace(SILENT_TEXT, "")
+
+    async def _speak(self, req: TurnRequest, sentences: asyncio.Queue, events: asyncio.Queue) -> float:
+        """Speak queued sentences in order; returns seconds of audio produced."""
+        samples = 0
+        n = 0
+        while True:
+            item = await sentences.get()
+            if item is _END:
+                return samples / TTS_SAMPLE_RATE
+            text, token_ids = item
+            async for chunk in self.speech.speak(text, token_ids, req.tts, request_id=f"{req.request_id}-tts{n}",
+                                                 sampling=req.talker_sampling):
+                samples += len(chunk)
+                events.put_nowait(AudioChunk(chunk))
+            n += 1

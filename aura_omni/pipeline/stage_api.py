@@ -1,0 +1,39 @@
+"""What the orchestrator needs from each stage. Stages run their models off the event loop."""
+
+from dataclasses import dataclass
+from typing import AsyncIterator, Protocol
+
+import numpy as np
+
+from aura_omni.pipeline.processors import TTSOptions
+from aura_omni.pipeline.turn import VisionInput
+
+
+@dataclass
+class AuraDelta:
+    text: str  # new detokenised text (special tokens kept, e.g. <|silent|>)
+    token_ids: list[int]
+    finished: bool = False
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+
+
+class AsrStage(Protocol):
+    async def transcribe(self, samples: np.ndarray, sample_rate: int, *, request_id: str, language: str | None = None,
+                         context: str | None = None, sampling: dict | None = None) -> str: ...
+
+
+class AuraStage(Protocol):
+    def generate(self, prompt: str, vision: list[VisionInput], *, request_id: str,
+                 sampling: dict | None = None) -> AsyncIterator[AuraDelta]: ...
+
+
+class SpeechStage(Protocol):
+    """Talker + Code2Wav: text (or assistant-template token ids) -> 24 kHz audio chunks as they are decoded."""
+
+    checkpoint_type: str  # "base" | "custom_voice" | "voice_design"
+
+    def registered_voices(self) -> list[str]: ...
+
+    def speak(self, text: str | None, token_ids: list[int] | None, options: TTSOptions, *, request_id: str,
+              sampling: dict | None = None) -> AsyncIterator[np.ndarray]: ...

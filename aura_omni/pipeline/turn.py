@@ -1,0 +1,65 @@
+"""What one conversational turn asks of the pipeline, and the events it produces. Plain data only."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aura_omni.pipeline.processors import TTSOptions
+
+
+@dataclass
+class VisionInput:
+    kind: str  # "image" | "video"
+    data: Any  # decoded by the AURA stage's media code: bytes, data URL, PIL image, or (frames, fps)
+
+
+@dataclass
+class TurnRequest:
+    request_id: str
+    audio: tuple[np.ndarray, int] | None = None  # user speech (samples, sample rate); None skips ASR
+    vision: list[VisionInput] = field(default_factory=list)
+    text_parts: list[str] = field(default_factory=list)
+    system_prompt: str | None = None
+    history: list[tuple[str, str]] = field(default_factory=list)
+    is_speech: bool = True
+    speak: bool = True  # modalities include audio
+    tts: TTSOptions | None = None
+    asr_sampling: dict | None = None
+    aura_sampling: dict | None = None
+    talker_sampling: dict | None = None
+    asr_language: str | None = None
+    asr_context: str | None = None
+    timeout_s: float | None = None
+
+
+@dataclass
+class TranscriptReady:
+    text: str
+
+
+@dataclass
+class TextDelta:
+    text: str
+    token_ids: list[int]
+
+
+@dataclass
+class AudioChunk:
+    samples: np.ndarray  # float32 mono at 24 kHz
+
+
+@dataclass
+class TurnDone:
+    text: str  # AURA's reply as the client sees it ("" when silent)
+    raw_text: str  # with special tokens such as <|silent|>
+    token_ids: list[int]
+    silent: bool
+    transcript: str
+    prompt_tokens: int
+    completion_tokens: int
+    audio_seconds: float
+    finish_reason: str = "stop"
+
+
+TurnEvent = TranscriptReady | TextDelta | AudioChunk | TurnDone

@@ -1,0 +1,139 @@
+"""Orchestration logic with scripted stages: ordering, the silent gate, streaming overlap, cancellation.
+
+The models are replaced by small scripted stages so each behaviour is tested in isolation; the e2e tests
+drive the same orchestrator with the real tiny checkpoints.
+"""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from aura_omni.pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
+from aura_omni.pipeline.processors import PipelineRequestError, TTSOptions
+from aura_omni.pipeline.stage_api import AuraDelta
+from aura_omni.pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnRequest
+
+
+class ScriptedAsr:
+    def __init__(self, text):
+        self.text, self.calls = text, 0
+
+    async def transcribe(self, samples, sample_rate, **kw):
+        self.calls += 1
+        return self.text
+
+
+class ScriptedAura:
+    def __init__(self, pieces, delay=0.0):
+        self.pieces, self.delay, self.prompts, self.closed = pieces, delay, [], False
+
+    async def generate(self, prompt, vision, *, request_id, sampling=None):
+        self.prompts.append(prompt)
+        try:
+            for i, piece in enumerate(self.pieces):
+                await asyncio.sleep(self.delay)
+                yield AuraDelta(piece, [1000 + i], finished=i == len(self.pieces) - 1, prompt_tokens=7)
+        finally:
+            self.closed = True
+
+
+class ScriptedSpeech:
+    checkpoint_type = "custom_voice"
+
+    def __init__(self, delay=0.0):
+        self.requests, self.delay, self.closed = [], delay, 0
+
+    def registered_voices(self):
+        return []
+
+    async def speak(self, text, token_ids, options, *, request_id, sampling=None):
+        self.requests.append((text, token_ids))
+        try:
+            for _ in range(2):
+                await asyncio.sleep(self.delay)
+                yield np.zeros(1920, dtype=np.float32)
+        finally:
+            self.closed += 1
+
+
+def _run(pipeline, req):
+    async def collect():
+        return [e async for e in pipeline.turn(req)]
+    return asyncio.run(collect())
+
+
+TTS = TTSOptions(task_type="CustomVoice", language="English", speaker="Vivian")
+
+
+def test_audio_turn_runs_every_stage_in_order():
+    asr, aura, speech = ScriptedAsr("language English<asr_text>hello"), ScriptedAura(["Hi ", "there."]), ScriptedSpeech()
+    events = _run(AuraOmniPipeline(asr, aura, speech), TurnRequest("r1", audio=(np.zeros(16000), 16000), tts=TTS))
+    assert isinstance(events[0], TranscriptReady) and events[0].text == "hello"
+    assert "<|im_start|>user\nhello<|im_end|>" in aura.prompts[0]
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hi there."
+    assert speech.requests == [("Hi there.", None)]
+    done = events[-1]
+    assert isinstance(done, TurnDone) and not done.silent and done.text == "Hi there."
+    assert done.audio_seconds == pytest.approx(2 * 1920 / 24000) and done.completion_tokens == 2
+
+
+def test_silent_reply_skips_tts_and_hides_marker():
+    speech = ScriptedSpeech()
+    events = _run(AuraOmniPipeline(None, ScriptedAura(["<|sil", "ent|>"]), speech), TurnRequest("r2", tts=TTS))
+    assert speech.requests == []
+    assert not [e for e in events if isinstance(e, (TextDelta, AudioChunk))]
+    assert events[-1].silent and events[-1].text == "" and events[-1].raw_text == "<|silent|>"
+
+
+def test_first_sentence_is_spoken_while_aura_still_decodes():
+    pieces = ["The first sentence is long enough to speak now. ", "Then ", "more ", "words ", "follow."]
+    events = _run(AuraOmniPipeline(None, ScriptedAura(pieces, delay=0.02), ScriptedSpeech()), TurnRequest("r3", tts=TTS))
+    kinds = [type(e).__name__ for e in events]
+    first_audio = kinds.index("AudioChunk")
+    last_text = len(kinds) - 1 - kinds[::-1].index("TextDelta")
+    assert first_audio < last_text
+
+
+def test_token_passthrough_speaks_wrapped_ids_once():
+    speech = ScriptedSpeech()
+    opts = TTSOptions(task_type="CustomVoice", language="English", speaker="Vivian", pass_token_ids=True)
+    _run(AuraOmniPipeline(None, ScriptedAura(["Hello. ", "World."]), speech), TurnRequest("r4", tts=opts))
+    assert speech.requests == [("Hello. World.", [151644, 77091, 198, 1000, 1001, 151645, 198, 151644, 77091, 198])]
+
+
+def test_text_only_turn_needs_no_tts_stage():
+    events = _run(AuraOmniPipeline(None, ScriptedAura(["ok"]), None), TurnRequest("r5", speak=False))
+    assert events[-1].text == "ok"
+
+
+def test_missing_stages_are_refused_before_running():
+    aura = ScriptedAura(["x"])
+    with pytest.raises(PipelineRequestError, match="no ASR stage"):
+        _run(AuraOmniPipeline(None, aura, None), TurnRequest("r6", audio=(np.zeros(10), 16000), speak=False))
+    with pytest.raises(PipelineRequestError, match="no TTS stages"):
+        _run(AuraOmniPipeline(None, aura, None), TurnRequest("r7", tts=TTS))
+    assert aura.prompts == []
+
+
+def test_consumer_leaving_cancels_every_stage():
+    aura = ScriptedAura(["A long first sentence that is spoken right away. "] + ["more "] * 50, delay=0.01)
+    speech = ScriptedSpeech(delay=0.01)
+
+    async def leave_after_first_audio():
+        agen = AuraOmniPipeline(None, aura, speech).turn(TurnRequest("r8", tts=TTS))
+        async for event in agen:
+            if isinstance(event, AudioChunk):
+                break
+        await agen.aclose()
+        await asyncio.sleep(0.05)
+
+    asyncio.run(leave_after_first_audio())
+    assert aura.closed and speech.closed == 1
+
+
+def test_timeout_cancels_the_turn():
+    aura = ScriptedAura(["slow "] * 100, delay=0.05)
+    with pytest.raises(TurnTimeout):
+        _run(AuraOmniPipeline(None, aura, None), TurnRequest("r9", speak=False, timeout_s=0.2))
+    assert aura.closed
