@@ -1,0 +1,189 @@
+"""The ASR stage as one object: load Qwen3-ASR, turn (samples, rate) into Transcripts.
+
+`transcribe` is a self-contained batched loop (prefill every piece at once, then decode all running
+pieces one token per step over the paged KV cache). The continuous-batching engine drives the same
+model pieces (`prepare` -> `AsrRequest`, `Qwen3ASR.prompt_embeds` / `embed_tokens` / `compute_logits`,
+`finish`) with its own scheduler.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from aura_omni.asr.prompt import ASR_TEXT_ID, AsrPromptBuilder, load_asr_tokenizer
+from aura_omni.asr.split import MAX_ASR_INPUT_SECONDS, split_long_audio
+from aura_omni.asr.transcript import Transcript, join_texts, merge_languages, normalize_language, parse_asr_output
+from aura_omni.engine.kv_cache import CachedSequence, KVCache
+from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.layers.sampler import Sampler
+from aura_omni.media.asr_features import SAMPLE_RATE, log_mel_spectrogram, pad_to_min_length
+from aura_omni.media.audio import AudioDecodeError, resample
+from aura_omni.models.loader import resolve_checkpoint
+from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos, preset_config_path
+from aura_omni.models.qwen3_asr_encoder import num_audio_tokens
+
+SILENCE_PEAK = 1e-4  # |sample| below this everywhere (about -80 dBFS, 3 LSB of 16-bit): no speech, skip the model
+MAX_NEW_TOKENS = 256  # vllm-omni's stage 0 max_tokens
+
+
+@dataclass
+class AsrPiece:
+    """One model input: a piece (at most the length limit) of one clip, ready to prefill."""
+
+    clip: int  # index of the clip it belongs to
+    input_ids: list[int]
+    features: torch.Tensor | None  # [128, L] log-mel; None for a silent piece (no model call)
+    language: str | None  # forced language or None
+
+
+@dataclass
+class _Decoding:
+    """One running piece: what the sampler reads (SamplingState) plus its cache blocks."""
+
+    params: SamplingParams
+    prompt_token_ids: list[int]
+    eos_token_ids: tuple[int, ...]
+    output_token_ids: list[int] = field(default_factory=list)
+    generator: torch.Generator | None = None
+    cache: CachedSequence = field(default_factory=CachedSequence)
+
+
+def to_asr_samples(wav: np.ndarray, sr: int) -> np.ndarray:
+    """Any (samples, rate) -> 16 kHz mono float32; channels [S, C] are averaged; peaks above 1 scaled down."""
+    wav = np.asarray(wav)
+    if wav.ndim == 2:
+        wav = wav.mean(axis=1)
+    if wav.ndim != 1 or wav.shape[0] == 0:
+        raise AudioDecodeError(f"audio must be non-empty mono [S] or [S, C] samples, got shape {wav.shape}")
+    if np.issubdtype(wav.dtype, np.integer):
+        wav = wav.astype(np.float32) / float(np.iinfo(wav.dtype).max + 1)
+    wav = wav.astype(np.float32, copy=False)
+    if not np.isfinite(wav).all():
+        raise AudioDecodeError("audio contains NaN or infinite samples")
+    if sr <= 0:
+        raise AudioDecodeError(f"invalid sample rate {sr}")
+    wav = resample(wav, int(sr), SAMPLE_RATE)
+    peak = float(np.abs(wav).max()) if wav.size else 0.0
+    return wav / peak if peak > 1.0 else wav
+
+
+class AsrService:
+    def __init__(self, model: Qwen3ASR, tokenizer, *, eos_token_ids: tuple[int, ...] = (151645, 151643),
+                 max_seconds: float = MAX_ASR_INPUT_SECONDS, block_size: int = 16):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.prompts = AsrPromptBuilder(tokenizer, model.config.audio_token_id)
+        self.eos_token_ids = tuple(eos_token_ids)
+        self.max_seconds = max_seconds
+        self.block_size = block_size
+        self.languages = tuple(model.config.support_languages) or None
+        self.sampler = Sampler()
+
+    @classmethod
+    def from_pretrained(cls, model: str | Path, *, dtype: torch.dtype | None = None, device: str = "cpu",
+                        load_format: str = "auto", tokenizer: str | Path | None = None, **kw) -> "AsrService":
+        """Checkpoint dir or repo id. With load_format "dummy" the tokenizer comes from `tokenizer`, or a
+        generated one (the real Qwen vocabulary with the ASR tokens) when not given."""
+        dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
+        net = Qwen3ASR.from_pretrained(model, dtype=dtype, device=device, load_format=load_format)
+        if load_format == "dummy":
+            tok_dir = tokenizer or _dummy_tokenizer_dir(preset_config_path(model).parent)
+            return cls(net, load_asr_tokenizer(tok_dir), **kw)
+        ckpt = resolve_checkpoint(model)
+        return cls(net, load_asr_tokenizer(tokenizer or ckpt), eos_token_ids=load_generation_eos(ckpt), **kw)
+
+    # ---- request -> model inputs ---------------------------------------------------------------
+    def prepare(self, audios: list[tuple[np.ndarray, int]], language: str | None = None,
+                context: str | None = None) -> list[AsrPiece]:
+        """Validate, resample, split long clips and compute features; one AsrPiece per model input."""
+        forced = normalize_language(language, self.languages) if self.languages else normalize_language(language)
+        pieces = []
+        for i, (wav, sr) in enumerate(audios):
+            samples = to_asr_samples(wav, sr)
+            for part in split_long_audio(samples, SAMPLE_RATE, self.max_seconds):
+                if part.size == 0 or float(np.abs(part).max()) < SILENCE_PEAK:
+                    pieces.append(AsrPiece(i, [], None, forced))
+                    continue
+                features = log_mel_spectrogram(pad_to_min_length(part))
+                ids = self.prompts.build(num_audio_tokens(features.shape[1]), context or "", forced)
+                pieces.append(AsrPiece(i, ids, features, forced))
+        return pieces
+
+    def finish(self, pieces: list[AsrPiece], outputs: list[list[int]], num_clips: int) -> list[Transcript]:
+        """Generated ids per piece -> one Transcript per clip (texts joined, languages merged)."""
+        texts: list[list[str]] = [[] for _ in range(num_clips)]
+        langs: list[list[str]] = [[] for _ in range(num_clips)]
+        for piece, ids in zip(pieces, outputs):
+            t = self.parse(ids, piece.language) if piece.features is not None else Transcript(piece.language or "", "")
+            texts[piece.clip].append(t.text)
+            langs[piece.clip].append(t.language)
+        return [Transcript(merge_languages(l), join_texts(t)) for l, t in zip(langs, texts)]
+
+    def parse(self, ids: list[int], forced_language: str | None) -> Transcript:
+        ids = [t for t in ids if t not in self.eos_token_ids]
+        decode = lambda x: self.tokenizer.decode(x, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        if forced_language is None and ASR_TEXT_ID in ids:  # split on the id: robust to how the tokenizer flags it
+            k = ids.index(ASR_TEXT_ID)
+            return parse_asr_output(decode(ids[:k]) + "<asr_text>" + decode(ids[k + 1:]))
+        return parse_asr_output(decode(ids), forced_language)
+
+    # ---- the simple loop -----------------------------------------------------------------------
+    @torch.inference_mode()
+    def transcribe(self, audios: list[tuple[np.ndarray, int]], language: str | None = None,
+                   context: str | None = None, max_new_tokens: int = MAX_NEW_TOKENS,
+                   temperature: float = 0.0, seed: int | None = None) -> list[Transcript]:
+        params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed)
+        pieces = self.prepare(audios, language, context)
+        live = [p for p in pieces if p.features is not None]
+        generated = iter(self.generate(live, params) if live else [])
+        outputs = [next(generated) if p.features is not None else [] for p in pieces]
+        return self.finish(pieces, outputs, len(audios))
+
+    @torch.inference_mode()
+    def generate(self, pieces: list[AsrPiece], params: SamplingParams) -> list[list[int]]:
+        """Generated ids (EOS excluded) of every piece, batched: one prefill, then one token per step."""
+        model, bs = self.model, self.block_size
+        max_new = params.max_tokens or MAX_NEW_TOKENS
+        audio = model.encode_audio([p.features for p in pieces])
+        embeds, positions = zip(*(model.prompt_embeds(torch.tensor(p.input_ids), a) for p, a in zip(pieces, audio)))
+        blocks = sum(-(-(len(p.input_ids) + max_new) // bs) for p in pieces)
+        cache = KVCache(model.backbone.attention_layers(), blocks, bs, dtype=embeds[0].dtype, device=model.device)
+        seqs = [_Decoding(params, p.input_ids, self.eos_token_ids) for p in pieces]
+        try:
+            lens = [len(p.input_ids) for p in pieces]
+            hidden = model.backbone(torch.cat(embeds), torch.cat(positions), cache.metadata([s.cache for s in seqs], lens))
+            last = torch.tensor(lens, device=model.device).cumsum(0) - 1
+            running = list(seqs)
+            next_ids = self.sampler(model.compute_logits(hidden[last]), running)
+            while True:
+                still = []
+                for s, tok in zip(running, next_ids.tolist()):
+                    s.output_token_ids.append(tok)
+                    if tok not in self.eos_token_ids and len(s.output_token_ids) < max_new:
+                        still.append((s, tok))
+                if not still:
+                    break
+                running = [s for s, _ in still]
+                ids = torch.tensor([t for _, t in still], device=model.device)
+                pos = torch.tensor([s.cache.num_cached for s in running], device=model.device)
+                meta = cache.metadata([s.cache for s in running], [1] * len(running))
+                hidden = model.backbone(model.embed_tokens(ids), pos, meta)
+                next_ids = self.sampler(model.compute_logits(hidden), running)
+        finally:
+            for layer in model.backbone.attention_layers():  # free the cache memory with the call
+                layer.k_cache = layer.v_cache = None
+        return [[t for t in s.output_token_ids if t not in self.eos_token_ids] for s in seqs]
+
+
+def _dummy_tokenizer_dir(preset_dir: Path) -> Path:
+    """A tokenizer for dummy weights: the real Qwen vocabulary with the ASR added tokens, written once."""
+    import tempfile
+
+    from aura_omni.testing.tiny_asr import write_asr_tokenizer
+
+    out = Path(tempfile.gettempdir()) / "aura_omni_asr_tokenizer"
+    if not (out / "tokenizer_config.json").exists():
+        write_asr_tokenizer(out)
+    return out
