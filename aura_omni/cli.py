@@ -1,0 +1,110 @@
+"""`aura-omni` command line, with vLLM's spellings.
+
+  aura-omni serve [MODEL] --omni --deploy-config PATH --served-model-name NAME --trust-remote-code
+                  --host H --port P --api-key KEY --device cpu --dtype auto --load-format {auto,dummy}
+  aura-omni make-tiny DIR [--seed N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+log = logging.getLogger("aura_omni")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aura-omni", description="Qwen3-ASR -> AURA -> Qwen3-TTS server")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve the OpenAI-compatible API")
+    serve.add_argument("model", nargs="?", default=None,
+                       help="checkpoint (dir or HF id) for stages whose deploy entry has no `model`; "
+                            "without --deploy-config it must be a Qwen3-TTS checkpoint (TTS-only serving)")
+    serve.add_argument("--model", dest="model_flag", default=None, help=argparse.SUPPRESS)
+    serve.add_argument("--deploy-config", default=None, help="deploy YAML (pipeline, stages, connectors)")
+    serve.add_argument("--served-model-name", default=None, help="name clients send as `model` (default: MODEL)")
+    serve.add_argument("--omni", action="store_true", help="accepted for vLLM-Omni compatibility (always on)")
+    serve.add_argument("--trust-remote-code", action="store_true",
+                       help="accepted for compatibility; code inside checkpoints is never executed")
+    serve.add_argument("--host", default="0.0.0.0")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--api-key", default=os.environ.get("AURA_OMNI_API_KEY"),
+                       help="require `Authorization: Bearer KEY` (default: $AURA_OMNI_API_KEY)")
+    serve.add_argument("--device", default=None, help="run every stage here (cpu, cuda, cuda:1); default: stage `devices`")
+    serve.add_argument("--dtype", default=None, choices=["auto", "bfloat16", "float16", "float32"])
+    serve.add_argument("--load-format", default=None, choices=["auto", "dummy"],
+                       help="dummy: full-size architecture with random weights (benchmarks without download)")
+    serve.add_argument("--allowed-local-media-path", default=None,
+                       help="folder below which requests may name server-local reference audio (off by default)")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+    tiny = sub.add_parser("make-tiny", help="write tiny random checkpoints of all four stages + deploy files")
+    tiny.add_argument("dir")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--allow-missing", action="store_true", help="skip checkpoint writers not built yet")
+    return parser
+
+
+def load_serve_config(args: argparse.Namespace):
+    """The deploy config `serve` runs: the file (stage `model` wins over MODEL) or TTS-only from MODEL."""
+    from .config import load_deploy_config, single_model_config
+
+    model = args.model or args.model_flag
+    if args.deploy_config:
+        return load_deploy_config(args.deploy_config, default_model=model)
+    if not model:
+        raise SystemExit("aura-omni serve: give --deploy-config PATH, or MODEL (a Qwen3-TTS checkpoint)")
+    return single_model_config(model)
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .config import DeployConfigError
+    from .models.loader import CheckpointError
+    from .server.app import create_app
+
+    try:
+        deploy = load_serve_config(args)
+    except DeployConfigError as e:
+        print(f"aura-omni serve: invalid deploy config\n{e}", file=sys.stderr)
+        return 2
+    if args.trust_remote_code or any(s.trust_remote_code for s in deploy.stages):
+        log.info("--trust-remote-code accepted for compatibility: aura-omni runs its own model code and never "
+                 "executes code shipped inside a checkpoint")
+    name = args.served_model_name or args.model or args.model_flag or deploy.stages[0].model
+    try:
+        app = create_app(deploy, name, args.api_key, device=args.device, dtype=args.dtype,
+                         load_format=args.load_format, allowed_local_media_path=args.allowed_local_media_path)
+    except (CheckpointError, RuntimeError, ValueError) as e:
+        print(f"aura-omni serve: cannot start: {e}", file=sys.stderr)
+        return 1
+    log.info("serving %s (pipeline %s, stages %s) on http://%s:%d", name, deploy.pipeline,
+             sorted(deploy.roles), args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ws="websockets-sansio")
+    return 0
+
+
+def make_tiny_command(args: argparse.Namespace) -> int:
+    from .testing.make_tiny import make_tiny
+
+    written = make_tiny(args.dir, seed=args.seed, strict=not args.allow_missing)
+    for name, path in written.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(args, "log_level", "info").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "serve":
+        return serve(args)
+    return make_tiny_command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

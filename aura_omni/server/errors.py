@@ -1,0 +1,99 @@
+"""OpenAI-style errors: `{"error": {"message", "type", "param", "code"}}` with a matching HTTP status.
+
+FastAPI's own 422 validation answer becomes a 400 `invalid_request_error` naming the field, and
+malformed JSON a 400 too, so every client error looks like OpenAI's and the server stays healthy.
+"""
+
+import json
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("aura_omni.server")
+
+# HTTP status -> OpenAI error type.
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+          404: "not_found_error", 405: "invalid_request_error", 409: "conflict_error",
+          413: "invalid_request_error", 415: "invalid_request_error", 422: "invalid_request_error",
+          429: "rate_limit_error", 500: "server_error", 503: "service_unavailable_error"}
+
+
+class APIError(Exception):
+    """Raise anywhere in a handler to answer with an OpenAI-style error."""
+
+    def __init__(self, message: str, status: int = 400, *, param: str | None = None, code: str | None = None,
+                 type: str | None = None):
+        super().__init__(message)
+        self.message, self.status, self.param, self.code = message, status, param, code
+        self.type = type or _TYPES.get(status, "invalid_request_error")
+
+
+def error_body(message: str, status: int, *, param: str | None = None, code: str | None = None,
+               type: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type or _TYPES.get(status, "invalid_request_error"),
+                      "param": param, "code": code}}
+
+
+def error_response(err: APIError) -> JSONResponse:
+    return JSONResponse(error_body(err.message, err.status, param=err.param, code=err.code, type=err.type),
+                        status_code=err.status)
+
+
+def _field(loc: tuple) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if p.isdigit() else ("." if out else "") + p
+    return out
+
+
+def validation_error(exc: RequestValidationError) -> APIError:
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+    if first.get("type") == "json_invalid":
+        return APIError(f"request body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])})",
+                        param=None, code="invalid_json")
+    field = _field(tuple(first.get("loc", ())))
+    msg = str(first.get("msg", "invalid value"))
+    if not field and first.get("type") == "missing":
+        return APIError("request body is missing: send a JSON object", code="invalid_request_body")
+    if not field and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
+        if isinstance(first.get("input"), (bytes, str)):  # a body FastAPI did not parse as JSON
+            return APIError("request body must be JSON (Content-Type: application/json)", code="invalid_json")
+        return APIError("request body must be a JSON object", code="invalid_request_body")
+    if first.get("type") == "missing":
+        msg = "required field is missing"
+    elif first.get("type") == "extra_forbidden":
+        msg = "unknown field"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return APIError(f"{field}: {msg}{more}" if field else f"{msg}{more}", param=field or None, code="invalid_value")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError):
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError):
+        return error_response(validation_error(exc))
+
+    @app.exception_handler(json.JSONDecodeError)
+    async def _bad_json(_: Request, exc: json.JSONDecodeError):
+        return error_response(APIError(f"request body is not valid JSON ({exc.msg})", code="invalid_json"))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException):
+        message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+        if exc.status_code == 404 and message == "Not Found":
+            message = "no such endpoint"
+        return JSONResponse(error_body(message, exc.status_code), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception):
+        log.exception("unhandled error")
+        return error_response(APIError(f"internal error: {type(exc).__name__}: {exc}", 500))

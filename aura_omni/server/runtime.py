@@ -1,0 +1,160 @@
+"""What the server runs on: the stage models a deploy config declares, and the worker thread they run in.
+
+The event loop never runs model code: blocking calls go to one model thread (`call`), and streams
+are produced there and handed to the loop chunk by chunk (`iterate`). A request's failure stays in
+that request. Endpoints ask `require(role)`; a role the deployment lacks answers a clear 400.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, AsyncIterator, Callable, Iterator
+
+from ..config import ASR, AURA, CODE2WAV, TALKER, DeployConfig, Stage
+from .errors import APIError
+
+log = logging.getLogger("aura_omni.server")
+
+# What each endpoint family needs, in words, for "this deployment lacks ..." errors.
+ROLE_NAMES = {ASR: "a Qwen3-ASR stage (model_stage: asr)", AURA: "an AURA stage (model_stage: aura)",
+              TALKER: "Qwen3-TTS Talker + Code2Wav stages (model_stage: qwen3_tts, code2wav)",
+              CODE2WAV: "a Code2Wav stage (model_stage: code2wav)"}
+
+# role -> "module:attribute" of a loader `(stage, device, dtype, load_format) -> model`. Code2Wav is
+# part of the Qwen3-TTS facade, so it has no loader of its own. Stage owners add one line here.
+STAGE_LOADERS: dict[str, str] = {
+    TALKER: "aura_omni.server.runtime:load_qwen3_tts",
+}
+
+
+def load_qwen3_tts(stage: Stage, device: str, dtype: Any, load_format: str):
+    from ..models.qwen3_tts.tts import Qwen3TTS
+
+    return Qwen3TTS.load(stage.model, device=device, dtype=dtype, load_format=load_format)
+
+
+def stage_device(stage: Stage, override: str | None) -> str:
+    """`--device` wins; else the stage's `devices` ("0" -> cuda:0, "cpu" -> cpu, first of a list)."""
+    import torch
+
+    spec = (override or stage.devices).split(",")[0].strip()
+    if spec.isdigit():
+        spec = f"cuda:{spec}"
+    if spec.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"stage {stage.stage_id} ({stage.model}) asks for device {spec!r} but CUDA is not "
+                           f"available; pass --device cpu or set `devices: cpu` in the deploy file")
+    return spec
+
+
+def stage_dtype(stage: Stage, override: str | None, device: str):
+    import torch
+
+    name = override or stage.dtype
+    if name == "auto":
+        name = "float32" if device == "cpu" else "bfloat16"
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
+
+
+def platform_of(device: str) -> str:
+    return device.split(":")[0]  # "cuda", "cpu", "npu": the keys of `platforms:` overrides
+
+
+class Runtime:
+    """Loaded stage models keyed by role, plus the model thread."""
+
+    def __init__(self, deploy: DeployConfig, models: dict[str, Any] | None = None):
+        self.deploy = deploy
+        self.models: dict[str, Any] = dict(models or {})
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aura-model")
+
+    @classmethod
+    def load(cls, deploy: DeployConfig, *, device: str | None = None, dtype: str | None = None,
+             load_format: str | None = None) -> Runtime:
+        """Load every declared stage that has a loader; others are logged and answer 501 when used."""
+        first = deploy.stages[0]
+        deploy = deploy.for_platform(platform_of(stage_device(first, device)))
+        models: dict[str, Any] = {}
+        for stage in deploy.stages:
+            role = deploy.role_of(stage)
+            if role == CODE2WAV:
+                continue
+            target = STAGE_LOADERS.get(role)
+            if target is None:
+                log.warning("stage %d (%s, %s): this build has no loader for it yet; its endpoints answer 501",
+                            stage.stage_id, role, stage.model)
+                continue
+            dev = stage_device(stage, device)
+            fmt = load_format or stage.load_format
+            module, _, attr = target.partition(":")
+            loader: Callable = getattr(importlib.import_module(module), attr)
+            log.info("loading stage %d (%s) from %s on %s", stage.stage_id, role, stage.model, dev)
+            models[role] = loader(stage, dev, stage_dtype(stage, dtype, dev), "auto" if fmt == "safetensors" else fmt)
+        return cls(deploy, models)
+
+    @property
+    def tts(self):
+        return self.models.get(TALKER)
+
+    def require(self, role: str, endpoint: str) -> Any:
+        """The model serving `role`, or an APIError saying what this deployment lacks."""
+        if role in self.models:
+            return self.models[role]
+        if role in self.deploy.roles:
+            raise APIError(f"{endpoint} needs {ROLE_NAMES[role]}; the deployment declares it but this build "
+                           f"cannot run it yet", 501, code="stage_not_implemented")
+        raise APIError(f"{endpoint} is not available: this deployment ({self.deploy.source}, pipeline "
+                       f"{self.deploy.pipeline!r}, stages {sorted(self.deploy.roles)}) lacks {ROLE_NAMES[role]}",
+                       400, code="stage_not_deployed")
+
+    async def call(self, fn: Callable, *args, **kwargs):
+        """Run blocking model work on the model thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+
+    async def iterate(self, make_iter: Callable[[], Iterator]) -> AsyncIterator:
+        """Drive a blocking iterator on the model thread, yielding its items as they are produced.
+
+        Closing the async generator (client gone) stops the producer after its current item.
+        """
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        stop = threading.Event()
+        done = object()
+
+        def produce():
+            try:
+                it = make_iter()
+                try:
+                    for item in it:
+                        loop.call_soon_threadsafe(queue.put_nowait, (item, None))
+                        if stop.is_set():
+                            break
+                finally:
+                    close = getattr(it, "close", None)
+                    if close is not None:
+                        close()
+            except BaseException as e:  # delivered to the consumer, never kills the thread
+                loop.call_soon_threadsafe(queue.put_nowait, (done, e))
+                return
+            loop.call_soon_threadsafe(queue.put_nowait, (done, None))
+
+        future = loop.run_in_executor(self._executor, produce)
+        try:
+            while True:
+                item, err = await queue.get()
+                if item is done:
+                    if err is not None:
+                        raise err
+                    return
+                yield item
+        finally:
+            stop.set()
+            if not future.done():
+                future.add_done_callback(lambda f: f.exception())  # swallow "never retrieved" noise
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,35 @@
+"""Per-app server state shared by the endpoint modules (`request.app.state.server`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastapi import Request
+
+from .errors import APIError
+from .runtime import Runtime
+from .voices import VoiceRegistry
+
+
+@dataclass
+class ServerState:
+    runtime: Runtime
+    served_model_name: str
+    api_key: str | None = None
+    allowed_local_media_path: Path | None = None  # server-local reference audio only below this root
+    voices: VoiceRegistry = field(default_factory=VoiceRegistry)
+
+    @property
+    def model_names(self) -> set[str]:
+        """Names a request's `model` may use: the served name, and any stage's checkpoint id/path."""
+        return {self.served_model_name} | {s.model for s in self.runtime.deploy.stages}
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model not in self.model_names:
+            raise APIError(f"The model `{model}` does not exist; this server serves `{self.served_model_name}`",
+                           404, param="model", code="model_not_found")
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.server

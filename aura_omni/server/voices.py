@@ -1,0 +1,206 @@
+"""Voices: checkpoint speakers plus cloned voices registered once and reused by name.
+
+`POST /v1/audio/voices` computes the voice-clone prompt (x-vector, and reference codes when a
+transcript is given) once; later speech requests say `voice: <name>` instead of re-sending audio.
+Reference audio arrives as base64 / a data URL, an uploaded file, or (only when the operator set
+`--allowed-local-media-path`) a server-local path below that root.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+
+from ..config import TALKER
+from ..media.audio import AudioDecodeError, decode_audio, decode_base64_audio
+from .errors import APIError, validation_error
+from .protocol import VOICE_NAME_PATTERN, VoiceCard, VoiceCreateRequest
+
+MAX_REF_AUDIO_SECONDS = 60.0  # longer references only slow the codec encoder; Qwen recommends a few seconds
+
+
+def _tts_error_types() -> tuple[type[Exception], ...]:
+    try:
+        from ..models.qwen3_tts.tts import TTSRequestError
+    except ImportError:  # facade not built yet: nothing extra to map
+        return ()
+    return (TTSRequestError,)
+
+
+def decode_ref_audio(value: str, allowed_root: Path | None, param: str = "ref_audio") -> tuple[np.ndarray, int]:
+    """base64 / data URL / server-local path (below `allowed_root` only) -> (float32 mono, sample rate)."""
+    value = value.strip()
+    if not value:
+        raise APIError(f"{param} is empty", param=param, code="invalid_audio")
+    try:
+        if value.startswith(("http://", "https://")):
+            raise APIError(f"{param}: URLs are not fetched by this server; send base64 or a data URL",
+                           param=param, code="invalid_audio")
+        if value.startswith("file://") or value.startswith("/"):
+            return decode_audio(_read_local(value.removeprefix("file://"), allowed_root, param))
+        wav, sr = decode_base64_audio(value)
+    except AudioDecodeError as e:
+        raise APIError(f"{param}: {_plain(e)}", param=param, code="invalid_audio") from None
+    _check_duration(wav, sr, param)
+    return wav, sr
+
+
+def _plain(err: Exception) -> str:
+    """The decoder's message without Python object reprs (`<_io.BytesIO object at 0x...>`)."""
+    return re.sub(r"<[\w.]+ object at 0x[0-9a-f]+>", "input", str(err))
+
+
+def _read_local(path: str, allowed_root: Path | None, param: str) -> bytes:
+    if allowed_root is None:
+        raise APIError(f"{param}: server-local paths are disabled (the operator can allow a folder with "
+                       f"--allowed-local-media-path); send base64 or a data URL", param=param, code="invalid_audio")
+    resolved = Path(path).resolve()
+    if not resolved.is_relative_to(allowed_root.resolve()):
+        raise APIError(f"{param}: {path} is outside the allowed media folder", param=param, code="invalid_audio")
+    try:
+        return resolved.read_bytes()
+    except OSError as e:
+        raise APIError(f"{param}: cannot read {path} ({e.strerror})", param=param, code="invalid_audio") from None
+
+
+def _check_duration(wav: np.ndarray, sr: int, param: str) -> None:
+    seconds = len(wav) / sr
+    if seconds > MAX_REF_AUDIO_SECONDS:
+        raise APIError(f"{param}: reference audio is {seconds:.1f} s; at most {MAX_REF_AUDIO_SECONDS:.0f} s",
+                       param=param, code="invalid_audio")
+
+
+@dataclass
+class RegisteredVoice:
+    card: VoiceCard
+    prompt: Any  # the TTS facade's VoiceClonePrompt (x-vector, and ref codes in ICL mode)
+
+
+class VoiceRegistry:
+    """Cloned voices by lower-cased name; safe to use from the event loop and the model thread."""
+
+    def __init__(self):
+        self._voices: dict[str, RegisteredVoice] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> RegisteredVoice | None:
+        with self._lock:
+            return self._voices.get(name.lower())
+
+    def add(self, voice: RegisteredVoice) -> None:
+        with self._lock:
+            self._voices[voice.card.name.lower()] = voice
+
+    def remove(self, name: str) -> bool:
+        with self._lock:
+            return self._voices.pop(name.lower(), None) is not None
+
+    def cards(self) -> list[VoiceCard]:
+        with self._lock:
+            return [v.card for v in self._voices.values()]
+
+
+router = APIRouter()
+
+
+def _preset_cards(tts) -> list[VoiceCard]:
+    return [VoiceCard(id=s, name=s, type="preset") for s in (getattr(tts, "speakers", None) or [])]
+
+
+@router.get("/v1/audio/voices")
+async def list_voices(request: Request):
+    state = request.app.state.server
+    tts = state.runtime.require(TALKER, "/v1/audio/voices")
+    cards = _preset_cards(tts) + state.voices.cards()
+    return {"object": "list", "data": [c.model_dump(exclude_none=True) for c in cards],
+            "voices": [c.name for c in cards]}
+
+
+async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.ndarray, int]]:
+    """JSON `{name, ref_audio, ref_text}` or OpenAI's multipart form (`audio_sample` file)."""
+    state = request.app.state.server
+    ctype = request.headers.get("content-type", "")
+    if ctype.startswith("multipart/form-data") or ctype.startswith("application/x-www-form-urlencoded"):
+        form = await request.form()
+        upload = form.get("audio_sample") or form.get("ref_audio")
+        fields = {k: v for k, v in form.items() if isinstance(v, str) and k in VoiceCreateRequest.model_fields}
+        if upload is None:
+            raise APIError("audio_sample: required field is missing", param="audio_sample")
+        if isinstance(upload, str):
+            fields["ref_audio"] = upload
+            audio_bytes = None
+        else:
+            fields["ref_audio"] = "<upload>"
+            audio_bytes = await upload.read()
+        try:
+            body = VoiceCreateRequest.model_validate(fields)
+        except ValidationError as e:
+            raise _as_api_error(e) from None
+        if audio_bytes is None:
+            return body, decode_ref_audio(body.ref_audio, state.allowed_local_media_path)
+        try:
+            wav, sr = decode_audio(audio_bytes)
+        except AudioDecodeError as e:
+            raise APIError(f"audio_sample: {_plain(e)}", param="audio_sample", code="invalid_audio") from None
+        _check_duration(wav, sr, "audio_sample")
+        return body, (wav, sr)
+    try:
+        payload = await request.json()
+    except ValueError as e:
+        raise APIError(f"request body is not valid JSON ({e})", code="invalid_json") from None
+    if not isinstance(payload, dict):
+        raise APIError("request body must be a JSON object", code="invalid_request_body")
+    try:
+        body = VoiceCreateRequest.model_validate(payload)
+    except ValidationError as e:
+        raise _as_api_error(e) from None
+    return body, decode_ref_audio(body.ref_audio, state.allowed_local_media_path)
+
+
+def _as_api_error(e: ValidationError) -> APIError:
+    from fastapi.exceptions import RequestValidationError
+
+    return validation_error(RequestValidationError(e.errors()))
+
+
+@router.post("/v1/audio/voices")
+async def create_voice(request: Request):
+    state = request.app.state.server
+    tts = state.runtime.require(TALKER, "/v1/audio/voices")
+    if getattr(tts, "model_type", None) != "base":
+        raise APIError(f"voice cloning needs a Qwen3-TTS Base checkpoint; this deployment's TTS is "
+                       f"{getattr(tts, 'model_type', '?')!r} (use its preset voices: GET /v1/audio/voices)",
+                       param="ref_audio", code="unsupported_task_type")
+    body, (wav, sr) = await _create_body(request)
+    if body.name.lower() in {s.lower() for s in (tts.speakers or [])}:
+        raise APIError(f"name: {body.name!r} is a built-in speaker", 409, param="name", code="voice_exists")
+    if state.voices.get(body.name) is not None:
+        raise APIError(f"name: a voice named {body.name!r} is already registered (DELETE it first)", 409,
+                       param="name", code="voice_exists")
+    ref_text = (body.ref_text or "").strip() or None
+    x_vector_only = ref_text is None  # without a transcript only the speaker embedding can be used
+    try:
+        prompt = await state.runtime.call(tts.create_voice_prompt, wav, sr, ref_text, x_vector_only)
+    except _tts_error_types() as e:
+        raise APIError(str(e), param="ref_audio", code="invalid_audio") from None
+    card = VoiceCard(id=body.name, name=body.name, type="audio_sample", ref_text=ref_text,
+                     x_vector_only_mode=x_vector_only, created_at=int(time.time()))
+    state.voices.add(RegisteredVoice(card=card, prompt=prompt))
+    return card.model_dump(exclude_none=True)
+
+
+@router.delete("/v1/audio/voices/{voice_id}")
+async def delete_voice(voice_id: str, request: Request):
+    state = request.app.state.server
+    state.runtime.require(TALKER, "/v1/audio/voices")
+    if not re.match(VOICE_NAME_PATTERN, voice_id) or not state.voices.remove(voice_id):
+        raise APIError(f"no registered voice named {voice_id!r}", 404, param="voice_id", code="voice_not_found")
+    return {"id": voice_id, "deleted": True, "object": "audio.voice.deleted"}
