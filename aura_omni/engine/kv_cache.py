@@ -3,6 +3,9 @@
 The cache for each attention layer is a pair of tensors [num_blocks, block_size, kv_heads, head_dim]
 bound to the layer's `Attention.k_cache` / `v_cache`. A sequence owns a block table (list of block
 ids); token position p lives in slot block_table[p // block_size] * block_size + p % block_size.
+
+`allocate_kv_cache` is what the engine uses (its block bookkeeping is engine/block_manager.py);
+`KVCache` + `CachedSequence` are the minimal standalone form, kept for simple drivers and tests.
 """
 
 from dataclasses import dataclass, field
@@ -39,16 +42,27 @@ class CachedSequence:
     num_cached: int = 0
 
 
+def allocate_kv_cache(layers: list[Attention], num_blocks: int, block_size: int,
+                      dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
+    """Give every attention layer its [num_blocks, block_size, kv_heads, head_dim] K and V pages."""
+    for layer in layers:
+        shape = (num_blocks, block_size, layer.num_kv_heads, layer.head_dim)
+        layer.k_cache = torch.zeros(shape, dtype=dtype, device=device)
+        layer.v_cache = torch.zeros(shape, dtype=dtype, device=device)
+
+
+def free_kv_cache(layers: list[Attention]) -> None:
+    for layer in layers:
+        layer.k_cache = layer.v_cache = None
+
+
 class KVCache:
     def __init__(self, layers: list[Attention], num_blocks: int, block_size: int = 16,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
         self.block_size = block_size
         self.device = torch.device(device)
         self.allocator = BlockAllocator(num_blocks)
-        for layer in layers:
-            shape = (num_blocks, block_size, layer.num_kv_heads, layer.head_dim)
-            layer.k_cache = torch.zeros(shape, dtype=dtype, device=self.device)
-            layer.v_cache = torch.zeros(shape, dtype=dtype, device=self.device)
+        allocate_kv_cache(layers, num_blocks, block_size, dtype, self.device)
 
     def blocks_needed(self, seq: CachedSequence, new_tokens: int) -> int:
         total = seq.num_cached + new_tokens

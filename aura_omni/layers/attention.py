@@ -8,6 +8,14 @@ new tokens only: that is the plain prefill used by parity tests and the code pre
 
 The KV cache of one layer is two tensors [num_blocks, block_size, num_kv_heads, head_dim] that the
 engine allocates and assigns to `Attention.k_cache` / `Attention.v_cache`.
+
+Backends (chosen once per process by `set_attention_backend`, see aura_omni/layers/attention_backend.py):
+- the per-sequence SDPA loop below is the reference and runs everywhere (CPU, CI);
+- when the engine sets `seq_lens` (a device tensor), decode-only batches take a batched paged decode
+  (gather the block tables, one masked SDPA call) that never syncs with the host, so CUDA graphs can
+  capture it;
+- on CUDA, torch's flash `varlen_attn` handles cache-less mixed-length prefill, and, where it accepts
+  `block_table` (torch >= 2.13), every cached step (prefill chunks and decode) straight from the pages.
 """
 
 from dataclasses import dataclass
@@ -15,6 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from aura_omni.layers import attention_backend as backend
 
 
 @dataclass
@@ -24,6 +34,12 @@ class AttentionMetadata:
     context_lens: list[int]  # tokens already in the cache per sequence, before this step (host copy)
     slot_mapping: torch.Tensor | None = None  # [N] int64 cache slot per new token; None = no cache
     block_tables: torch.Tensor | None = None  # [B, max_blocks] int32 cache blocks of each sequence
+    seq_lens: torch.Tensor | None = None  # [B] int32 on device: context + new tokens (engine-built steps)
+    max_seq_len: int = 0  # host copy of max(seq_lens), for the flash kernels
+
+    @property
+    def is_decode(self) -> bool:
+        return all(q == 1 for q in self.query_lens)
 
     @property
     def num_seqs(self) -> int:
@@ -63,10 +79,17 @@ class Attention(nn.Module):
             vc = self.v_cache.view(-1, self.num_kv_heads, self.head_dim)
             kc.index_copy_(0, meta.slot_mapping, k.to(kc.dtype))
             vc.index_copy_(0, meta.slot_mapping, v.to(vc.dtype))
+            if meta.seq_lens is not None:
+                if backend.paged_varlen_enabled(q):
+                    return backend.paged_varlen(q, self.k_cache, self.v_cache, meta, self.scale).reshape(n, -1)
+                if meta.is_decode:
+                    return self._paged_decode(q, meta).reshape(n, -1)
         if not use_cache or not any(meta.context_lens):
             if meta.is_uniform_prefill:
                 out = self._uniform_prefill(q, k, v, meta.num_seqs)
                 return out.reshape(n, -1)
+            if backend.varlen_enabled(q):
+                return backend.varlen_prefill(q, k, v, meta, self.scale).reshape(n, -1)
         out = torch.empty_like(q)
         starts = meta.cu_seqlens_q.tolist()
         for i, (qlen, ctx) in enumerate(zip(meta.query_lens, meta.context_lens)):
@@ -77,6 +100,23 @@ class Attention(nn.Module):
                 keys, values = k[s:e], v[s:e]
             out[s:e] = self._attend(q[s:e], keys, values, ctx)
         return out.reshape(n, -1)
+
+    def _paged_decode(self, q: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """One new token per sequence over its whole cached context: gather pages, mask past seq_lens.
+
+        No host syncs (shapes come from block_tables), so a CUDA graph can capture it.
+        """
+        b = q.shape[0]
+        blocks = meta.block_tables.long()  # [B, W]
+        width = blocks.shape[1] * self.k_cache.shape[1]
+        keys = self.k_cache[blocks].view(b, width, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        values = self.v_cache[blocks].view(b, width, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        valid = torch.arange(width, device=q.device)[None, :] < meta.seq_lens[:, None]  # [B, W*bs]
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(2), keys.to(q.dtype), values.to(q.dtype), attn_mask=valid[:, None, None, :],
+            scale=self.scale, enable_gqa=self.num_heads != self.num_kv_heads,
+        )
+        return out.squeeze(2)
 
     def _gather(self, block_table: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         block_size = self.k_cache.shape[1]

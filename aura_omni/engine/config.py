@@ -1,0 +1,37 @@
+"""Engine settings of one autoregressive stage: one dataclass, validated on construction."""
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class EngineConfig:
+    max_model_len: int = 4096  # prompt + output tokens of one sequence
+    max_num_seqs: int = 64  # sequences running at once
+    max_num_batched_tokens: int = 2048  # tokens per step (prefill chunks + decodes)
+    block_size: int = 16  # tokens per KV block
+    enable_prefix_caching: bool = False
+    # KV budget. CUDA: this fraction of the device's total memory is this stage's share (weights,
+    # activation peak and KV cache together). CPU (or when set): kv_cache_bytes is the KV budget itself.
+    gpu_memory_utilization: float = 0.9
+    kv_cache_bytes: int | None = None
+    num_kv_blocks: int | None = None  # overrides both budgets (tests, benchmarks)
+    kv_cache_dtype: str | None = None  # None = the model's dtype
+    enforce_eager: bool = False  # no CUDA graphs
+    cuda_graph_batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 24, 32, 48, 64])
+    cuda_graph_max_seq_len: int | None = None  # decode graphs gather up to this context; None = max_model_len
+    fast_attention: bool = True  # try flash varlen kernels on CUDA (each is checked against the reference first)
+
+    def __post_init__(self):
+        checks = [
+            (self.max_model_len >= 1, "max_model_len must be >= 1"),
+            (self.max_num_seqs >= 1, "max_num_seqs must be >= 1"),
+            (self.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1"),
+            (self.block_size >= 1, "block_size must be >= 1"),
+            (0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in (0, 1]"),
+            (self.kv_cache_bytes is None or self.kv_cache_bytes > 0, "kv_cache_bytes must be > 0"),
+            (self.num_kv_blocks is None or self.num_kv_blocks > 0, "num_kv_blocks must be > 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"engine config: {message}")
+        self.cuda_graph_batch_sizes = sorted({b for b in self.cuda_graph_batch_sizes if 0 < b <= self.max_num_seqs})

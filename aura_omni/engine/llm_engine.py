@@ -1,0 +1,144 @@
+"""The engine loop of one stage: add requests, step, stream outputs, abort.
+
+    engine = LLMEngine(model, EngineConfig(...), eos_token_ids=[151645])
+    engine.add_request("r1", prompt_ids, SamplingParams(temperature=0))
+    while engine.has_unfinished():
+        for out in engine.step(): ...   # new tokens of every request that produced one this step
+
+Not thread-safe by itself; engine/async_engine.py drives it from a background thread under a lock.
+"""
+
+import logging
+from typing import Any, Callable
+
+from aura_omni.engine.block_manager import BlockManager
+from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.model_api import CausalLMAdapter, EngineModel, ModelAdapter
+from aura_omni.engine.model_runner import ModelRunner
+from aura_omni.engine.outputs import RequestOutput
+from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.engine.scheduler import Scheduler
+from aura_omni.engine.sequence import MultimodalPrompt, Sequence
+
+log = logging.getLogger(__name__)
+
+
+class PromptTooLongError(ValueError):
+    """The prompt leaves no room for one output token within max_model_len."""
+
+
+class LLMEngine:
+    def __init__(self, model: EngineModel | ModelAdapter, config: EngineConfig, eos_token_ids: list[int] = (),
+                 detokenize: Callable[[list[int]], str] | None = None, name: str = "stage"):
+        adapter = model if hasattr(model, "build_inputs") else CausalLMAdapter(model)
+        self.config = config
+        self.name = name
+        self.eos_token_ids = list(eos_token_ids)
+        self.detokenize = detokenize
+        self.runner = ModelRunner(adapter, config, name)
+        self.blocks = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.blocks)
+        self.requests: dict[str, Sequence] = {}
+
+    # -- requests --------------------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt_token_ids: list[int] | None = None,
+                    params: SamplingParams | None = None, mm: MultimodalPrompt | None = None,
+                    eos_token_ids: list[int] | None = None) -> Sequence:
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already running")
+        params = params or SamplingParams()
+        if params.stop and self.detokenize is None:
+            raise ValueError("stop strings need a detokenizer; this stage has none")
+        eos = self.eos_token_ids if eos_token_ids is None else list(eos_token_ids)
+        seq = Sequence(request_id, list(prompt_token_ids or []), params, eos, mm, self.config.max_model_len)
+        if seq.prompt_len >= self.config.max_model_len:
+            raise PromptTooLongError(f"prompt has {seq.prompt_len} tokens; max_model_len is {self.config.max_model_len}")
+        self.requests[request_id] = seq
+        self.scheduler.add(seq)
+        return seq
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """Drop a request (client gone) and free its KV blocks now. None if it is not running."""
+        seq = self.requests.pop(request_id, None)
+        if seq is None:
+            return None
+        self.scheduler.finish(seq, "abort")
+        return self._output(seq, [], [])
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work()
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        sched = self.scheduler.schedule()
+        if not sched.scheduled:
+            return []
+        sampled, token_ids, extras = self.runner.execute(sched)
+        for s in sched.scheduled:
+            s.seq.num_computed_tokens = s.end
+            self.blocks.commit(s.seq)
+        outputs = []
+        for i, (s, token) in enumerate(zip(sampled, token_ids)):
+            seq = s.seq
+            extra = extras[i] if extras is not None else None
+            seq.output_token_ids.append(token)
+            seq.output_extras.append(extra)
+            if self._check_stop(seq, token):
+                self.scheduler.finish(seq, seq.finish_reason)
+                self.requests.pop(seq.request_id, None)
+            outputs.append(self._output(seq, [token], [extra] if extras is not None else []))
+        return outputs
+
+    def _check_stop(self, seq: Sequence, token: int) -> bool:
+        p = seq.params
+        n = seq.num_output_tokens
+        if n >= p.min_tokens:
+            if token in p.stop_token_ids or (token in seq.eos_token_ids and not p.ignore_eos):
+                seq.finish_reason, seq.stop_reason = "stop", token
+                return True
+        if p.stop:
+            seq.text = self.detokenize(seq.output_token_ids)
+            hits = [(seq.text.find(s), s) for s in p.stop]
+            hits = [(at, s) for at, s in hits if at >= 0]
+            if hits and n >= p.min_tokens:
+                at, s = min(hits)
+                seq.text = seq.text[:at + (len(s) if p.include_stop_str_in_output else 0)]
+                seq.finish_reason, seq.stop_reason = "stop", s
+                return True
+        limit = seq.max_tokens
+        if limit is not None and n >= limit:
+            seq.finish_reason = "length"
+            return True
+        return False
+
+    @staticmethod
+    def _output(seq: Sequence, new: list[int], extras: list[Any]) -> RequestOutput:
+        return RequestOutput(
+            request_id=seq.request_id, new_token_ids=new, num_output_tokens=seq.num_output_tokens,
+            finished=seq.is_finished, finish_reason=seq.finish_reason, stop_reason=seq.stop_reason,
+            new_extras=extras, text=seq.text, num_prompt_tokens=seq.prompt_len, num_cached_tokens=seq.num_cached_tokens,
+        )
+
+    # -- conveniences ----------------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
+        """Run prompts to completion (offline use, tests); returns each request's output token ids."""
+        params = params if isinstance(params, list) else [params] * len(prompts)
+        ids = [f"gen-{i}-{id(prompts)}" for i in range(len(prompts))]
+        results: dict[str, list[int]] = {i: [] for i in ids}
+        for rid, prompt, p in zip(ids, prompts, params):
+            self.add_request(rid, prompt, p)
+        while any(rid in self.requests for rid in ids):
+            for out in self.step():
+                if out.request_id in results:
+                    results[out.request_id].extend(out.new_token_ids)
+        return [results[i] for i in ids]
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+            "free_blocks": self.blocks.num_free,
+            "total_blocks": self.blocks.num_blocks,
+            "prefix_cache_hit_rate": self.blocks.prefix_hit_rate,
+            "preemptions": self.scheduler.num_preemptions,
+        }

@@ -1,0 +1,142 @@
+"""How the engine talks to a model: a small adapter interface, and the adapter for Qwen3 causal LMs.
+
+The runner hands an adapter a list of (sequence, token range) pieces; the adapter returns the flat
+inputs of the step (embeddings, positions, DeepStack features). After the backbone it maps hidden
+states to logits, and after sampling it may run a per-step hook (the Talker runs its code predictor
+there and returns each frame's 16 codes as the token's `extra`).
+
+`CausalLMAdapter` serves every wrapper that follows docs/design.md (`backbone`, `embed_tokens`,
+`compute_logits`): prompts from token ids or from `MultimodalPrompt` embeddings with 1-D or MRoPE
+positions, DeepStack and `rope_delta`; generated tokens through `embed_tokens`.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence as Seq, runtime_checkable
+
+import torch
+
+from aura_omni.engine.sequence import Sequence
+from aura_omni.models.qwen3 import DeepStack, Qwen3Model
+
+
+@runtime_checkable
+class EngineModel(Protocol):
+    """What a model wrapper exposes (docs/design.md, "Model wrappers")."""
+
+    backbone: Qwen3Model
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor: ...  # [N] -> [N, H]
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor: ...  # [B, H] -> [B, V]
+
+
+@dataclass
+class StepInputs:
+    embeds: torch.Tensor  # [N, H]
+    positions: torch.Tensor  # [N] or [3, N]
+    deepstack: DeepStack | None = None
+
+
+@dataclass
+class Piece:
+    """Tokens [start, end) of one sequence fed in this step."""
+
+    seq: Sequence
+    start: int
+    end: int
+
+
+class ModelAdapter(Protocol):
+    backbone: Qwen3Model
+
+    def build_inputs(self, pieces: Seq[Piece], device: torch.device) -> StepInputs: ...
+
+    def decode_inputs(self, seqs: Seq[Sequence], device: torch.device) -> StepInputs:
+        """Inputs of a decode step (each sequence's last token); must equal build_inputs on those pieces."""
+        ...
+
+    def compute_logits(self, hidden: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor: ...
+
+    def after_sample(self, seqs: Seq[Sequence], hidden: torch.Tensor, token_ids: torch.Tensor) -> list[Any] | None:
+        """Per-step hook; returns one `extra` per sequence (streamed with its token) or None."""
+        ...
+
+
+class CausalLMAdapter:
+    """ASR LM, AURA LM or any Qwen3 causal LM wrapper; text, multimodal-embedding and MRoPE prompts."""
+
+    def __init__(self, model: EngineModel):
+        self.model = model
+        self.backbone = model.backbone
+        self.mrope = model.backbone.config.mrope_section is not None
+
+    def _positions(self, seq: Sequence, start: int, end: int) -> torch.Tensor:
+        """[n] or, for MRoPE, [3, n]; generated tokens sit at index + rope_delta on all three streams."""
+        mm = seq.mm
+        parts = []
+        if start < seq.prompt_len:
+            stop = min(end, seq.prompt_len)
+            if mm is not None and mm.positions is not None:
+                p = mm.positions[..., start:stop]
+            else:
+                p = torch.arange(start, stop)
+            parts.append(p.expand(3, -1) if self.mrope and p.dim() == 1 else p)
+        if end > seq.prompt_len:
+            delta = mm.rope_delta if mm is not None else 0
+            p = torch.arange(max(start, seq.prompt_len), end) + delta
+            parts.append(p.expand(3, -1) if self.mrope else p)
+        return torch.cat([p.to(torch.long).cpu() for p in parts], dim=-1)
+
+    def build_inputs(self, pieces: Seq[Piece], device: torch.device) -> StepInputs:
+        ids, id_rows, embeds, embed_rows = [], [], [], []
+        ds_rows, ds_feats = [], []
+        offset = 0
+        for piece in pieces:
+            seq, s, e = piece.seq, piece.start, piece.end
+            mm = seq.mm
+            if mm is not None and s < seq.prompt_len:
+                stop = min(e, seq.prompt_len)
+                embeds.append(mm.embeds[s:stop])
+                embed_rows.append(torch.arange(offset, offset + stop - s))
+                if mm.deepstack_positions is not None:
+                    inside = (mm.deepstack_positions >= s) & (mm.deepstack_positions < stop)
+                    if bool(inside.any()):
+                        ds_rows.append(mm.deepstack_positions[inside].cpu() - s + offset)
+                        ds_feats.append([f[inside.to(f.device)] for f in mm.deepstack_features])
+                tok_from = stop
+            else:
+                tok_from = s
+            if e > tok_from:
+                ids.extend(seq.token_ids(tok_from, e))
+                id_rows.append(torch.arange(offset + tok_from - s, offset + e - s))
+            offset += e - s
+        positions = torch.cat([self._positions(p.seq, p.start, p.end) for p in pieces], dim=-1).to(device)
+        out = None
+        if ids:
+            id_embeds = self.model.embed_tokens(torch.tensor(ids, dtype=torch.long, device=device))
+            out = torch.empty(offset, id_embeds.shape[-1], dtype=id_embeds.dtype, device=device)
+            out[torch.cat(id_rows).to(device)] = id_embeds
+        if embeds:
+            rows = torch.cat(embed_rows).to(device)
+            flat = torch.cat([x.to(device) for x in embeds])
+            if out is None:
+                out = torch.empty(offset, flat.shape[-1], dtype=flat.dtype, device=device)
+            out[rows] = flat.to(out.dtype)
+        deepstack = None
+        if ds_rows:
+            layers = len(ds_feats[0])
+            deepstack = DeepStack(torch.cat(ds_rows).to(device),
+                                  [torch.cat([f[i] for f in ds_feats]).to(device) for i in range(layers)])
+        return StepInputs(out, positions, deepstack)
+
+    def decode_inputs(self, seqs: Seq[Sequence], device: torch.device) -> StepInputs:
+        last = torch.tensor([s.token_id(s.num_tokens - 1) for s in seqs], dtype=torch.long, device=device)
+        pos = torch.tensor([s.num_tokens - 1 + (s.mm.rope_delta if s.mm is not None else 0) for s in seqs],
+                           dtype=torch.long, device=device)
+        return StepInputs(self.model.embed_tokens(last), pos.expand(3, -1) if self.mrope else pos)
+
+    def compute_logits(self, hidden: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
+        return self.model.compute_logits(hidden)
+
+    def after_sample(self, seqs, hidden, token_ids):
+        return None

@@ -1,0 +1,57 @@
+"""How one request samples and when it stops: one dataclass, validated on construction.
+
+Bad values raise `ValueError` so the server can answer 400 with the message.
+"""
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy (argmax after penalties, bias and bans)
+    top_k: int = 0  # 0 or -1 = off
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0  # HF rule over prompt + output ids: logit / p if > 0 else logit * p
+    presence_penalty: float = 0.0  # OpenAI rule over output ids: - p * (count > 0)
+    frequency_penalty: float = 0.0  # OpenAI rule over output ids: - p * count
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to the logit (-inf bans)
+    seed: int | None = None  # per-request generator: same seed, same tokens, whatever the batch
+    stop_token_ids: list[int] = field(default_factory=list)  # stop on these (besides the model's EOS)
+    stop: list[str] = field(default_factory=list)  # stop strings; need the engine's detokenize callback
+    include_stop_str_in_output: bool = False
+    min_tokens: int = 0  # EOS and stop_token_ids are banned until this many tokens exist
+    max_tokens: int | None = 256  # None = up to max_model_len
+    ignore_eos: bool = False  # do not stop at the model's EOS (stop_token_ids still stop)
+    repetition_scope: str = "all"  # "all" = prompt + output ids; "output" = output ids only (Qwen3-TTS Talker)
+
+    def __post_init__(self):
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.logit_bias = {int(k): float(v) for k, v in self.logit_bias.items()}
+        self.stop_token_ids = [int(t) for t in self.stop_token_ids]
+        checks = [
+            (self.temperature >= 0, "temperature must be >= 0"),
+            (self.top_k >= -1, "top_k must be -1, 0 (off) or positive"),
+            (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
+            (0 <= self.min_p <= 1, "min_p must be in [0, 1]"),
+            (self.repetition_penalty > 0, "repetition_penalty must be > 0"),
+            (-2 <= self.presence_penalty <= 2, "presence_penalty must be in [-2, 2]"),
+            (-2 <= self.frequency_penalty <= 2, "frequency_penalty must be in [-2, 2]"),
+            (self.min_tokens >= 0, "min_tokens must be >= 0"),
+            (self.max_tokens is None or self.max_tokens >= 1, "max_tokens must be >= 1"),
+            (self.max_tokens is None or self.min_tokens <= self.max_tokens, "min_tokens must be <= max_tokens"),
+            (self.repetition_scope in ("all", "output"), "repetition_scope must be 'all' or 'output'"),
+            (all(s for s in self.stop), "stop strings must be non-empty"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def needs_penalties(self) -> bool:
+        return self.repetition_penalty != 1 or self.presence_penalty != 0 or self.frequency_penalty != 0

@@ -1,0 +1,114 @@
+"""Continuous batching: which sequences run this step and how many tokens each feeds.
+
+Every step spends a token budget (`max_num_batched_tokens`): running sequences first (a decode is one
+token, an unfinished prefill continues with the next chunk), then waiting ones in arrival order while
+fewer than `max_num_seqs` run. When the KV blocks run out, the most recently admitted running
+sequence is preempted: its blocks are freed and it waits at the head of the queue to be recomputed
+(prompt + what it generated so far). The oldest running sequence is never preempted, and start-up
+guarantees one `max_model_len` sequence fits, so the engine always makes progress.
+"""
+
+from collections import deque
+from dataclasses import dataclass
+
+from aura_omni.engine.block_manager import BlockManager
+from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledSeq:
+    seq: Sequence
+    start: int  # first token fed this step (= tokens already cached)
+    num_tokens: int  # tokens fed this step
+
+    @property
+    def end(self) -> int:
+        return self.start + self.num_tokens
+
+    @property
+    def samples(self) -> bool:
+        """The step reaches the sequence's last token, so it yields a new one."""
+        return self.end == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq]
+    preempted: list[Sequence]
+
+    @property
+    def is_decode(self) -> bool:
+        return all(s.num_tokens == 1 for s in self.scheduled)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.scheduled)
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, block_manager: BlockManager):
+        self.config = config
+        self.blocks = block_manager
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # admission order: the last one is preempted first
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[ScheduledSeq] = []
+        preempted: list[Sequence] = []
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            while not self.blocks.grow(seq, n):
+                victim = self.running[-1]
+                if victim is seq and i == 0:  # alone and still out of blocks: cannot happen (see startup check)
+                    raise RuntimeError(f"KV cache cannot hold one sequence ({seq}); raise the KV budget")
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+            else:
+                scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
+                budget -= n
+                i += 1
+                continue
+            break  # seq itself was preempted: everything after it already was
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs and not preempted:
+            seq = self.waiting[0]
+            n = self.blocks.admit(seq, budget)
+            if n == 0:
+                break  # first come, first served: later requests wait too
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
+            budget -= n
+        return SchedulerOutput(scheduled, preempted)
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.blocks.free_blocks(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """Finished or aborted: leave the queues and free the blocks now."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.free_blocks(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = seq.finish_reason or reason

@@ -1,0 +1,130 @@
+"""Which fast attention kernels this process may use, detected from the installed torch and checked once.
+
+torch's `varlen_attn` (flash) exists on CUDA from torch 2.11 with fp16/bf16; its `block_table` (paged
+KV) arrives in torch 2.13 (../shared/reference/dependencies.md §4: absent on the H200's 2.11). Argument
+names moved between releases, so everything is read from the signature, and `select_backend` runs each
+kernel once against the pure-torch reference on the real device before enabling it: a kernel that
+raises or disagrees is logged and left off, never trusted blind.
+"""
+
+import inspect
+import logging
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+try:  # torch >= 2.11
+    from torch.nn.attention.varlen import varlen_attn as _varlen_attn
+
+    _VARLEN_ARGS = set(inspect.signature(_varlen_attn).parameters)
+except ImportError:  # pragma: no cover - older torch
+    _varlen_attn, _VARLEN_ARGS = None, set()
+
+_FLASH_DTYPES = (torch.float16, torch.bfloat16)
+_enabled = {"varlen": False, "paged_varlen": False}
+
+
+def available() -> dict[str, bool]:
+    """What the installed torch offers at all (before any device check)."""
+    return {
+        "varlen": _varlen_attn is not None,
+        "paged_varlen": _varlen_attn is not None and "block_table" in _VARLEN_ARGS and "seqused_k" in _VARLEN_ARGS,
+    }
+
+
+def enabled() -> dict[str, bool]:
+    return dict(_enabled)
+
+
+def varlen_enabled(q: torch.Tensor) -> bool:
+    return _enabled["varlen"] and q.is_cuda and q.dtype in _FLASH_DTYPES
+
+
+def paged_varlen_enabled(q: torch.Tensor) -> bool:
+    return _enabled["paged_varlen"] and q.is_cuda and q.dtype in _FLASH_DTYPES
+
+
+def _call(q, k, v, cu_q, cu_k, max_q, max_k, scale, **extra):
+    kwargs = {"scale": scale, **extra}
+    if "window_size" in _VARLEN_ARGS:
+        kwargs["window_size"] = (-1, 0)  # causal, aligned to the end of the keys (flash convention)
+    else:
+        kwargs["is_causal"] = True
+    if q.shape[1] != k.shape[-2]:
+        if "enable_gqa" in _VARLEN_ARGS:
+            kwargs["enable_gqa"] = True
+        else:  # expand the kv heads for kernels without GQA
+            rep = q.shape[1] // k.shape[-2]
+            k, v = k.repeat_interleave(rep, dim=-2), v.repeat_interleave(rep, dim=-2)
+    return _varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **kwargs)
+
+
+def varlen_prefill(q, k, v, meta, scale: float) -> torch.Tensor:
+    """Cache-less causal attention over several sequences of different lengths in one flash call."""
+    max_q = max(meta.query_lens)
+    return _call(q, k.to(q.dtype), v.to(q.dtype), meta.cu_seqlens_q, meta.cu_seqlens_q, max_q, max_q, scale)
+
+
+def paged_varlen(q, k_cache, v_cache, meta, scale: float) -> torch.Tensor:
+    """Any cached step (prefill chunks and decode mixed) straight from the pages."""
+    cu_k = torch.zeros(meta.num_seqs + 1, dtype=torch.int32, device=q.device)
+    cu_k[1:] = meta.seq_lens.cumsum(0)
+    return _call(q, k_cache.to(q.dtype), v_cache.to(q.dtype), meta.cu_seqlens_q, cu_k, max(meta.query_lens),
+                 meta.max_seq_len, scale, seqused_k=meta.seq_lens, block_table=meta.block_tables)
+
+
+def _reference(q, k, v, context: int) -> torch.Tensor:
+    qlen, klen = q.shape[0], k.shape[0]
+    mask = torch.arange(klen, device=q.device)[None, :] <= torch.arange(context, context + qlen, device=q.device)[:, None]
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None].float(), k.transpose(0, 1)[None].float(),
+                                         v.transpose(0, 1)[None].float(), attn_mask=mask, enable_gqa=True)
+    return out[0].transpose(0, 1)
+
+
+def select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool = True) -> dict[str, bool]:
+    """Enable each available kernel that gives the reference's answer on this device and dtype."""
+    from aura_omni.layers.attention import AttentionMetadata
+
+    _enabled.update(varlen=False, paged_varlen=False)
+    if not prefer_fast or device.type != "cuda" or dtype not in _FLASH_DTYPES:
+        return enabled()
+    offer = available()
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    hq, hkv, d, bs = 4, 2, 64, 16
+    rnd = lambda *shape: torch.randn(*shape, generator=gen).to(device, dtype)
+    lens, ctx = [5, 17], [0, 20]
+    if offer["varlen"]:
+        try:
+            q, k, v = rnd(22, hq, d), rnd(22, hkv, d), rnd(22, hkv, d)
+            meta = AttentionMetadata.prefill(lens, device)
+            got = varlen_prefill(q, k, v, meta, d**-0.5).float()
+            want = torch.cat([_reference(q[:5], k[:5], v[:5], 0), _reference(q[5:], k[5:], v[5:], 0)])
+            _enabled["varlen"] = bool((got - want).abs().max() < 2e-2)
+        except Exception as e:  # noqa: BLE001 - any failure means: do not use it
+            log.warning("varlen_attn prefill unusable here (%s: %s); using SDPA", type(e).__name__, e)
+    if offer["paged_varlen"]:
+        try:
+            k_cache, v_cache = rnd(8, bs, hkv, d), rnd(8, bs, hkv, d)
+            tables = torch.tensor([[3, 0], [6, 1]], dtype=torch.int32, device=device)
+            total = [c + n for c, n in zip(ctx, lens)]
+            q = rnd(sum(lens), hq, d)
+            cu = torch.tensor([0, lens[0], sum(lens)], dtype=torch.int32, device=device)
+            meta = AttentionMetadata(cu, lens, ctx, None, tables, torch.tensor(total, dtype=torch.int32, device=device),
+                                     max(total))
+            got = paged_varlen(q, k_cache, v_cache, meta, d**-0.5).float()
+            want = []
+            for i, (c, n) in enumerate(zip(ctx, lens)):
+                keys = k_cache[tables[i].long()].reshape(-1, hkv, d)[:c + n]
+                vals = v_cache[tables[i].long()].reshape(-1, hkv, d)[:c + n]
+                want.append(_reference(q[cu[i]:cu[i] + n], keys, vals, c))
+            _enabled["paged_varlen"] = bool((got - torch.cat(want)).abs().max() < 2e-2)
+        except Exception as e:  # noqa: BLE001
+            log.warning("varlen_attn with block_table unusable here (%s: %s); using gathered SDPA", type(e).__name__, e)
+    for name, on in _enabled.items():
+        if offer[name] and not on:
+            log.warning("attention kernel %s is offered by torch %s but disagreed with the reference: off",
+                        name, torch.__version__)
+    log.info("attention kernels: %s", _enabled)
+    return enabled()

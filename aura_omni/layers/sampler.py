@@ -1,0 +1,125 @@
+"""Batched sampling on the logits' device: one call per engine step for every running sequence.
+
+Order (HF / vLLM conventions): logit_bias and bans (min_tokens holds back EOS and stop ids) ->
+repetition / presence / frequency penalties -> greedy rows take the argmax here -> temperature ->
+top_k -> top_p -> min_p -> draw. Drawing uses the exponential race (argmax p / E, E ~ Exp(1)),
+which is exactly a categorical draw; a row with a seed draws its E from its own torch.Generator, so
+its tokens do not depend on which other requests share the batch.
+"""
+
+from typing import Protocol, Sequence
+
+import torch
+
+from aura_omni.engine.sampling_params import SamplingParams
+
+
+class SamplingState(Protocol):
+    """What the sampler reads from a sequence (engine/sequence.py `Sequence` satisfies it)."""
+
+    params: SamplingParams
+    prompt_token_ids: Sequence[int]
+    output_token_ids: Sequence[int]
+    eos_token_ids: Sequence[int]
+    generator: torch.Generator | None  # created here on the first draw of a seeded request
+
+
+class Sampler:
+    def __call__(self, logits: torch.Tensor, states: Sequence[SamplingState]) -> torch.Tensor:
+        """logits [B, V] -> sampled token ids [B] (long, on the logits' device)."""
+        logits = logits.float()
+        params = [s.params for s in states]
+        if all(p.greedy and not p.logit_bias and not p.needs_penalties and not p.min_tokens for p in params):
+            return logits.argmax(-1)
+        logits = logits.clone()
+        self._apply_bias_and_bans(logits, states)
+        if any(p.needs_penalties for p in params):
+            self._apply_penalties(logits, states)
+        greedy = torch.tensor([p.greedy for p in params], device=logits.device)
+        greedy_ids = logits.argmax(-1)
+        if bool(greedy.all()):
+            return greedy_ids
+        temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params],
+                                   device=logits.device)
+        logits = logits / temperature[:, None]
+        if any(p.top_k > 0 or p.top_p < 1 for p in params):
+            logits = self._top_k_top_p(logits, params)
+        if any(p.min_p > 0 for p in params):
+            logits = self._min_p(logits, params)
+        sampled = self._draw(logits.softmax(-1), states)
+        return torch.where(greedy, greedy_ids, sampled)
+
+    @staticmethod
+    def _apply_bias_and_bans(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:
+        rows, cols, vals = [], [], []
+        vocab = logits.shape[1]
+        for i, s in enumerate(states):
+            p = s.params
+            for tok, bias in p.logit_bias.items():
+                if not 0 <= tok < vocab:
+                    raise ValueError(f"logit_bias token id {tok} is outside the vocabulary (size {vocab})")
+                rows.append(i), cols.append(tok), vals.append(bias)
+            if len(s.output_token_ids) < p.min_tokens:
+                for tok in set(s.eos_token_ids) | set(p.stop_token_ids):
+                    if 0 <= tok < vocab:
+                        rows.append(i), cols.append(tok), vals.append(float("-inf"))
+        if rows:
+            idx = (torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device))
+            logits.index_put_(idx, torch.tensor(vals, device=logits.device), accumulate=True)
+
+    @staticmethod
+    def _apply_penalties(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:
+        b, vocab = logits.shape
+        dev = logits.device
+
+        def counts(histories: list[Sequence[int]]) -> torch.Tensor:
+            # scatter-add ids padded with an extra column `vocab` that is dropped afterwards
+            width = max((len(h) for h in histories), default=0)
+            ids = torch.full((b, max(width, 1)), vocab, dtype=torch.long)
+            for i, h in enumerate(histories):
+                if len(h):
+                    ids[i, :len(h)] = torch.as_tensor(list(h), dtype=torch.long)
+            out = torch.zeros(b, vocab + 1, device=dev)
+            out.scatter_add_(1, ids.to(dev), torch.ones(ids.shape, device=dev))
+            return out[:, :vocab]
+
+        output_counts = counts([s.output_token_ids for s in states])
+        seen = counts([s.output_token_ids if s.params.repetition_scope == "output"
+                       else list(s.prompt_token_ids) + list(s.output_token_ids) for s in states]) > 0
+        rep = torch.tensor([s.params.repetition_penalty for s in states], device=dev)[:, None]
+        penalized = torch.where(logits > 0, logits / rep, logits * rep)
+        logits.copy_(torch.where(seen, penalized, logits))
+        presence = torch.tensor([s.params.presence_penalty for s in states], device=dev)[:, None]
+        frequency = torch.tensor([s.params.frequency_penalty for s in states], device=dev)[:, None]
+        logits -= presence * (output_counts > 0) + frequency * output_counts
+
+    @staticmethod
+    def _top_k_top_p(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+        vocab = logits.shape[1]
+        dev = logits.device
+        sorted_logits, order = logits.sort(-1, descending=True)
+        k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=dev)
+        rank = torch.arange(vocab, device=dev)[None, :]
+        sorted_logits = sorted_logits.masked_fill(rank >= k[:, None], float("-inf"))
+        probs = sorted_logits.softmax(-1)
+        top_p = torch.tensor([p.top_p for p in params], device=dev)[:, None]
+        # drop a token when the tokens ranked above it already hold top_p of the mass (the first is always kept)
+        drop = (probs.cumsum(-1) - probs) >= top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+    @staticmethod
+    def _min_p(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+        probs = logits.softmax(-1)
+        min_p = torch.tensor([p.min_p for p in params], device=logits.device)[:, None]
+        return logits.masked_fill(probs < min_p * probs.max(-1, keepdim=True).values, float("-inf"))
+
+    @staticmethod
+    def _draw(probs: torch.Tensor, states: Sequence[SamplingState]) -> torch.Tensor:
+        race = torch.empty_like(probs).exponential_()
+        for i, s in enumerate(states):
+            if s.params.seed is not None:
+                if s.generator is None:
+                    s.generator = torch.Generator(device=probs.device).manual_seed(s.params.seed)
+                race[i].exponential_(generator=s.generator)
+        return (probs / race).argmax(-1)
