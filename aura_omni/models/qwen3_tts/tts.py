@@ -1,0 +1,402 @@
+"""Qwen3-TTS facade used by the HTTP server and the pipeline: load a checkpoint, validate requests,
+generate codec frames (batched), decode them to 24 kHz audio whole or as a stream.
+
+    tts = Qwen3TTS.load("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice")
+    wav = tts.synthesize(TTSRequest(text="Hello.", task_type="CustomVoice", speaker="Vivian"))
+    for chunk in tts.stream(req): ...      # first chunk after `initial_chunk_frames` frames
+
+Talker steps of concurrent calls are serialised by one lock (one paged KV cache per model), so
+several streams may be consumed from different threads; each request keeps its own cache blocks,
+sampling generator and decoder state.
+"""
+
+import threading
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from aura_omni.models.loader import CheckpointError, init_dummy, iter_tensors, load_into, resolve_checkpoint
+from aura_omni.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
+from aura_omni.models.qwen3_tts.generate import TalkerInput, TalkerRunner, TalkerState
+from aura_omni.models.qwen3_tts.prompt import (embed_prompt, instruct_template, plan_prompt, ref_template,
+                                               target_template)
+from aura_omni.models.qwen3_tts.sampling import SamplingParams
+from aura_omni.models.qwen3_tts.talker import Talker
+
+SAMPLE_RATE = 24000  # Code2Wav output rate
+SAMPLES_PER_FRAME = 1920  # 24000 / 12.5 frames per second
+TASK_TYPES = {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
+PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
+
+
+class TTSRequestError(ValueError):
+    """The request cannot be served by this checkpoint (maps to HTTP 400)."""
+
+
+@dataclass
+class VoiceClonePrompt:
+    """A cloned voice (Base models): x-vector, plus reference codes and text for ICL."""
+
+    ref_codes: torch.Tensor | None  # [F, 16] long; None in x-vector-only mode
+    x_vector: torch.Tensor  # [H]
+    ref_text: str | None
+    x_vector_only: bool
+
+
+@dataclass
+class TTSRequest:
+    text: str | None = None
+    text_ids: list[int] | None = None  # pre-tokenised full target template (token-id passthrough)
+    task_type: str = "CustomVoice"  # "Base" | "CustomVoice" | "VoiceDesign"
+    language: str = "Auto"
+    speaker: str | None = None
+    instruct: str | None = None
+    voice: VoiceClonePrompt | None = None
+    non_streaming_mode: bool | None = None  # None: qwen-tts default (Base False, others True)
+    max_new_tokens: int | None = None
+    do_sample: bool | None = None  # None = generation_config.json
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    subtalker_dosample: bool | None = None
+    subtalker_temperature: float | None = None
+    subtalker_top_k: int | None = None
+    subtalker_top_p: float | None = None
+    seed: int | None = None
+
+
+def _load_tokenizer(ckpt: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        from transformers import Qwen2TokenizerFast as cls  # transformers 4.x name
+    except ImportError:  # pragma: no cover - transformers 5 keeps only the fast class as Qwen2Tokenizer
+        from transformers import Qwen2Tokenizer as cls
+    try:
+        return cls.from_pretrained(str(ckpt))
+    except Exception:  # pragma: no cover - unusual layouts
+        return AutoTokenizer.from_pretrained(str(ckpt))
+
+
+def preset_dir(model: str) -> Path | None:
+    """presets/<org>__<name>/ for a Hugging Face repo id, if we ship its config."""
+    path = PRESETS_DIR / str(model).replace("/", "__")
+    return path if (path / "config.json").exists() else None
+
+
+class Qwen3TTS:
+    def __init__(self, config: Qwen3TTSConfig, talker: Talker, tokenizer, *, code2wav=None, codec_encoder=None,
+                 speaker_encoder=None, defaults: GenerationDefaults | None = None):
+        self.config = config
+        self.talker = talker.eval()
+        self.tokenizer = tokenizer
+        self.code2wav = code2wav
+        self.codec_encoder = codec_encoder
+        self.speaker_encoder = speaker_encoder
+        self.defaults = defaults or GenerationDefaults()
+        with torch.no_grad():
+            pad = talker.embed_text(torch.tensor([config.tts_pad_token_id], device=talker.codec_head.weight.device))
+        self.runner = TalkerRunner(talker, pad)
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(cls, model: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+             load_format: str = "auto") -> "Qwen3TTS":
+        """A local checkpoint directory or a Hugging Face repo id. `load_format="dummy"`: the full-size
+        architecture with random weights (config from the directory, or from presets/ for a repo id)."""
+        if load_format not in ("auto", "safetensors", "dummy"):
+            raise CheckpointError(f"load_format must be auto, safetensors or dummy, got {load_format!r}")
+        dummy = load_format == "dummy"
+        local = Path(model).expanduser()
+        ckpt = local if local.is_dir() else (preset_dir(str(model)) if dummy else None)
+        if ckpt is None:
+            ckpt = resolve_checkpoint(model)
+        config = Qwen3TTSConfig.from_file(ckpt / "config.json")
+        talker = Talker(config.talker)
+        if dummy:
+            init_dummy(talker)
+        else:
+            load_into(talker, iter_tensors(ckpt, "talker."), where=f"{ckpt} talker")
+        talker = talker.to(device=device, dtype=dtype).eval()
+        tokenizer = _load_tokenizer(ckpt) if (ckpt / "vocab.json").exists() else _fallback_tokenizer()
+        codec_dir = ckpt / "speech_tokenizer"
+        code2wav = codec_encoder = speaker_encoder = None
+        if (codec_dir / "config.json").exists() or dummy:
+            code2wav = _load_code2wav(codec_dir, device, dummy)
+            if config.tts_model_type == "base":
+                codec_encoder = _load_codec_encoder(codec_dir, device, dummy)
+        if config.tts_model_type == "base":
+            speaker_encoder = _load_speaker_encoder(ckpt, config, device, dummy)
+        return cls(config, talker, tokenizer, code2wav=code2wav, codec_encoder=codec_encoder,
+                   speaker_encoder=speaker_encoder, defaults=GenerationDefaults.from_dir(ckpt))
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def model_type(self) -> str:
+        return self.config.tts_model_type
+
+    @property
+    def speakers(self) -> list[str]:
+        return self.config.speakers
+
+    @property
+    def languages(self) -> list[str]:
+        return self.config.languages
+
+    @property
+    def sample_rate(self) -> int:
+        return SAMPLE_RATE
+
+    # ------------------------------------------------------------------ voices
+    def create_voice_prompt(self, wav: np.ndarray, sr: int, ref_text: str | None = None,
+                            x_vector_only: bool = False) -> VoiceClonePrompt:
+        """x-vector (and, for ICL, reference codes) of a reference recording. Base models only."""
+        if self.model_type != "base":
+            raise TTSRequestError(f"voice cloning needs a Base checkpoint; this one is {self.model_type}")
+        if not x_vector_only and not (ref_text and ref_text.strip()):
+            raise TTSRequestError("ref_text is required for voice cloning unless x_vector_only_mode is set")
+        wav = np.asarray(wav, dtype=np.float32)
+        if wav.ndim == 2:  # [samples, channels] -> mono
+            wav = wav.mean(axis=1)
+        if wav.ndim != 1 or wav.size == 0:
+            raise TTSRequestError(f"reference audio must be a non-empty mono waveform, got shape {wav.shape}")
+        if not np.isfinite(wav).all():
+            raise TTSRequestError("reference audio contains NaN or infinite samples")
+        if self.speaker_encoder is None:
+            raise TTSRequestError("this checkpoint has no speaker encoder")
+        x_vector = _x_vector(self.speaker_encoder, wav, int(sr))
+        ref_codes = None
+        if not x_vector_only:
+            if self.codec_encoder is None:
+                raise TTSRequestError("this checkpoint has no codec encoder (speech_tokenizer/) for reference codes")
+            ref_codes = _encode_reference(self.codec_encoder, wav, int(sr))
+        return VoiceClonePrompt(ref_codes=ref_codes, x_vector=x_vector, ref_text=ref_text if not x_vector_only else None,
+                                x_vector_only=bool(x_vector_only))
+
+    # ------------------------------------------------------------------ requests
+    def validate(self, req: TTSRequest) -> None:
+        """TTSRequestError with a clear message for anything this checkpoint cannot serve."""
+        if req.task_type not in TASK_TYPES:
+            raise TTSRequestError(f"task_type must be one of {sorted(TASK_TYPES)}, got {req.task_type!r}")
+        if TASK_TYPES[req.task_type] != self.model_type:
+            raise TTSRequestError(f"task_type {req.task_type} needs a {req.task_type} checkpoint; "
+                                  f"the loaded one is {self.model_type}")
+        if req.text_ids is not None:
+            self._check_text_ids(req.text_ids)
+        elif req.text is None or not req.text.strip():
+            raise TTSRequestError("input text is empty")
+        if (req.language or "").lower() not in self.languages:
+            raise TTSRequestError(f"unknown language {req.language!r}; supported: {self.languages}")
+        if req.task_type == "CustomVoice":
+            if not req.speaker:
+                raise TTSRequestError(f"CustomVoice needs a speaker, one of {self.speakers}")
+            if req.speaker.lower() not in self.config.talker.spk_id:
+                raise TTSRequestError(f"unknown speaker {req.speaker!r}; supported: {self.speakers}")
+        if req.task_type == "Base":
+            v = req.voice
+            if v is None:
+                raise TTSRequestError("Base (voice clone) needs a reference voice (ref_audio or a registered voice)")
+            if v.x_vector is None or v.x_vector.numel() != self.config.talker.hidden_size:
+                raise TTSRequestError("the reference voice's x-vector does not match this checkpoint")
+            if not v.x_vector_only and (v.ref_codes is None or not (v.ref_text and v.ref_text.strip())):
+                raise TTSRequestError("in-context voice cloning needs reference codes and ref_text "
+                                      "(or use x_vector_only_mode)")
+        try:
+            self._sampling(req).validate()
+        except ValueError as e:
+            raise TTSRequestError(str(e)) from e
+
+    def _check_text_ids(self, ids: list[int]) -> None:
+        c = self.config
+        ok = (len(ids) > 8 and ids[0] == c.im_start_token_id and ids[1] == c.assistant_token_id
+              and ids[-5] == c.im_end_token_id and ids[-3] == c.im_start_token_id and ids[-2] == c.assistant_token_id)
+        if not ok:
+            raise TTSRequestError("text_ids must be a tokenised '<|im_start|>assistant\\n{text}<|im_end|>\\n"
+                                  "<|im_start|>assistant\\n' with non-empty text")
+        if any(not 0 <= int(i) < c.talker.text_vocab_size for i in ids):
+            raise TTSRequestError("text_ids contain ids outside the text vocabulary")
+
+    def _sampling(self, req: TTSRequest) -> SamplingParams:
+        names = [f.name for f in fields(SamplingParams) if f.name != "min_new_tokens"]
+        return SamplingParams(**{n: getattr(self.defaults, n) if getattr(req, n) is None else getattr(req, n)
+                                 for n in names})
+
+    def _ids(self, text: str) -> list[int]:
+        return list(self.tokenizer(text)["input_ids"])
+
+    def _talker_input(self, req: TTSRequest) -> TalkerInput:
+        self.validate(req)
+        text_ids = list(req.text_ids) if req.text_ids is not None else self._ids(target_template(req.text))
+        non_streaming = req.non_streaming_mode
+        if non_streaming is None:  # qwen-tts defaults per generate_* method
+            non_streaming = req.task_type != "Base"
+        instruct = req.instruct if req.instruct else None
+        if req.task_type == "CustomVoice" and not self.config.supports_instruct:
+            instruct = None  # the 0.6B CustomVoice ignores instructions (qwen-tts)
+        if req.task_type == "Base":
+            instruct = None
+        voice = req.voice if req.task_type == "Base" else None
+        icl = voice is not None and not voice.x_vector_only
+        plan = plan_prompt(
+            self.config, text_ids, language=req.language,
+            speaker=req.speaker if req.task_type == "CustomVoice" else None,
+            instruct_ids=self._ids(instruct_template(instruct)) if instruct else None,
+            xvector=voice is not None,
+            ref_text_ids=self._ids(ref_template(voice.ref_text)) if icl else None,
+            num_ref_frames=int(voice.ref_codes.shape[0]) if icl else 0,
+            non_streaming=non_streaming)
+        embeds, trailing = embed_prompt(self.talker, plan, xvector=voice.x_vector if voice is not None else None,
+                                        ref_codes=voice.ref_codes if icl else None)
+        return TalkerInput(embeds, trailing, self._sampling(req), seed=req.seed)
+
+    # ------------------------------------------------------------------ generation
+    def iter_frames(self, reqs: list[TTSRequest]) -> Iterator[tuple[int, torch.Tensor]]:
+        """(request index, frame [16]) as soon as each frame exists; all requests batched per step."""
+        inputs = [self._talker_input(r) for r in reqs]
+        states: list[TalkerState] = [self.runner.start(i) for i in inputs]
+        index = {id(s): i for i, s in enumerate(states)}
+        try:
+            while any(not s.finished for s in states):
+                with self._lock:
+                    events = self.runner.step(states)
+                for s, frame in events:
+                    if frame is not None:
+                        yield index[id(s)], frame
+        finally:  # cancelled (client gone) or failed: free the cache blocks
+            with self._lock:
+                for s in states:
+                    if not s.finished:
+                        self.runner.release(s)
+
+    def generate_codes(self, reqs: list[TTSRequest]) -> list[torch.Tensor]:
+        """Codec frames per request, [T_i, 16] long (without any reference codes)."""
+        frames: list[list[torch.Tensor]] = [[] for _ in reqs]
+        for i, frame in self.iter_frames(reqs):
+            frames[i].append(frame)
+        return [torch.stack(f) if f else torch.zeros(0, 16, dtype=torch.long) for f in frames]
+
+    # ------------------------------------------------------------------ audio
+    def _require_codec(self):
+        if self.code2wav is None:
+            raise CheckpointError("this checkpoint has no speech_tokenizer/ (Code2Wav): cannot make audio")
+        return self.code2wav
+
+    @staticmethod
+    def _reference_codes(req: TTSRequest) -> torch.Tensor | None:
+        v = req.voice
+        if req.task_type == "Base" and v is not None and not v.x_vector_only and v.ref_codes is not None:
+            return v.ref_codes.long().cpu()
+        return None
+
+    def decode(self, codes: torch.Tensor, ref_codes: torch.Tensor | None = None) -> np.ndarray:
+        """Whole-utterance decode as qwen-tts does it: reference codes prepended as context, then cut."""
+        code2wav = self._require_codec()
+        full = codes if ref_codes is None else torch.cat([ref_codes, codes])
+        if full.shape[0] == 0:
+            return np.zeros(0, dtype=np.float32)
+        wav = code2wav.decode(full.to(code2wav_device(code2wav)))
+        if ref_codes is not None:
+            wav = wav[int(ref_codes.shape[0] / full.shape[0] * wav.shape[0]):]
+        return wav.float().cpu().numpy().astype(np.float32)
+
+    def synthesize(self, req: TTSRequest) -> np.ndarray:
+        """float32 mono waveform at 24 kHz for the whole utterance."""
+        self._require_codec()
+        codes = self.generate_codes([req])[0]
+        return self.decode(codes, self._reference_codes(req))
+
+    def stream(self, req: TTSRequest, initial_chunk_frames: int = 1, chunk_frames: int = 25,
+               left_context_frames: int = 72) -> Iterator[np.ndarray]:
+        """Audio chunks as frames are produced: the first after `initial_chunk_frames` frames, then every
+        `chunk_frames`. The stateful decoder is frame-exact, so no re-decoded context is needed
+        (`left_context_frames` is accepted for the deploy settings' sake); for ICL the reference codes
+        prime the decoder state. Concatenated chunks equal `synthesize()`."""
+        if initial_chunk_frames < 1 or chunk_frames < 1:
+            raise TTSRequestError("initial_chunk_frames and chunk_frames must be >= 1")
+        code2wav = self._require_codec()
+        device = code2wav_device(code2wav)
+        state = code2wav.new_stream()
+        ref = self._reference_codes(req)
+        if ref is not None and ref.shape[0]:
+            code2wav.decode_stream(state, ref.to(device))  # context only: its audio is the reference's
+        pending: list[torch.Tensor] = []
+        want = initial_chunk_frames
+        for _, frame in self.iter_frames([req]):
+            pending.append(frame)
+            if len(pending) >= want:
+                yield self._decode_chunk(code2wav, state, pending, device)
+                pending, want = [], chunk_frames
+        if pending:
+            yield self._decode_chunk(code2wav, state, pending, device)
+
+    @staticmethod
+    def _decode_chunk(code2wav, state, frames: list[torch.Tensor], device) -> np.ndarray:
+        wav = code2wav.decode_stream(state, torch.stack(frames).to(device))
+        return wav.float().cpu().numpy().astype(np.float32)
+
+
+def code2wav_device(code2wav) -> torch.device:
+    return next(code2wav.parameters()).device
+
+
+# ---------------------------------------------------------------------- codec / speaker encoder glue
+def _fallback_tokenizer():
+    """The real Qwen vocabulary for dummy presets (no tokenizer files shipped with the preset)."""
+    import tempfile
+
+    from aura_omni.testing.tiny_tts import TTS_EXTRA_TOKENS
+    from aura_omni.testing.tokenizer import write_qwen_tokenizer
+
+    tmp = Path(tempfile.mkdtemp(prefix="aura_omni_tts_tok_"))
+    write_qwen_tokenizer(tmp, TTS_EXTRA_TOKENS)
+    return _load_tokenizer(tmp)
+
+
+def _load_code2wav(codec_dir: Path, device, dummy: bool):
+    from aura_omni.models.qwen3_tts.code2wav import Code2Wav
+    from aura_omni.models.qwen3_tts.codec_config import CodecConfig
+
+    if not dummy:
+        return Code2Wav.from_codec_dir(codec_dir, device=device)
+    cfg = CodecConfig.from_dir(codec_dir) if (codec_dir / "config.json").exists() else CodecConfig()
+    model = Code2Wav(cfg.decoder)
+    init_dummy(model)
+    return model.to(device).eval()
+
+
+def _load_codec_encoder(codec_dir: Path, device, dummy: bool):
+    try:
+        from aura_omni.models.qwen3_tts import codec_encoder as mod  # codec engineer's module
+    except ImportError:
+        return None
+    loader = getattr(mod, "load_codec_encoder", None)
+    return loader(codec_dir, device=device, dummy=dummy) if loader else None
+
+
+def _load_speaker_encoder(ckpt: Path, config: Qwen3TTSConfig, device, dummy: bool):
+    try:
+        from aura_omni.models.qwen3_tts.speaker_encoder import SpeakerEncoder
+    except ImportError:
+        return None
+    enc = SpeakerEncoder.from_config(config.speaker_encoder or {}) if hasattr(SpeakerEncoder, "from_config") \
+        else SpeakerEncoder(config.speaker_encoder or {})
+    if dummy:
+        init_dummy(enc)
+    else:
+        load_into(enc, iter_tensors(ckpt, "speaker_encoder."), where=f"{ckpt} speaker_encoder")
+    return enc.to(device).eval()
+
+
+def _x_vector(speaker_encoder, wav: np.ndarray, sr: int) -> torch.Tensor:
+    from aura_omni.models.qwen3_tts import speaker_encoder as mod
+
+    return mod.x_vector(speaker_encoder, wav, sr).float().cpu()
+
+
+def _encode_reference(codec_encoder, wav: np.ndarray, sr: int) -> torch.Tensor:
+    return codec_encoder.encode(wav, sr).long().cpu()
