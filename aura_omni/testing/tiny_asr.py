@@ -63,8 +63,8 @@ def asr_config(size: str, audio: dict, text: dict) -> dict:
     """config.json in the original schema (model_type qwen3_asr with a thinker_config)."""
     tied = size == "0.6b"
     head_dim = text["head_dim"]
-    # interleaved MRoPE sections sum to head_dim / 2 (real [24, 20, 20] for head_dim 128)
-    section = [head_dim // 2 - 2 * (head_dim // 8), head_dim // 8, head_dim // 8]
+    # interleaved MRoPE sections sum to head_dim / 2: the real [24, 20, 20] for head_dim 128, scaled down for tiny ones
+    section = [24, 20, 20] if head_dim == 128 else [head_dim // 2 - 2 * (head_dim // 8), head_dim // 8, head_dim // 8]
     audio_config = dict(
         model_type="qwen3_asr_audio_encoder", num_mel_bins=128, max_source_positions=1500, n_window=50,
         n_window_infer=800, conv_chunksize=500, output_dim=text["hidden_size"], activation_function="gelu",
