@@ -71,8 +71,10 @@ def to_asr_samples(wav: np.ndarray, sr: int) -> np.ndarray:
 
 class AsrService:
     def __init__(self, model: Qwen3ASR, tokenizer, *, eos_token_ids: tuple[int, ...] = (151645, 151643),
-                 max_seconds: float = MAX_ASR_INPUT_SECONDS, block_size: int = 16):
+                 max_seconds: float = MAX_ASR_INPUT_SECONDS, block_size: int = 16,
+                 max_new_tokens: int = MAX_NEW_TOKENS):
         self.model = model
+        self.max_new_tokens = max_new_tokens
         self.tokenizer = tokenizer
         self.prompts = AsrPromptBuilder(tokenizer, model.config.audio_token_id)
         self.eos_token_ids = tuple(eos_token_ids)
@@ -132,9 +134,11 @@ class AsrService:
     # ---- the simple loop -----------------------------------------------------------------------
     @torch.inference_mode()
     def transcribe(self, audios: list[tuple[np.ndarray, int]], language: str | None = None,
-                   context: str | None = None, max_new_tokens: int = MAX_NEW_TOKENS,
+                   context: str | None = None, max_new_tokens: int | None = None,
                    temperature: float = 0.0, seed: int | None = None) -> list[Transcript]:
-        params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed)
+        """(samples, rate) clips -> one Transcript each. Raises AudioDecodeError (bad audio) and
+        UnsupportedLanguageError / ValueError (bad options): both are client errors."""
+        params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens or self.max_new_tokens, seed=seed)
         pieces = self.prepare(audios, language, context)
         live = [p for p in pieces if p.features is not None]
         generated = iter(self.generate(live, params) if live else [])
@@ -175,6 +179,13 @@ class AsrService:
             for layer in model.backbone.attention_layers():  # free the cache memory with the call
                 layer.k_cache = layer.v_cache = None
         return [[t for t in s.output_token_ids if t not in self.eos_token_ids] for s in seqs]
+
+
+def load_asr_stage(stage, device: str, dtype: torch.dtype, load_format: str) -> AsrService:
+    """Runtime loader of a deploy file's `asr` stage (server/runtime.py STAGE_LOADERS)."""
+    max_tokens = stage.default_sampling_params.max_tokens or MAX_NEW_TOKENS
+    return AsrService.from_pretrained(stage.model, dtype=dtype, device=device, load_format=load_format,
+                                      max_new_tokens=max_tokens)
 
 
 def _dummy_tokenizer_dir(preset_dir: Path) -> Path:

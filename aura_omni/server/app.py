@@ -22,6 +22,7 @@ log = logging.getLogger("aura_omni.server")
 ENDPOINT_MODULES = [
     "health",
     "speech",
+    "transcriptions",
     "voices",
 ]
 OPEN_PATHS = {"/health"}  # answered without an API key

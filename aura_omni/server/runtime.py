@@ -28,6 +28,7 @@ ROLE_NAMES = {ASR: "a Qwen3-ASR stage (model_stage: asr)", AURA: "an AURA stage 
 # part of the Qwen3-TTS facade, so it has no loader of its own. Stage owners add one line here.
 STAGE_LOADERS: dict[str, str] = {
     TALKER: "aura_omni.server.runtime:load_qwen3_tts",
+    ASR: "aura_omni.asr.service:load_asr_stage",
 }
 
 

@@ -1,0 +1,95 @@
+"""`POST /v1/audio/transcriptions` through the official `openai` client against a uvicorn server
+running the ASR stage on a tiny real-layout Qwen3-ASR checkpoint."""
+
+import io
+import socket
+import threading
+import time
+
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+import uvicorn
+
+from aura_omni.config import parse_deploy_config
+from aura_omni.server.app import create_app
+from aura_omni.testing.tiny_asr import write_tiny_asr
+
+MODEL = "tiny-asr"
+
+
+def speechlike(seconds: float, sr: int, channels: int = 1) -> np.ndarray:
+    t = np.arange(int(seconds * sr)) / sr
+    wav = 0.3 * np.sin(2 * np.pi * (180 + 20 * np.sin(2 * np.pi * 2 * t)) * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 1.3 * t))
+    return np.stack([wav, 0.5 * wav], 1) if channels == 2 else wav
+
+
+def encoded(wav: np.ndarray, sr: int, fmt: str) -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, wav, sr, format=fmt)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    ckpt = write_tiny_asr(tmp_path_factory.mktemp("asr"))
+    deploy = parse_deploy_config({"pipeline": "aura_omni", "stages": [
+        {"stage_id": 0, "model": str(ckpt), "devices": "cpu", "default_sampling_params": {"max_tokens": 6}}]})
+    app = create_app(deploy, served_model_name=MODEL, device="cpu")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started:
+        assert time.time() < deadline and thread.is_alive(), "server did not start"
+        time.sleep(0.05)
+    yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_json_transcription_of_a_wav(client):
+    out = client.audio.transcriptions.create(model=MODEL, file=("a.wav", encoded(speechlike(1.5, 16000), 16000, "WAV")))
+    assert isinstance(out.text, str) and out.text  # random weights: some text, deterministic
+    again = client.audio.transcriptions.create(model=MODEL, file=("a.wav", encoded(speechlike(1.5, 16000), 16000, "WAV")))
+    assert again.text == out.text
+
+
+def test_text_format_stereo_flac_at_44k(client):
+    out = client.audio.transcriptions.create(model=MODEL, file=("b.flac", encoded(speechlike(1.0, 44100, 2), 44100, "FLAC")),
+                                             response_format="text", prompt="hot words", temperature=0.0)
+    assert isinstance(out, str) and out
+
+
+def test_verbose_json_reports_forced_language_and_duration(client):
+    out = client.audio.transcriptions.create(model=MODEL, file=("c.ogg", encoded(speechlike(2.0, 24000), 24000, "OGG")),
+                                             response_format="verbose_json", language="en")
+    assert out.language == "english"
+    assert out.duration == pytest.approx(2.0, abs=0.01)
+
+
+def test_silence_is_an_empty_transcript(client):
+    out = client.audio.transcriptions.create(model=MODEL, file=("s.wav", encoded(np.zeros(16000), 16000, "WAV")))
+    assert out.text == ""
+
+
+@pytest.mark.parametrize("kwargs, param", [
+    (dict(file=("x.wav", b"not audio at all")), "file"),
+    (dict(file=("x.wav", b"")), "file"),
+    (dict(file=("x.wav", encoded(speechlike(1, 16000), 16000, "WAV")), language="Klingon"), "language"),
+    (dict(file=("x.wav", encoded(speechlike(1, 16000), 16000, "WAV")), response_format="srt"), "response_format"),
+    (dict(file=("x.wav", encoded(speechlike(1, 16000), 16000, "WAV")), temperature=5), "temperature"),
+])
+def test_bad_requests_are_400_with_the_field(client, kwargs, param):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.audio.transcriptions.create(model=MODEL, **kwargs)
+    assert e.value.status_code == 400 and e.value.body["param"] == param
+
+
+def test_unknown_model_is_404(client):
+    with pytest.raises(openai.NotFoundError):
+        client.audio.transcriptions.create(model="whisper-1", file=("a.wav", encoded(speechlike(1, 16000), 16000, "WAV")))
