@@ -1,0 +1,243 @@
+"""AURA stage model = Qwen3-VL: vision encoder + the shared Qwen3 backbone with interleaved MRoPE and DeepStack.
+
+What the engine drives (docs/design.md):
+  - `build_prompt(token_ids, vision_inputs) -> VLPrompt`: inputs_embeds [L, H] with visual embeddings
+    scattered into the <|image_pad|>/<|video_pad|> slots, MRoPE positions [3, L], DeepStack features
+    for those slots, and the decode `rope_delta`.
+  - `decode_positions(seq_lens, rope_deltas)` -> [3, B] for the next token of each sequence.
+  - `embed_tokens(ids)`, `backbone(...)`, `compute_logits(hidden)`.
+Checkpoint keys: `model.visual.*`, `model.language_model.{embed_tokens,layers,norm}.*`, `lm_head.weight`.
+"""
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from aura_omni.layers.attention import AttentionMetadata
+from aura_omni.layers.rotary import RotaryEmbedding
+from aura_omni.media.vision_preprocess import VisionInput
+from aura_omni.models.loader import init_dummy, iter_tensors, load_into, read_json, resolve_checkpoint
+from aura_omni.models.qwen3 import DeepStack, Qwen3Config, Qwen3Model
+from aura_omni.models.qwen3_vl_vision import Qwen3VLVisionConfig, Qwen3VLVisionEncoder
+
+SILENT_TOKEN_ID = 151669  # AURA <|silent|>
+IM_END_TOKEN_ID = 151645  # <|im_end|>
+AURA_STOP_TOKEN_IDS = (SILENT_TOKEN_ID, IM_END_TOKEN_ID)  # vllm-omni stage-1 stop ids; both stay visible
+
+
+@dataclass
+class Qwen3VLConfig:
+    text: Qwen3Config
+    vision: Qwen3VLVisionConfig
+    vocab_size: int = 151936
+    tie_word_embeddings: bool = False
+    image_token_id: int = 151655  # <|image_pad|>
+    video_token_id: int = 151656  # <|video_pad|>
+    vision_start_token_id: int = 151652
+    vision_end_token_id: int = 151653
+
+    @classmethod
+    def from_hf(cls, cfg: dict) -> "Qwen3VLConfig":
+        if cfg.get("model_type") != "qwen3_vl" or "text_config" not in cfg or "vision_config" not in cfg:
+            raise ValueError("not a Qwen3-VL config (needs model_type 'qwen3_vl' with text_config and vision_config)")
+        text = cfg["text_config"]
+        tc = Qwen3Config.from_hf(text)
+        if tc.mrope_section is None:
+            tc.mrope_section = [24, 20, 20]  # transformers' Qwen3-VL default when rope_scaling omits it
+        return cls(
+            text=tc,
+            vision=Qwen3VLVisionConfig.from_hf(cfg["vision_config"]),
+            vocab_size=text.get("vocab_size", 151936),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
+            image_token_id=cfg.get("image_token_id", 151655),
+            video_token_id=cfg.get("video_token_id", 151656),
+            vision_start_token_id=cfg.get("vision_start_token_id", 151652),
+            vision_end_token_id=cfg.get("vision_end_token_id", 151653),
+        )
+
+
+@dataclass
+class VLPrompt:
+    """A prefill-ready prompt. DeepStack positions index into this prompt (0..L-1)."""
+
+    token_ids: list[int]
+    inputs_embeds: torch.Tensor  # [L, H]
+    positions: torch.Tensor  # [3, L] long
+    rope_delta: int  # decode position of sequence index n is n + rope_delta on all three axes
+    deepstack: DeepStack | None = None
+    num_vision_tokens: int = 0
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def slice(self, start: int, end: int | None = None) -> "VLPrompt":
+        """Tokens [start, end): for chunked prefill or skipping a prefix already in the KV cache."""
+        end = len(self) if end is None else end
+        ds = None
+        if self.deepstack is not None:
+            keep = (self.deepstack.positions >= start) & (self.deepstack.positions < end)
+            if keep.any():
+                ds = DeepStack(self.deepstack.positions[keep] - start, [f[keep] for f in self.deepstack.features])
+        return VLPrompt(self.token_ids[start:end], self.inputs_embeds[start:end], self.positions[:, start:end],
+                        self.rope_delta, ds, int(ds.positions.numel()) if ds else 0)
+
+
+def concat_prompts(prompts: list[VLPrompt]) -> tuple[torch.Tensor, torch.Tensor, DeepStack | None]:
+    """Flatten prompts for one varlen forward: embeds [N, H], positions [3, N], DeepStack with flat indices."""
+    embeds = torch.cat([p.inputs_embeds for p in prompts])
+    positions = torch.cat([p.positions for p in prompts], dim=1)
+    offsets = [0, *itertools.accumulate(len(p) for p in prompts)]
+    parts = [(p.deepstack, off) for p, off in zip(prompts, offsets) if p.deepstack is not None]
+    if not parts:
+        return embeds, positions, None
+    depth = min(len(ds.features) for ds, _ in parts)
+    flat_pos = torch.cat([ds.positions + off for ds, off in parts])
+    feats = [torch.cat([ds.features[k] for ds, _ in parts]) for k in range(depth)]
+    return embeds, positions, DeepStack(flat_pos, feats)
+
+
+def mrope_positions(token_ids: list[int], vision_inputs: list[VisionInput], image_token_id: int = 151655,
+                    video_token_id: int = 151656) -> tuple[torch.Tensor, int]:
+    """[3, L] (t, h, w) positions and the decode rope delta, by Qwen3-VL's get_rope_index rules.
+
+    Text advances all three by 1. A vision group (an image, or one temporal group of a video) starting at
+    s puts token (row, col) of its merged grid at (s, s + row, s + col); the next token starts at
+    s + max(rows, cols). Videos are one group per temporal pair; their time lives in the text timestamps.
+    """
+    groups = []  # (pad token id, rows, cols) in prompt order
+    for vi in vision_inputs:
+        t, h, w = vi.grid_thw
+        rows, cols = h // vi.merge_size, w // vi.merge_size
+        if vi.kind == "image":
+            if t != 1:
+                raise ValueError(f"an image has one temporal group, got grid {vi.grid_thw}")
+            groups.append((image_token_id, rows, cols))
+        else:
+            groups.extend([(video_token_id, rows, cols)] * t)
+    pos = torch.empty(3, len(token_ids), dtype=torch.long)
+    cur, i, g = 0, 0, 0
+    for tok, run in itertools.groupby(token_ids):
+        n = len(list(run))
+        if tok not in (image_token_id, video_token_id):
+            pos[:, i:i + n] = torch.arange(cur, cur + n)
+            cur, i = cur + n, i + n
+            continue
+        while n > 0:  # a run of pads may hold several groups if nothing separates them
+            if g >= len(groups):
+                raise ValueError("the prompt has more vision placeholder tokens than the vision inputs provide")
+            kind, rows, cols = groups[g]
+            if kind != tok or rows * cols > n:
+                raise ValueError(f"vision placeholder run at token {i} does not match vision input {g} "
+                                 f"({'image' if kind == image_token_id else 'video'} group of {rows * cols} tokens)")
+            k = rows * cols
+            pos[0, i:i + k] = cur
+            pos[1, i:i + k] = cur + torch.arange(rows).repeat_interleave(cols)
+            pos[2, i:i + k] = cur + torch.arange(cols).repeat(rows)
+            cur += max(rows, cols)
+            i, n, g = i + k, n - k, g + 1
+    if g != len(groups):
+        raise ValueError(f"the prompt has placeholders for {g} vision groups but the inputs provide {len(groups)}")
+    delta = int(pos.max()) + 1 - len(token_ids) if len(token_ids) else 0
+    return pos, delta
+
+
+def decode_positions(seq_lens: list[int], rope_deltas: list[int], device=None) -> torch.Tensor:
+    """[3, B] positions of each sequence's next token (its index = current length)."""
+    p = torch.tensor([n + d for n, d in zip(seq_lens, rope_deltas)], dtype=torch.long, device=device)
+    return p.unsqueeze(0).expand(3, -1)
+
+
+class Qwen3VLForCausalLM(nn.Module):
+    def __init__(self, cfg: Qwen3VLConfig):
+        super().__init__()
+        self.config = cfg
+        self.visual = Qwen3VLVisionEncoder(cfg.vision)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.text.hidden_size)
+        self.backbone = Qwen3Model(cfg.text)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.text.hidden_size, cfg.vocab_size, bias=False)
+
+    # ---- loading -------------------------------------------------------------------------------
+    @staticmethod
+    def _rename(name: str) -> str | None:
+        if name.startswith("model.visual."):
+            return "visual." + name[len("model.visual."):]
+        if name.startswith("model.language_model.embed_tokens."):
+            return "embed." + name[len("model.language_model.embed_tokens."):]
+        if name.startswith("model.language_model."):
+            return "backbone." + name[len("model.language_model."):]
+        if name.startswith("lm_head."):
+            return name
+        return None
+
+    def load_checkpoint(self, ckpt: Path) -> None:
+        renamed = ((new, t) for name, t in iter_tensors(ckpt) if (new := self._rename(name)) is not None)
+        if self.lm_head is None:
+            renamed = ((n, t) for n, t in renamed if not n.startswith("lm_head."))
+        load_into(self, renamed, where=f"Qwen3-VL checkpoint {ckpt}")
+
+    @classmethod
+    def from_pretrained(cls, model: str | os.PathLike, *, dtype: torch.dtype = torch.float32,
+                        device: torch.device | str = "cpu", load_format: str = "auto") -> "Qwen3VLForCausalLM":
+        """`load_format="dummy"`: `model` is a directory with only config.json (e.g. presets/aurateam__AURA)."""
+        ckpt = resolve_checkpoint(model) if load_format != "dummy" else Path(model)
+        cfg = Qwen3VLConfig.from_hf(read_json(ckpt / "config.json"))
+        with torch.device("meta"):  # no full-size fp32 allocation before the real weights arrive
+            net = cls(cfg)
+        net = net.to_empty(device=device).to(dtype)
+        net._reset_rotary_buffers()
+        if load_format == "dummy":
+            init_dummy(net)
+        else:
+            net.load_checkpoint(ckpt)
+        return net.eval()
+
+    def _reset_rotary_buffers(self) -> None:
+        """Recompute the non-persistent rotary tables (left uninitialised by meta-device construction)."""
+        device = self.embed.weight.device
+        v = self.config.vision
+        spatial = v.hidden_size // v.num_heads // 2
+        self.visual.rotary_inv_freq = 1.0 / (v.rope_theta ** (torch.arange(0, spatial, 2, dtype=torch.float, device=device) / spatial))
+        t = self.config.text
+        self.backbone.rotary = RotaryEmbedding(t.head_dim, t.rope_theta, t.mrope_section).to(device)
+
+    # ---- pieces the engine drives ----------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed(ids.to(self.device))
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        return hidden @ weight.t()
+
+    def encode_vision(self, vision_inputs: list[VisionInput]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """All items in one encoder pass -> (embeds [sum tokens, H], DeepStack features) in input order."""
+        pixels = torch.cat([v.pixel_values for v in vision_inputs]).to(self.device)
+        return self.visual(pixels, [v.grid_thw for v in vision_inputs])
+
+    def build_prompt(self, token_ids: list[int], vision_inputs: list[VisionInput] | None = None) -> VLPrompt:
+        cfg = self.config
+        vision_inputs = list(vision_inputs or [])
+        token_ids = [int(t) for t in token_ids]
+        positions, delta = mrope_positions(token_ids, vision_inputs, cfg.image_token_id, cfg.video_token_id)
+        ids = torch.tensor(token_ids, dtype=torch.long, device=self.device)
+        embeds = self.embed(ids)
+        if not vision_inputs:
+            return VLPrompt(token_ids, embeds, positions.to(self.device), delta)
+        slots = ((ids == cfg.image_token_id) | (ids == cfg.video_token_id)).nonzero().squeeze(1)
+        visual, deepstack = self.encode_vision(vision_inputs)
+        if visual.shape[0] != slots.numel():  # mrope_positions already matched groups; this guards the count
+            raise ValueError(f"{slots.numel()} vision placeholder tokens but {visual.shape[0]} visual embeddings")
+        embeds = embeds.index_copy(0, slots, visual.to(embeds.dtype))
+        return VLPrompt(token_ids, embeds, positions.to(self.device), delta, DeepStack(slots, deepstack),
+                        int(slots.numel()))
+
+    def forward(self, inputs_embeds: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                deepstack: DeepStack | None = None) -> torch.Tensor:
+        return self.backbone(inputs_embeds, positions, meta, deepstack)
