@@ -17,6 +17,7 @@ from aura_omni.asr.split import MAX_ASR_INPUT_SECONDS, split_long_audio
 from aura_omni.asr.transcript import Transcript, join_texts, merge_languages, normalize_language, parse_asr_output
 from aura_omni.engine.kv_cache import CachedSequence, KVCache
 from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.layers.sampler import Sampler
 from aura_omni.media.asr_features import SAMPLE_RATE, log_mel_spectrogram, pad_to_min_length
 from aura_omni.media.audio import AudioDecodeError, resample
@@ -131,6 +132,15 @@ class AsrService:
             return parse_asr_output(decode(ids[:k]) + "<asr_text>" + decode(ids[k + 1:]))
         return parse_asr_output(decode(ids), forced_language)
 
+    def engine_prompts(self, pieces: list[AsrPiece]) -> list[tuple[list[int], MultimodalPrompt]]:
+        """(prompt ids, MultimodalPrompt) per live piece, for `LLMEngine.add_request(id, ids, params, mm=...)`."""
+        audio = self.model.encode_audio([p.features for p in pieces])
+        out = []
+        for p, a in zip(pieces, audio):
+            embeds, positions = self.model.prompt_embeds(torch.tensor(p.input_ids), a)
+            out.append((p.input_ids, MultimodalPrompt(embeds, positions)))  # no content hash: never prefix-cached
+        return out
+
     # ---- the simple loop -----------------------------------------------------------------------
     @torch.inference_mode()
     def transcribe(self, audios: list[tuple[np.ndarray, int]], language: str | None = None,
@@ -153,6 +163,8 @@ class AsrService:
         audio = model.encode_audio([p.features for p in pieces])
         embeds, positions = zip(*(model.prompt_embeds(torch.tensor(p.input_ids), a) for p, a in zip(pieces, audio)))
         blocks = sum(-(-(len(p.input_ids) + max_new) // bs) for p in pieces)
+        layers = model.backbone.attention_layers()
+        engine_cache = [(layer.k_cache, layer.v_cache) for layer in layers]  # an engine may own the pages
         cache = KVCache(model.backbone.attention_layers(), blocks, bs, dtype=embeds[0].dtype, device=model.device)
         seqs = [_Decoding(params, p.input_ids, self.eos_token_ids) for p in pieces]
         try:
@@ -175,9 +187,9 @@ class AsrService:
                 meta = cache.metadata([s.cache for s in running], [1] * len(running))
                 hidden = model.backbone(model.embed_tokens(ids), pos, meta)
                 next_ids = self.sampler(model.compute_logits(hidden), running)
-        finally:
-            for layer in model.backbone.attention_layers():  # free the cache memory with the call
-                layer.k_cache = layer.v_cache = None
+        finally:  # free this call's pages, give the engine's back
+            for layer, (k, v) in zip(layers, engine_cache):
+                layer.k_cache, layer.v_cache = k, v
         return [[t for t in s.output_token_ids if t not in self.eos_token_ids] for s in seqs]
 
 

@@ -113,6 +113,7 @@ class Qwen3ASR(nn.Module):
         if net.config.tie_word_embeddings:  # to_empty keeps the tie, but be explicit
             net.lm_head.weight = net.embed_tokens.weight
         net._reset_buffers()
+        net.requires_grad_(False)  # inference only: plain tensors flow between stages and the engine
         if load_format == "dummy":
             init_dummy(net)
         else:

@@ -139,3 +139,35 @@ def test_dummy_load_format_builds_random_weights(ckpt):
     model = Qwen3ASR.from_pretrained(ckpt, dtype=torch.float32, load_format="dummy")
     assert model.backbone.layers[0].input_layernorm.weight.eq(1).all()
     assert torch.isfinite(model.lm_head.weight).all()
+
+
+def test_engine_drives_the_model_to_the_same_tokens(svc):
+    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.llm_engine import LLMEngine
+
+    pieces = svc.prepare([(tone(2), SR), (tone(0.7, freq=300), SR)])
+    params = SamplingParams(temperature=0, max_tokens=5)
+    expected = svc.generate(pieces, params)
+    engine = LLMEngine(svc.model, EngineConfig(max_model_len=256, num_kv_blocks=64, enforce_eager=True,
+                                               max_num_batched_tokens=64), eos_token_ids=list(svc.eos_token_ids))
+    for i, (ids, mm) in enumerate(svc.engine_prompts(pieces)):
+        engine.add_request(f"r{i}", ids, params, mm=mm)
+    got = {f"r{i}": [] for i in range(len(pieces))}
+    while engine.has_unfinished():
+        for out in engine.step():
+            got[out.request_id] += out.new_token_ids
+    assert [got[f"r{i}"] for i in range(len(pieces))] == expected
+    assert svc.generate(pieces, params) == expected  # the loop leaves the engine's cache pages alone
+
+
+def test_pipeline_stage_returns_the_model_output_format(svc):
+    import asyncio
+
+    from aura_omni.asr.stage import AsrPipelineStage
+    from aura_omni.pipeline.processors import normalize_asr_transcript
+
+    stage = AsrPipelineStage(svc)
+    raw = asyncio.run(stage.transcribe(tone(1), SR, request_id="r", language="English", sampling={"max_tokens": 3}))
+    assert raw.startswith("language English<asr_text>")
+    assert normalize_asr_transcript(raw) == svc.transcribe([(tone(1), SR)], language="English", max_new_tokens=3)[0].text
+    assert asyncio.run(stage.transcribe(np.zeros(SR, dtype=np.float32), SR, request_id="s")) == ""
