@@ -1,0 +1,150 @@
+"""Shared end-to-end fixtures: tiny checkpoints written once per session by `aura-omni make-tiny`, real
+`aura-omni serve` processes on free loopback ports, and official `openai` clients pointed at them.
+
+Set AURA_OMNI_TINY_DIR to reuse an existing make-tiny folder (it is written there if empty).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+
+API_KEY = "test-key"
+SERVER_START_TIMEOUT_S = 180  # 2 shared CPU cores: importing torch and loading tiny models can be slow
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "aura_omni.cli", *args]
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    root = Path(os.environ.get("AURA_OMNI_TINY_DIR") or tmp_path_factory.mktemp("tiny"))
+    if not (root / "deploy_tts_customvoice.yaml").exists():
+        subprocess.run(_cli("make-tiny", str(root)), check=True, timeout=600)
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """An `aura-omni serve` subprocess; `url` is its base URL."""
+
+    def __init__(self, deploy: Path, log_path: Path, *extra: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            _cli("serve", "--deploy-config", str(deploy), "--served-model-name", "tiny-tts", "--host", "127.0.0.1",
+                 "--port", str(self.port), "--api-key", API_KEY, "--trust-remote-code", "--omni", *extra),
+            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    def wait_ready(self) -> Server:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited ({self.proc.returncode}):\n{self.log_path.read_text()[-4000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"server not ready after {SERVER_START_TIMEOUT_S} s:\n{self.log_path.read_text()[-4000:]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._log.close()
+
+
+def _start(tiny_dir: Path, tmp_path_factory, deploy: str, *extra: str):
+    log = tmp_path_factory.mktemp("logs") / (deploy + ".log")
+    server = Server(tiny_dir / deploy, log, *extra)
+    try:
+        server.wait_ready()
+    except Exception:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture(scope="session")
+def media_root(tmp_path_factory) -> Path:
+    """The folder the Base server allows server-local reference audio from."""
+    return tmp_path_factory.mktemp("media")
+
+
+@pytest.fixture(scope="session")
+def base_server(tiny_dir, tmp_path_factory, media_root):
+    """Qwen3-TTS Base (voice clone) behind deploy_tts.yaml."""
+    server = _start(tiny_dir, tmp_path_factory, "deploy_tts.yaml", "--allowed-local-media-path", str(media_root))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def customvoice_server(tiny_dir, tmp_path_factory):
+    """Qwen3-TTS CustomVoice (preset speakers) behind deploy_tts_customvoice.yaml."""
+    server = _start(tiny_dir, tmp_path_factory, "deploy_tts_customvoice.yaml")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def client(base_server):
+    from openai import OpenAI
+
+    return OpenAI(base_url=base_server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def cv_client(customvoice_server):
+    from openai import OpenAI
+
+    return OpenAI(base_url=customvoice_server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+def reference_wav(seconds: float = 1.0, sr: int = 16000) -> bytes:
+    """A voiced-sounding reference: a 140 Hz pulse train with harmonics and a slow vibrato (deterministic)."""
+    t = np.arange(int(seconds * sr)) / sr
+    f0 = 140 + 10 * np.sin(2 * np.pi * 3 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / sr
+    wav = sum(np.sin(k * phase) / k for k in range(1, 8)) * 0.2 * (0.6 + 0.4 * np.sin(2 * np.pi * 2 * t) ** 2)
+    buf = io.BytesIO()
+    sf.write(buf, wav.astype(np.float32), sr, format="WAV")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="session")
+def ref_wav_bytes() -> bytes:
+    return reference_wav()
+
+
+@pytest.fixture(scope="session")
+def ref_audio_b64(ref_wav_bytes) -> str:
+    return base64.b64encode(ref_wav_bytes).decode()
+
+
+@pytest.fixture(scope="session")
+def auth() -> dict:
+    return {"Authorization": f"Bearer {API_KEY}"}

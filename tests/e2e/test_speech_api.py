@@ -1,0 +1,309 @@
+"""/v1/audio/speech and /v1/audio/voices over real HTTP with the official `openai` client, on the tiny
+Qwen3-TTS Base (deploy_tts.yaml) and CustomVoice (deploy_tts_customvoice.yaml) checkpoints."""
+
+import base64
+import io
+import json
+import time
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+
+from aura_omni.media.encode import pcm16_to_float
+
+SR = 24000
+FRAME = 1920  # samples per 12.5 Hz codec frame
+FEW = 6  # codec frames per request: enough audio to decode, fast on 2 CPU cores
+AUTH = {"Authorization": "Bearer test-key"}  # conftest.API_KEY
+
+
+def _xvec(ref_audio_b64, **more):
+    return {"ref_audio": ref_audio_b64, "x_vector_only_mode": True, "max_new_tokens": FEW, "seed": 1, **more}
+
+
+def _decode(data: bytes) -> tuple[np.ndarray, int]:
+    wav, sr = sf.read(io.BytesIO(data), dtype="float32")
+    return wav, sr
+
+
+def _assert_audio(wav: np.ndarray, max_frames: int = FEW):
+    assert 0 < len(wav) <= max_frames * FRAME + FRAME
+    assert np.isfinite(wav).all() and np.abs(wav).max() > 0
+
+
+# ---------------------------------------------------------------------------------------- formats
+
+@pytest.mark.parametrize("fmt", ["wav", "flac", "mp3", "opus", "pcm"])
+def test_speech_in_every_encodable_format(client, ref_audio_b64, fmt):
+    resp = client.audio.speech.create(model="tiny-tts", input="Hello there.", voice="alloy", response_format=fmt,
+                                      extra_body=_xvec(ref_audio_b64))
+    if fmt == "pcm":
+        wav, sr = pcm16_to_float(resp.content), SR
+        assert len(resp.content) % 2 == 0
+    else:
+        wav, sr = _decode(resp.content)
+    assert sr == SR
+    _assert_audio(wav, FEW + (4 if fmt in ("mp3", "opus") else 0))  # codec padding of lossy formats
+
+
+def test_same_seed_gives_the_same_audio(client, ref_audio_b64):
+    a = client.audio.speech.create(model="tiny-tts", input="Same seed.", voice="x", response_format="wav",
+                                   extra_body=_xvec(ref_audio_b64, seed=7)).content
+    b = client.audio.speech.create(model="tiny-tts", input="Same seed.", voice="x", response_format="wav",
+                                   extra_body=_xvec(ref_audio_b64, seed=7)).content
+    assert a == b
+
+
+# ---------------------------------------------------------------------------------------- Base modes
+
+def test_base_icl_clone_with_transcript(client, ref_audio_b64):
+    resp = client.audio.speech.create(
+        model="tiny-tts", input="Cloned in context.", voice="ignored-in-base-mode", response_format="wav",
+        extra_body={"ref_audio": "data:audio/wav;base64," + ref_audio_b64, "ref_text": "A short reference line.",
+                    "task_type": "Base", "language": "English", "max_new_tokens": FEW, "seed": 3})
+    wav, sr = _decode(resp.content)
+    assert sr == SR
+    _assert_audio(wav)
+
+
+def test_base_x_vector_only_clone(client, ref_audio_b64):
+    wav, _ = _decode(client.audio.speech.create(model="tiny-tts", input="Speaker embedding only.", voice="alloy",
+                                                extra_body=_xvec(ref_audio_b64), response_format="wav").content)
+    _assert_audio(wav)
+
+
+def test_reference_from_allowed_server_local_path(base_server, media_root, ref_wav_bytes):
+    path = media_root / "ref.wav"
+    path.write_bytes(ref_wav_bytes)
+    body = {"model": "tiny-tts", "input": "From a local file.", "voice": "x", "ref_audio": str(path),
+            "x_vector_only_mode": True, "max_new_tokens": FEW, "response_format": "wav"}
+    r = httpx.post(base_server.url + "/v1/audio/speech", json=body, headers=AUTH, timeout=120)
+    assert r.status_code == 200, r.text
+    body["ref_audio"] = "/etc/hostname"  # outside the allowed root
+    r = httpx.post(base_server.url + "/v1/audio/speech", json=body, headers=AUTH, timeout=120)
+    assert r.status_code == 400 and "outside the allowed media folder" in r.json()["error"]["message"]
+
+
+# ---------------------------------------------------------------------------------------- streaming
+
+def _timed_chunks(iterator) -> list[tuple[float, bytes]]:
+    out = []
+    for chunk in iterator:
+        if chunk:
+            out.append((time.monotonic(), chunk))
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["wav", "pcm"])
+def test_audio_stream_delivers_first_chunk_before_the_last(client, ref_audio_b64, fmt):
+    extra = _xvec(ref_audio_b64, max_new_tokens=30, initial_codec_chunk_frames=1)
+    t0 = time.monotonic()
+    with client.audio.speech.with_streaming_response.create(
+            model="tiny-tts", input="Streaming speech arrives in pieces.", voice="alloy", response_format=fmt,
+            stream_format="audio", extra_body=extra) as resp:
+        assert resp.headers["content-type"].startswith("audio/")
+        chunks = _timed_chunks(resp.iter_bytes())
+    assert len(chunks) >= 2
+    first_t, first = chunks[0]
+    last_t = chunks[-1][0]
+    data = b"".join(c for _, c in chunks)
+    # the first piece is one codec frame (+ the wav header), sent long before the audio is complete
+    assert len(first) <= FRAME * 2 + 44 < len(data)
+    assert first_t - t0 < last_t - t0
+    if fmt == "wav":
+        assert data[:4] == b"RIFF"
+        wav, sr = _decode(data)
+    else:
+        wav, sr = pcm16_to_float(data), SR
+    assert sr == SR and FRAME <= len(wav) <= 30 * FRAME
+
+
+def test_sse_stream_sends_deltas_then_done_with_usage(client, ref_audio_b64):
+    extra = _xvec(ref_audio_b64, max_new_tokens=30, initial_codec_chunk_frames=1)
+    with client.audio.speech.with_streaming_response.create(
+            model="tiny-tts", input="Events please.", voice="alloy", response_format="pcm", stream_format="sse",
+            extra_body=extra) as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[len("data: "):]) for line in resp.iter_lines() if line.startswith("data: ")]
+    types = [e["type"] for e in events]
+    assert types[-1] == "speech.audio.done" and set(types[:-1]) == {"speech.audio.delta"} and len(types) >= 3
+    first = base64.b64decode(events[0]["audio"])
+    assert 0 < len(first) <= 2 * FRAME
+    total = sum(len(base64.b64decode(e["audio"])) for e in events[:-1]) // 2
+    usage = events[-1]["usage"]
+    assert usage["output_tokens"] == -(-total // FRAME) and usage["input_tokens"] > 0
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+# ---------------------------------------------------------------------------------------- voices
+
+def test_registered_voice_is_listed_used_and_deleted(client, base_server, ref_audio_b64, ref_wav_bytes):
+    r = httpx.post(base_server.url + "/v1/audio/voices", headers=AUTH, timeout=120,
+                   json={"name": "narrator", "ref_audio": ref_audio_b64, "ref_text": "A short reference line."})
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] == "narrator" and r.json()["x_vector_only_mode"] is False
+    # OpenAI's multipart form (client.audio.voices.create) registers an x-vector voice without a transcript
+    card = client.audio.voices.create(name="sampled", audio_sample=("ref.wav", ref_wav_bytes, "audio/wav"),
+                                      consent="ok")
+    assert card.id == "sampled" and card.object == "audio.voice"
+    listed = httpx.get(base_server.url + "/v1/audio/voices", headers=AUTH).json()
+    assert {"narrator", "sampled"} <= set(listed["voices"])
+    for voice in ("narrator", {"id": "sampled"}):
+        resp = client.audio.speech.create(model="tiny-tts", input="Registered voice.", voice=voice,
+                                          response_format="wav", extra_body={"max_new_tokens": FEW})
+        _assert_audio(_decode(resp.content)[0])
+    assert client.audio.voices.delete("sampled").deleted is True
+    with pytest.raises(openai.NotFoundError):
+        client.audio.voices.delete("sampled")
+    r = httpx.post(base_server.url + "/v1/audio/voices", headers=AUTH,
+                   json={"name": "narrator", "ref_audio": ref_audio_b64})
+    assert r.status_code == 409 and r.json()["error"]["param"] == "name"
+
+
+def test_customvoice_presets(cv_client, customvoice_server):
+    listed = httpx.get(customvoice_server.url + "/v1/audio/voices", headers=AUTH).json()
+    assert {v.lower() for v in listed["voices"]} >= {"vivian", "serena", "uncle_fu", "dylan", "eric", "ryan",
+                                                      "aiden", "ono_anna", "sohee"}
+    for voice, extra in (("Vivian", {}), ("ryan", {"language": "English"}), ("Eric", {"task_type": "CustomVoice"})):
+        resp = cv_client.audio.speech.create(model="tiny-tts", input="Preset speaker.", voice=voice,
+                                             instructions="Speak warmly.", response_format="wav",
+                                             extra_body={"max_new_tokens": FEW, "seed": 5, **extra})
+        wav, sr = _decode(resp.content)
+        assert sr == SR
+        _assert_audio(wav)
+
+
+def test_customvoice_stream(cv_client):
+    with cv_client.audio.speech.with_streaming_response.create(
+            model="tiny-tts", input="Stream a preset.", voice="vivian", response_format="pcm", stream_format="audio",
+            extra_body={"max_new_tokens": 12, "initial_codec_chunk_frames": 2}) as resp:
+        chunks = _timed_chunks(resp.iter_bytes())
+    assert len(chunks) >= 1 and sum(len(c) for _, c in chunks) > 0
+
+
+# ---------------------------------------------------------------------------------------- bad input
+
+def _post(url: str, body, *, headers=AUTH, raw: bytes | None = None):
+    if raw is not None:
+        return httpx.post(url + "/v1/audio/speech", content=raw, timeout=60,
+                          headers={**headers, "Content-Type": "application/json"})
+    return httpx.post(url + "/v1/audio/speech", json=body, headers=headers, timeout=60)
+
+
+def _assert_openai_error(r: httpx.Response, status: int, param=None, words: str = ""):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert err["type"] == {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error"}[status]
+    if param is not None:
+        assert err["param"] == param, err
+    assert words.lower() in err["message"].lower(), err
+
+
+CORRUPT = base64.b64encode(b"RIFF\x00\x00not really audio at all" * 20).decode()
+
+BASE_BAD = [
+    ("empty text", {"input": "   ", "voice": "x", "x_vector_only_mode": True}, 400, "input", "empty"),
+    ("missing input", {"voice": "x"}, 400, "input", "required"),
+    ("no reference", {"input": "hi", "voice": "alloy"}, 400, "voice", "ref_audio"),
+    ("corrupt audio", {"input": "hi", "voice": "x", "ref_audio": CORRUPT, "x_vector_only_mode": True}, 400,
+     "ref_audio", "cannot decode"),
+    ("not base64", {"input": "hi", "voice": "x", "ref_audio": "@@@", "x_vector_only_mode": True}, 400,
+     "ref_audio", "base64"),
+    ("icl without transcript", {"input": "hi", "voice": "x", "ref_audio": "REF"}, 400, "ref_text", "ref_text"),
+    ("task type not in checkpoint", {"input": "hi", "voice": "vivian", "task_type": "CustomVoice"}, 400,
+     "task_type", "CustomVoice checkpoint"),
+    ("unknown task type", {"input": "hi", "voice": "x", "task_type": "Sing"}, 400, "task_type", ""),
+    ("aac not encodable", {"input": "hi", "voice": "x", "response_format": "aac"}, 400, "response_format", "aac"),
+    ("mp3 cannot stream", {"input": "hi", "voice": "x", "response_format": "mp3", "stream_format": "audio"}, 400,
+     "response_format", "streamed"),
+    ("speed", {"input": "hi", "voice": "x", "speed": 2.0, "ref_audio": "REF", "x_vector_only_mode": True}, 400,
+     "speed", "1.0"),
+    ("speed out of range", {"input": "hi", "voice": "x", "speed": 9}, 400, "speed", ""),
+    ("unknown language", {"input": "hi", "voice": "x", "language": "Klingon", "ref_audio": "REF",
+                          "x_vector_only_mode": True}, 400, "language", "klingon"),
+    ("misspelt extension", {"input": "hi", "voice": "x", "ref_audo": "REF"}, 400, "ref_audo", "unknown field"),
+    ("too many tokens", {"input": "hi", "voice": "x", "ref_audio": "REF", "x_vector_only_mode": True,
+                         "max_new_tokens": 100000}, 400, "max_new_tokens", "at most"),
+    ("wrong model", {"model": "gpt-4o-mini-tts", "input": "hi", "voice": "x"}, 404, "model", "does not exist"),
+]
+
+
+@pytest.mark.parametrize("case", BASE_BAD, ids=[c[0] for c in BASE_BAD])
+def test_bad_speech_requests_get_openai_errors(base_server, ref_audio_b64, case):
+    _, body, status, param, words = case
+    body = {"model": "tiny-tts", **{k: (ref_audio_b64 if v == "REF" else v) for k, v in body.items()}}
+    _assert_openai_error(_post(base_server.url, body), status, param, words)
+
+
+def test_malformed_json_and_non_object_bodies(base_server):
+    _assert_openai_error(_post(base_server.url, None, raw=b'{"input": "hi",'), 400, None, "not valid JSON")
+    _assert_openai_error(_post(base_server.url, None, raw=b'["input"]'), 400, None, "JSON object")
+    _assert_openai_error(_post(base_server.url, None, raw=b''), 400, None, "missing")
+
+
+def test_api_key_is_required(base_server):
+    body = {"model": "tiny-tts", "input": "hi", "voice": "x"}
+    _assert_openai_error(_post(base_server.url, body, headers={}), 401, None, "API key")
+    _assert_openai_error(_post(base_server.url, body, headers={"Authorization": "Bearer wrong"}), 401, None, "key")
+    assert httpx.get(base_server.url + "/health").status_code == 200  # health needs no key
+    assert httpx.get(base_server.url + "/v1/models").status_code == 401
+
+
+def test_sdk_raises_typed_errors(client, cv_client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.audio.speech.create(model="tiny-tts", input="", voice="alloy")
+    assert e.value.body["param"] == "input"
+    with pytest.raises(openai.NotFoundError):
+        client.audio.speech.create(model="nope", input="hi", voice="alloy")
+    with pytest.raises(openai.AuthenticationError):
+        client.with_options(api_key="wrong").models.list()
+
+
+CV_BAD = [
+    ("unknown speaker", {"input": "hi", "voice": "alloy"}, 400, "voice", "unknown speaker"),
+    ("base on customvoice", {"input": "hi", "voice": "vivian", "task_type": "Base"}, 400, "task_type", "Base"),
+    ("voice design on customvoice", {"input": "hi", "voice": "vivian", "task_type": "VoiceDesign"}, 400,
+     "task_type", "VoiceDesign"),
+]
+
+
+@pytest.mark.parametrize("case", CV_BAD, ids=[c[0] for c in CV_BAD])
+def test_bad_customvoice_requests(customvoice_server, case):
+    _, body, status, param, words = case
+    _assert_openai_error(_post(customvoice_server.url, {"model": "tiny-tts", **body}), status, param, words)
+
+
+def test_cloning_is_refused_on_customvoice(customvoice_server, ref_audio_b64):
+    r = httpx.post(customvoice_server.url + "/v1/audio/voices", headers=AUTH,
+                   json={"name": "me", "ref_audio": ref_audio_b64})
+    _assert_openai_error(r, 400, "ref_audio", "Base checkpoint")
+
+
+def test_corrupt_voice_registration(base_server):
+    r = httpx.post(base_server.url + "/v1/audio/voices", headers=AUTH, json={"name": "broken", "ref_audio": CORRUPT})
+    _assert_openai_error(r, 400, "ref_audio", "cannot decode")
+    r = httpx.post(base_server.url + "/v1/audio/voices", headers=AUTH, json={"name": "bad name!", "ref_audio": CORRUPT})
+    _assert_openai_error(r, 400, "name", "")
+
+
+def test_server_stays_healthy_and_serves_after_bad_input(client, base_server, customvoice_server, ref_audio_b64):
+    for url in (base_server.url, customvoice_server.url):
+        _post(url, None, raw=b"{{{")
+        _post(url, {"model": "tiny-tts", "input": "hi", "voice": "x", "ref_audio": CORRUPT, "x_vector_only_mode": True})
+        health = httpx.get(url + "/health")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+    resp = client.audio.speech.create(model="tiny-tts", input="Still fine.", voice="x", response_format="wav",
+                                      extra_body=_xvec(ref_audio_b64))
+    _assert_audio(_decode(resp.content)[0])
+
+
+def test_models_and_missing_stage_endpoints(client, base_server):
+    assert [m.id for m in client.models.list().data] == ["tiny-tts"]
+    # a TTS-only deployment has no chat/transcription stages: those routes answer 4xx, never 5xx
+    for path in ("/v1/chat/completions", "/v1/audio/transcriptions"):
+        r = httpx.post(base_server.url + path, headers=AUTH, json={"model": "tiny-tts", "messages": []})
+        assert 400 <= r.status_code < 500 and "error" in r.json()
