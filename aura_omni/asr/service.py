@@ -109,7 +109,7 @@ class AsrService:
                 if part.size == 0 or float(np.abs(part).max()) < SILENCE_PEAK:
                     pieces.append(AsrPiece(i, [], None, forced))
                     continue
-                features = log_mel_spectrogram(pad_to_min_length(part))
+                features = log_mel_spectrogram(pad_to_min_length(part), device=self.model.device)
                 ids = self.prompts.build(num_audio_tokens(features.shape[1]), context or "", forced)
                 pieces.append(AsrPiece(i, ids, features, forced))
         return pieces

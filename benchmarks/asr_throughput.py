@@ -1,0 +1,163 @@
+"""Qwen3-ASR throughput: audio-seconds transcribed per wall second at a given concurrency, and time to
+first token, for our engine and (optionally) transformers' Qwen3ASR `generate` on the same weights.
+
+    python benchmarks/asr_throughput.py --model Qwen/Qwen3-ASR-1.7B --load-format dummy --device cuda \
+        --concurrency 1 16 64 --clips 128 --reference
+    python benchmarks/asr_throughput.py --model /tmp/tiny-asr --device cpu --concurrency 1 4 --clips 8   # smoke
+
+Clips are 5-30 s speech-like signals (seeded). Every request decodes exactly --new-tokens tokens
+(EOS ignored) so both sides do the same work with random weights.
+"""
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+
+from aura_omni.asr.service import AsrService
+from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.llm_engine import LLMEngine
+from aura_omni.engine.sampling_params import SamplingParams
+
+SR = 16000
+
+
+def make_clips(n: int, seed: int, lo: float, hi: float) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    clips = []
+    for _ in range(n):
+        t = np.arange(int(rng.uniform(lo, hi) * SR)) / SR
+        f0 = rng.uniform(100, 250) + 20 * np.sin(2 * np.pi * 3 * t)
+        phase = 2 * np.pi * np.cumsum(f0) / SR
+        wav = sum(0.2 / k * np.sin(k * phase) for k in range(1, 5)) * (0.6 + 0.4 * np.sin(2 * np.pi * 1.7 * t))
+        clips.append((wav + 0.01 * rng.standard_normal(t.shape)).astype(np.float32))
+    return clips
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_ours(svc: AsrService, clips, concurrency: int, new_tokens: int, device: str) -> dict:
+    engine = LLMEngine(svc.model, EngineConfig(max_num_seqs=concurrency, max_model_len=2048,
+                                               max_num_batched_tokens=max(2048, 512 * concurrency)),
+                       eos_token_ids=list(svc.eos_token_ids), name="asr")
+    params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
+    pending = list(enumerate(clips))
+    started, first = {}, {}
+    sync(device)
+    t0 = time.perf_counter()
+
+    def admit(k: int) -> None:
+        batch, pending[:] = pending[:k], pending[k:]
+        if not batch:
+            return
+        pieces = svc.prepare([(c, SR) for _, c in batch])
+        for (i, _), (ids, mm) in zip(batch, svc.engine_prompts(pieces)):
+            started[f"r{i}"] = time.perf_counter()
+            engine.add_request(f"r{i}", ids, params, mm=mm)
+
+    admit(concurrency)
+    while engine.has_unfinished():
+        done = 0
+        for out in engine.step():
+            if out.new_token_ids and out.request_id not in first:
+                first[out.request_id] = time.perf_counter()
+            done += out.finished
+        if done:
+            admit(done)
+    sync(device)
+    wall = time.perf_counter() - t0
+    audio = sum(len(c) for c in clips) / SR
+    ttft = [first[r] - started[r] for r in started]
+    return dict(impl="aura-omni", concurrency=concurrency, audio_s_per_s=audio / wall, wall_s=wall,
+                ttft_p50_ms=1000 * float(np.median(ttft)), ttft_p90_ms=1000 * float(np.percentile(ttft, 90)))
+
+
+def reference_model(svc: AsrService, device: str, dtype: torch.dtype):
+    """transformers' native Qwen3ASR with our weights (mapped to its layout)."""
+    from transformers import Qwen3ASRConfig, Qwen3ASRForConditionalGeneration
+
+    a, t = svc.model.config.audio, svc.model.config.text
+    cfg = Qwen3ASRConfig(
+        audio_config=dict(d_model=a.d_model, encoder_layers=a.encoder_layers, encoder_attention_heads=a.encoder_attention_heads,
+                          encoder_ffn_dim=a.encoder_ffn_dim, output_dim=a.output_dim, num_mel_bins=a.num_mel_bins,
+                          downsample_hidden_size=a.downsample_hidden_size, n_window=a.n_window, n_window_infer=a.n_window_infer),
+        text_config=dict(model_type="qwen3", vocab_size=svc.model.config.vocab_size, hidden_size=t.hidden_size,
+                         intermediate_size=t.intermediate_size, num_hidden_layers=t.num_hidden_layers,
+                         num_attention_heads=t.num_attention_heads, num_key_value_heads=t.num_key_value_heads,
+                         head_dim=t.head_dim, rms_norm_eps=t.rms_norm_eps, max_position_embeddings=65536,
+                         rope_parameters={"rope_type": "default", "rope_theta": t.rope_theta},
+                         tie_word_embeddings=svc.model.config.tie_word_embeddings),
+        tie_word_embeddings=svc.model.config.tie_word_embeddings)
+    with torch.device(device):
+        ref = Qwen3ASRForConditionalGeneration(cfg).to(dtype).eval()
+    state = {svc.model.hf_key(k): v for k, v in svc.model.state_dict().items()}
+    ref.load_state_dict(state, strict=False)
+    return ref
+
+
+def run_reference(svc: AsrService, ref, clips, concurrency: int, new_tokens: int, device: str) -> dict:
+    sync(device)
+    t0 = time.perf_counter()
+    ttft = []
+    for b in range(0, len(clips), concurrency):
+        pieces = svc.prepare([(c, SR) for c in clips[b:b + concurrency]])
+        width = max(len(p.input_ids) for p in pieces)
+        frames = -(-max(p.features.shape[1] for p in pieces) // 100) * 100
+        ids = torch.full((len(pieces), width), 151643)
+        mask = torch.zeros_like(ids)
+        feats = torch.zeros(len(pieces), 128, frames)
+        fmask = torch.zeros(len(pieces), frames, dtype=torch.long)
+        for i, p in enumerate(pieces):
+            ids[i, width - len(p.input_ids):] = torch.tensor(p.input_ids)
+            mask[i, width - len(p.input_ids):] = 1
+            feats[i, :, :p.features.shape[1]] = p.features
+            fmask[i, :p.features.shape[1]] = 1
+        tb = time.perf_counter()
+        with torch.inference_mode():
+            ref.generate(input_ids=ids.to(device), attention_mask=mask.to(device), input_features=feats.to(device, ref.dtype),
+                         input_features_mask=fmask.to(device), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                         do_sample=False)
+        sync(device)
+        ttft.append(time.perf_counter() - tb)  # a static batch returns everything at once
+    wall = time.perf_counter() - t0
+    audio = sum(len(c) for c in clips) / SR
+    return dict(impl="transformers", concurrency=concurrency, audio_s_per_s=audio / wall, wall_s=wall,
+                ttft_p50_ms=1000 * float(np.median(ttft)), ttft_p90_ms=1000 * float(np.percentile(ttft, 90)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--load-format", default="auto", choices=["auto", "dummy"])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default=None, choices=[None, "bfloat16", "float32"])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--clips", type=int, default=128)
+    ap.add_argument("--min-seconds", type=float, default=5.0)
+    ap.add_argument("--max-seconds", type=float, default=30.0)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--reference", action="store_true", help="also run transformers' Qwen3ASR generate")
+    ap.add_argument("--out", default=None, help="write results as JSON here")
+    a = ap.parse_args()
+    dtype = getattr(torch, a.dtype) if a.dtype else None
+    svc = AsrService.from_pretrained(a.model, device=a.device, dtype=dtype, load_format=a.load_format)
+    clips = make_clips(a.clips, 0, a.min_seconds, a.max_seconds)
+    run_ours(svc, clips[:2], 2, 4, a.device)  # warm-up (kernels, CUDA graphs)
+    results = [run_ours(svc, clips, c, a.new_tokens, a.device) for c in a.concurrency]
+    if a.reference:
+        ref = reference_model(svc, a.device, svc.model.embed_tokens.weight.dtype)
+        results += [run_reference(svc, ref, clips, c, a.new_tokens, a.device) for c in a.concurrency]
+    for r in results:
+        print(json.dumps(r))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
