@@ -17,7 +17,7 @@ from torch import nn
 
 from aura_omni.layers.rmsnorm import RMSNorm
 from aura_omni.layers.rotary import RotaryEmbedding, rotate_half
-from aura_omni.models.loader import iter_tensors, load_into
+from aura_omni.models.loader import init_dummy, iter_tensors, load_into
 from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavStream
 from aura_omni.models.qwen3_tts.codec_config import NUM_CODE_GROUPS, CodecConfig, Code2WavConfig
 
@@ -325,6 +325,18 @@ class Code2Wav(nn.Module):
         load_into(model, iter_tensors(codec_dir, "decoder."), where=f"{codec_dir} decoder")
         return model.to(device).eval()
 
+    @torch.no_grad()
+    def init_dummy(self, seed: int = 0) -> "Code2Wav":
+        """`--load-format dummy`: random weights, but codebook usages at 1 and SnakeBeta at its init (0), so
+        the codebook division and exp() stay in range (a random usage near 0 would scale entries by 1e5)."""
+        init_dummy(self, seed=seed)
+        for name, p in self.named_parameters():
+            if name.endswith("cluster_usage"):
+                p.fill_(1.0)
+            elif name.endswith(("alpha", "beta")):
+                p.zero_()
+        return self
+
     # -- streaming ------------------------------------------------------------------------------
     def new_stream(self, batch: int = 1) -> Code2WavStream:
         like = self.pre_conv.conv.weight
@@ -337,6 +349,8 @@ class Code2Wav(nn.Module):
     def decode_stream(self, state: Code2WavStream, codes: torch.Tensor) -> torch.Tensor:
         """Next frames of one request: codes [n, 16] -> samples [n * 1920]; `state` advances."""
         codes = self._check_codes(codes, batched=False)
+        if codes.shape[0] == 0:
+            return self.pre_conv.conv.weight.new_zeros(0)
         return self.forward(codes[None], state)[0]
 
     @torch.inference_mode()
