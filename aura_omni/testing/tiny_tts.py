@@ -71,16 +71,20 @@ def tiny_config(kind: str) -> dict:
 
 @torch.no_grad()
 def _randomise(module: torch.nn.Module, gen: torch.Generator) -> None:
-    """Deterministic init: normal(0, 0.05) matrices, normal(0, 1) embeddings, norms around 1, small biases."""
+    """Deterministic init that keeps the prompt audible in the output: matrices normal(0, 1/sqrt(fan_in))
+    so attention and MLP outputs are as large as the residual stream, q/k norms around 3 so attention is
+    sharp (q/k RMSNorm would otherwise pin attention logits near std 1), embeddings normal(0, 1)."""
     for name, p in module.named_parameters():
-        if name.endswith("norm.weight"):
+        if name.endswith(("q_norm.weight", "k_norm.weight")):
+            p.copy_(3.0 + 0.3 * torch.randn(p.shape, generator=gen))
+        elif name.endswith("norm.weight"):
             p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
         elif "embedding" in name:
             p.copy_(torch.randn(p.shape, generator=gen))
         elif p.dim() == 1:
             p.copy_(0.02 * torch.randn(p.shape, generator=gen))
         else:
-            p.copy_(0.05 * torch.randn(p.shape, generator=gen))
+            p.copy_(torch.randn(p.shape, generator=gen) / p.shape[1] ** 0.5)
 
 
 def tiny_talker_weights(cfg: dict, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -90,31 +94,25 @@ def tiny_talker_weights(cfg: dict, seed: int = 0) -> dict[str, torch.Tensor]:
     return {f"talker.{k}": v.contiguous() for k, v in talker.state_dict().items()}
 
 
-def _speaker_encoder_weights(cfg: dict, seed: int) -> dict[str, torch.Tensor]:
-    from aura_omni.models.qwen3_tts.speaker_encoder import SpeakerEncoder  # codec engineer's module
-
-    enc = SpeakerEncoder.from_config(cfg["speaker_encoder_config"]) if hasattr(SpeakerEncoder, "from_config") \
-        else SpeakerEncoder(cfg["speaker_encoder_config"])
-    _randomise(enc, torch.Generator().manual_seed(seed + 1))
-    return {f"speaker_encoder.{k}": v.contiguous() for k, v in enc.state_dict().items()}
-
-
 def write_tiny_tts(out_dir: Path, kind: str = "custom_voice", seed: int = 0, *, with_codec: bool = True) -> Path:
     """Write a tiny checkpoint of `kind` ("base" | "custom_voice" | "voice_design") into `out_dir`.
-    `with_codec=False` leaves out speech_tokenizer/ and the speaker encoder (talker-only tests)."""
+    `with_codec=False` leaves out speech_tokenizer/ (talker-only tests)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = tiny_config(kind)
     tensors = tiny_talker_weights(cfg, seed)
-    if kind == "base" and with_codec:
-        tensors.update(_speaker_encoder_weights(cfg, seed))
+    if kind == "base":
+        from aura_omni.testing.tiny_codec import tiny_speaker_encoder_weights  # ECAPA of §5.1, our module
+
+        cfg["speaker_encoder_config"], speaker = tiny_speaker_encoder_weights(cfg["talker_config"]["hidden_size"], seed)
+        tensors.update(speaker)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
     (out / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2))
     (out / "preprocessor_config.json").write_text(json.dumps({"processor_class": "Qwen3TTSProcessor"}, indent=2))
     write_qwen_tokenizer(out, TTS_EXTRA_TOKENS)
     if with_codec:
-        from aura_omni.testing.tiny_codec import write_tiny_codec  # codec engineer's writer
+        from aura_omni.testing.tiny_codec import write_tiny_codec
 
         write_tiny_codec(out / "speech_tokenizer", seed)
     return out

@@ -169,12 +169,13 @@ class Qwen3TTS:
             raise TTSRequestError("reference audio contains NaN or infinite samples")
         if self.speaker_encoder is None:
             raise TTSRequestError("this checkpoint has no speaker encoder")
-        x_vector = _x_vector(self.speaker_encoder, wav, int(sr))
-        ref_codes = None
-        if not x_vector_only:
-            if self.codec_encoder is None:
-                raise TTSRequestError("this checkpoint has no codec encoder (speech_tokenizer/) for reference codes")
-            ref_codes = _encode_reference(self.codec_encoder, wav, int(sr))
+        if not x_vector_only and self.codec_encoder is None:
+            raise TTSRequestError("this checkpoint has no codec encoder (speech_tokenizer/) for reference codes")
+        try:
+            x_vector = self.speaker_encoder.speaker_embedding(wav, int(sr)).float().cpu()
+            ref_codes = None if x_vector_only else self.codec_encoder.encode(wav, int(sr)).long().cpu()
+        except ValueError as e:  # SpeakerAudioError / CodecInputError: unusable audio
+            raise TTSRequestError(str(e)) from e
         return VoiceClonePrompt(ref_codes=ref_codes, x_vector=x_vector, ref_text=ref_text if not x_vector_only else None,
                                 x_vector_only=bool(x_vector_only))
 
@@ -370,33 +371,23 @@ def _load_code2wav(codec_dir: Path, device, dummy: bool):
 
 
 def _load_codec_encoder(codec_dir: Path, device, dummy: bool):
-    try:
-        from aura_omni.models.qwen3_tts import codec_encoder as mod  # codec engineer's module
-    except ImportError:
-        return None
-    loader = getattr(mod, "load_codec_encoder", None)
-    return loader(codec_dir, device=device, dummy=dummy) if loader else None
+    from aura_omni.models.qwen3_tts.codec_config import CodecConfig
+    from aura_omni.models.qwen3_tts.codec_encoder import CodecEncoder
+
+    if not dummy:
+        return CodecEncoder.from_codec_dir(codec_dir, device=device)
+    cfg = CodecConfig.from_dir(codec_dir) if (codec_dir / "config.json").exists() else CodecConfig()
+    model = CodecEncoder(cfg.encoder, cfg.encoder_valid_num_quantizers, cfg.encode_downsample_rate)
+    init_dummy(model)
+    return model.to(device).eval()
 
 
 def _load_speaker_encoder(ckpt: Path, config: Qwen3TTSConfig, device, dummy: bool):
-    try:
-        from aura_omni.models.qwen3_tts.speaker_encoder import SpeakerEncoder
-    except ImportError:
-        return None
-    enc = SpeakerEncoder.from_config(config.speaker_encoder or {}) if hasattr(SpeakerEncoder, "from_config") \
-        else SpeakerEncoder(config.speaker_encoder or {})
+    from aura_omni.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
+
+    enc = SpeakerEncoder(SpeakerEncoderConfig.from_dict(config.speaker_encoder or {}))
     if dummy:
         init_dummy(enc)
     else:
         load_into(enc, iter_tensors(ckpt, "speaker_encoder."), where=f"{ckpt} speaker_encoder")
-    return enc.to(device).eval()
-
-
-def _x_vector(speaker_encoder, wav: np.ndarray, sr: int) -> torch.Tensor:
-    from aura_omni.models.qwen3_tts import speaker_encoder as mod
-
-    return mod.x_vector(speaker_encoder, wav, sr).float().cpu()
-
-
-def _encode_reference(codec_encoder, wav: np.ndarray, sr: int) -> torch.Tensor:
-    return codec_encoder.encode(wav, sr).long().cpu()
+    return enc.to(device).eval()  # fp32 like qwen-tts's reference runs; tiny next to the talker
