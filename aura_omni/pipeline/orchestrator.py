@@ -47,7 +47,7 @@ class AuraOmniPipeline:
         if req.speak and self.speech is None:
             raise PipelineRequestError("this deployment has no TTS stages; ask for modalities [\"text\"]")
         if req.speak and req.tts is None:
-            raise PipelineRequestError("audio output needs TTS options")
+            raise PipelineRequestError("audio output needs a TTS request template")
 
     async def turn(self, req: TurnRequest) -> AsyncIterator[TurnEvent]:
         self.check(req)
@@ -96,7 +96,7 @@ class AuraOmniPipeline:
         sentences: asyncio.Queue = asyncio.Queue()
         speaker = asyncio.create_task(self._speak(req, sentences, events)) if req.speak else None
         splitter = SentenceSplitter(self.sentence_min_chars)
-        by_sentence = req.speak and not req.tts.pass_token_ids  # token passthrough speaks the whole reply's ids
+        by_sentence = req.speak and not req.tts_pass_token_ids  # token passthrough speaks the whole reply's ids
         raw, shown, ids, prompt_tokens, finish_reason = "", "", [], 0, "stop"
         try:
             async for delta in self.aura.generate(prompt, req.vision, request_id=f"{req.request_id}-aura",
@@ -152,8 +152,7 @@ class AuraOmniPipeline:
             if item is _END:
                 return samples / TTS_SAMPLE_RATE
             text, token_ids = item
-            async for chunk in self.speech.speak(text, token_ids, req.tts, request_id=f"{req.request_id}-tts{n}",
-                                                 sampling=req.talker_sampling):
+            async for chunk in self.speech.speak(text, token_ids, req.tts, request_id=f"{req.request_id}-tts{n}"):
                 samples += len(chunk)
                 events.put_nowait(AudioChunk(chunk))
             n += 1

@@ -5,8 +5,7 @@ from typing import AsyncIterator, Protocol
 
 import numpy as np
 
-from aura_omni.pipeline.processors import TTSOptions
-from aura_omni.pipeline.turn import VisionInput
+from typing import Any
 
 
 @dataclass
@@ -24,16 +23,12 @@ class AsrStage(Protocol):
 
 
 class AuraStage(Protocol):
-    def generate(self, prompt: str, vision: list[VisionInput], *, request_id: str,
+    def generate(self, prompt: str, vision: list[Any], *, request_id: str,
                  sampling: dict | None = None) -> AsyncIterator[AuraDelta]: ...
 
 
 class SpeechStage(Protocol):
     """Talker + Code2Wav: text (or assistant-template token ids) -> 24 kHz audio chunks as they are decoded."""
 
-    checkpoint_type: str  # "base" | "custom_voice" | "voice_design"
-
-    def registered_voices(self) -> list[str]: ...
-
-    def speak(self, text: str | None, token_ids: list[int] | None, options: TTSOptions, *, request_id: str,
-              sampling: dict | None = None) -> AsyncIterator[np.ndarray]: ...
+    def speak(self, text: str | None, token_ids: list[int] | None, template: Any, *,
+              request_id: str) -> AsyncIterator[np.ndarray]: ...

@@ -5,29 +5,22 @@ from typing import Any
 
 import numpy as np
 
-from aura_omni.pipeline.processors import TTSOptions
-
-
-@dataclass
-class VisionInput:
-    kind: str  # "image" | "video"
-    data: Any  # decoded by the AURA stage's media code: bytes, data URL, PIL image, or (frames, fps)
 
 
 @dataclass
 class TurnRequest:
     request_id: str
     audio: tuple[np.ndarray, int] | None = None  # user speech (samples, sample rate); None skips ASR
-    vision: list[VisionInput] = field(default_factory=list)
+    vision: list[Any] = field(default_factory=list)  # media.vision_preprocess.VisionInput, decoded on arrival
     text_parts: list[str] = field(default_factory=list)
     system_prompt: str | None = None
     history: list[tuple[str, str]] = field(default_factory=list)
     is_speech: bool = True
     speak: bool = True  # modalities include audio
-    tts: TTSOptions | None = None
+    tts: Any = None  # the speech stage's request template (voice resolved once per turn); opaque here
+    tts_pass_token_ids: bool = False  # speak AURA's own token ids, wrapped in the Talker template
     asr_sampling: dict | None = None
     aura_sampling: dict | None = None
-    talker_sampling: dict | None = None
     asr_language: str | None = None
     asr_context: str | None = None
     timeout_s: float | None = None

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
-from aura_omni.pipeline.processors import PipelineRequestError, TTSOptions
+from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.pipeline.stage_api import AuraDelta
 from aura_omni.pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnRequest
 
@@ -39,15 +39,10 @@ class ScriptedAura:
 
 
 class ScriptedSpeech:
-    checkpoint_type = "custom_voice"
-
     def __init__(self, delay=0.0):
         self.requests, self.delay, self.closed = [], delay, 0
 
-    def registered_voices(self):
-        return []
-
-    async def speak(self, text, token_ids, options, *, request_id, sampling=None):
+    async def speak(self, text, token_ids, template, *, request_id):
         self.requests.append((text, token_ids))
         try:
             for _ in range(2):
@@ -63,7 +58,7 @@ def _run(pipeline, req):
     return asyncio.run(collect())
 
 
-TTS = TTSOptions(task_type="CustomVoice", language="English", speaker="Vivian")
+TTS = object()  # the speech stage's request template: opaque to the orchestrator
 
 
 def test_audio_turn_runs_every_stage_in_order():
@@ -97,8 +92,8 @@ def test_first_sentence_is_spoken_while_aura_still_decodes():
 
 def test_token_passthrough_speaks_wrapped_ids_once():
     speech = ScriptedSpeech()
-    opts = TTSOptions(task_type="CustomVoice", language="English", speaker="Vivian", pass_token_ids=True)
-    _run(AuraOmniPipeline(None, ScriptedAura(["Hello. ", "World."]), speech), TurnRequest("r4", tts=opts))
+    _run(AuraOmniPipeline(None, ScriptedAura(["Hello. ", "World."]), speech),
+         TurnRequest("r4", tts=TTS, tts_pass_token_ids=True))
     assert speech.requests == [("Hello. World.", [151644, 77091, 198, 1000, 1001, 151645, 198, 151644, 77091, 198])]
 
 

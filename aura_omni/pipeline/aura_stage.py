@@ -1,0 +1,80 @@
+"""AURA (Qwen3-VL) as the pipeline's stage 1: prompt text + vision inputs -> streamed reply deltas.
+
+Runs on the continuous-batching engine (its own step thread), so concurrent turns share decode steps
+and a repeated system prompt / conversation history hits the prefix cache. The vision encoder runs
+in a worker thread before the request joins the engine.
+"""
+
+import asyncio
+import logging
+from typing import AsyncIterator
+
+import torch
+
+from aura_omni.config import Stage
+from aura_omni.engine.async_engine import AsyncLLMEngine
+from aura_omni.engine.llm_engine import LLMEngine
+from aura_omni.engine.prompts import vl_request
+from aura_omni.media.vision_preprocess import VisionInput
+from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
+from aura_omni.models.qwen3_vl_prompt import render_vision
+from aura_omni.models.tokenizer import load_tokenizer
+from aura_omni.pipeline.constants import AURA_STOP_TOKEN_IDS
+from aura_omni.pipeline.processors import VISION_PLACEHOLDER
+from aura_omni.pipeline.stage_api import AuraDelta
+from aura_omni.pipeline.stage_engine import engine_config, sampling_params
+
+log = logging.getLogger(__name__)
+
+
+def expand_vision_placeholders(prompt: str, vision: list[VisionInput]) -> str:
+    """Replace each compact `<|vision_start|><|x_pad|><|vision_end|>` (asr2aura) by the item's full tokens."""
+    out, rest = [], prompt
+    for item in vision:
+        marker = VISION_PLACEHOLDER[item.kind]
+        head, found, rest = rest.partition(marker)
+        if not found:
+            raise ValueError(f"prompt has fewer {item.kind} placeholders than {item.kind} inputs")
+        out += [head, render_vision(item)]
+    return "".join(out) + rest
+
+
+class AuraPipelineStage:
+    def __init__(self, model: Qwen3VLForCausalLM, tokenizer, engine: AsyncLLMEngine, stage: Stage):
+        self.model, self.tokenizer, self.engine, self.stage = model, tokenizer, engine, stage
+
+    @classmethod
+    def load(cls, stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> "AuraPipelineStage":
+        from aura_omni.models.loader import resolve_checkpoint
+
+        model = Qwen3VLForCausalLM.from_pretrained(stage.model, dtype=dtype, device=device, load_format=load_format)
+        tokenizer = load_tokenizer(resolve_checkpoint(stage.model) if load_format != "dummy" else None)
+        engine = LLMEngine(model, engine_config(stage), eos_token_ids=list(AURA_STOP_TOKEN_IDS),
+                           detokenize=lambda ids: tokenizer.decode(ids, skip_special_tokens=False), name="aura")
+        return cls(model, tokenizer, AsyncLLMEngine(engine), stage)
+
+    def encode_prompt(self, prompt: str, vision: list[VisionInput]):
+        """Token ids + engine prompt (embeddings, MRoPE positions, DeepStack). Runs the vision encoder."""
+        ids = self.tokenizer.encode(expand_vision_placeholders(prompt, vision), add_special_tokens=False)
+        with torch.inference_mode():
+            return vl_request(self.model.build_prompt(ids, vision), vision)
+
+    async def generate(self, prompt: str, vision: list[VisionInput], *, request_id: str,
+                       sampling: dict | None = None) -> AsyncIterator[AuraDelta]:
+        params = sampling_params(self.stage.default_sampling_params, sampling, stop_token_ids=list(AURA_STOP_TOKEN_IDS))
+        ids, mm = await asyncio.to_thread(self.encode_prompt, prompt, vision)
+        out_ids: list[int] = []
+        pending: list[int] = []
+        shown = ""
+        async for out in self.engine.generate(request_id, ids, params, mm):
+            out_ids += out.new_token_ids
+            pending += out.new_token_ids
+            text = self.tokenizer.decode(out_ids, skip_special_tokens=False)
+            if text.endswith("\ufffd") and not out.finished:
+                continue  # an incomplete UTF-8 sequence: wait for the rest of the character
+            yield AuraDelta(text[len(shown):], pending, finished=out.finished, finish_reason=out.finish_reason,
+                            prompt_tokens=out.num_prompt_tokens or len(ids))
+            shown, pending = text, []
+
+    def close(self) -> None:
+        self.engine.shutdown()
