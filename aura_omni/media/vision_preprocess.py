@@ -57,7 +57,7 @@ class VisionPreprocessConfig:
 
     @classmethod
     def image_default(cls) -> "VisionPreprocessConfig":
-        return cls(IMAGE_MIN_PIXELS, IMAGE_MAX_PIXELS, resample="pil")
+        return cls(IMAGE_MIN_PIXELS, IMAGE_MAX_PIXELS, resample="torch")
 
     @classmethod
     def video_default(cls) -> "VisionPreprocessConfig":

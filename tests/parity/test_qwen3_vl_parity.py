@@ -129,12 +129,48 @@ def test_image_preprocessing_matches_transformers_pil_processor(tiny, height, wi
     assert torch.allclose(ours.pixel_values, expect["pixel_values"].float(), atol=1e-4, rtol=0)
 
 
+def _from_codes(codes: np.ndarray) -> torch.Tensor:
+    return (torch.from_numpy(codes).float() / 255 - 0.5) / 0.5
+
+
 @pytest.mark.skipif(not GOLDEN.exists(), reason="golden file not generated (scripts/make_video_golden.py)")
 def test_video_preprocessing_matches_torchvision_golden():
     golden = np.load(GOLDEN)
-    for case in [k[: -len("_frames")] for k in golden.files if k.endswith("_frames")]:
+    cases = [k[: -len("_frames")] for k in golden.files if k.endswith("_frames")]
+    assert len(cases) >= 4
+    for case in cases:
         frames, fps = golden[f"{case}_frames"], float(golden[f"{case}_fps"])
         ours = preprocess_video(frames, video_fps=fps)
         assert list(ours.grid_thw) == golden[f"{case}_grid_thw"].tolist(), case
-        assert torch.allclose(ours.pixel_values, torch.from_numpy(golden[f"{case}_pixel_values"]), atol=1e-4, rtol=0), case
+        expect = _from_codes(golden[f"{case}_pixel_codes"])
+        assert torch.allclose(ours.pixel_values, expect, atol=1e-4, rtol=0), case
         assert np.allclose(ours.timestamps, golden[f"{case}_timestamps"]), case
+
+
+@pytest.mark.skipif(not GOLDEN.exists(), reason="golden file not generated (scripts/make_video_golden.py)")
+def test_image_preprocessing_default_matches_torchvision_golden():
+    golden = np.load(GOLDEN)
+    for case in [k[len("image_"): -len("_rgb")] for k in golden.files if k.endswith("_rgb")]:
+        ours = preprocess_image(golden[f"image_{case}_rgb"])  # default: torch resample, like torchvision
+        assert list(ours.grid_thw) == golden[f"image_{case}_grid_thw"].tolist(), case
+        assert torch.allclose(ours.pixel_values, _from_codes(golden[f"image_{case}_pixel_codes"]), atol=1e-4, rtol=0)
+
+
+def test_video_prompt_expansion_matches_transformers_processor():
+    """Our placeholder text equals Qwen3VLProcessor.replace_video_token's (called on a stand-in instance)."""
+    from types import SimpleNamespace
+
+    from transformers import Qwen3VLProcessor
+    from transformers.video_utils import VideoMetadata
+
+    from aura_omni.models.qwen3_vl_prompt import render_vision
+
+    for n, fps in [(4, 2.0), (5, 2.0), (6, 30.0)]:
+        video = preprocess_video(moving_square_frames(n, 64, 96), video_fps=fps)
+        stand_in = SimpleNamespace(video_processor=SimpleNamespace(merge_size=2, temporal_patch_size=2),
+                                   vision_start_token="<|vision_start|>", vision_end_token="<|vision_end|>",
+                                   video_token="<|video_pad|>")
+        stand_in._calculate_timestamps = lambda *a: Qwen3VLProcessor._calculate_timestamps(stand_in, *a)
+        inputs = {"video_grid_thw": torch.tensor([video.grid_thw]),
+                  "video_metadata": [VideoMetadata(total_num_frames=n, fps=fps, frames_indices=list(range(n)))]}
+        assert render_vision(video) == Qwen3VLProcessor.replace_video_token(stand_in, inputs, 0)
