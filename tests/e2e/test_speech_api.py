@@ -307,3 +307,24 @@ def test_models_and_missing_stage_endpoints(client, base_server):
     for path in ("/v1/chat/completions", "/v1/audio/transcriptions"):
         r = httpx.post(base_server.url + path, headers=AUTH, json={"model": "tiny-tts", "messages": []})
         assert 400 <= r.status_code < 500 and "error" in r.json()
+
+
+def test_concurrent_requests_each_get_their_own_answer(client, base_server, ref_audio_b64):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def good(seed):
+        return client.audio.speech.create(model="tiny-tts", input="In parallel.", voice="x", response_format="wav",
+                                          extra_body=_xvec(ref_audio_b64, seed=seed)).content
+
+    def bad(_):
+        return _post(base_server.url, {"model": "tiny-tts", "input": "hi", "voice": "x", "ref_audio": CORRUPT,
+                                       "x_vector_only_mode": True}).status_code
+
+    with ThreadPoolExecutor(4) as pool:
+        goods = [pool.submit(good, s) for s in (11, 12)]
+        bads = [pool.submit(bad, i) for i in range(2)]
+        results = [f.result() for f in goods]
+        assert [f.result() for f in bads] == [400, 400]
+    for data in results:
+        _assert_audio(_decode(data)[0])
+    assert results[0] == good(11)  # a request's audio depends on its seed, not on what ran beside it
