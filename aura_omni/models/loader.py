@@ -86,11 +86,15 @@ def load_into(module: nn.Module, tensors: Iterator[tuple[str, torch.Tensor]], *,
 
 
 def init_dummy(module: nn.Module, seed: int = 0, std: float = 0.02) -> None:
-    """`--load-format dummy`: random weights (norm weights 1) for full-size benchmarks without a download."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    """`--load-format dummy`: random weights (norm weights 1) for full-size benchmarks without a download.
+
+    Drawn on each parameter's own device, so an 8B model on a GPU initialises in seconds.
+    """
+    generators: dict[torch.device, torch.Generator] = {}
     with torch.no_grad():
         for name, p in module.named_parameters():
             if name.endswith("norm.weight") or p.dim() == 1 and "norm" in name:
                 p.fill_(1.0)
-            else:
-                p.copy_((torch.randn(p.shape, generator=gen) * std).to(p.dtype))
+                continue
+            gen = generators.setdefault(p.device, torch.Generator(device=p.device).manual_seed(seed))
+            p.copy_(torch.randn(p.shape, generator=gen, device=p.device, dtype=torch.float32).mul_(std).to(p.dtype))
