@@ -38,8 +38,17 @@ def _speechlike(seconds: float, sr: int, seed: int) -> np.ndarray:
     return wav.astype(np.float32)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run many small ops: one thread avoids oversubscription on shared CI cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
-def parity(tmp_path_factory):
+def parity(one_thread, tmp_path_factory):
     if not REF_PYTHON.exists():
         pytest.skip(f"reference venv {REF_VENV} absent (scripts/setup_qwen_tts_reference.sh)")
     tmp = tmp_path_factory.mktemp("codec_parity")
@@ -67,7 +76,7 @@ def parity(tmp_path_factory):
     proc = subprocess.run([str(REF_PYTHON), str(REF_SCRIPT), "--codec", str(codec_dir), "--inputs", str(tmp / "in.npz"),
                            "--out", str(tmp / "out.npz"), "--speaker-config", str(tmp / "se.json"),
                            "--speaker-weights", str(tmp / "se.safetensors")],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     speaker = SpeakerEncoder(SpeakerEncoderConfig.from_dict(se_cfg))
     speaker.load_state_dict({k.removeprefix("speaker_encoder."): v for k, v in se_weights.items()})

@@ -1,0 +1,133 @@
+"""Code2Wav on the tiny codec: stateful streaming equals the full decode, windowing, -1 batch padding, input errors."""
+
+import pytest
+import torch
+
+from aura_omni.models.qwen3_tts.code2wav import Code2Wav, CodecInputError
+from aura_omni.testing.tiny_codec import write_tiny_codec
+
+SPF = 1920  # samples per frame
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny decoder runs many small convs: one thread avoids oversubscription on shared CI cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def code2wav(one_thread, tmp_path_factory) -> Code2Wav:
+    return Code2Wav.from_codec_dir(write_tiny_codec(tmp_path_factory.mktemp("codec")))
+
+
+def _codes(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, 2048, (n, 16), generator=torch.Generator().manual_seed(seed))
+
+
+def _stream(code2wav, codes, splits, state=None):
+    state = state or code2wav.new_stream()
+    parts, start = [], 0
+    for n in splits:
+        parts.append(code2wav.decode_stream(state, codes[start:start + n]))
+        start += n
+    assert start == codes.shape[0]
+    return torch.cat(parts)
+
+
+def test_random_chunk_splits_equal_full_decode_past_the_attention_window(code2wav):
+    codes = _codes(100, 0)  # > sliding window 72: the per-layer KV ring wraps
+    full = code2wav.decode(codes)
+    assert full.shape == (100 * SPF,)
+    rng = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        splits, left = [], 100
+        while left:
+            n = min(left, int(torch.randint(1, 30, (1,), generator=rng)))
+            splits.append(n)
+            left -= n
+        assert torch.allclose(_stream(code2wav, codes, splits), full, atol=1e-5, rtol=0), splits
+
+
+def test_reference_prefix_decoded_for_context_then_dropped(code2wav):
+    """ICL: the reference codes prime the decoder; only the new frames' samples are emitted."""
+    ref, new = _codes(19, 2), _codes(40, 3)
+    full = code2wav.decode(torch.cat([ref, new]))[19 * SPF:]
+    state = code2wav.new_stream()
+    code2wav.decode_stream(state, ref)  # context only
+    assert torch.allclose(_stream(code2wav, new, [1, 24, 15], state), full, atol=1e-5, rtol=0)
+
+
+def test_batched_stream_step_equals_each_stream_alone(code2wav):
+    a, b = _codes(30, 4), _codes(50, 5)
+    alone_a, alone_b = code2wav.new_stream(), code2wav.new_stream()
+    code2wav.decode_stream(alone_a, a[:10])
+    code2wav.decode_stream(alone_b, b[:40])  # the two requests are at different positions
+    expect = [code2wav.decode_stream(alone_a, a[10:18]), code2wav.decode_stream(alone_b, b[40:48])]
+    sa, sb = code2wav.new_stream(), code2wav.new_stream()
+    code2wav.decode_stream(sa, a[:10])
+    code2wav.decode_stream(sb, b[:40])
+    got = code2wav.decode_stream_batch([sa, sb], torch.stack([a[10:18], b[40:48]]))
+    assert torch.allclose(got[0], expect[0], atol=1e-5, rtol=0)
+    assert torch.allclose(got[1], expect[1], atol=1e-5, rtol=0)
+    # the states advanced: the next single-stream step still matches
+    assert torch.allclose(code2wav.decode_stream(sb, b[48:50]), code2wav.decode_stream(alone_b, b[48:50]),
+                          atol=1e-5, rtol=0)
+
+
+def test_long_decode_uses_windows_with_left_context(code2wav):
+    """qwen-tts chunked_decode rule: windows of `chunk` new frames, `left` re-decoded frames dropped."""
+    codes = _codes(50, 6)
+    got = code2wav.decode(codes, chunk_frames=20, left_context_frames=5)
+    windows = [(0, 0, 20), (5, 20, 40), (5, 40, 50)]  # (context, start, end)
+    expect = torch.cat([code2wav.decode(codes[s - c:e], chunk_frames=10**6)[c * SPF:] for c, s, e in windows])
+    assert torch.equal(got, expect)
+    assert not torch.allclose(got, code2wav.decode(codes, chunk_frames=10**6), atol=1e-6)
+
+
+def test_padded_batch_rows_equal_single_decodes_cut_at_padding(code2wav):
+    a, b = _codes(12, 7), _codes(7, 8)
+    batch = torch.full((2, 12, 16), -1, dtype=torch.long)
+    batch[0], batch[1, :7] = a, b
+    wavs = code2wav.decode_batch(batch)
+    assert [w.shape[0] for w in wavs] == [12 * SPF, 7 * SPF]
+    assert torch.allclose(wavs[0], code2wav.decode(a), atol=1e-5, rtol=0)
+    assert torch.allclose(wavs[1], code2wav.decode(b), atol=1e-5, rtol=0)
+
+
+def test_empty_chunk_yields_no_samples_and_keeps_state(code2wav):
+    codes = _codes(6, 9)
+    state = code2wav.new_stream()
+    first = code2wav.decode_stream(state, codes[:3])
+    assert code2wav.decode_stream(state, codes[:0]).shape == (0,)
+    rest = code2wav.decode_stream(state, codes[3:])
+    assert torch.allclose(torch.cat([first, rest]), code2wav.decode(codes), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("bad", [
+    torch.zeros(5, 15, dtype=torch.long),  # 15 codebooks
+    torch.zeros(5, dtype=torch.long),  # no codebook axis
+    torch.full((5, 16), 2048),  # out of the 2048-entry codebooks
+    torch.full((5, 16), -1),  # padding only makes sense in decode_batch
+    torch.zeros(5, 16),  # float
+])
+def test_bad_codes_raise_codec_input_error(code2wav, bad):
+    with pytest.raises(CodecInputError):
+        code2wav.decode(bad)
+    with pytest.raises(CodecInputError):
+        code2wav.decode_stream(code2wav.new_stream(), bad)
+
+
+def test_batched_stream_refuses_row_count_mismatch(code2wav):
+    with pytest.raises(CodecInputError):
+        code2wav.decode_stream_batch([code2wav.new_stream()], _codes(4, 0).expand(2, 4, 16))
+
+
+def test_dummy_init_stays_finite(tmp_path):
+    from aura_omni.testing.tiny_codec import tiny_codec_config
+
+    model = Code2Wav(tiny_codec_config().decoder).init_dummy(seed=0).eval()
+    wav = model.decode(_codes(3, 0))
+    assert torch.isfinite(wav).all() and wav.shape == (3 * SPF,)
