@@ -328,3 +328,17 @@ def test_concurrent_requests_each_get_their_own_answer(client, base_server, ref_
     for data in results:
         _assert_audio(_decode(data)[0])
     assert results[0] == good(11)  # a request's audio depends on its seed, not on what ran beside it
+
+
+def test_icl_stream_joins_into_the_non_streamed_audio(client, ref_audio_b64):
+    extra = {"ref_audio": ref_audio_b64, "ref_text": "A short reference line.", "max_new_tokens": 12, "seed": 9,
+             "initial_codec_chunk_frames": 2}
+    whole = client.audio.speech.create(model="tiny-tts", input="Joined chunks.", voice="x", response_format="pcm",
+                                       extra_body=extra).content
+    with client.audio.speech.with_streaming_response.create(
+            model="tiny-tts", input="Joined chunks.", voice="x", response_format="pcm", stream_format="audio",
+            extra_body=extra) as resp:
+        chunks = [c for c in resp.iter_bytes() if c]
+    streamed = b"".join(chunks)
+    a, b = np.frombuffer(whole, "<i2").astype(int), np.frombuffer(streamed, "<i2").astype(int)
+    assert len(a) == len(b) > 0 and np.abs(a - b).max() <= 1  # equal up to one PCM16 step of rounding
