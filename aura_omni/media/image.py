@@ -1,0 +1,105 @@
+"""Images from requests: data URLs or bare base64 (JPEG/PNG/WebP via Pillow), remote URLs only for
+operator-allowed domains. Output is uint8 RGB [H, W, 3]; transparency is composited onto white like
+transformers' convert_to_rgb."""
+
+import base64
+import binascii
+import io
+import re
+import urllib.parse
+import urllib.request
+from typing import Iterable
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from aura_omni.media.limits import MediaError, MediaLimits
+
+IMAGE_FORMATS = ("JPEG", "PNG", "WEBP")
+_DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?)(?P<b64>;base64)?,(?P<data>.*)$", re.S)
+
+
+def decode_data_url(url: str) -> bytes:
+    """`data:<mime>;base64,<payload>` -> bytes."""
+    m = _DATA_URL.match(url)
+    if m is None or not m.group("b64"):
+        raise MediaError("expected a base64 data URL (data:<type>;base64,<payload>)")
+    return decode_base64(m.group("data"))
+
+
+def decode_base64(payload: str) -> bytes:
+    try:
+        return base64.b64decode("".join(payload.split()), validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise MediaError(f"invalid base64 media payload: {e}") from e
+
+
+def is_remote_url_allowed(url: str, allowed_domains: Iterable[str]) -> bool:
+    """http(s) URL whose host is an allowed domain or a subdomain of one. Nothing is allowed by default."""
+    parts = urllib.parse.urlsplit(url)
+    host = (parts.hostname or "").lower().rstrip(".")
+    if parts.scheme not in ("http", "https") or not host:
+        return False
+    for domain in allowed_domains:
+        d = domain.lower().strip().lstrip(".").rstrip(".")
+        if d and (host == d or host.endswith("." + d)):
+            return True
+    return False
+
+
+def fetch_remote(url: str, allowed_domains: Iterable[str], max_bytes: int, timeout_s: float = 10.0) -> bytes:
+    if not is_remote_url_allowed(url, allowed_domains):
+        raise MediaError(f"remote media URL not allowed: {urllib.parse.urlsplit(url).hostname or url!r} is not in "
+                         f"the server's allowed media domains (send the media as a base64 data URL instead)")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - scheme checked above
+            data = resp.read(max_bytes + 1)
+    except OSError as e:
+        raise MediaError(f"cannot fetch {url}: {e}") from e
+    if len(data) > max_bytes:
+        raise MediaError(f"remote media at {url} is over the limit of {max_bytes} bytes")
+    return data
+
+
+def media_bytes(source: str | bytes, kind: str, limits: MediaLimits, allowed_domains: Iterable[str] = ()) -> bytes:
+    """Raw bytes of a request's media reference: bytes, data URL, remote URL (if allowed) or bare base64."""
+    max_bytes = limits.max_image_bytes if kind == "image" else limits.max_video_bytes
+    if isinstance(source, (bytes, bytearray)):
+        data = bytes(source)
+    elif not isinstance(source, str) or not source:
+        raise MediaError(f"{kind} must be a data URL, an allowed http(s) URL or base64 text")
+    elif source.startswith("data:"):
+        data = decode_data_url(source)
+    elif source.startswith(("http://", "https://")):
+        data = fetch_remote(source, allowed_domains, max_bytes)
+    else:
+        data = decode_base64(source)
+    limits.check_bytes(len(data), kind)
+    return data
+
+
+def to_rgb(img: Image.Image) -> np.ndarray:
+    if "A" in img.getbands() or img.info.get("transparency") is not None:
+        rgba = img.convert("RGBA")
+        img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+    return np.asarray(img.convert("RGB"), dtype=np.uint8)
+
+
+def decode_image(data: bytes, limits: MediaLimits = MediaLimits()) -> np.ndarray:
+    """Encoded JPEG/PNG/WebP bytes -> uint8 RGB [H, W, 3]."""
+    limits.check_bytes(len(data), "image")
+    try:
+        img = Image.open(io.BytesIO(data))
+        if img.format not in IMAGE_FORMATS:
+            raise MediaError(f"unsupported image format {img.format}; send JPEG, PNG or WebP")
+        limits.check_pixels(img.height, img.width, "image")  # header only: before decoding the pixels
+        img.load()
+    except MediaError:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
+        raise MediaError(f"cannot decode image: {e}") from e
+    return to_rgb(img)
+
+
+def load_image(source: str | bytes, limits: MediaLimits = MediaLimits(), allowed_domains: Iterable[str] = ()) -> np.ndarray:
+    return decode_image(media_bytes(source, "image", limits, allowed_domains), limits)
