@@ -1,0 +1,171 @@
+"""AURA stage benchmark (Qwen3-VL-8B shape): prefill, decode, and a prefix-cached turn vs a cold one.
+
+    python benchmarks/aura_bench.py --reference            # H200: dummy 8B from presets/aurateam__AURA, bf16
+    python benchmarks/aura_bench.py --model DIR --device cpu --dtype float32 --frames 2 --height 64 --width 64 --text-tokens 20 --new-tokens 4
+
+Workload (issue 5): a turn with 2 video frames at 640x480 plus ~200 text tokens.
+- cold turn: time to first token of the whole prompt (vision encoder + prefill) on an empty cache;
+- warm turn: the next turn of the same conversation (system prompt + previous turn with its video in the
+  prefix cache) adding ~200 new text tokens: only the new tokens are prefilled;
+- decode ms/token at batch 1 and 4 (the engine's decode steps, after prefill);
+- reference: transformers' Qwen3VLForConditionalGeneration.generate on the same config and inputs
+  (prefill = generate 1 token; decode = (generate N - generate 1) / (N - 1)).
+Prints one JSON line per measurement.
+"""
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from aura_omni.config import Stage
+from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.llm_engine import LLMEngine
+from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.media.vision_preprocess import preprocess_video
+from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
+from aura_omni.models.tokenizer import load_tokenizer
+from aura_omni.pipeline.aura_stage import AuraPipelineStage
+from aura_omni.pipeline.processors import asr2aura
+
+PRESET = Path(__file__).resolve().parents[1] / "aura_omni" / "presets" / "aurateam__AURA"
+FILLER = "Please describe what is happening in the scene and whether anything changed since the last frame. "
+
+
+def sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def user_text(tokenizer, n_tokens: int) -> str:
+    text = ""
+    while len(tokenizer.encode(text)) < n_tokens:
+        text += FILLER
+    return text
+
+
+def run_to_first_token(engine: LLMEngine, rid: str, ids, mm, params) -> float:
+    t = time.perf_counter()
+    engine.add_request(rid, ids, params, mm)
+    while True:
+        outs = [o for o in engine.step() if o.request_id == rid]
+        if outs and outs[0].new_token_ids:
+            return time.perf_counter() - t
+
+
+def finish(engine: LLMEngine) -> None:
+    while engine.has_unfinished():
+        engine.step()
+
+
+def decode_ms_per_token(engine: LLMEngine, prompts, new_tokens: int, device) -> float:
+    params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
+    for i, (ids, mm) in enumerate(prompts):
+        engine.add_request(f"dec{i}-{time.monotonic_ns()}", ids, params, mm)
+    while any(s.num_output_tokens == 0 for s in engine.scheduler.running) or engine.scheduler.waiting:
+        engine.step()  # prefill everything first
+    sync(device)
+    t, steps = time.perf_counter(), 0
+    while engine.has_unfinished():
+        engine.step()
+        steps += 1
+    sync(device)
+    return (time.perf_counter() - t) / max(steps, 1) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=str(PRESET), help="checkpoint dir, or the preset dir with --load-format dummy")
+    ap.add_argument("--load-format", default=None, choices=[None, "auto", "dummy"])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default=None, choices=[None, "bfloat16", "float32"])
+    ap.add_argument("--frames", type=int, default=2)
+    ap.add_argument("--height", type=int, default=480)
+    ap.add_argument("--width", type=int, default=640)
+    ap.add_argument("--text-tokens", type=int, default=200)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--reference", action="store_true", help="also time transformers' Qwen3-VL generate")
+    args = ap.parse_args()
+    device = args.device
+    dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
+    fmt = args.load_format or ("dummy" if Path(args.model) == PRESET else "auto")
+    model = Qwen3VLForCausalLM.from_pretrained(args.model, dtype=dtype, device=device, load_format=fmt)
+    tok = load_tokenizer(None if fmt == "dummy" else args.model)
+    frames = np.random.RandomState(0).randint(0, 256, (args.frames, args.height, args.width, 3), dtype=np.uint8)
+    video = preprocess_video(frames, video_fps=2.0)
+    text1, text2 = user_text(tok, args.text_tokens), "And now? " + user_text(tok, args.text_tokens)
+
+    cfg = EngineConfig(max_model_len=8192, max_num_seqs=8, max_num_batched_tokens=8192, enable_prefix_caching=True,
+                       gpu_memory_utilization=0.4, kv_cache_bytes=None if device.startswith("cuda") else 256 << 20)
+    engine = LLMEngine(model, cfg, eos_token_ids=[151645], name="aura-bench")
+    stage = AuraPipelineStage(model, tok, None, Stage(stage_id=1, model=args.model))
+    one = SamplingParams(temperature=0, max_tokens=1)
+    history = [("user", "<|vision_start|><|video_pad|><|vision_end|>" + text1), ("assistant", "Okay.")]
+    rows = []
+
+    def turn(system: str, second: bool):
+        """(encode seconds, ids, mm) of turn 1 (video + text) or turn 2 (turn 1 as history + new text)."""
+        prompt = (asr2aura("", text_parts=[text2], history=history, system_prompt=system) if second
+                  else asr2aura("", vision_items=["video"], text_parts=[text1], system_prompt=system))
+        sync(device)
+        t = time.perf_counter()
+        ids, mm = stage.encode_prompt(prompt, [video])
+        sync(device)
+        return time.perf_counter() - t, ids, mm
+
+    def ttft(rid, encoded) -> tuple[float, int]:
+        enc, ids, mm = encoded
+        total = enc + run_to_first_token(engine, rid, ids, mm, one)
+        finish(engine)
+        return total, len(ids)
+
+    ttft("warmup", turn("warm-up system prompt", False))  # kernels, graphs, allocator
+    cold1, n1 = ttft("t1", turn("System prompt A.", False))
+    rows.append(dict(bench="aura_turn1_cold_ttft", prompt_tokens=n1, vision_tokens=video.num_tokens, ttft_ms=cold1 * 1000))
+    warm2, n2 = ttft("t2", turn("System prompt A.", True))  # system + turn 1 are in the prefix cache
+    cold2, _ = ttft("t2cold", turn("System prompt B.", True))  # same length, nothing cached
+    rows.append(dict(bench="aura_turn2_ttft", prompt_tokens=n2, warm_ms=warm2 * 1000, cold_ms=cold2 * 1000,
+                     speedup=cold2 / warm2, prefix_cache_hit_rate=engine.stats().get("prefix_cache_hit_rate")))
+    _, ids, mm = turn("System prompt A.", False)
+
+    for b in (1, 4):
+        ms = decode_ms_per_token(engine, [(ids, mm)] * b, args.new_tokens, device)
+        rows.append(dict(bench="aura_decode", batch=b, ms_per_token=ms))
+
+    if args.reference:
+        rows += reference_rows(args, model, video, ids, device, dtype)
+    for r in rows:
+        print(json.dumps(r), flush=True)
+
+
+def reference_rows(args, model, video, ids, device, dtype) -> list[dict]:
+    from transformers import AutoConfig, Qwen3VLForConditionalGeneration
+
+    cfg = AutoConfig.from_pretrained(args.model)
+    with torch.device(device):
+        ref = Qwen3VLForConditionalGeneration._from_config(cfg, dtype=dtype).eval()
+    rows = []
+    for b in (1, 4):
+        inputs = dict(input_ids=torch.tensor([ids] * b, device=device),
+                      attention_mask=torch.ones(b, len(ids), dtype=torch.long, device=device),
+                      pixel_values_videos=torch.cat([video.pixel_values] * b).to(device, dtype),
+                      video_grid_thw=torch.tensor([video.grid_thw] * b, device=device))
+        timings = {}
+        for n in (1, args.new_tokens):
+            with torch.inference_mode():
+                ref.generate(**inputs, max_new_tokens=n, min_new_tokens=n, do_sample=False)  # warm-up
+                sync(device)
+                t = time.perf_counter()
+                ref.generate(**inputs, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+                sync(device)
+            timings[n] = time.perf_counter() - t
+        rows.append(dict(bench="hf_qwen3vl_generate", batch=b, prompt_tokens=len(ids), ttft_ms=timings[1] * 1000,
+                         ms_per_token=(timings[args.new_tokens] - timings[1]) / (args.new_tokens - 1) * 1000))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
