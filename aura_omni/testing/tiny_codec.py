@@ -30,9 +30,9 @@ def tiny_codec_config() -> CodecConfig:
     decoder = Code2WavConfig(hidden_size=32, latent_dim=32, codebook_dim=16, decoder_dim=32, num_attention_heads=4,
                              num_key_value_heads=4, head_dim=16, intermediate_size=64, num_hidden_layers=2,
                              vector_quantization_hidden_dimension=16)
-    encoder = CodecEncoderConfig(hidden_size=32, num_filters=8, codebook_dim=16, vector_quantization_hidden_dimension=16,
-                                 upsample_groups=32, num_hidden_layers=2, intermediate_size=64, num_attention_heads=4,
-                                 num_key_value_heads=4, head_dim=8)
+    encoder = CodecEncoderConfig(hidden_size=32, num_filters=8, codebook_dim=16,
+                                 vector_quantization_hidden_dimension=16, upsample_groups=32, num_hidden_layers=2,
+                                 intermediate_size=64, num_attention_heads=4, num_key_value_heads=4, head_dim=8)
     return CodecConfig(decoder=decoder, encoder=encoder)
 
 

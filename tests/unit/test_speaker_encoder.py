@@ -26,7 +26,7 @@ def encoder() -> SpeakerEncoder:
 
 
 def test_log_mel_matches_numpy_stft():
-    """Reflect pad 384, Hann 1024 (periodic), hop 256, no centring, sqrt(|X|^2 + 1e-9), slaney mels, log(max(., 1e-5))."""
+    """Reflect pad 384, periodic Hann 1024, hop 256, no centring, sqrt(|X|^2 + 1e-9), slaney mels, log(max(., 1e-5))."""
     wav = _tone(0.5, 24000)
     y = np.pad(wav.astype(np.float64), 384, mode="reflect")
     window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(1024) / 1024)

@@ -7,6 +7,7 @@ transformers, because transformers 5.x renamed Mimi's modules; the module tree b
 checkpoint's `encoder.*` key names (transformers 4.57 layout) and qwen-tts 0.1.1's numerics: the
 transformer is plainly causal (transformers 4.57 builds Mimi's mask with `create_causal_mask`, so
 `sliding_window` 250 is not applied), convs pad with zeros, the strided downsample conv replicates edges.
+Other input rates are resampled with soxr HQ, which is what qwen-tts's librosa.resample (soxr_hq) runs.
 """
 
 import math
@@ -156,7 +157,9 @@ class MimiTransformer(nn.Module):
 
 
 class MimiCodebook(nn.Module):
-    """Nearest entry (Euclidean) of embed_sum / max(cluster_usage, 1e-5). Keys: initialized, cluster_usage, embed_sum."""
+    """Nearest entry (Euclidean) of embed_sum / max(cluster_usage, 1e-5).
+
+    Keys: initialized, cluster_usage, embed_sum (buffers, as in transformers' Mimi)."""
 
     def __init__(self, size: int, dim: int):
         super().__init__()
