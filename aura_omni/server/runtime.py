@@ -29,6 +29,7 @@ ROLE_NAMES = {ASR: "a Qwen3-ASR stage (model_stage: asr)", AURA: "an AURA stage 
 STAGE_LOADERS: dict[str, str] = {
     TALKER: "aura_omni.server.runtime:load_qwen3_tts",
     ASR: "aura_omni.asr.service:load_asr_stage",
+    AURA: "aura_omni.pipeline.aura_stage:load_aura_stage",
 }
 
 
@@ -71,6 +72,7 @@ class Runtime:
         self.deploy = deploy
         self.models: dict[str, Any] = dict(models or {})
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aura-model")
+        self._pipeline = None
 
     @classmethod
     def load(cls, deploy: DeployConfig, *, device: str | None = None, dtype: str | None = None,
@@ -99,6 +101,24 @@ class Runtime:
     @property
     def tts(self):
         return self.models.get(TALKER)
+
+    @property
+    def pipeline(self):
+        """The ASR -> AURA -> TTS orchestrator over the loaded stages, built on first use (chat, offline API)."""
+        if self._pipeline is None:
+            from ..asr.stage import AsrPipelineStage
+            from ..pipeline.orchestrator import AuraOmniPipeline
+            from ..pipeline.speech_stage import SpeechPipelineStage
+
+            asr, tts = self.models.get(ASR), self.models.get(TALKER)
+            codec = self.deploy.codec_streaming()
+            initial = min(codec.initial_codec_chunk_frames or 2, codec.codec_chunk_frames)  # 0 = dynamic: small
+            self._pipeline = AuraOmniPipeline(
+                AsrPipelineStage(asr, self.call) if asr is not None else None,
+                self.models.get(AURA),
+                SpeechPipelineStage(tts, self.iterate, initial_chunk_frames=initial,
+                                    chunk_frames=codec.codec_chunk_frames) if tts is not None else None)
+        return self._pipeline
 
     def require(self, role: str, endpoint: str) -> Any:
         """The model serving `role`, or an APIError saying what this deployment lacks."""
@@ -158,4 +178,11 @@ class Runtime:
                 future.add_done_callback(lambda f: f.exception())  # swallow "never retrieved" noise
 
     def close(self) -> None:
+        for model in self.models.values():  # e.g. the AURA engine's step thread
+            close = getattr(model, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - closing the rest matters more
+                    log.exception("closing %s failed", type(model).__name__)
         self._executor.shutdown(wait=False, cancel_futures=True)
