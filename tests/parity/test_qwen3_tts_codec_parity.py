@@ -66,6 +66,7 @@ def parity(one_thread, tmp_path_factory):
         "decode_batch": batch.numpy(),
         "encode_speech": _speechlike(1.5, 24000, 1),
         "encode_long": _speechlike(11.0, 24000, 2),  # > 250 Mimi steps: shows the encoder is not windowed
+        "latents_long": _speechlike(11.0, 24000, 2),
         "encode_at16k": _speechlike(2.0, 16000, 3),
         "sr_encode_at16k": np.array(16000),
         "xvector_speech": _speechlike(1.5, 24000, 4),
@@ -127,6 +128,16 @@ def test_encode_codes_match_reference(parity, name):
     ref = parity["ref"][f"encode_{name}"]
     assert ours.shape == ref.shape == (-(-len(wav) // 1920), 16)
     assert (ours == ref).all(), f"{(ours != ref).sum()} of {ours.size} codes differ"
+
+
+def test_encoder_latents_match_reference_past_250_steps(parity):
+    """Latents before the RVQ, tighter than codes: a 250-step attention window would move them by ~3e-5 here."""
+    wav = torch.from_numpy(parity["inputs"]["latents_long"])[None, None]
+    with torch.no_grad():
+        ours = parity["encoder"].latents(wav)[0].numpy()
+    ref = parity["ref"]["latents_long"]
+    assert ours.shape == ref.shape
+    assert np.abs(ours - ref).max() <= 1e-6
 
 
 def test_encode_resampled_input_matches_reference(parity):

@@ -255,11 +255,15 @@ class CodecEncoder(nn.Module):
         load_into(model, iter_tensors(codec_dir, "encoder."), where=f"{codec_dir} encoder", ignore=skipped)
         return model.to(device).eval()
 
-    def forward(self, wav: torch.Tensor) -> torch.Tensor:
-        """wav [B, 1, L] at 24 kHz -> codes [B, num_codebooks, ceil(L / 1920)]."""
+    def latents(self, wav: torch.Tensor) -> torch.Tensor:
+        """wav [B, 1, L] at 24 kHz -> pre-quantisation latents [B, hidden, ceil(L / 1920)]."""
         hidden = self.encoder(wav)
         hidden = self.encoder_transformer(hidden.transpose(1, 2)).transpose(1, 2)
-        return self.quantizer.encode(self.downsample(hidden))
+        return self.downsample(hidden)
+
+    def forward(self, wav: torch.Tensor) -> torch.Tensor:
+        """wav [B, 1, L] at 24 kHz -> codes [B, num_codebooks, ceil(L / 1920)]."""
+        return self.quantizer.encode(self.latents(wav))
 
     @torch.inference_mode()
     def encode(self, wav: np.ndarray | torch.Tensor, sr: int) -> torch.Tensor:

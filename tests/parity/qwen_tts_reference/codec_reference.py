@@ -10,6 +10,8 @@ Usage: python codec_reference.py --codec DIR --inputs IN.npz --out OUT.npz
 Input keys (by prefix) -> output keys:
   decode_<name>    codes [T,16] or [B,T,16] (-1 right padding) -> decode_<name>.<row> waveform
   encode_<name>    mono audio; sr from sr_encode_<name> (default 24000) -> encode_<name> codes [T,16]
+  latents_<name>   24 kHz mono audio -> latents_<name> [hidden, frames]: the Mimi encoder's output before the RVQ,
+                   computed with the steps of transformers 4.57 MimiModel._encode_frame
   xvector_<name>   mono audio; sr from sr_xvector_<name> (default 24000), resampled to 24 kHz with librosa like
                    Qwen3TTSModel.create_voice_clone_prompt -> xvector_<name> [enc_dim], resampled_<name> (24 kHz)
 """
@@ -60,6 +62,11 @@ def main() -> None:
             sr = int(inputs.get(f"sr_{key}", 24000))
             enc = tok.encode(value.astype(np.float32), sr=sr)
             out[key] = enc.audio_codes[0].cpu().numpy().astype(np.int64)
+        elif op == "latents":
+            mimi = tok.model.encoder
+            hidden = mimi.encoder(torch.from_numpy(value.astype(np.float32))[None, None])
+            hidden = mimi.encoder_transformer(hidden.transpose(1, 2), return_dict=True).last_hidden_state
+            out[key] = mimi.downsample(hidden.transpose(1, 2))[0].numpy()
         elif op == "xvector":
             if speaker is None:
                 raise SystemExit("xvector inputs need --speaker-config and --speaker-weights")
