@@ -125,6 +125,8 @@ class Qwen3TTS:
         talker = talker.to(device=device, dtype=dtype).eval()
         tokenizer = _load_tokenizer(ckpt) if (ckpt / "vocab.json").exists() else _fallback_tokenizer()
         codec_dir = ckpt / "speech_tokenizer"
+        if dummy and not (codec_dir / "config.json").exists():  # presets ship the codec config separately
+            codec_dir = PRESETS_DIR / "Qwen__Qwen3-TTS-Tokenizer-12Hz"
         code2wav = codec_encoder = speaker_encoder = None
         if (codec_dir / "config.json").exists() or dummy:
             code2wav = _load_code2wav(codec_dir, device, dummy)

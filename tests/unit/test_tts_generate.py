@@ -1,0 +1,99 @@
+"""Talker generation behaviour on a tiny CustomVoice checkpoint (codes only): seeds, batching, stopping,
+KV-cache growth, cancellation, request validation."""
+
+import pytest
+import torch
+
+from aura_omni.models.qwen3_tts.generate import TalkerRunner
+from aura_omni.models.qwen3_tts.prompt import target_template
+from aura_omni.models.qwen3_tts.sampling import CODEC_EOS
+from aura_omni.models.qwen3_tts.tts import Qwen3TTS, TTSRequest, TTSRequestError
+from aura_omni.testing.tiny_tts import write_tiny_tts
+
+
+@pytest.fixture(scope="module")
+def tts(tmp_path_factory):
+    return Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False))
+
+
+def req(**kw):
+    base = dict(text="Hello there.", task_type="CustomVoice", speaker="Vivian", language="English", max_new_tokens=6)
+    return TTSRequest(**(base | kw))
+
+
+def test_greedy_is_deterministic_and_gives_max_new_tokens_minus_one_frames(tts):
+    a = tts.generate_codes([req(do_sample=False, subtalker_dosample=False)])[0]
+    b = tts.generate_codes([req(do_sample=False, subtalker_dosample=False)])[0]
+    assert a.shape == (5, 16) and torch.equal(a, b)
+    assert int(a[:, 0].max()) < 2048 and int(a[:, 1:].max()) < 2048
+
+
+def test_seeded_sampling_does_not_depend_on_the_batch(tts):
+    alone = tts.generate_codes([req(seed=7)])[0]
+    batched = tts.generate_codes([req(text="Another, longer sentence to batch with.", speaker="Ryan", seed=1),
+                                  req(seed=7)])[1]
+    assert torch.equal(alone, batched)
+    assert not torch.equal(alone, tts.generate_codes([req(seed=8)])[0])
+
+
+def test_text_ids_passthrough_equals_text(tts):
+    ids = tts._ids(target_template("Hello there."))
+    greedy = dict(do_sample=False, subtalker_dosample=False)
+    assert torch.equal(tts.generate_codes([req(**greedy)])[0],
+                       tts.generate_codes([req(text=None, text_ids=ids, **greedy)])[0])
+
+
+def test_eos_is_banned_for_two_steps_then_stops(tts):
+    head = tts.talker.codec_head.weight
+    saved = head.data.clone()
+    try:
+        head.data[CODEC_EOS] = 50 * head.data[0].sign()  # EOS dominates every step
+        codes = tts.generate_codes([req(do_sample=False, subtalker_dosample=False, max_new_tokens=20)])[0]
+    finally:
+        head.data.copy_(saved)
+    assert codes.shape[0] == 2  # steps 0 and 1 cannot stop (min_new_tokens=2), step 2 samples EOS
+
+
+def test_one_token_budget_gives_no_frame(tts):
+    assert tts.generate_codes([req(max_new_tokens=1)])[0].shape == (0, 16)
+
+
+def test_kv_cache_grows_without_changing_results(tts):
+    greedy = dict(do_sample=False, subtalker_dosample=False, max_new_tokens=8)
+    want = tts.generate_codes([req(**greedy), req(speaker="Ryan", **greedy)])
+    tts.runner = TalkerRunner(tts.talker, tts.runner.pad_embed, block_size=4, num_blocks=1)  # rebinds the cache
+    got = tts.generate_codes([req(**greedy), req(speaker="Ryan", **greedy)])
+    alloc = tts.runner.cache.allocator
+    assert alloc.num_blocks > 1 and alloc.num_free == alloc.num_blocks  # grown, and all given back
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+
+
+def test_abandoned_stream_frees_its_cache_blocks(tts):
+    frames = tts.iter_frames([req(max_new_tokens=50)])
+    next(frames)
+    frames.close()  # client went away
+    alloc = tts.runner.cache.allocator
+    assert alloc.num_free == alloc.num_blocks
+
+
+@pytest.mark.parametrize("bad,message", [
+    (dict(text="   "), "empty"),
+    (dict(speaker="nobody"), "unknown speaker"),
+    (dict(speaker=None), "needs a speaker"),
+    (dict(language="klingon"), "unknown language"),
+    (dict(task_type="Base"), "needs a Base checkpoint"),
+    (dict(task_type="Tts"), "task_type must be"),
+    (dict(temperature=-1.0), "temperature"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(text=None, text_ids=[1, 2, 3]), "text_ids"),
+])
+def test_bad_requests_raise_a_clear_error(tts, bad, message):
+    with pytest.raises(TTSRequestError, match=message):
+        tts.validate(req(**bad))
+    assert issubclass(TTSRequestError, ValueError)
+
+
+def test_speaker_names_are_case_insensitive(tts):
+    tts.validate(req(speaker="UNCLE_FU"))
+    assert "vivian" in tts.speakers and "auto" in tts.languages and tts.model_type == "custom_voice"
