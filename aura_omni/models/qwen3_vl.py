@@ -221,7 +221,9 @@ class Qwen3VLForCausalLM(nn.Module):
         pixels = torch.cat([v.pixel_values for v in vision_inputs]).to(self.device)
         return self.visual(pixels, [v.grid_thw for v in vision_inputs])
 
-    def build_prompt(self, token_ids: list[int], vision_inputs: list[VisionInput] | None = None) -> VLPrompt:
+    def build_prompt(self, token_ids: list[int], vision_inputs: list[VisionInput] | None = None,
+                     vision_embeds: tuple[torch.Tensor, list[torch.Tensor]] | None = None) -> VLPrompt:
+        """`vision_embeds`: `encode_vision(vision_inputs)` computed earlier (e.g. cached per media item)."""
         cfg = self.config
         vision_inputs = list(vision_inputs or [])
         token_ids = [int(t) for t in token_ids]
@@ -231,7 +233,7 @@ class Qwen3VLForCausalLM(nn.Module):
         if not vision_inputs:
             return VLPrompt(token_ids, embeds, positions.to(self.device), delta)
         slots = ((ids == cfg.image_token_id) | (ids == cfg.video_token_id)).nonzero().squeeze(1)
-        visual, deepstack = self.encode_vision(vision_inputs)
+        visual, deepstack = vision_embeds if vision_embeds is not None else self.encode_vision(vision_inputs)
         if visual.shape[0] != slots.numel():  # mrope_positions already matched groups; this guards the count
             raise ValueError(f"{slots.numel()} vision placeholder tokens but {visual.shape[0]} visual embeddings")
         embeds = embeds.index_copy(0, slots, visual.to(embeds.dtype))

@@ -23,6 +23,7 @@ from aura_omni.pipeline.constants import AURA_STOP_TOKEN_IDS
 from aura_omni.pipeline.processors import VISION_PLACEHOLDER
 from aura_omni.pipeline.stage_api import AuraDelta
 from aura_omni.pipeline.stage_engine import engine_config, sampling_params
+from aura_omni.pipeline.vision_cache import VisionEmbeddingCache
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,9 @@ def expand_vision_placeholders(prompt: str, vision: list[VisionInput]) -> str:
 
 
 class AuraPipelineStage:
-    def __init__(self, model: Qwen3VLForCausalLM, tokenizer, engine: AsyncLLMEngine, stage: Stage):
+    def __init__(self, model: Qwen3VLForCausalLM, tokenizer, engine: AsyncLLMEngine | None, stage: Stage):
         self.model, self.tokenizer, self.engine, self.stage = model, tokenizer, engine, stage
+        self.vision_cache = VisionEmbeddingCache(model.encode_vision)
 
     @classmethod
     def load(cls, stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> "AuraPipelineStage":
@@ -57,7 +59,8 @@ class AuraPipelineStage:
         """Token ids + engine prompt (embeddings, MRoPE positions, DeepStack). Runs the vision encoder."""
         ids = self.tokenizer.encode(expand_vision_placeholders(prompt, vision), add_special_tokens=False)
         with torch.inference_mode():
-            return vl_request(self.model.build_prompt(ids, vision), vision)
+            encoded = self.vision_cache(vision) if vision else None
+            return vl_request(self.model.build_prompt(ids, vision, encoded), vision)
 
     async def generate(self, prompt: str, vision: list[VisionInput], *, request_id: str,
                        sampling: dict | None = None) -> AsyncIterator[AuraDelta]:
