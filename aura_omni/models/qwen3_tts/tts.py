@@ -193,7 +193,7 @@ class Qwen3TTS:
             self._check_text_ids(req.text_ids)
         elif req.text is None or not req.text.strip():
             raise TTSRequestError("input text is empty")
-        if (req.language or "").lower() not in self.languages:
+        if (req.language or "auto").lower() not in self.languages:
             raise TTSRequestError(f"unknown language {req.language!r}; supported: {self.languages}")
         if req.task_type == "CustomVoice":
             if not req.speaker:
@@ -246,7 +246,7 @@ class Qwen3TTS:
         voice = req.voice if req.task_type == "Base" else None
         icl = voice is not None and not voice.x_vector_only
         plan = plan_prompt(
-            self.config, text_ids, language=req.language,
+            self.config, text_ids, language=req.language or "auto",
             speaker=req.speaker if req.task_type == "CustomVoice" else None,
             instruct_ids=self._ids(instruct_template(instruct)) if instruct else None,
             xvector=voice is not None,
