@@ -20,6 +20,7 @@ log = logging.getLogger("aura_omni.server")
 
 # Endpoint modules under aura_omni.server, each exposing `router`: add a line to serve a new one.
 ENDPOINT_MODULES = [
+    "chat",
     "health",
     "speech",
     "transcriptions",
@@ -43,7 +44,8 @@ async def check_api_key(request: Request) -> None:
 
 def create_app(deploy_config: DeployConfig, served_model_name: str | None = None, api_key: str | None = None, *,
                runtime: Runtime | None = None, device: str | None = None, dtype: str | None = None,
-               load_format: str | None = None, allowed_local_media_path: str | Path | None = None) -> FastAPI:
+               load_format: str | None = None, allowed_local_media_path: str | Path | None = None,
+               allowed_media_domains: list[str] | None = None) -> FastAPI:
     """Build the server; loads the deploy's stage models unless a ready `runtime` is given (tests)."""
     runtime = runtime or Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
     name = served_model_name or deploy_config.stages[0].model
@@ -57,6 +59,7 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | None = None
 
     app = FastAPI(title="aura-omni", version=__version__, lifespan=lifespan, dependencies=[Depends(check_api_key)])
     app.state.server = state
+    app.state.allowed_media_domains = allowed_media_domains  # remote chat media hosts; None: $AURA_OMNI_ALLOWED_MEDIA_DOMAINS
     install_error_handlers(app)
     for module in ENDPOINT_MODULES:
         app.include_router(importlib.import_module(f"{__package__}.{module}").router)

@@ -1,0 +1,284 @@
+"""`POST /v1/chat/completions`: one AURA turn (ASR -> AURA -> Talker -> Code2Wav) in OpenAI's chat format.
+
+Messages -> turn: the last message must be the user's; its audio part (`input_audio` or `audio_url`)
+goes to ASR (no audio: ASR is skipped), its `image_url` / `video_url` parts become AURA vision inputs in
+order, and its text parts are appended to AURA's user turn after the transcript. System / developer
+messages become AURA's system prompt unless `additional_information.aura_system_prompt` is set.
+Earlier user / assistant messages become conversation history by their text only (earlier media is
+not re-processed; an assistant turn given as `audio: {id}` is resolved to the transcript we returned).
+
+Output: `message.content` is AURA's reply ("" when it chose silence); with audio requested,
+`message.audio` = {id, data (base64, requested format, 24 kHz), expires_at, transcript}. Extensions:
+`message.silent` (true when AURA emitted <|silent|>: no audio then), `message.input_transcript` (the
+ASR transcript). Streaming sends text deltas and audio deltas as they are produced (PCM16 24 kHz, or
+wav pieces when `audio.format` is wav), then a final chunk with finish_reason, the usage chunk if asked,
+and `[DONE]`. A client that goes away cancels the turn in every stage.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections import OrderedDict
+from typing import AsyncIterator
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from ..config import AURA, TALKER
+from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk
+from ..pipeline.constants import TTS_SAMPLE_RATE
+from ..pipeline.orchestrator import TurnTimeout
+from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
+from .chat_protocol import (AudioReply, AudioURLPart, ChatCompletion, ChatCompletionRequest, Choice, ImageURLPart,
+                            InputAudioPart, ReplyMessage, STREAM_AUDIO_FORMATS, TextPart, Usage, VideoURLPart)
+from .errors import APIError, error_body
+from .media_input import MediaPolicy
+from .turn_builder import TurnBuilder, TurnSpec
+
+log = logging.getLogger("aura_omni.server")
+router = APIRouter()
+
+AUDIO_TTL_S = 24 * 3600  # OpenAI: an audio reply can be referred to for 24 hours
+MAX_REMEMBERED_AUDIO = 4096  # transcripts kept for `assistant.audio.id` references (oldest dropped)
+ALLOWED_MEDIA_DOMAINS_ENV = "AURA_OMNI_ALLOWED_MEDIA_DOMAINS"  # comma-separated; remote media is off by default
+
+
+def _encoder_format(fmt: str) -> str:
+    return "pcm" if fmt == "pcm16" else fmt  # media.encode spells raw PCM16 "pcm"
+
+
+class AudioTranscripts:
+    """Transcripts of audio replies by id, so a later turn's `{"role": "assistant", "audio": {"id"}}` has text."""
+
+    def __init__(self):
+        self._items: OrderedDict[str, tuple[float, str]] = OrderedDict()
+
+    def add(self, audio_id: str, transcript: str) -> None:
+        self._items[audio_id] = (time.time() + AUDIO_TTL_S, transcript)
+        while len(self._items) > MAX_REMEMBERED_AUDIO:
+            self._items.popitem(last=False)
+
+    def get(self, audio_id: str) -> str | None:
+        item = self._items.get(audio_id)
+        return item[1] if item and item[0] > time.time() else None
+
+
+def _app_store(request: Request, name: str, factory):
+    value = getattr(request.app.state, name, None)
+    if value is None:
+        value = factory()
+        setattr(request.app.state, name, value)
+    return value
+
+
+def media_policy(request: Request) -> MediaPolicy:
+    state = request.app.state.server
+    domains = getattr(request.app.state, "allowed_media_domains", None)
+    if domains is None:
+        domains = [d for d in os.environ.get(ALLOWED_MEDIA_DOMAINS_ENV, "").split(",") if d.strip()]
+    return MediaPolicy(allowed_local_media_path=state.allowed_local_media_path,
+                       allowed_media_domains=tuple(domains))
+
+
+# ---------------------------------------------------------------------------------------------- request -> turn
+
+def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak: bool) -> TurnSpec:
+    """The chat messages and extensions as one transport-independent turn description."""
+    last = body.messages[-1]
+    if last.role != "user":
+        raise APIError(f"messages[{len(body.messages) - 1}].role: the last message must be the user's turn "
+                       f"(got {last.role!r})", param=f"messages[{len(body.messages) - 1}].role")
+    system, history = [], []
+    for i, msg in enumerate(body.messages[:-1]):
+        text = "\n".join(t.strip() for t in msg.texts() if t.strip())
+        if msg.role in ("system", "developer"):
+            system += [text] if text else []
+        elif msg.role == "assistant" and not text and msg.audio is not None:
+            text = transcripts.get(msg.audio.id) or ""
+            if not text:
+                raise APIError(f"messages[{i}].audio.id: unknown or expired audio id {msg.audio.id!r}; send the "
+                               f"assistant's text as content", param=f"messages[{i}].audio.id", code="unknown_audio_id")
+            history.append(("assistant", text))
+        elif text:
+            history.append((msg.role, text))
+    spec = TurnSpec(system_prompt="\n".join(system) or None, history=history, speak=speak,
+                    info=dict(body.additional_information or {}),
+                    voice=body.audio.voice_name if body.audio else None,
+                    stage_sampling=[p.model_dump(exclude_none=True) if p is not None else None
+                                    for p in body.sampling_params_list] if body.sampling_params_list else None,
+                    aura_sampling=body.aura_sampling())
+    where = f"messages[{len(body.messages) - 1}].content"
+    parts = [TextPart(type="text", text=last.content)] if isinstance(last.content, str) else list(last.content or [])
+    for j, part in enumerate(parts):
+        if isinstance(part, TextPart):
+            if part.text.strip():
+                spec.text_parts.append(part.text)
+        elif isinstance(part, (InputAudioPart, AudioURLPart)):
+            if spec.audio is not None:
+                raise APIError(f"{where}[{j}]: one audio part per turn", param=f"{where}[{j}]", code="too_many_audio")
+            spec.audio = part.input_audio.data if isinstance(part, InputAudioPart) else part.audio_url.url
+        elif isinstance(part, ImageURLPart):
+            spec.vision.append(("image", part.image_url.url))
+        elif isinstance(part, VideoURLPart):
+            spec.vision.append(("video", part.video_url.url))
+    if spec.audio is None and not spec.vision and not spec.text_parts:
+        raise APIError(f"{where}: the user turn is empty (send audio, an image, a video or text)", param=where,
+                       code="empty_turn")
+    return spec
+
+
+@contextlib.contextmanager
+def client_errors():
+    """What a bad request raises anywhere in the turn -> an OpenAI-style 4xx (the server stays healthy)."""
+    try:
+        yield
+    except APIError:
+        raise
+    except TurnTimeout as e:
+        raise APIError(str(e), 504, code="timeout") from None
+    except ValueError as e:  # PipelineRequestError, TTSRequestError, MediaError, AudioDecodeError, SamplingParams,
+        raise APIError(str(e), 400, code="invalid_request") from None  # PromptTooLongError, bad ASR language
+
+
+# ---------------------------------------------------------------------------------------------- endpoint
+
+@router.post("/v1/chat/completions")
+async def create_chat_completion(body: ChatCompletionRequest, request: Request):
+    state = request.app.state.server
+    state.check_model(body.model)
+    runtime = state.runtime
+    runtime.require(AURA, "/v1/chat/completions")
+    speak = ("audio" in body.modalities) if body.modalities else (TALKER in runtime.models)
+    fmt = body.audio.format if body.audio else ("pcm16" if body.stream else "wav")
+    if speak:
+        try:
+            check_format(_encoder_format(fmt), streaming=body.stream)
+        except UnsupportedFormatError:
+            allowed = STREAM_AUDIO_FORMATS if body.stream else ("wav", "pcm16", "flac", "mp3", "opus")
+            raise APIError(f"audio.format: {fmt!r} cannot be {'streamed' if body.stream else 'produced'} by this "
+                           f"server; use one of {list(allowed)}", param="audio.format",
+                           code="unsupported_format") from None
+    transcripts = _app_store(request, "chat_audio_transcripts", AudioTranscripts)
+    spec = turn_spec(body, transcripts, speak)
+    rid = f"chatcmpl-{uuid.uuid4().hex}"
+    with client_errors():
+        turn = await TurnBuilder(runtime, state.voices, media_policy(request)).build(spec, rid)
+    events = runtime.pipeline.turn(turn)
+    name = body.model or state.served_model_name
+    if not body.stream:
+        try:
+            with client_errors():
+                return await _complete(events, rid, name, speak, fmt, transcripts)
+        finally:
+            await events.aclose()
+    try:  # the first event before answering: errors up to AURA's first token are still a 4xx
+        with client_errors():
+            first = await anext(events)
+    except BaseException:
+        await events.aclose()
+        raise
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return StreamingResponse(_stream(first, events, rid, name, speak, fmt, include_usage, transcripts),
+                             media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _complete(events: AsyncIterator, rid: str, model: str, speak: bool, fmt: str,
+                    transcripts: AudioTranscripts) -> dict:
+    chunks, transcript, done = [], None, None
+    async for ev in events:
+        if isinstance(ev, AudioChunk):
+            chunks.append(ev.samples)
+        elif isinstance(ev, TranscriptReady):
+            transcript = ev.text
+        elif isinstance(ev, TurnDone):
+            done = ev
+    audio = None
+    if speak and not done.silent:
+        wav = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+        audio_id = f"audio_{uuid.uuid4().hex}"
+        audio = AudioReply(id=audio_id, data=base64.b64encode(encode_audio(wav, TTS_SAMPLE_RATE, _encoder_format(fmt))).decode(),
+                           expires_at=int(time.time()) + AUDIO_TTL_S, transcript=done.text)
+        transcripts.add(audio_id, done.text)
+    message = ReplyMessage(content=done.text, audio=audio, silent=done.silent,
+                           input_transcript=transcript if transcript is not None else (done.transcript or None))
+    usage = Usage(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens,
+                  total_tokens=done.prompt_tokens + done.completion_tokens)
+    return ChatCompletion(id=rid, model=model, choices=[Choice(message=message, finish_reason=done.finish_reason)],
+                          usage=usage).model_dump()
+
+
+def _sse(payload: dict | str) -> str:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
+
+
+async def _stream(first, events: AsyncIterator, rid: str, model: str, speak: bool, fmt: str, include_usage: bool,
+                  transcripts: AudioTranscripts) -> AsyncIterator[str]:
+    created = int(time.time())
+    audio_id = f"audio_{uuid.uuid4().hex}"
+    audio_sent = False
+
+    def chunk(delta: dict, finish_reason: str | None = None) -> str:
+        return _sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]})
+
+    def render(ev) -> str | None:
+        nonlocal audio_sent
+        if isinstance(ev, TranscriptReady):
+            return chunk({"input_transcript": ev.text})
+        if isinstance(ev, TextDelta):
+            delta = {"content": ev.text}
+            if speak:
+                delta["audio"] = {"id": audio_id, "transcript": ev.text}
+            return chunk(delta)
+        if isinstance(ev, AudioChunk):
+            data = encode_stream_chunk(ev.samples, TTS_SAMPLE_RATE, _encoder_format(fmt), first=not audio_sent)
+            audio_sent = True
+            return chunk({"audio": {"id": audio_id, "data": base64.b64encode(data).decode()}})
+        return None
+
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        done = None
+        async for ev in _prepend(first, events):
+            if isinstance(ev, TurnDone):
+                done = ev
+                break
+            out = render(ev)
+            if out:
+                yield out
+        final: dict = {}
+        if done.silent:
+            final["silent"] = True
+        elif speak:
+            final["audio"] = {"id": audio_id, "expires_at": created + AUDIO_TTL_S}
+            transcripts.add(audio_id, done.text)
+        yield chunk(final, done.finish_reason)
+        if include_usage:
+            usage = {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
+                     "total_tokens": done.prompt_tokens + done.completion_tokens}
+            yield _sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                        "choices": [], "usage": usage})
+    except TurnTimeout as e:
+        yield _sse(error_body(str(e), 504, code="timeout"))
+    except ValueError as e:
+        yield _sse(error_body(str(e), 400, code="invalid_request"))
+    except Exception as e:  # headers are sent: report in-band, keep serving others
+        log.exception("chat stream failed")
+        yield _sse(error_body(f"turn failed: {type(e).__name__}: {e}", 500))
+    finally:
+        await events.aclose()  # client gone or done: cancels every stage's work for this turn
+    yield _sse("[DONE]")
+
+
+async def _prepend(first, events: AsyncIterator) -> AsyncIterator:
+    """The event pulled before answering, then the rest (closing `events` stays with the caller)."""
+    yield first
+    async for ev in events:
+        yield ev

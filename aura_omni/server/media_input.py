@@ -1,0 +1,105 @@
+"""A request's media references -> decoded inputs, before any stage runs (bad media is a 400 up front).
+
+A reference is a data URL, bare base64, raw bytes (offline API), a server-local path (only below the
+operator's `--allowed-local-media-path`), or an http(s) URL (only for operator-allowed domains; none by
+default). Audio becomes (float32 mono, rate) for the ASR stage; images and videos become the AURA
+stage's `VisionInput`s, preprocessed with the checkpoint's own preprocessor settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..media.audio import AudioDecodeError, decode_audio
+from ..media.image import decode_image, media_bytes
+from ..media.limits import MediaError, MediaLimits
+from ..media.video import decode_video
+from ..media.vision_preprocess import VisionInput, VisionPreprocessConfig, preprocess_image
+
+MAX_INPUT_AUDIO_SECONDS = 20 * 60.0  # one user turn; longer input only queues behind the ASR stage
+
+
+@dataclass(frozen=True)
+class MediaPolicy:
+    """Where media may come from (operator settings) and how large it may be."""
+
+    allowed_local_media_path: Path | None = None
+    allowed_media_domains: tuple[str, ...] = ()
+    limits: MediaLimits = field(default_factory=MediaLimits)
+
+
+def source_bytes(source: str | bytes, kind: str, policy: MediaPolicy) -> bytes:
+    """Raw bytes of one media reference, refusing local paths and hosts the operator did not allow."""
+    if isinstance(source, str) and (source.startswith("file://") or source.startswith("/")):
+        return _read_local(source.removeprefix("file://"), kind, policy)
+    return media_bytes(source, kind, policy.limits, policy.allowed_media_domains)
+
+
+def _read_local(path: str, kind: str, policy: MediaPolicy) -> bytes:
+    root = policy.allowed_local_media_path
+    if root is None:
+        raise MediaError(f"{kind}: server-local paths are disabled (the operator can allow a folder with "
+                         f"--allowed-local-media-path); send a base64 data URL")
+    resolved = Path(path).resolve()
+    if not resolved.is_relative_to(root.resolve()):
+        raise MediaError(f"{kind}: {path} is outside the allowed media folder")
+    try:
+        data = resolved.read_bytes()
+    except OSError as e:
+        raise MediaError(f"{kind}: cannot read {path} ({e.strerror})") from None
+    policy.limits.check_bytes(len(data), kind)
+    return data
+
+
+def load_audio(source: str | bytes | tuple[np.ndarray, int], policy: MediaPolicy) -> tuple[np.ndarray, int]:
+    """User speech -> (float32 mono, sample rate). A (samples, rate) pair passes through (offline API)."""
+    if isinstance(source, tuple):
+        wav, sr = source
+        wav = np.asarray(wav, dtype=np.float32)
+        if wav.ndim == 2:
+            wav = wav.mean(axis=1)
+        if wav.ndim != 1 or wav.size == 0 or int(sr) <= 0:
+            raise AudioDecodeError(f"audio must be non-empty mono samples with a positive rate (got {wav.shape}, {sr})")
+    else:
+        wav, sr = decode_audio(source_bytes(source, "audio", policy))
+    if not np.isfinite(wav).all():
+        raise AudioDecodeError("audio contains NaN or infinite samples")
+    if len(wav) / sr > MAX_INPUT_AUDIO_SECONDS:
+        raise AudioDecodeError(f"audio is {len(wav) / sr:.0f} s; at most {MAX_INPUT_AUDIO_SECONDS:.0f} s per turn")
+    return wav, int(sr)
+
+
+@functools.lru_cache(maxsize=8)
+def vision_configs(checkpoint: str | None) -> tuple[VisionPreprocessConfig, VisionPreprocessConfig]:
+    """(image, video) preprocessing of an AURA checkpoint folder, or Qwen3-VL's defaults."""
+    out = []
+    for name, video in (("preprocessor_config.json", False), ("video_preprocessor_config.json", True)):
+        path = Path(checkpoint) / name if checkpoint else None
+        if path is not None and path.is_file():
+            out.append(VisionPreprocessConfig.from_hf(json.loads(path.read_text()), video=video))
+        else:
+            out.append(VisionPreprocessConfig.video_default() if video else VisionPreprocessConfig.image_default())
+    return out[0], out[1]
+
+
+def load_image_input(source: str | bytes | np.ndarray, policy: MediaPolicy, checkpoint: str | None) -> VisionInput:
+    """An image reference (or uint8 RGB [H, W, 3]) -> AURA vision input."""
+    rgb = source if isinstance(source, np.ndarray) else decode_image(source_bytes(source, "image", policy), policy.limits)
+    return preprocess_image(rgb, vision_configs(checkpoint)[0])
+
+
+def load_video_input(source: str | bytes, policy: MediaPolicy, checkpoint: str | None) -> VisionInput:
+    """A video file reference -> frames sampled at the checkpoint's fps -> AURA vision input."""
+    cfg = vision_configs(checkpoint)[1]
+    limits = dataclasses.replace(policy.limits, max_frames=min(cfg.max_frames, policy.limits.max_frames))
+    clip = decode_video(source_bytes(source, "video", policy), limits, cfg.fps, cfg.min_frames)
+    return clip.to_vision_input(cfg)
+
+
+MEDIA_ERRORS = (MediaError, AudioDecodeError)
