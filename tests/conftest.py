@@ -2,4 +2,4 @@ import os
 
 import torch
 
-torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+torch.set_num_threads(1)  # 2 shared cores: more threads oversubscribe next to server subprocesses
