@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One device call on the H200: install the carried wheels, then run the chosen sections; logs land in $OUT.
+#   bash scripts/gpu_check.sh tests engine aura asr tts     (default: all)
+# Needs .whl/ (scripts/fetch_gpu_wheels.sh) and, for the qwen-tts reference, .whl-ref/ (see docs/benchmarks.md).
+set -uo pipefail
+OUT=${OUT:-/tmp/aura_gpu_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+sections=${*:-tests engine aura asr tts}
+
+wheels=$(ls .whl/*.whl | grep -v -e '/av-' -e '/openai-')  # PyAV (35 MB) and the client are not needed here
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels || exit 1
+export PYTHONPATH=/tmp/site:$PWD
+if [ -d .whl-ref ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/ref_site .whl-ref/*.whl || exit 1
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
+
+run() {  # run NAME CMD...: keep going after a failure, record its status
+  local name=$1; shift
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: rc=$rc in $((SECONDS - t0)) s"
+  tail -n 25 "$OUT/$name.log"
+}
+
+for s in $sections; do
+  case $s in
+    tests) run gpu_tests python3 -m pytest -q -p no:cacheprovider tests/gpu tests/parity/test_qwen3_backbone.py ;;
+    engine) run engine_bench python3 benchmarks/engine_bench.py ;;
+    aura) run aura_bench python3 benchmarks/aura_bench.py --reference ;;
+    asr) run asr_bench python3 benchmarks/asr_throughput.py --model aura_omni/presets/Qwen__Qwen3-ASR-1.7B \
+           --load-format dummy --device cuda --concurrency 1 16 64 --reference ;;
+    tts) run tts_bench python3 benchmarks/tts_bench.py --reference-python python3 --reference-pythonpath /tmp/ref_site ;;
+    *) echo "unknown section $s" ;;
+  esac
+done
