@@ -19,8 +19,8 @@ from ..pipeline.constants import AURA_STOP_TOKEN_IDS
 from ..pipeline.processors import PipelineRequestError, TTSOptions, as_bool, first_value, tts_options
 from ..pipeline.stage_engine import sampling_params
 from ..pipeline.turn import TurnRequest
-from .media_input import MediaPolicy, load_audio, load_image_input, load_video_input
-from .voices import VoiceRegistry, decode_ref_audio
+from .media_input import MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input, load_video_input
+from .voices import MAX_REF_AUDIO_SECONDS, VoiceRegistry
 
 # sampling_params_list keys the Talker honours -> TTSRequest fields
 _TALKER_SAMPLING = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
@@ -103,9 +103,13 @@ class TurnBuilder:
                               instruct=opts.instruct, non_streaming_mode=opts.non_streaming_mode, **sampling)
         if opts.task_type == "Base":
             if opts.ref_audio is not None:
-                wav, sr = opts.ref_audio if isinstance(opts.ref_audio, tuple) else await asyncio.to_thread(
-                    decode_ref_audio, str(opts.ref_audio), self.policy.allowed_local_media_path,
-                    "additional_information.tts_ref_audio")
+                try:
+                    wav, sr = await asyncio.to_thread(load_audio, opts.ref_audio, self.policy)
+                except MEDIA_ERRORS as e:
+                    raise PipelineRequestError(f"tts_ref_audio: {e}") from None
+                if len(wav) / sr > MAX_REF_AUDIO_SECONDS:
+                    raise PipelineRequestError(f"tts_ref_audio: reference audio is {len(wav) / sr:.1f} s; at most "
+                                               f"{MAX_REF_AUDIO_SECONDS:.0f} s")
                 try:
                     voice = await self.runtime.call(tts.create_voice_prompt, wav, sr, opts.ref_text, opts.x_vector_only)
                 except TTSRequestError as e:

@@ -1,0 +1,153 @@
+"""Offline API for scripts: the server's Runtime, TurnBuilder and orchestrator without HTTP.
+
+    from aura_omni import Omni
+    omni = Omni(deploy_config="configs/aura_omni.yaml")           # device: stage `devices`, or e.g. "cpu"
+    result = omni.generate(audio="question.wav", video="clip.mp4", text="What is happening?",
+                           tts_ref_audio="me.wav", tts_ref_text="A line I said.")
+    result.text, result.audio (float32, 24 kHz), result.transcript, result.silent
+    for event in omni.stream(audio="question.wav", tts_speaker="Vivian"): ...   # TextDelta / AudioChunk / ...
+    async for event in omni.astream(...): ...
+
+Media may be a path, bytes, a data URL / base64, or decoded arrays: audio as (samples, rate), an image as
+uint8 RGB [H, W, 3]. `**options` are vLLM-Omni `additional_information` keys (aura_system_prompt,
+tts_task_type, tts_language, tts_speaker, tts_instruct, tts_ref_audio, tts_ref_text,
+tts_x_vector_only_mode, tts_pass_token_ids, tts_max_new_tokens, is_speech) or AURA sampling fields
+(temperature, top_p, top_k, max_tokens, seed, logit_bias, stop, ...). Local files are always readable here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator, Sequence
+
+import numpy as np
+
+from .config import DeployConfig, load_deploy_config
+from .pipeline.constants import TTS_SAMPLE_RATE
+from .pipeline.turn import AudioChunk, TurnDone, TurnEvent, TranscriptReady
+from .server.media_input import MediaPolicy
+from .server.runtime import Runtime
+from .server.turn_builder import TurnBuilder, TurnSpec
+
+AURA_SAMPLING_OPTIONS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "min_tokens", "seed", "logit_bias",
+                         "stop", "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty",
+                         "ignore_eos")
+_ids = itertools.count()
+
+
+@dataclass
+class OmniResult:
+    text: str  # AURA's reply ("" when silent)
+    audio: np.ndarray | None  # float32 mono at `sample_rate`; None when not spoken or silent
+    transcript: str | None  # what ASR heard (None without audio input)
+    silent: bool
+    sample_rate: int = TTS_SAMPLE_RATE
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = "stop"
+
+
+def _source(value: Any) -> Any:
+    """A path-like or an existing file path -> file bytes; everything else as given."""
+    if isinstance(value, Path) or (isinstance(value, str) and not value.startswith("data:") and len(value) < 4096
+                                   and Path(value).is_file()):
+        return Path(value).read_bytes()
+    return value
+
+
+def _many(value: Any) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)) and not (isinstance(value, tuple) and len(value) == 2
+                                                  and isinstance(value[1], int)):
+        return list(value)
+    return [value]
+
+
+class Omni:
+    def __init__(self, deploy_config: str | Path | DeployConfig, device: str | None = None, *,
+                 dtype: str | None = None, load_format: str | None = None, voices=None):
+        deploy = deploy_config if isinstance(deploy_config, DeployConfig) else load_deploy_config(deploy_config)
+        self.runtime = Runtime.load(deploy, device=device, dtype=dtype, load_format=load_format)
+        # offline scripts may read any local file (the server only below --allowed-local-media-path)
+        self.builder = TurnBuilder(self.runtime, voices, MediaPolicy(allowed_local_media_path=Path("/")))
+        self._loop = asyncio.new_event_loop()  # one loop for sync calls: the runtime's queues live on it
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="omni-loop", daemon=True)
+        self._loop_thread.start()
+
+    # ------------------------------------------------------------------ turns
+    def _spec(self, audio, images, video, text, speak, history, options) -> TurnSpec:
+        info = {k: v for k, v in options.items() if k not in AURA_SAMPLING_OPTIONS}
+        ref = info.get("tts_ref_audio")
+        if ref is not None:  # a (samples, rate) pair must survive "first value of a list"
+            info["tts_ref_audio"] = [ref] if isinstance(ref, tuple) else _source(ref)
+        sampling = {k: v for k, v in options.items() if k in AURA_SAMPLING_OPTIONS and v is not None}
+        if isinstance(sampling.get("stop"), str):
+            sampling["stop"] = [sampling["stop"]]
+        vision = [("image", _source(i)) for i in _many(images)] + [("video", _source(v)) for v in _many(video)]
+        return TurnSpec(audio=_source(audio) if audio is not None else None, vision=vision,
+                        text_parts=[text] if text else [], speak=speak, info=info, aura_sampling=sampling,
+                        history=list(history or []), voice=info.pop("voice", None))
+
+    async def astream(self, audio=None, images=None, video=None, text: str | None = None, speak: bool = True,
+                      history: Sequence[tuple[str, str]] = (), **options) -> AsyncIterator[TurnEvent]:
+        """Events of one turn: TranscriptReady, TextDelta, AudioChunk (as produced), TurnDone."""
+        spec = self._spec(audio, images, video, text, speak, history, options)
+        req = await self.builder.build(spec, f"omni-{next(_ids)}")
+        events = self.runtime.pipeline.turn(req)
+        try:
+            async for ev in events:
+                yield ev
+        finally:
+            await events.aclose()
+
+    def stream(self, *args, **kwargs) -> Iterator[TurnEvent]:
+        """`astream` as a plain iterator (runs on the Omni's own event loop); closing it cancels the turn."""
+        agen = self.astream(*args, **kwargs)
+        try:
+            while True:
+                try:
+                    yield asyncio.run_coroutine_threadsafe(anext(agen), self._loop).result()
+                except StopAsyncIteration:
+                    return
+        finally:
+            asyncio.run_coroutine_threadsafe(agen.aclose(), self._loop).result()
+
+    async def agenerate(self, audio=None, images=None, video=None, text: str | None = None, speak: bool = True,
+                        history: Sequence[tuple[str, str]] = (), **options) -> OmniResult:
+        chunks, transcript, done = [], None, None
+        async for ev in self.astream(audio, images, video, text, speak, history, **options):
+            if isinstance(ev, AudioChunk):
+                chunks.append(ev.samples)
+            elif isinstance(ev, TranscriptReady):
+                transcript = ev.text
+            elif isinstance(ev, TurnDone):
+                done = ev
+        spoken = speak and not done.silent
+        wav = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
+        return OmniResult(text=done.text, audio=wav if spoken else None, transcript=transcript, silent=done.silent,
+                          prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens,
+                          finish_reason=done.finish_reason)
+
+    def generate(self, audio=None, images=None, video=None, text: str | None = None, speak: bool = True,
+                 history: Sequence[tuple[str, str]] = (), **options) -> OmniResult:
+        """One turn, whole: AURA's text, the spoken reply (24 kHz float32), the ASR transcript, silence."""
+        coro = self.agenerate(audio, images, video, text, speak, history, **options)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        self.runtime.close()
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join(timeout=5)
+
+    def __enter__(self) -> Omni:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
