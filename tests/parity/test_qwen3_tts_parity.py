@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from aura_omni.models.qwen3_tts.prompt import target_template
 from aura_omni.models.qwen3_tts.tts import Qwen3TTS, TTSRequest
