@@ -24,6 +24,12 @@ AUDIO_FORMATS = ("wav", "pcm16", "flac", "mp3", "opus")
 STREAM_AUDIO_FORMATS = ("pcm16", "wav")  # streamed audio must be cuttable anywhere
 
 
+class StageSampling(StageSamplingParams):
+    """One `sampling_params_list` entry: the deploy file's per-stage fields plus vLLM's logit_bias."""
+
+    logit_bias: dict[str, float] | None = None
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -133,7 +139,7 @@ class ChatCompletionRequest(_Body):
     ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = None
     # vLLM-Omni extensions
-    sampling_params_list: list[StageSamplingParams | None] | None = None
+    sampling_params_list: list[StageSampling | None] | None = None
     additional_information: dict[str, Any] | None = None
     # OpenAI fields accepted only at values this server honours (else 400 naming the field)
     n: int | None = Field(None, ge=1, le=1)

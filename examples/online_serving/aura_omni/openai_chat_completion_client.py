@@ -103,9 +103,10 @@ def run(args: argparse.Namespace) -> int:
             if delta.content:
                 text += delta.content
                 print(delta.content, end="", flush=True)
-            audio = getattr(delta, "audio", None) or extra.get("audio")
-            if isinstance(audio, dict) and audio.get("data"):
-                pcm += base64.b64decode(audio["data"])
+            audio = getattr(delta, "audio", None) or extra.get("audio")  # typed in newer openai clients
+            data = audio.get("data") if isinstance(audio, dict) else getattr(audio, "data", None)
+            if data:
+                pcm += base64.b64decode(data)
         print()
     else:
         completion = client.chat.completions.create(**request)

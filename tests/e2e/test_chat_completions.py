@@ -1,0 +1,451 @@
+"""/v1/chat/completions over real HTTP with the official `openai` client, on the tiny four-stage deploys
+(ASR -> AURA -> Qwen3-TTS Base or CustomVoice -> Code2Wav).
+
+The servers run uvicorn in a thread of this process (one per deploy, module-scoped) so the tests can
+look inside the stages afterwards: the AURA engine's requests and KV blocks, the Talker's cache blocks,
+and what each stage was asked to do.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import av
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+import uvicorn
+import yaml
+from PIL import Image
+
+from aura_omni.config import load_deploy_config
+from aura_omni.media.encode import pcm16_to_float
+from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, TTS_ASSISTANT_PREFIX_IDS, TTS_ASSISTANT_SUFFIX_IDS
+from aura_omni.server.app import create_app
+
+MODEL = "aura-tiny"
+SR = 24000
+FEW = 4  # Talker frames per sentence: enough audio to decode, fast on 2 CPU cores
+API_KEY = "test-key"  # as conftest.API_KEY
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples/online_serving/aura_omni/openai_chat_completion_client.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ThreadServer:
+    """uvicorn serving `create_app(deploy)` in a daemon thread; `runtime` is the live stage models."""
+
+    def __init__(self, deploy: Path, media_root: Path | None = None):
+        self.app = create_app(load_deploy_config(deploy), MODEL, API_KEY, allowed_local_media_path=media_root)
+        self.runtime = self.app.state.server.runtime
+        self.url = f"http://127.0.0.1:{free_port()}"
+        port = int(self.url.rsplit(":", 1)[1])
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            assert time.monotonic() < deadline, "chat server did not start"
+            time.sleep(0.05)
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def base(tiny_dir, media_root):
+    server = ThreadServer(tiny_dir / "deploy.yaml", media_root)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def custom_voice(tiny_dir):
+    """The same four stages with the CustomVoice Talker (make-tiny writes only a TTS-only CustomVoice deploy)."""
+    data = yaml.safe_load((tiny_dir / "deploy.yaml").read_text())
+    for stage in data["stages"][2:]:
+        stage["model"] = "./qwen3_tts_custom_voice"
+    path = tiny_dir / "deploy_chat_customvoice.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    server = ThreadServer(path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(base):
+    return base.client()
+
+
+def xvector(ref_audio_b64: str, **more) -> dict:
+    return {"additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True,
+                                       "tts_max_new_tokens": FEW, **more}}
+
+
+def audio_part(b64: str) -> dict:
+    return {"type": "input_audio", "input_audio": {"data": b64, "format": "wav"}}
+
+
+def user(*parts) -> list[dict]:
+    return [{"role": "user", "content": list(parts)}]
+
+
+def decode_wav(b64: str) -> tuple[np.ndarray, int]:
+    wav, sr = sf.read(io.BytesIO(base64.b64decode(b64)), dtype="float32")
+    return wav, sr
+
+
+def delta_audio(chunk) -> dict:
+    """`choices[0].delta.audio` as a dict ({} when absent); newer openai clients type it, older keep extras."""
+    if not chunk.choices:
+        return {}
+    delta = chunk.choices[0].delta
+    audio = getattr(delta, "audio", None) or (delta.model_extra or {}).get("audio")
+    return audio if isinstance(audio, dict) else (audio.model_dump(exclude_none=True) if audio else {})
+
+
+class Spy:
+    """Records what a stage method was called with, then calls it."""
+
+    def __init__(self, obj, name: str):
+        self.obj, self.name, self.calls = obj, name, []
+        self.original = getattr(obj, name)
+        setattr(obj, name, self)
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return self.original(*args, **kwargs)
+
+    def restore(self):
+        setattr(self.obj, self.name, self.original)
+
+
+# ---------------------------------------------------------------------------------------------- turns
+
+def test_audio_in_gives_text_and_24khz_wav(client, ref_audio_b64):
+    start = time.time()
+    resp = client.chat.completions.create(
+        model=MODEL, modalities=["text", "audio"], audio={"voice": "ignored-with-ref", "format": "wav"},
+        messages=user(audio_part(ref_audio_b64)), max_tokens=6, seed=1, extra_body=xvector(ref_audio_b64))
+    msg = resp.choices[0].message
+    assert msg.content and msg.model_extra["silent"] is False
+    assert isinstance(msg.model_extra["input_transcript"], str)  # what the tiny ASR heard
+    assert msg.audio.id.startswith("audio_") and msg.audio.transcript == msg.content
+    assert start + 24 * 3600 - 5 <= msg.audio.expires_at <= time.time() + 24 * 3600 + 5
+    wav, sr = decode_wav(msg.audio.data)
+    assert sr == SR and 0 < len(wav) <= 8 * FEW * 1920  # at most FEW frames per spoken sentence
+    assert resp.usage.completion_tokens == 6 and resp.usage.prompt_tokens > 0
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+
+
+def test_text_only_modality_skips_tts_and_audio_less_request_skips_asr(base, client):
+    asr = Spy(base.runtime.pipeline.asr, "transcribe")
+    speech = Spy(base.runtime.pipeline.speech, "speak")
+    try:
+        resp = client.chat.completions.create(model=MODEL, modalities=["text"], messages=user(
+            {"type": "text", "text": "hello"}), max_tokens=3)
+    finally:
+        asr.restore(), speech.restore()
+    msg = resp.choices[0].message
+    assert msg.audio is None and msg.model_extra["input_transcript"] is None
+    assert asr.calls == [] and speech.calls == []
+
+
+def test_forced_silent_turn_has_no_audio(client, ref_audio_b64):
+    for extra in ({"logit_bias": {str(AURA_SILENT_TOKEN_ID): 100}},  # OpenAI field -> AURA stage
+                  {"extra_body": {**xvector(ref_audio_b64), "sampling_params_list": [
+                      {}, {"logit_bias": {str(AURA_SILENT_TOKEN_ID): 100}}]}}):  # the AURA stage's own entry
+        kwargs = {"extra_body": xvector(ref_audio_b64), **extra}
+        resp = client.chat.completions.create(model=MODEL, modalities=["text", "audio"], messages=user(
+            {"type": "text", "text": "anything?"}), max_tokens=6, **kwargs)
+        msg = resp.choices[0].message
+        assert msg.content == "" and msg.audio is None and msg.model_extra["silent"] is True
+        assert resp.choices[0].finish_reason == "stop" and resp.usage.completion_tokens == 1
+
+
+def test_system_messages_and_history_reach_the_aura_prompt(base, client):
+    aura = Spy(base.runtime.pipeline.aura, "generate")
+    try:
+        client.chat.completions.create(model=MODEL, modalities=["text"], max_tokens=2, messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": "first answer"},
+            {"role": "user", "content": [{"type": "text", "text": "second question"}]}])
+        client.chat.completions.create(model=MODEL, modalities=["text"], max_tokens=2, messages=[
+            {"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+            extra_body={"additional_information": {"aura_system_prompt": "Override."}})
+    finally:
+        aura.restore()
+    first, second = (call[0][0] for call in aura.calls)
+    assert first == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nfirst question<|im_end|>\n"
+                     "<|im_start|>assistant\nfirst answer<|im_end|>\n<|im_start|>user\nsecond question<|im_end|>\n"
+                     "<|im_start|>assistant\n")
+    assert second.startswith("<|im_start|>system\nOverride.<|im_end|>\n")
+
+
+def test_image_and_video_parts_become_aura_vision_inputs(base, client):
+    png = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 56, 3), dtype=np.uint8)).save(png, "PNG")
+    aura = Spy(base.runtime.pipeline.aura, "generate")
+    try:
+        resp = client.chat.completions.create(model=MODEL, modalities=["text"], max_tokens=2, messages=user(
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()}},
+            {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + base64.b64encode(tiny_mp4()).decode()}},
+            {"type": "text", "text": "what is this?"}))
+    finally:
+        aura.restore()
+    (prompt, vision), _ = aura.calls[0]
+    assert [v.kind for v in vision] == ["image", "video"]
+    assert "<|vision_start|><|image_pad|><|vision_end|><|vision_start|><|video_pad|><|vision_end|>what is this?" in prompt
+    assert resp.usage.prompt_tokens > vision[0].num_tokens + vision[1].num_tokens
+
+
+def tiny_mp4(frames: int = 4, fps: int = 2) -> bytes:
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for i in range(frames):
+            img = np.full((48, 64, 3), 40 * i, dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def test_token_id_passthrough_speaks_auras_ids(base, client, ref_audio_b64):
+    speech = Spy(base.runtime.pipeline.speech, "speak")
+    try:
+        resp = client.chat.completions.create(model=MODEL, messages=user({"type": "text", "text": "hi"}),
+                                              max_tokens=5, seed=3, extra_body=xvector(ref_audio_b64, tts_pass_token_ids=True))
+    finally:
+        speech.restore()
+    assert len(speech.calls) == 1  # the whole reply at once, as ids
+    (text, ids, template), _ = speech.calls[0]
+    assert ids[:3] == list(TTS_ASSISTANT_PREFIX_IDS) and ids[-5:] == list(TTS_ASSISTANT_SUFFIX_IDS)
+    assert len(ids) == 3 + 5 + 5 and text == resp.choices[0].message.content
+    assert decode_wav(resp.choices[0].message.audio.data)[0].size > 0
+
+
+def test_base_in_context_clone(base, client, ref_audio_b64):
+    speech = Spy(base.runtime.pipeline.speech, "speak")
+    try:
+        resp = client.chat.completions.create(
+            model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=4,
+            extra_body={"additional_information": {"tts_ref_audio": "data:audio/wav;base64," + ref_audio_b64,
+                                                   "tts_ref_text": "A short reference line.", "tts_max_new_tokens": FEW}})
+    finally:
+        speech.restore()
+    template = speech.calls[0][0][2]
+    assert template.task_type == "Base" and not template.voice.x_vector_only and template.voice.ref_codes.shape[0] > 0
+    wav, sr = decode_wav(resp.choices[0].message.audio.data)
+    assert sr == SR and wav.size > 0
+
+
+def test_registered_voice_by_openai_audio_voice(base, client, ref_audio_b64):
+    r = httpx.post(base.url + "/v1/audio/voices", headers=AUTH,
+                   json={"name": "chatvoice", "ref_audio": ref_audio_b64})
+    assert r.status_code == 200, r.text
+    resp = client.chat.completions.create(model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=3,
+                                          audio={"voice": "chatvoice", "format": "flac"},
+                                          extra_body={"additional_information": {"tts_max_new_tokens": FEW}})
+    wav, sr = decode_wav(resp.choices[0].message.audio.data)
+    assert sr == SR and wav.size > 0
+
+
+def test_custom_voice_speaker(custom_voice, ref_audio_b64):
+    client = custom_voice.client()
+    speech = Spy(custom_voice.runtime.pipeline.speech, "speak")
+    try:
+        resp = client.chat.completions.create(
+            model=MODEL, messages=user(audio_part(ref_audio_b64)), max_tokens=4, audio={"voice": "serena", "format": "wav"},
+            extra_body={"additional_information": {"tts_max_new_tokens": FEW}})
+    finally:
+        speech.restore()
+    assert speech.calls[0][0][2].speaker == "Serena"
+    wav, sr = decode_wav(resp.choices[0].message.audio.data)
+    assert sr == SR and wav.size > 0
+    with pytest.raises(openai.BadRequestError, match="speaker"):
+        client.chat.completions.create(model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=2,
+                                       extra_body={"additional_information": {"tts_speaker": "nobody"}})
+    with pytest.raises(openai.BadRequestError, match="Base"):
+        client.chat.completions.create(model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=2,
+                                       extra_body={"additional_information": {"tts_task_type": "Base"}})
+
+
+# ---------------------------------------------------------------------------------------------- streaming
+
+def test_stream_gives_text_and_audio_deltas_before_the_final_chunk(client, ref_audio_b64):
+    kwargs = dict(model=MODEL, messages=user(audio_part(ref_audio_b64)), max_tokens=6, seed=5,
+                  extra_body=xvector(ref_audio_b64))
+    whole = client.chat.completions.create(**kwargs).choices[0].message
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True},
+                                                 audio={"voice": "x", "format": "pcm16"}, **kwargs))
+    finals = [i for i, c in enumerate(chunks) if c.choices and c.choices[0].finish_reason]
+    audio = [i for i, c in enumerate(chunks) if c.choices and delta_audio(c).get("data")]
+    assert len(finals) == 1 and audio and max(audio) < finals[0]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.content  # same seed, same reply, streamed or not
+    pcm = b"".join(base64.b64decode(delta_audio(chunks[i])["data"]) for i in audio)
+    assert len(pcm) % 2 == 0 and np.abs(pcm16_to_float(pcm)).max() > 0
+    final = delta_audio(chunks[finals[0]])
+    assert final["id"].startswith("audio_") and final["expires_at"] > time.time()
+    heard = [c.choices[0].delta.model_extra["input_transcript"] for c in chunks
+             if c.choices and "input_transcript" in c.choices[0].delta.model_extra]
+    assert heard == [whole.model_extra["input_transcript"]]
+
+
+def test_stream_silent_turn_says_so(client, ref_audio_b64):
+    chunks = list(client.chat.completions.create(
+        model=MODEL, stream=True, messages=user({"type": "text", "text": "hm"}), max_tokens=4,
+        logit_bias={str(AURA_SILENT_TOKEN_ID): 100}, extra_body=xvector(ref_audio_b64)))
+    assert not any(delta_audio(c).get("data") for c in chunks if c.choices)
+    assert chunks[-1].choices[0].delta.model_extra.get("silent") is True
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_stream_wav_chunks_when_asked(client, ref_audio_b64):
+    chunks = list(client.chat.completions.create(
+        model=MODEL, stream=True, audio={"voice": "x", "format": "wav"}, messages=user({"type": "text", "text": "hi"}),
+        max_tokens=4, extra_body=xvector(ref_audio_b64)))
+    data = b"".join(base64.b64decode(delta_audio(c)["data"]) for c in chunks if delta_audio(c).get("data"))
+    assert data[:4] == b"RIFF" and data[8:12] == b"WAVE" and int.from_bytes(data[24:28], "little") == SR
+
+
+def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
+    aura = base.runtime.pipeline.aura
+    talker_cache = base.runtime.tts.runner.cache.allocator
+    start_free = aura.engine.stats()["free_blocks"]
+    aborts = Spy(aura.engine, "abort")
+    body = {"model": MODEL, "stream": True, "messages": user({"type": "text", "text": "talk for a while"}),
+            "max_tokens": 400, "ignore_eos": True, "seed": 7,
+            "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True,
+                                       "tts_max_new_tokens": 400}}
+    try:
+        with httpx.stream("POST", base.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():  # leave as soon as audio flows: AURA and the Talker are both busy
+                if line.startswith("data: {") and '"data"' in line:
+                    break
+    finally:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            stats = aura.engine.stats()
+            if (stats["running"] == stats["waiting"] == 0 and stats["free_blocks"] == start_free
+                    and talker_cache.num_free == talker_cache.num_blocks and not aura.engine._queues):
+                break
+            time.sleep(0.05)
+        aborts.restore()
+    stats = aura.engine.stats()
+    assert stats["running"] == 0 and stats["waiting"] == 0 and not aura.engine.engine.has_unfinished()
+    assert stats["free_blocks"] == start_free
+    assert talker_cache.num_free == talker_cache.num_blocks  # the Talker holds no sequence
+    assert [a[0][0] for a in aborts.calls if a[0][0].endswith("-aura")], "AURA was not cancelled mid-reply"
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+def test_base_without_reference_is_refused_at_once(base, client):
+    aura = Spy(base.runtime.pipeline.aura, "generate")
+    try:
+        start = time.monotonic()
+        with pytest.raises(openai.BadRequestError, match="reference") as err:
+            client.chat.completions.create(model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=4)
+        assert time.monotonic() - start < 1.0
+    finally:
+        aura.restore()
+    assert err.value.body["type"] == "invalid_request_error" and aura.calls == []
+
+
+@pytest.mark.parametrize("part,match", [
+    (audio_part("not base64!!"), "base64"),
+    (audio_part(base64.b64encode(b"RIFF....not audio").decode()), "decode audio"),
+    ({"type": "audio_url", "audio_url": {"url": "https://example.com/a.wav"}}, "not allowed"),
+    ({"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"\x89PNG garbage").decode()}},
+     "image"),
+    ({"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + base64.b64encode(b"no video here").decode()}},
+     "video"),
+    ({"type": "image_url", "image_url": {"url": "/etc/passwd"}}, "outside the allowed media folder"),
+])
+def test_bad_media_is_400_before_any_stage_runs(base, client, part, match):
+    aura = Spy(base.runtime.pipeline.aura, "generate")
+    try:
+        with pytest.raises(openai.BadRequestError, match=match):
+            client.chat.completions.create(model=MODEL, modalities=["text"], messages=user(part), max_tokens=2)
+    finally:
+        aura.restore()
+    assert aura.calls == []
+
+
+@pytest.mark.parametrize("extra,match", [
+    ({"extra_body": {"sampling_params_list": [{}, {}, {}, {}, {}]}}, "5 entries"),
+    ({"extra_body": {"sampling_params_list": [{}, {"temprature": 1}]}}, "sampling_params_list"),
+    ({"logit_bias": {"999999999": 5}}, "vocabulary"),
+    ({"extra_body": {"top_k": -5}}, "top_k"),
+    ({"n": 2}, "n"),
+    ({"audio": {"voice": "x", "format": "aac"}, "modalities": ["text", "audio"]}, "aac"),
+    ({"extra_body": {"unknown_field": 1}}, "unknown field"),
+])
+def test_bad_options_are_400(client, extra, match):
+    with pytest.raises(openai.BadRequestError, match=match):
+        client.chat.completions.create(model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=2,
+                                       **({"modalities": ["text"]} | extra))
+
+
+def test_bad_messages_are_400(client):
+    with pytest.raises(openai.BadRequestError, match="last message"):
+        client.chat.completions.create(model=MODEL, modalities=["text"], messages=[
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    with pytest.raises(openai.BadRequestError, match="empty"):
+        client.chat.completions.create(model=MODEL, modalities=["text"], messages=user({"type": "text", "text": " "}))
+    with pytest.raises(openai.BadRequestError, match="audio id"):
+        client.chat.completions.create(model=MODEL, modalities=["text"], messages=[
+            {"role": "assistant", "audio": {"id": "audio_nope"}}, {"role": "user", "content": "hi"}])
+
+
+def test_models_lists_the_served_name_and_other_models_are_404(client):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-4o-audio-preview", messages=user({"type": "text", "text": "hi"}))
+
+
+# ---------------------------------------------------------------------------------------------- example client
+
+def test_example_client_saves_text_and_wav(base, tmp_path, ref_wav_bytes):
+    ref = tmp_path / "ref.wav"
+    ref.write_bytes(ref_wav_bytes)
+    for flags, out in (([], tmp_path / "plain"), (["--stream"], tmp_path / "streamed")):
+        run = subprocess.run(
+            [sys.executable, str(EXAMPLE), "--base-url", base.url + "/v1", "--api-key", API_KEY, "--model", MODEL,
+             "--audio-path", str(ref), "--prompt", "and this text", "--tts-ref-audio", str(ref),
+             "--tts-x-vector-only-mode", "--tts-max-new-tokens", str(FEW), "--max-tokens", "4", "--seed", "1",
+             "--output-dir", str(out), *flags], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        wav, sr = sf.read(out / "reply.wav", dtype="float32")
+        assert sr == SR and wav.size > 0 and (out / "reply.txt").read_text()
+
+
+def test_health_after_all_bad_inputs(base):
+    r = httpx.get(base.url + "/health")
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    assert base.runtime.pipeline.aura.engine.stats()["running"] == 0
