@@ -303,10 +303,14 @@ def test_server_stays_healthy_and_serves_after_bad_input(client, base_server, cu
 
 def test_models_and_missing_stage_endpoints(client, base_server):
     assert [m.id for m in client.models.list().data] == ["tiny-tts"]
-    # a TTS-only deployment has no chat/transcription stages: those routes answer 4xx, never 5xx
-    for path in ("/v1/chat/completions", "/v1/audio/transcriptions"):
-        r = httpx.post(base_server.url + path, headers=AUTH, json={"model": "tiny-tts", "messages": []})
-        assert 400 <= r.status_code < 500 and "error" in r.json()
+    # a TTS-only deployment has no chat/transcription stages: those routes say what the deployment lacks
+    chat = httpx.post(base_server.url + "/v1/chat/completions", headers=AUTH,
+                      json={"model": "tiny-tts", "messages": [{"role": "user", "content": "hi"}]})
+    asr = httpx.post(base_server.url + "/v1/audio/transcriptions", headers=AUTH,
+                     files={"file": ("a.wav", b"RIFF", "audio/wav")}, data={"model": "tiny-tts"})
+    for r in (chat, asr):
+        _assert_openai_error(r, 400, None, "lacks")
+        assert r.json()["error"]["code"] == "stage_not_deployed"
 
 
 def test_concurrent_requests_each_get_their_own_answer(client, base_server, ref_audio_b64):
