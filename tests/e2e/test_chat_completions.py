@@ -337,6 +337,15 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
     talker_cache = base.runtime.tts.runner.cache.allocator
     start_free = aura.engine.stats()["free_blocks"]
     aborts = Spy(aura.engine, "abort")
+    tts, frames = base.runtime.tts, []
+    talker_frames = tts.iter_frames
+
+    def counting_frames(reqs):  # counts the Talker frames this turn produced
+        for item in talker_frames(reqs):
+            frames.append(item)
+            yield item
+
+    tts.iter_frames = counting_frames
     body = {"model": MODEL, "stream": True, "messages": user({"type": "text", "text": "talk for a while"}),
             "max_tokens": 400, "ignore_eos": True, "seed": 7,
             "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True,
@@ -356,11 +365,13 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
                 break
             time.sleep(0.05)
         aborts.restore()
+        del tts.iter_frames
     stats = aura.engine.stats()
     assert stats["running"] == 0 and stats["waiting"] == 0 and not aura.engine.engine.has_unfinished()
     assert stats["free_blocks"] == start_free
     assert talker_cache.num_free == talker_cache.num_blocks  # the Talker holds no sequence
     assert [a[0][0] for a in aborts.calls if a[0][0].endswith("-aura")], "AURA was not cancelled mid-reply"
+    assert 0 < len(frames) < 100, "the Talker was not cancelled mid-sentence"  # it may speak up to 400 frames
 
 
 # ---------------------------------------------------------------------------------------------- errors
