@@ -460,3 +460,24 @@ def test_health_after_all_bad_inputs(base):
     r = httpx.get(base.url + "/health")
     assert r.status_code == 200 and r.json()["status"] == "ok"
     assert base.runtime.pipeline.aura.engine.stats()["running"] == 0
+
+
+# ---------------------------------------------------------------------------------------------- offline API
+
+def test_offline_omni_generate_and_stream(tiny_dir, tmp_path, ref_wav_bytes):
+    from aura_omni import Omni
+
+    ref = tmp_path / "ref.wav"
+    ref.write_bytes(ref_wav_bytes)
+    with Omni(deploy_config=tiny_dir / "deploy.yaml", device="cpu") as omni:
+        spoken = omni.generate(audio=str(ref), text="and this", tts_ref_audio=str(ref), tts_x_vector_only_mode=True,
+                               tts_max_new_tokens=FEW, max_tokens=4, seed=2)
+        assert spoken.text and not spoken.silent and isinstance(spoken.transcript, str)
+        assert spoken.audio.dtype == np.float32 and spoken.audio.size > 0 and spoken.sample_rate == SR
+        silent = omni.generate(text="hm", speak=False, logit_bias={AURA_SILENT_TOKEN_ID: 100}, max_tokens=4)
+        assert silent.silent and silent.text == "" and silent.audio is None
+        image = np.random.default_rng(1).integers(0, 255, (32, 32, 3), dtype=np.uint8)
+        kinds = [type(e).__name__ for e in omni.stream(images=[image], text="what?", speak=False, max_tokens=3)]
+        assert kinds[0] == "TextDelta" and kinds[-1] == "TurnDone" and "TranscriptReady" not in kinds
+        with pytest.raises(ValueError, match="reference"):  # Base without a reference, as over HTTP
+            omni.generate(text="hi", max_tokens=2)
