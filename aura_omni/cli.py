@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="dummy: full-size architecture with random weights (benchmarks without download)")
     serve.add_argument("--allowed-local-media-path", default=None,
                        help="folder below which requests may name server-local reference audio (off by default)")
+    serve.add_argument("--allowed-media-domains", nargs="+", default=None, metavar="DOMAIN",
+                       help="hosts whose http(s) image/video/audio URLs chat requests may use (off by default)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
     tiny = sub.add_parser("make-tiny", help="write tiny random checkpoints of all four stages + deploy files")
@@ -78,7 +80,8 @@ def serve(args: argparse.Namespace) -> int:
     name = args.served_model_name or args.model or args.model_flag or deploy.stages[0].model
     try:
         app = create_app(deploy, name, args.api_key, device=args.device, dtype=args.dtype,
-                         load_format=args.load_format, allowed_local_media_path=args.allowed_local_media_path)
+                         load_format=args.load_format, allowed_local_media_path=args.allowed_local_media_path,
+                         allowed_media_domains=args.allowed_media_domains)
     except (CheckpointError, RuntimeError, ValueError) as e:
         print(f"aura-omni serve: cannot start: {e}", file=sys.stderr)
         return 1
