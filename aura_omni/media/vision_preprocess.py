@@ -245,7 +245,7 @@ def group_timestamps(frame_indices: list[int], video_fps: float, temporal_patch_
 
 def _to_frames(pixels, what: str) -> torch.Tensor:
     """uint8 [..., H, W, 3] (numpy or torch) -> uint8 [T, 3, H, W]."""
-    t = torch.as_tensor(np.asarray(pixels)) if not isinstance(pixels, torch.Tensor) else pixels
+    t = pixels if isinstance(pixels, torch.Tensor) else torch.from_numpy(np.array(pixels))  # a copy: Pillow arrays are read-only
     if t.dtype != torch.uint8 or t.shape[-1] != 3:
         raise MediaError(f"{what} must be uint8 RGB with shape [..., H, W, 3], got {t.dtype} {tuple(t.shape)}")
     return t.reshape(-1, *t.shape[-3:]).permute(0, 3, 1, 2).contiguous()
