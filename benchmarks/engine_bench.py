@@ -8,14 +8,14 @@ Backbones get random weights (like `--load-format dummy`). Each row runs B reque
 `--context`-token prompt through the real engine (scheduler, paged KV, sampler, CUDA graphs), then
 times `--steps` decode steps. The floor is the bytes a decode step must read (backbone + LM head
 weights; the KV cache read is reported separately) divided by the H200's 4.8 TB/s.
-The Talker section times one audio frame (a Talker step plus the code predictor's 15 sub-steps)
-with aura_omni/models/qwen3_tts/generate.py's TalkerRunner at batch 1, 8, 32.
+The Talker section times one audio frame through the Talker engine (engine/talker_adapter.py: a
+backbone decode step plus one frame-decoder graph with the code predictor's 15 sub-steps) at batch
+1, 8, 32, and the frame decoder alone (`predictor_ms`).
 Prints one JSON object per row, then a table.
 """
 
 import argparse
 import json
-import sys
 import time
 
 import torch
@@ -123,15 +123,15 @@ def bench_lm(name: str, args, device: torch.device, dtype: torch.dtype) -> list[
 
 
 def bench_talker(args, device: torch.device, dtype: torch.dtype) -> list[dict]:
-    """Per-frame time of Talker + code predictor through the talker's own runner (if the talker is built)."""
-    try:
-        from aura_omni.models.qwen3_tts.config import TalkerConfig
-        from aura_omni.models.qwen3_tts.generate import TalkerInput, TalkerRunner
-        from aura_omni.models.qwen3_tts.sampling import SamplingParams as TalkerSampling
-        from aura_omni.models.qwen3_tts.talker import Talker
-    except ImportError as e:
-        print(f"talker: skipped ({e})", file=sys.stderr)
-        return []
+    """Per-frame time of the Talker through its engine (engine/talker_adapter.py): one engine step = the
+    backbone decode (CUDA graph) + the frame decoder (codec head, code0 rules, 15 code-predictor steps,
+    next-input embedding: one CUDA graph). Also the frame decoder alone (`predictor_ms`)."""
+    from aura_omni.engine.talker_adapter import TalkerEngine
+    from aura_omni.models.qwen3_tts.config import TalkerConfig
+    from aura_omni.models.qwen3_tts.generate import TalkerInput
+    from aura_omni.models.qwen3_tts.sampling import SamplingParams as TalkerSampling
+    from aura_omni.models.qwen3_tts.talker import Talker
+
     if args.tiny:
         backbone = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                         head_dim=16, intermediate_size=128)
@@ -159,28 +159,48 @@ def bench_talker(args, device: torch.device, dtype: torch.dtype) -> list[dict]:
     talker.eval()
     h = cfg.hidden_size
     rows = []
-    frames = 4 if args.tiny else 20
-    for batch in ([1, 2] if args.tiny else [1, 8, 32]):
-        runner = TalkerRunner(talker, torch.zeros(h, device=device, dtype=dtype), num_blocks=batch * 8 + 8)
-        greedy = TalkerSampling(do_sample=False, subtalker_dosample=False, min_new_tokens=10_000,
-                                max_new_tokens=10_000)
-        states = [runner.start(TalkerInput(torch.randn(16, h, device=device, dtype=dtype) * 0.02,
-                                           torch.zeros(0, h, device=device, dtype=dtype), greedy))
-                  for _ in range(batch)]
-        runner.step(states)  # prefill
-        runner.step(states)  # warm-up frame
+    frames = 4 if args.tiny else 30
+    prompt = 16
+    batches = [int(b) for b in args.talker_batches.split(",")] if args.talker_batches else ([1, 2] if args.tiny else [1, 8, 32])
+    for batch in batches:
+        max_len = prompt + frames + 8
+        engine = TalkerEngine(talker, torch.zeros(h, device=device, dtype=dtype), EngineConfig(
+            max_model_len=max_len, max_num_seqs=batch, max_num_batched_tokens=prompt * batch, block_size=args.block_size,
+            num_kv_blocks=batch * -(-max_len // args.block_size) + 1, enforce_eager=args.eager,
+            cuda_graph_batch_sizes=[batch], cuda_graph_max_seq_len=max_len))
+        sampling = dict(greedy=dict(do_sample=False, subtalker_dosample=False),
+                        sampled=dict(do_sample=True, subtalker_dosample=True))[args.talker_sampling]
+        params = TalkerSampling(**sampling, min_new_tokens=10_000, max_new_tokens=10_000)  # never stops
+        sink = []
+        for i in range(batch):
+            engine.add(TalkerInput(torch.randn(prompt, h, device=device, dtype=dtype) * 0.02,
+                                   torch.zeros(0, h, device=device, dtype=dtype), params, seed=i), sink, i)
+        engine.engine.step()  # prefill
+        engine.engine.step()  # warm-up frame
         sync(device)
         t0 = time.perf_counter()
         for _ in range(frames):
-            runner.step(states)
+            outs = engine.engine.step()
+            assert len(outs) == batch and outs[0].new_extras
         sync(device)
         frame_s = (time.perf_counter() - t0) / frames
+        decoder = engine.adapter.decoder
+        hidden = torch.randn(batch, h, device=device, dtype=dtype)
+        index = torch.tensor([[s.model_state.slot for s in engine.engine.requests.values()], [frames + 2] * batch])
+        decoder.run(hidden, index)
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(frames):
+            decoder.run(hidden, index)
+        sync(device)
+        predictor_s = (time.perf_counter() - t0) / frames
         rows.append(dict(model="talker-1.7b" if not args.tiny else "talker-tiny", batch=batch,
-                         frame_ms=round(frame_s * 1e3, 3), realtime_factor=round(frame_s / 0.080, 4),
-                         device=str(device), dtype=str(dtype).removeprefix("torch.")))
+                         frame_ms=round(frame_s * 1e3, 3), predictor_ms=round(predictor_s * 1e3, 3),
+                         realtime_factor=round(frame_s / 0.080, 4), sampling=args.talker_sampling,
+                         graphs=decoder.use_graphs, device=str(device), dtype=str(dtype).removeprefix("torch.")))
         print(json.dumps(rows[-1]), flush=True)
-        for s in states:
-            runner.release(s)
+        engine.engine.runner.shutdown()
+        del engine, decoder
     return rows
 
 
@@ -194,6 +214,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--eager", action="store_true", help="no CUDA graphs")
     ap.add_argument("--no-talker", action="store_true")
+    ap.add_argument("--talker-only", action="store_true", help="only the Talker rows")
+    ap.add_argument("--talker-batches", default=None, help="comma list, default 1,8,32")
+    ap.add_argument("--talker-sampling", choices=["greedy", "sampled"], default="sampled")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default=None, help="default bfloat16 on CUDA, float32 on CPU")
     args = ap.parse_args(argv)
@@ -205,7 +228,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args.steps = args.steps or (3 if args.tiny else 50)
     rows = []
     with torch.inference_mode():
-        for name in models:
+        for name in ([] if args.talker_only else models):
             rows += bench_lm(name, args, device, dtype)
         if not args.no_talker:
             rows += bench_talker(args, device, dtype)
@@ -214,7 +237,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if "step_ms" in r:
             print(f"{r['model']:<14}{r['batch']:>6}{r['step_ms']:>10}{r['floor_ms']:>10}{r['vs_floor']:>9}{r['tokens_per_s']:>10}")
         else:
-            print(f"{r['model']:<14}{r['batch']:>6}{r['frame_ms']:>10}  ms/frame (x realtime {r['realtime_factor']})")
+            print(f"{r['model']:<14}{r['batch']:>6}{r['frame_ms']:>10}  ms/frame (x realtime {r['realtime_factor']}), "
+                  f"frame decoder {r['predictor_ms']} ms")
     return rows
 
 

@@ -1,10 +1,10 @@
 """Talker generation behaviour on a tiny CustomVoice checkpoint (codes only): seeds, batching, stopping,
-KV-cache growth, cancellation, request validation."""
+preemption under a tiny KV budget, cancellation, request validation."""
 
 import pytest
 import torch
 
-from aura_omni.models.qwen3_tts.generate import TalkerRunner
+from aura_omni.engine.config import EngineConfig
 from aura_omni.models.qwen3_tts.prompt import target_template
 from aura_omni.models.qwen3_tts.sampling import CODEC_EOS
 from aura_omni.models.qwen3_tts.tts import Qwen3TTS, TTSRequest, TTSRequestError
@@ -12,8 +12,13 @@ from aura_omni.testing.tiny_tts import write_tiny_tts
 
 
 @pytest.fixture(scope="module")
-def tts(tmp_path_factory):
-    return Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False))
+def checkpoint(tmp_path_factory):
+    return write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False)
+
+
+@pytest.fixture(scope="module")
+def tts(checkpoint):
+    return Qwen3TTS.load(checkpoint)
 
 
 def req(**kw):
@@ -58,13 +63,15 @@ def test_one_token_budget_gives_no_frame(tts):
     assert tts.generate_codes([req(max_new_tokens=1)])[0].shape == (0, 16)
 
 
-def test_kv_cache_grows_without_changing_results(tts):
+def test_tiny_kv_budget_preempts_without_changing_results(tts, checkpoint):
     greedy = dict(do_sample=False, subtalker_dosample=False, max_new_tokens=8)
-    want = tts.generate_codes([req(**greedy), req(speaker="Ryan", **greedy)])
-    tts.runner = TalkerRunner(tts.talker, tts.runner.pad_embed, block_size=4, num_blocks=1)  # rebinds the cache
-    got = tts.generate_codes([req(**greedy), req(speaker="Ryan", **greedy)])
-    alloc = tts.runner.cache.allocator
-    assert alloc.num_blocks > 1 and alloc.num_free == alloc.num_blocks  # grown, and all given back
+    reqs = [req(**greedy), req(speaker="Ryan", **greedy), req(text="A third one.", **greedy)]
+    want = tts.generate_codes(reqs)
+    small = Qwen3TTS.load(checkpoint, engine_config=EngineConfig(max_model_len=40, block_size=4, num_kv_blocks=12,
+                                                                 max_num_seqs=3))  # its own model: KV binds per model
+    got = small.generate_codes(reqs)
+    stats = small.stats()
+    assert stats["preemptions"] > 0 and stats["free_blocks"] == stats["total_blocks"]  # recomputed, all given back
     assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
@@ -72,8 +79,8 @@ def test_abandoned_stream_frees_its_cache_blocks(tts):
     frames = tts.iter_frames([req(max_new_tokens=50)])
     next(frames)
     frames.close()  # client went away
-    alloc = tts.runner.cache.allocator
-    assert alloc.num_free == alloc.num_blocks
+    stats = tts.stats()
+    assert stats["running"] == stats["waiting"] == 0 and stats["free_blocks"] == stats["total_blocks"]
 
 
 @pytest.mark.parametrize("bad,message", [

@@ -1,22 +1,28 @@
-"""Talker generation: batched prefill + decode over a paged KV cache, with the code predictor as a
-per-step hook. Built for an engine to drive: `TalkerRunner.step(states)` advances every given request
-by one talker forward (prefill for new ones, one frame for running ones, all in one flattened batch)
-and returns each new frame (16 codes) the moment it exists. `TalkerRunner.run` is the simple loop.
+"""Talker generation: the frame decoder (codec head + code0 rules + code predictor, one CUDA graph per
+batch bucket) that the engine's Talker adapter (engine/talker_adapter.py) runs after every step.
 
-Per step and request: sample code0 from the codec head (sampling.py); EOS (2150) or the
-`max_new_tokens`-th code0 ends the request without a frame (so N tokens give at most N-1 frames, as
-in qwen-tts); otherwise the code predictor fills codes 1..15 and the next talker input is the sum of
-the frame's 16 codebook embeddings plus the next trailing text embedding (<tts_pad> once exhausted).
+Per step and request: the engine runs the Talker backbone (its decode CUDA graph for decode-only
+batches); `FrameDecoder.run` samples code0 from the codec head (sampling.py rules, batched on device)
+and the code predictor fills codes 1..15. EOS (2150) or the `max_new_tokens`-th code0 ends the
+request without a frame (so N tokens give at most N-1 frames, as in qwen-tts); otherwise the next
+talker input is the sum of the frame's 16 codebook embeddings (computed in the same graph) plus the
+next trailing text embedding (<tts_pad> once exhausted).
+
+    engine = TalkerEngine(talker, pad_embed, EngineConfig(...))      # engine/talker_adapter.py
+    for i, frame in engine.frames([TalkerInput(prompt_embeds, trailing_embeds, params, seed)]): ...
 """
 
+import logging
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import torch
 
-from aura_omni.engine.kv_cache import CachedSequence, KVCache
-from aura_omni.models.qwen3_tts.sampling import SamplingParams, sample_code0, sample_subcode
+from aura_omni.engine.sequence import Sequence
+from aura_omni.models.qwen3_tts import sampling as S
+from aura_omni.models.qwen3_tts.sampling import SamplingParams
 from aura_omni.models.qwen3_tts.talker import Talker
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -28,138 +34,158 @@ class TalkerInput:
 
 
 @dataclass
-class TalkerState:
-    """One request inside the runner."""
+class TalkerRequestState:
+    """What the Talker adapter keeps per engine sequence (`Sequence.model_state`)."""
 
     request: TalkerInput
-    generator: torch.Generator
-    seq: CachedSequence = field(default_factory=CachedSequence)
-    pending: torch.Tensor | None = None  # talker input rows of the next step [q, H]
-    code0_history: list[int] = field(default_factory=list)
-    frames: list[torch.Tensor] = field(default_factory=list)  # each [16] long (on CPU)
-    finished: bool = False
-    stop_reason: str | None = None  # "eos" | "length"
+    key: int  # 32-bit sampling key (from the seed, or random)
+    slot: int | None = None  # row of the frame decoder's tables while the request lives
 
-    @property
-    def codes(self) -> torch.Tensor:
-        """All frames so far as [T, 16]."""
-        if not self.frames:
-            return torch.zeros(0, 16, dtype=torch.long)
-        return torch.stack(self.frames)
+    def text_row(self, frame: int, pad: torch.Tensor) -> torch.Tensor:
+        """Trailing text embedding added to frame `frame`'s codec embedding (<tts_pad> once exhausted)."""
+        trailing = self.request.trailing_embeds
+        return trailing[frame] if frame < trailing.shape[0] else pad
 
 
-class TalkerRunner:
-    def __init__(self, talker: Talker, pad_embed: torch.Tensor, *, block_size: int = 16, num_blocks: int = 64):
+class FrameDecoder:
+    """Codec head -> code0 -> code predictor -> next-input embedding for B rows, all on device.
+
+    Per-request state lives in slot tables (code0 history mask for the repetition penalty, sampling
+    parameters, key, the last frame's codec embedding), so a step only sends each row's slot and token
+    index. On CUDA (unless eager) each batch bucket is one captured graph, padded rows writing to a
+    scratch slot.
+    """
+
+    def __init__(self, talker: Talker, max_rows: int, *, use_graphs: bool, buckets: list[int] | None = None,
+                 fuse: bool | None = None):
         self.talker = talker
-        self.pad_embed = pad_embed.reshape(-1)  # T(<tts_pad>) [H]
-        weight = talker.codec_head.weight
-        self.device, self.dtype = weight.device, weight.dtype
+        w = talker.codec_head.weight
+        self.device, self.dtype = w.device, w.dtype
+        self.vocab = talker.config.vocab_size
         self.eos_id = talker.config.codec_eos_token_id
-        self.layers = talker.model.attention_layers()
-        self.cache = KVCache(self.layers, num_blocks, block_size, dtype=self.dtype, device=self.device)
+        self.groups = talker.config.code_predictor.num_code_groups
+        self.sub_vocab = talker.config.code_predictor.vocab_size
+        self.hidden = talker.config.hidden_size
+        cuda = self.device.type == "cuda"
+        if fuse if fuse is not None else cuda:
+            self._fuse(compile_layer=cuda)
+        self._allocate(2 * max_rows)
+        self.use_graphs = use_graphs and cuda
+        top = max(1, max_rows)
+        self.buckets = sorted({b for b in (buckets or [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128]) if b <= top} | {top})
+        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._pool = None
+        if self.use_graphs:
+            self._in_hidden = torch.zeros(self.buckets[-1], self.hidden, dtype=self.dtype, device=self.device)
+            self._in_index = torch.zeros(2, self.buckets[-1], dtype=torch.long, device=self.device)
+            for b in reversed(self.buckets):
+                self._capture(b)
 
-    def start(self, request: TalkerInput) -> TalkerState:
-        request.sampling.validate()
-        gen = torch.Generator(device=self.device)
-        if request.seed is None:
-            gen.seed()  # non-deterministic
-        else:
-            gen.manual_seed(int(request.seed))
-        return TalkerState(request=request, generator=gen, pending=request.prompt_embeds.to(self.device, self.dtype))
+    def _fuse(self, compile_layer: bool) -> None:
+        try:
+            self.talker.code_predictor.fuse(compile_layer=compile_layer)
+            if compile_layer:  # compile now (and fall back to plain fused ops if the toolchain is missing)
+                x = torch.zeros(2, 3, self.talker.config.code_predictor.backbone.hidden_size, dtype=self.dtype,
+                                device=self.device)
+                self.talker.code_predictor.forward_frame(x)
+        except Exception as e:  # noqa: BLE001 - Inductor/Triton unavailable: the uncompiled fused layer is exact too
+            log.warning("code predictor: torch.compile unavailable (%s: %s); fused eager layers", type(e).__name__, e)
+            self.talker.code_predictor.fuse(compile_layer=False)
 
-    def release(self, state: TalkerState) -> None:
-        """Give the request's cache blocks back (also for requests cancelled midway)."""
-        self.cache.release(state.seq)
+    # ------------------------------------------------------------------ slots
+    def _allocate(self, slots: int) -> None:
+        """Slot tables for `slots` requests + one scratch row; growing keeps the live rows (graphs recapture)."""
+        old = getattr(self, "num_slots", 0)
+        n = slots + 1
+        tables = dict(seen=torch.zeros(n, self.vocab, dtype=torch.bool, device=self.device),
+                      params=torch.zeros(n, S.NUM_PARAMS, dtype=torch.float32, device=self.device),
+                      keys=torch.zeros(n, dtype=torch.long, device=self.device),
+                      frame_embed=torch.zeros(n, self.hidden, dtype=self.dtype, device=self.device))
+        for name, table in tables.items():
+            if old:
+                table[:old] = getattr(self, name)[:old]
+            setattr(self, name, table)
+        self.scratch = self.num_slots = slots
+        self.free_slots = getattr(self, "free_slots", []) + list(range(old, slots))
+        self.owners: dict[int, Sequence] = getattr(self, "owners", {})
+        if old:
+            self.graphs.clear()
 
-    # ------------------------------------------------------------------ cache
-    def _ensure_capacity(self, seqs: list[CachedSequence], query_lens: list[int]) -> None:
-        """Grow the block pool (copying, block ids stay valid) when this step would exhaust it."""
-        need = sum(self.cache.blocks_needed(s, q) for s, q in zip(seqs, query_lens))
-        alloc = self.cache.allocator
-        if need <= alloc.num_free:
-            return
-        old = alloc.num_blocks
-        new = max(2 * old, old + need - alloc.num_free)
-        for layer in self.layers:
-            for name in ("k_cache", "v_cache"):
-                cur = getattr(layer, name)
-                grown = cur.new_zeros((new, *cur.shape[1:]))
-                grown[:old] = cur
-                setattr(layer, name, grown)
-        alloc.free_blocks.extend(range(old, new))
-        alloc.num_blocks = new
+    def acquire(self, seq: Sequence) -> int:
+        """A slot for a request about to sample its first code0."""
+        if not self.free_slots:
+            self.release_finished()
+        if not self.free_slots:
+            self._allocate(2 * self.num_slots)
+        slot = self.free_slots.pop()
+        state: TalkerRequestState = seq.model_state
+        self.seen[slot] = False
+        self.params[slot] = torch.tensor(S.param_row(state.request.sampling), dtype=torch.float32)
+        self.keys[slot] = state.key
+        self.owners[slot] = seq
+        state.slot = slot
+        return slot
 
-    # ------------------------------------------------------------------ step
-    @torch.no_grad()
-    def step(self, states: list[TalkerState]) -> list[tuple[TalkerState, torch.Tensor | None]]:
-        """One talker forward for every unfinished state; -> (state, new frame [16] or None if it just ended)."""
-        active = [s for s in states if not s.finished]
-        if not active:
-            return []
-        seqs = [s.seq for s in active]
-        query_lens = [s.pending.shape[0] for s in active]
-        positions = torch.cat([torch.arange(s.seq.num_cached, s.seq.num_cached + q) for s, q in zip(active, query_lens)])
-        self._ensure_capacity(seqs, query_lens)
-        meta = self.cache.metadata(seqs, query_lens)
-        hidden = self.talker(torch.cat([s.pending for s in active]), positions.to(self.device), meta)
-        last = hidden[meta.cu_seqlens_q[1:].long() - 1]  # [B, H] final-normed
-        logits = self.talker.compute_logits(last).float()
+    def release_finished(self) -> None:
+        """Give the slots of finished (or aborted) requests back."""
+        for slot, owner in list(self.owners.items()):
+            if owner.is_finished:
+                del self.owners[slot]
+                self.free_slots.append(slot)
 
-        out: list[tuple[TalkerState, torch.Tensor | None]] = []
-        going, code0s = [], []
-        for i, s in enumerate(active):
-            p = s.request.sampling
-            step = len(s.code0_history)
-            code0 = sample_code0(logits[i], s.code0_history, step, p, s.generator, self.eos_id)
-            s.code0_history.append(code0)
-            if code0 == self.eos_id or len(s.code0_history) >= p.max_new_tokens:
-                s.finished, s.stop_reason = True, "eos" if code0 == self.eos_id else "length"
-                s.pending = None
-                self.release(s)
-                out.append((s, None))
-            else:
-                going.append(i)
-                code0s.append(code0)
-        if not going:
-            return out
-
-        rows = [active[i] for i in going]
-        code0_t = torch.tensor(code0s, device=self.device)
+    # ------------------------------------------------------------------ the frame
+    def frame(self, hidden: torch.Tensor, slots: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+        """hidden [B, H] (final-normed talker states), slots / steps (token index) [B] -> codes [B, 16].
+        Also marks code0 in the rows' history masks and stores the frames' codec embeddings."""
+        p = self.params[slots]
+        keys = self.keys[slots]
+        logits = S.talker_rules_batched(self.talker.compute_logits(hidden).float(), self.seen[slots],
+                                        p[:, S.P_REP], steps < p[:, S.P_MIN_NEW], self.eos_id)
+        code0 = S.choose_batched(logits, p[:, S.P_GREEDY] > 0, p[:, S.P_TEMP], p[:, S.P_TOP_K].long(),
+                                 p[:, S.P_TOP_P], S.exponentials(keys, steps, 0, self.vocab))
+        self.seen[slots, code0] = True
+        sub_greedy, sub_k = p[:, S.S_GREEDY] > 0, p[:, S.S_TOP_K].long()
 
         def choose(g: int, sub_logits: torch.Tensor) -> torch.Tensor:
-            return torch.tensor([sample_subcode(sub_logits[j], r.request.sampling, r.generator)
-                                 for j, r in enumerate(rows)], device=self.device)
+            race = S.exponentials(keys, steps, g, self.sub_vocab)
+            return S.choose_batched(sub_logits.float(), sub_greedy, p[:, S.S_TEMP], sub_k, p[:, S.S_TOP_P], race)
 
-        rest = self.talker.code_predictor.predict(last[going], self.talker.embed_codec(code0_t), choose)
-        frames = torch.cat([code0_t[:, None], rest], dim=1)  # [b, 16]
-        next_inputs = self.talker.embed_frame(frames)
-        for j, s in enumerate(rows):
-            k = len(s.frames)  # this frame's index = the trailing text slot it consumes
-            trailing = s.request.trailing_embeds
-            text = trailing[k] if k < trailing.shape[0] else self.pad_embed
-            s.pending = (next_inputs[j] + text.to(self.device, self.dtype))[None]
-            frame = frames[j].cpu()
-            s.frames.append(frame)
-            out.append((s, frame))
-        return out
+        rest = self.talker.code_predictor.predict(hidden, self.talker.embed_codec(code0), choose)
+        codes = torch.cat([code0[:, None], rest], dim=1)
+        self.frame_embed[slots] = self.talker.embed_frame(codes)
+        return codes
 
-    def run(self, requests: list[TalkerInput]) -> Iterator[tuple[int, torch.Tensor]]:
-        """Simple batched loop: yields (request index, frame) as frames appear, until all requests end."""
-        states = [self.start(r) for r in requests]
-        index = {id(s): i for i, s in enumerate(states)}
-        try:
-            while any(not s.finished for s in states):
-                for s, frame in self.step(states):
-                    if frame is not None:
-                        yield index[id(s)], frame
-        finally:
-            for s in states:
-                if not s.finished:
-                    self.release(s)
+    def run(self, hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """index: [2, B] long (slots, token indices), any device -> codes [B, 16] on the model's device."""
+        b = hidden.shape[0]
+        if not self.use_graphs or b > self.buckets[-1]:
+            index = index.to(self.device)
+            return self.frame(hidden, index[0], index[1])
+        size = next(s for s in self.buckets if s >= b)
+        if size not in self.graphs:
+            self._capture(size)
+        self._in_hidden[:b].copy_(hidden)
+        self._in_index[:, :b].copy_(index, non_blocking=True)
+        self._in_index[0, b:size].fill_(self.scratch)
+        self._in_index[1, b:size].fill_(0)
+        graph, out = self.graphs[size]
+        graph.replay()
+        return out[:b]
 
-    def generate(self, requests: list[TalkerInput]) -> list[torch.Tensor]:
-        """All frames per request as [T_i, 16] long tensors."""
-        codes: list[list[torch.Tensor]] = [[] for _ in requests]
-        for i, frame in self.run(requests):
-            codes[i].append(frame)
-        return [torch.stack(c) if c else torch.zeros(0, 16, dtype=torch.long) for c in codes]
+    @torch.inference_mode()
+    def _capture(self, b: int) -> None:
+        self._in_index[0, :b].fill_(self.scratch)
+        self._in_index[1, :b].fill_(0)
+        args = (self._in_hidden[:b], self._in_index[0, :b], self._in_index[1, :b])
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):  # warm-up outside the graph (lazy inits, compiled kernels, cuBLAS workspaces)
+                self.frame(*args)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            out = self.frame(*args)
+        self._pool = graph.pool()
+        self.graphs[b] = (graph, out)
+        log.debug("talker frame graph captured for batch %d", b)

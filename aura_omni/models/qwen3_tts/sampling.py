@@ -104,3 +104,78 @@ def sample_code0(logits: torch.Tensor, history: list[int], step: int, params: Sa
 def sample_subcode(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
     return choose(logits.float(), params.subtalker_dosample, params.subtalker_temperature,
                   params.subtalker_top_k, params.subtalker_top_p, generator)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Batched, on device (the engine path): one call per frame for every row, no per-row Python, no host sync.
+# Per-row parameters arrive as tensors; randomness is counter-based (a hash of the request's key, its
+# token index and the codebook group), so a request's draws do not depend on its batch, its bucket
+# padding or preemption, and CUDA graphs can capture the draw.
+
+_MASK32 = 0xFFFFFFFF
+_HASH_MUL = 0x45D9F3B  # 32-bit integer hash multiplier; < 2**31, so int64 products never overflow
+
+
+def _hash32(x: torch.Tensor) -> torch.Tensor:
+    """Integer avalanche hash of int64 tensors holding 32-bit values."""
+    x = (((x >> 16) ^ x) * _HASH_MUL) & _MASK32
+    x = (((x >> 16) ^ x) * _HASH_MUL) & _MASK32
+    return (x >> 16) ^ x
+
+
+def seed_key(seed: int) -> int:
+    """32-bit sampling key of a (possibly 64-bit, possibly negative) request seed."""
+    t = torch.tensor([seed & _MASK32, (seed >> 32) & _MASK32], dtype=torch.long)
+    h = _hash32(t)
+    return int(_hash32(h[0] ^ _hash32(h[1] ^ 0x5BD1E995)))
+
+
+def exponentials(keys: torch.Tensor, steps: torch.Tensor, group: int, vocab: int) -> torch.Tensor:
+    """Exp(1) draws [B, V], a pure function of (key, token index, group, id) per element."""
+    row = _hash32(keys ^ _hash32((steps * 16 + group) & _MASK32))  # [B]
+    ids = _hash32(torch.arange(vocab, device=keys.device, dtype=torch.long) + 0x3C6EF372)
+    bits = _hash32(row[:, None] ^ ids[None, :])
+    uniform = ((bits >> 8).float() + 0.5) * (1.0 / (1 << 24))  # in (0, 1)
+    return -torch.log(uniform)
+
+
+def talker_rules_batched(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor, ban_eos: torch.Tensor,
+                         eos_id: int = CODEC_EOS) -> torch.Tensor:
+    """`talker_logit_rules` on [B, V] float logits: seen [B, V] bool (code0 history), penalty [B], ban_eos [B]."""
+    vocab = logits.shape[-1]
+    rep = penalty[:, None]
+    logits = torch.where(seen, torch.where(logits < 0, logits * rep, logits / rep), logits)
+    ids = torch.arange(vocab, device=logits.device)
+    is_eos = (ids == eos_id)[None, :]
+    banned = ((ids >= vocab - SUPPRESSED_SPAN)[None, :] & ~is_eos) | (is_eos & ban_eos[:, None])
+    return logits.masked_fill(banned, float("-inf"))
+
+
+def choose_batched(logits: torch.Tensor, greedy: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                   top_p: torch.Tensor, race: torch.Tensor) -> torch.Tensor:
+    """`choose` for every row at once: greedy rows take the exact argmax; the others temperature -> top-k ->
+    top-p (HF semantics) -> a categorical draw by the exponential race argmax(p / E) with E = `race`."""
+    vocab = logits.shape[-1]
+    greedy_ids = logits.argmax(-1)
+    t = torch.where(greedy | (temperature <= 0), torch.ones_like(temperature), temperature)
+    ranked, order = (logits / t[:, None]).sort(dim=-1, descending=True, stable=True)
+    k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab)).clamp(1, vocab)
+    kth = ranked.gather(1, (k - 1)[:, None])
+    ranked = ranked.masked_fill(ranked < kth, float("-inf"))  # HF top-k keeps ties with the k-th
+    probs = ranked.softmax(-1)
+    # HF top-p drops an id once the ids ranked above it hold top_p of the mass (the first is always kept)
+    probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p[:, None], 0.0)
+    pick = (probs / race.gather(1, order)).argmax(-1, keepdim=True)
+    return torch.where(greedy, greedy_ids, order.gather(1, pick)[:, 0])
+
+
+# per-row parameter columns of `param_row` (float32), read on device by the frame decoder
+P_GREEDY, P_TEMP, P_TOP_K, P_TOP_P, P_REP, P_MIN_NEW, S_GREEDY, S_TEMP, S_TOP_K, S_TOP_P = range(10)
+NUM_PARAMS = 10
+
+
+def param_row(p: SamplingParams) -> list[float]:
+    """The request's code0 and sub-talker parameters as one row (see P_* / S_* columns)."""
+    return [float(not p.do_sample or p.temperature == 0), p.temperature, p.top_k, p.top_p, p.repetition_penalty,
+            p.min_new_tokens, float(not p.subtalker_dosample or p.subtalker_temperature == 0),
+            p.subtalker_temperature, p.subtalker_top_k, p.subtalker_top_p]

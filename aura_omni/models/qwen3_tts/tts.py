@@ -5,12 +5,11 @@ generate codec frames (batched), decode them to 24 kHz audio whole or as a strea
     wav = tts.synthesize(TTSRequest(text="Hello.", task_type="CustomVoice", speaker="Vivian"))
     for chunk in tts.stream(req): ...      # first chunk after `initial_chunk_frames` frames
 
-Talker steps of concurrent calls are serialised by one lock (one paged KV cache per model), so
-several streams may be consumed from different threads; each request keeps its own cache blocks,
-sampling generator and decoder state.
+All calls share one Talker engine per model (engine/talker_adapter.py): concurrent streams, consumed
+from any threads, are continuously batched into the same decode steps; each request keeps its own
+KV blocks, sampling key and decoder state, and closing a stream aborts its request.
 """
 
-import threading
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterator
@@ -20,7 +19,10 @@ import torch
 
 from aura_omni.models.loader import CheckpointError, init_dummy, iter_tensors, load_into, resolve_checkpoint
 from aura_omni.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
-from aura_omni.models.qwen3_tts.generate import TalkerInput, TalkerRunner, TalkerState
+from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.llm_engine import PromptTooLongError
+from aura_omni.engine.talker_adapter import TalkerEngine
+from aura_omni.models.qwen3_tts.generate import TalkerInput
 from aura_omni.models.qwen3_tts.prompt import (embed_prompt, instruct_template, plan_prompt, ref_template,
                                                target_template)
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
@@ -30,6 +32,16 @@ SAMPLE_RATE = 24000  # Code2Wav output rate
 SAMPLES_PER_FRAME = 1920  # 24000 / 12.5 frames per second
 TASK_TYPES = {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
 PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
+GiB = 1 << 30
+
+
+def default_engine_config(device: str | torch.device) -> EngineConfig:
+    """Talker engine defaults: 32 concurrent requests, 8192 tokens each (prompt + max_new_tokens); on CUDA a
+    4 GiB KV budget (~36k tokens for the 1.7B) and decode graphs over up to 2048 tokens of context."""
+    cuda = torch.device(device).type == "cuda"
+    return EngineConfig(max_model_len=8192, max_num_seqs=32, max_num_batched_tokens=8192,
+                        kv_cache_bytes=4 * GiB if cuda else None, cuda_graph_batch_sizes=[1, 2, 4, 8, 16, 24, 32],
+                        cuda_graph_max_seq_len=2048)
 
 
 class TTSRequestError(ValueError):
@@ -90,7 +102,8 @@ def preset_dir(model: str) -> Path | None:
 
 class Qwen3TTS:
     def __init__(self, config: Qwen3TTSConfig, talker: Talker, tokenizer, *, code2wav=None, codec_encoder=None,
-                 speaker_encoder=None, defaults: GenerationDefaults | None = None):
+                 speaker_encoder=None, defaults: GenerationDefaults | None = None,
+                 engine_config: EngineConfig | None = None):
         self.config = config
         self.talker = talker.eval()
         self.tokenizer = tokenizer
@@ -100,13 +113,13 @@ class Qwen3TTS:
         self.defaults = defaults or GenerationDefaults()
         with torch.no_grad():
             pad = talker.embed_text(torch.tensor([config.tts_pad_token_id], device=talker.codec_head.weight.device))
-        self.runner = TalkerRunner(talker, pad)
-        self._lock = threading.Lock()
+        device = talker.codec_head.weight.device
+        self.engine = TalkerEngine(talker, pad, engine_config or default_engine_config(device), name="talker")
 
     # ------------------------------------------------------------------ loading
     @classmethod
     def load(cls, model: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-             load_format: str = "auto") -> "Qwen3TTS":
+             load_format: str = "auto", engine_config: EngineConfig | None = None) -> "Qwen3TTS":
         """A local checkpoint directory or a Hugging Face repo id. `load_format="dummy"`: the full-size
         architecture with random weights (config from the directory, or from presets/ for a repo id)."""
         if load_format not in ("auto", "safetensors", "dummy"):
@@ -135,7 +148,8 @@ class Qwen3TTS:
         if config.tts_model_type == "base":
             speaker_encoder = _load_speaker_encoder(ckpt, config, device, dummy)
         return cls(config, talker, tokenizer, code2wav=code2wav, codec_encoder=codec_encoder,
-                   speaker_encoder=speaker_encoder, defaults=GenerationDefaults.from_dir(ckpt))
+                   speaker_encoder=speaker_encoder, defaults=GenerationDefaults.from_dir(ckpt),
+                   engine_config=engine_config)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -259,22 +273,17 @@ class Qwen3TTS:
 
     # ------------------------------------------------------------------ generation
     def iter_frames(self, reqs: list[TTSRequest]) -> Iterator[tuple[int, torch.Tensor]]:
-        """(request index, frame [16]) as soon as each frame exists; all requests batched per step."""
+        """(request index, frame [16]) as soon as each frame exists; batched with every other caller's
+        requests. Closing the iterator early aborts the unfinished requests (their KV blocks are freed)."""
         inputs = [self._talker_input(r) for r in reqs]
-        states: list[TalkerState] = [self.runner.start(i) for i in inputs]
-        index = {id(s): i for i, s in enumerate(states)}
         try:
-            while any(not s.finished for s in states):
-                with self._lock:
-                    events = self.runner.step(states)
-                for s, frame in events:
-                    if frame is not None:
-                        yield index[id(s)], frame
-        finally:  # cancelled (client gone) or failed: free the cache blocks
-            with self._lock:
-                for s in states:
-                    if not s.finished:
-                        self.runner.release(s)
+            yield from self.engine.frames(inputs)
+        except PromptTooLongError as e:
+            raise TTSRequestError(str(e)) from e
+
+    def stats(self) -> dict[str, float]:
+        """Talker engine stats: running, waiting, free_blocks, total_blocks, ..."""
+        return self.engine.stats()
 
     def generate_codes(self, reqs: list[TTSRequest]) -> list[torch.Tensor]:
         """Codec frames per request, [T_i, 16] long (without any reference codes)."""

@@ -1,0 +1,180 @@
+"""The Talker on LLMEngine: its `ModelAdapter` and `TalkerEngine`, the one engine per model that every
+caller shares (continuous batching of concurrent TTS streams).
+
+    engine = TalkerEngine(talker, pad_embed, EngineConfig(...))
+    for i, frame in engine.frames([TalkerInput(prompt_embeds, trailing_embeds, params, seed)]): ...
+
+`frames()` is a plain iterator that may be consumed from any thread: whichever consumer finds its
+queue empty steps the engine for everybody under one lock, so concurrent HTTP streams share decode
+steps; closing the iterator aborts its requests, which frees their KV blocks at once.
+Engine-level params are plain greedy with `max_tokens` (= max_new_tokens) and EOS 2150; code0 follows the Talker's
+own rules (qwen3_tts/sampling.py: repetition penalty over the output code0s, suppressed control ids,
+EOS banned for min_new_tokens = 2 steps, temperature/top-k/top-p, per-request counter-based draws).
+"""
+
+import collections
+import itertools
+import secrets
+import threading
+from typing import Iterator
+
+import torch
+
+from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.llm_engine import LLMEngine
+from aura_omni.engine.model_api import StepInputs
+from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.engine.sequence import MultimodalPrompt
+from aura_omni.models.qwen3_tts.generate import FrameDecoder, TalkerInput, TalkerRequestState
+from aura_omni.models.qwen3_tts.sampling import seed_key
+from aura_omni.models.qwen3_tts.talker import Talker
+
+
+class TalkerAdapter:
+    """`ModelAdapter` of the Talker for LLMEngine (engine/model_api.py).
+
+    Prompt = the facade's prompt embeddings (`MultimodalPrompt`, never prefix-cached); the input of
+    output token j = embed_frame(its 16 codes) + trailing text row j (or <tts_pad>). `sample` runs the
+    frame decoder (code0 + codes 1..15 in one graph replay); `after_sample` hands each row's 16 codes
+    back as the token's `extra`.
+    """
+
+    def __init__(self, talker: Talker, pad_embed: torch.Tensor, decoder: FrameDecoder):
+        self.model = talker
+        self.backbone = talker.model
+        self.decoder = decoder
+        self.pad = pad_embed.reshape(-1).to(decoder.device, decoder.dtype)
+        self._codes: torch.Tensor | None = None
+
+    def build_inputs(self, pieces, device: torch.device):
+        rows, positions = [], []
+        for piece in pieces:
+            seq, s, e = piece.seq, piece.start, piece.end
+            if s < seq.prompt_len:
+                rows.append(seq.mm.embeds[s:min(e, seq.prompt_len)].to(device, self.decoder.dtype))
+            if e > seq.prompt_len:  # recomputed outputs (after preemption): their frames + text
+                frames = range(max(s, seq.prompt_len) - seq.prompt_len, e - seq.prompt_len)
+                codes = torch.stack([seq.output_extras[j] for j in frames]).to(device)
+                text = torch.stack([seq.model_state.text_row(j, self.pad) for j in frames]).to(device, self.decoder.dtype)
+                rows.append(self.model.embed_frame(codes) + text)
+            positions.append(torch.arange(s, e))
+        return StepInputs(torch.cat(rows), torch.cat(positions).to(device))
+
+    def decode_inputs(self, seqs, device: torch.device):
+        slots = torch.tensor([s.model_state.slot for s in seqs], dtype=torch.long)
+        text = torch.stack([s.model_state.text_row(s.num_output_tokens - 1, self.pad) for s in seqs])
+        pos = torch.tensor([s.num_tokens - 1 for s in seqs], dtype=torch.long)
+        embeds = self.decoder.frame_embed[slots.to(device)] + text.to(device, self.decoder.dtype)
+        return StepInputs(embeds, pos.to(device))
+
+    def compute_logits(self, hidden: torch.Tensor, seqs) -> torch.Tensor:
+        """The Talker samples code0 itself (its rules, on device, in the frame graph together with the code
+        predictor) and hands the engine a one-hot row: its params are plain greedy, so the engine's argmax
+        takes exactly that code. Without sequences (the engine's start-up memory probe): the codec head."""
+        if not seqs:
+            return self.model.compute_logits(hidden)
+        code0 = self.sample(hidden, seqs)
+        return torch.full((code0.shape[0], self.decoder.vocab), float("-inf"), device=code0.device).scatter_(
+            1, code0[:, None], 0.0)
+
+    def sample(self, hidden: torch.Tensor, seqs) -> torch.Tensor:
+        """code0 [B] of every row; codes 1..15 wait in `_codes` for after_sample."""
+        for s in seqs:
+            if s.model_state.slot is None:
+                self.decoder.acquire(s)
+        index = torch.tensor([[s.model_state.slot for s in seqs], [s.num_output_tokens for s in seqs]],
+                             dtype=torch.long)
+        self._codes = self.decoder.run(hidden, index)
+        return self._codes[:, 0]
+
+    def after_sample(self, seqs, hidden, token_ids):
+        codes, self._codes = self._codes.cpu(), None
+        return list(codes.unbind(0))
+
+
+_request_ids = itertools.count()
+
+
+class TalkerEngine:
+    """One LLMEngine over the Talker, shared by every caller (see the module docstring)."""
+
+    def __init__(self, talker: Talker, pad_embed: torch.Tensor, config: EngineConfig, name: str = "talker"):
+        cuda = talker.codec_head.weight.device.type == "cuda"
+        decoder = FrameDecoder(talker, config.max_num_seqs, use_graphs=cuda and not config.enforce_eager,
+                               buckets=config.cuda_graph_batch_sizes)
+        self.adapter = TalkerAdapter(talker, pad_embed, decoder)
+        self.engine = LLMEngine(self.adapter, config, eos_token_ids=[talker.config.codec_eos_token_id], name=name)
+        self._lock = threading.Lock()
+        self._sinks: dict[str, collections.deque] = {}
+
+    def add(self, inp: TalkerInput, sink: collections.deque, tag) -> str:
+        """Queue one request (call under the lock); its outputs go to `sink` as (tag, RequestOutput)."""
+        inp.sampling.validate()
+        rid = f"talker-{next(_request_ids)}"
+        params = SamplingParams(temperature=0, max_tokens=inp.sampling.max_new_tokens)
+        seq = self.engine.add_request(rid, None, params, MultimodalPrompt(inp.prompt_embeds))
+        key = seed_key(inp.seed) if inp.seed is not None else secrets.randbits(32)
+        seq.model_state = TalkerRequestState(inp, key)
+        self._sinks[rid] = (sink, tag)
+        return rid
+
+    def abort(self, rid: str) -> None:
+        self._sinks.pop(rid, None)
+        self.engine.abort(rid)
+
+    def _step(self) -> None:
+        """One engine step for everybody (call under the lock)."""
+        try:
+            outputs = self.engine.step()
+        except Exception as e:  # noqa: BLE001 - hand the failure to every waiting caller instead of hanging them
+            for rid, (sink, tag) in list(self._sinks.items()):
+                self.abort(rid)
+                sink.append((tag, e))
+            return
+        for out in outputs:
+            target = self._sinks.get(out.request_id)
+            if target is not None:
+                target[0].append((target[1], out))
+                if out.finished:
+                    del self._sinks[out.request_id]
+        self.adapter.decoder.release_finished()
+
+    def frames(self, inputs: list[TalkerInput]) -> Iterator[tuple[int, torch.Tensor]]:
+        """(input index, frame [16] long on CPU) as each frame appears, until every request ends."""
+        sink: collections.deque = collections.deque()
+        rids: list[str] = []
+        with self._lock:
+            try:
+                for i, inp in enumerate(inputs):
+                    rids.append(self.add(inp, sink, i))
+            except Exception:  # a bad request: none of this call's requests run
+                for rid in rids:
+                    self.abort(rid)
+                raise
+        live = set(range(len(inputs)))
+        try:
+            while live:
+                if not sink:
+                    with self._lock:
+                        if not sink:
+                            self._step()
+                    continue
+                i, out = sink.popleft()
+                if isinstance(out, BaseException):
+                    live.clear()
+                    raise out
+                if out.finished:
+                    live.discard(i)
+                    continue  # the final token (EOS or the budget's last) carries no frame
+                for frame in out.new_extras:
+                    yield i, frame
+        finally:  # closed early (client gone) or failed: free the unfinished requests' blocks now
+            if live:
+                with self._lock:
+                    for i in live:
+                        self.abort(rids[i])
+                    self.adapter.decoder.release_finished()
+
+    def stats(self) -> dict[str, float]:
+        with self._lock:
+            return self.engine.stats()
