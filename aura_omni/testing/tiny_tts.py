@@ -94,6 +94,20 @@ def tiny_talker_weights(cfg: dict, seed: int = 0) -> dict[str, torch.Tensor]:
     return {f"talker.{k}": v.contiguous() for k, v in talker.state_dict().items()}
 
 
+def write_tts_files(out_dir: Path, cfg: dict, tensors: dict[str, torch.Tensor]) -> Path:
+    """The main files of a Qwen3-TTS 12 Hz checkpoint of any size (everything but speech_tokenizer/):
+    model.safetensors from `tensors`, config.json from `cfg`, the real generation and preprocessor
+    configs, and the Qwen tokenizer with the TTS added tokens."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    (out / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2))
+    (out / "preprocessor_config.json").write_text(json.dumps({"processor_class": "Qwen3TTSProcessor"}, indent=2))
+    write_qwen_tokenizer(out, TTS_EXTRA_TOKENS)
+    return out
+
+
 def write_tiny_tts(out_dir: Path, kind: str = "custom_voice", seed: int = 0, *, with_codec: bool = True) -> Path:
     """Write a tiny checkpoint of `kind` ("base" | "custom_voice" | "voice_design") into `out_dir`.
     `with_codec=False` leaves out speech_tokenizer/ (talker-only tests)."""
@@ -106,11 +120,7 @@ def write_tiny_tts(out_dir: Path, kind: str = "custom_voice", seed: int = 0, *, 
 
         cfg["speaker_encoder_config"], speaker = tiny_speaker_encoder_weights(cfg["talker_config"]["hidden_size"], seed)
         tensors.update(speaker)
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    (out / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2))
-    (out / "preprocessor_config.json").write_text(json.dumps({"processor_class": "Qwen3TTSProcessor"}, indent=2))
-    write_qwen_tokenizer(out, TTS_EXTRA_TOKENS)
+    write_tts_files(out, cfg, tensors)
     if with_codec:
         from aura_omni.testing.tiny_codec import write_tiny_codec
 
