@@ -34,7 +34,8 @@ for s in $sections; do
     aura) run aura_bench python3 benchmarks/aura_bench.py --reference ;;
     asr) run asr_bench python3 benchmarks/asr_throughput.py --model aura_omni/presets/Qwen__Qwen3-ASR-1.7B \
            --load-format dummy --device cuda --concurrency 1 16 64 --reference ;;
-    tts) run tts_bench python3 benchmarks/tts_bench.py --reference-python python3 --reference-pythonpath /tmp/ref_site ;;
+    tts) run tts_bench python3 benchmarks/tts_bench.py --reference-pythonpath /tmp/ref_site --jsonl "$OUT/tts_bench.jsonl"
+         cp /tmp/tts_bench/reference_stderr.log "$OUT/" 2>/dev/null ;;
     *) echo "unknown section $s" ;;
   esac
 done
