@@ -14,6 +14,9 @@ from safetensors import safe_open
 from torch import nn
 
 
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be found or does not match the model: the message says what to do."""
 
@@ -35,6 +38,19 @@ def resolve_checkpoint(model: str | os.PathLike, allow_patterns: list[str] | Non
             f"Without network, download it elsewhere (`huggingface-cli download {model} --local-dir DIR`) "
             f"and point the deploy YAML's `model:` at DIR."
         ) from e
+
+
+def dummy_config_dir(model: str | os.PathLike) -> Path:
+    """Where `--load-format dummy` reads config.json: a local checkpoint dir, else the shipped preset of a
+    released checkpoint (presets/<org>__<name>/, the real config.json of e.g. Qwen/Qwen3-ASR-1.7B)."""
+    local = Path(model)
+    if (local / "config.json").exists():
+        return local
+    preset = PRESETS_DIR / str(model).replace("/", "__")
+    if not (preset / "config.json").exists():
+        known = sorted(p.name.replace("__", "/") for p in PRESETS_DIR.iterdir() if (p / "config.json").exists())
+        raise CheckpointError(f"--load-format dummy: no config.json in {model!r} and no preset for it (known: {known})")
+    return preset
 
 
 def read_json(path: Path) -> dict:

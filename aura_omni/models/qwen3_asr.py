@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from aura_omni.models.loader import CheckpointError, init_dummy, iter_tensors, load_into, read_json, resolve_checkpoint
+from aura_omni.models.loader import (CheckpointError, dummy_config_dir, init_dummy, iter_tensors, load_into, read_json,
+                                    resolve_checkpoint)
 from aura_omni.models.qwen3 import Qwen3Config, Qwen3Model
 from aura_omni.models.qwen3_asr_encoder import AudioEncoderConfig, Qwen3ASRAudioEncoder, sinusoid_table, TOKENS_PER_CHUNK
 from aura_omni.layers.rotary import RotaryEmbedding
 
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 AUDIO_PAD_ID = 151676  # thinker_config.audio_token_id (<|audio_pad|>)
 EOS_TOKEN_IDS = (151645, 151643)  # generation_config.json: <|im_end|>, <|endoftext|>
 
@@ -163,14 +163,7 @@ class Qwen3ASR(nn.Module):
 
 def preset_config_path(model: str | Path) -> Path:
     """Config for --load-format dummy: a local dir's config.json, else presets/<org>__<name>/config.json."""
-    local = Path(model) / "config.json"
-    if local.exists():
-        return local
-    preset = PRESETS_DIR / str(model).replace("/", "__") / "config.json"
-    if not preset.exists():
-        known = sorted(p.name.replace("__", "/") for p in PRESETS_DIR.iterdir() if (p / "config.json").exists())
-        raise CheckpointError(f"no preset config for {model!r} (known: {known})")
-    return preset
+    return dummy_config_dir(model) / "config.json"
 
 
 def load_generation_eos(ckpt: Path | None) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ from torch import nn
 from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.layers.rotary import RotaryEmbedding
 from aura_omni.media.vision_preprocess import VisionInput
-from aura_omni.models.loader import init_dummy, iter_tensors, load_into, read_json, resolve_checkpoint
+from aura_omni.models.loader import dummy_config_dir, init_dummy, iter_tensors, load_into, read_json, resolve_checkpoint
 from aura_omni.models.qwen3 import DeepStack, Qwen3Config, Qwen3Model
 from aura_omni.models.qwen3_vl_vision import Qwen3VLVisionConfig, Qwen3VLVisionEncoder
 
@@ -182,8 +182,9 @@ class Qwen3VLForCausalLM(nn.Module):
     @classmethod
     def from_pretrained(cls, model: str | os.PathLike, *, dtype: torch.dtype = torch.float32,
                         device: torch.device | str = "cpu", load_format: str = "auto") -> "Qwen3VLForCausalLM":
-        """`load_format="dummy"`: `model` is a directory with only config.json (e.g. presets/aurateam__AURA)."""
-        ckpt = resolve_checkpoint(model) if load_format != "dummy" else Path(model)
+        """`load_format="dummy"`: random weights on the architecture of `model`'s config (a local dir, or the
+        shipped preset of a repo id such as aurateam/AURA)."""
+        ckpt = resolve_checkpoint(model) if load_format != "dummy" else dummy_config_dir(model)
         cfg = Qwen3VLConfig.from_hf(read_json(ckpt / "config.json"))
         with torch.device("meta"):  # no full-size fp32 allocation before the real weights arrive
             net = cls(cfg)
