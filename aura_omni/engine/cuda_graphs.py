@@ -1,56 +1,106 @@
-"""CUDA graphs for decode steps: the backbone over B one-token sequences, captured per batch size.
+"""CUDA graphs for decode steps, captured per batch size.
 
 A decode step of a small batch is hundreds of tiny kernel launches; replaying a captured graph makes
-it one launch. Inputs live in static buffers sized for the largest captured batch; a batch of b
-sequences replays the graph of the smallest captured size >= b, the extra rows pointing at a
-scratch KV block (`pad_slot`) so they never touch a real sequence's cache. The attention inside is
-the host-sync-free paged decode of layers/attention.py, gathering up to `max_blocks` pages per row.
+it one launch. For a plain causal LM (`CausalLMAdapter`) the graph holds the whole step: token
+embedding, backbone, final norm, LM head and the greedy argmax; other adapters (the Talker) get the
+backbone over the embeddings they build. Each captured size b has one static device buffer of step
+inputs (ids, positions, cache slots, sequence lengths, block tables) that the runner fills with one
+host-to-device copy; a batch of b' <= b sequences replays the smallest captured b, its padding rows
+pointing at a scratch KV block (`pad_block`) so they never touch a real sequence's cache. Attention
+inside is the host-sync-free paged decode of layers/attention.py over up to `max_blocks` pages per row.
 """
 
 import logging
+from typing import Callable
 
+import numpy as np
 import torch
 
 from aura_omni.layers.attention import AttentionMetadata
-from aura_omni.models.qwen3 import Qwen3Model
 
 log = logging.getLogger(__name__)
 
 
+class StepLayout:
+    """Byte layout of one decode step's inputs for b rows: ids, positions, slots (int64), seq_lens, tables (int32)."""
+
+    def __init__(self, b: int, width: int):
+        self.b, self.width = b, width
+        sizes = [("ids", 8 * b), ("positions", 8 * b), ("slots", 8 * b), ("seq_lens", 4 * b), ("tables", 4 * b * width)]
+        self.offsets, at = {}, 0
+        for name, size in sizes:
+            self.offsets[name] = (at, size)
+            at += -(-size // 8) * 8  # keep every section 8-byte aligned
+        self.nbytes = at
+
+    def views(self, blob):
+        """numpy or torch views of each section of a uint8 blob."""
+        out = {}
+        for name, (at, size) in self.offsets.items():
+            part = blob[at:at + size]
+            if isinstance(part, np.ndarray):
+                part = part.view(np.int64 if name in ("ids", "positions", "slots") else np.int32)
+            else:
+                part = part.view(torch.int64 if name in ("ids", "positions", "slots") else torch.int32)
+            out[name] = part.reshape(self.b, self.width) if name == "tables" else part
+        return out
+
+
 class DecodeGraphs:
-    def __init__(self, backbone: Qwen3Model, batch_sizes: list[int], max_blocks: int, pad_block: int,
-                 block_size: int, hidden_size: int, dtype: torch.dtype, device: torch.device, mrope: bool):
-        self.backbone = backbone
+    def __init__(self, step: Callable[[torch.Tensor, torch.Tensor, AttentionMetadata], tuple[torch.Tensor, ...]],
+                 batch_sizes: list[int], max_blocks: int, pad_block: int, block_size: int, device: torch.device,
+                 embeds_shape: tuple[int, torch.dtype] | None = None, mrope: bool = False):
+        """`step(inputs, positions, meta)` -> output tensors; inputs are token ids and 1-D positions, or, when
+        the adapter builds its own inputs, embeddings [b, H] of `embeds_shape = (H, dtype)` and its positions
+        ([b], or [3, b] with `mrope`)."""
+        self.step = step
         self.batch_sizes = sorted(batch_sizes)
         self.max_blocks = max_blocks
         self.pad_block = pad_block
         self.block_size = block_size
-        n = self.batch_sizes[-1]
-        self.embeds = torch.zeros(n, hidden_size, dtype=dtype, device=device)
-        self.positions = torch.zeros((3, n) if mrope else (n,), dtype=torch.long, device=device)
-        self.slot_mapping = torch.full((n,), pad_block * block_size, dtype=torch.long, device=device)
-        self.block_tables = torch.full((n, max_blocks), pad_block, dtype=torch.int32, device=device)
-        self.seq_lens = torch.ones(n, dtype=torch.int32, device=device)
-        self.cu = torch.arange(n + 1, dtype=torch.int32, device=device)
+        self.device = device
+        self.embeds_shape = embeds_shape
+        self.layouts = {b: StepLayout(b, max_blocks) for b in self.batch_sizes}
+        self.blobs: dict[int, torch.Tensor] = {}
+        self.host_blobs: dict[int, torch.Tensor] = {}
+        self.inputs: dict[int, dict[str, torch.Tensor]] = {}
+        self.embeds: dict[int, torch.Tensor] = {}
+        self.positions: dict[int, torch.Tensor] = {}
+        self.mrope = mrope
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
-        self._capture(device)
+        self.outputs: dict[int, tuple[torch.Tensor, ...]] = {}
+        self._capture()
 
     def _meta(self, b: int) -> AttentionMetadata:
-        return AttentionMetadata(self.cu[:b + 1], [1] * b, [1] * b, self.slot_mapping[:b], self.block_tables[:b],
-                                 self.seq_lens[:b], self.max_blocks * self.block_size)
+        v = self.inputs[b]
+        return AttentionMetadata(torch.arange(b + 1, dtype=torch.int32, device=self.device), [1] * b, [1] * b,
+                                 v["slots"], v["tables"], v["seq_lens"], self.max_blocks * self.block_size)
+
+    def _run_step(self, b: int):
+        v = self.inputs[b]
+        if self.embeds_shape is not None:
+            return self.step(self.embeds[b], self.positions[b], self._meta(b))
+        return self.step(v["ids"], v["positions"], self._meta(b))
 
     @torch.inference_mode()
-    def _capture(self, device: torch.device) -> None:
+    def _capture(self) -> None:
         pool = None
         for b in reversed(self.batch_sizes):  # largest first, so smaller graphs reuse its memory pool
-            pos = self.positions[..., :b]
-            for _ in range(2):  # warm-up outside the graph (lazy inits, cuBLAS workspaces)
-                self.backbone(self.embeds[:b], pos, self._meta(b))
-            torch.cuda.synchronize(device)
+            layout = self.layouts[b]
+            self.host_blobs[b] = torch.zeros(layout.nbytes, dtype=torch.uint8).pin_memory()
+            self.fill(b, [], [], [], [], [])
+            self.blobs[b] = self.host_blobs[b].to(self.device)
+            self.inputs[b] = layout.views(self.blobs[b])
+            if self.embeds_shape is not None:
+                hidden, dtype = self.embeds_shape
+                self.embeds[b] = torch.zeros(b, hidden, dtype=dtype, device=self.device)
+                self.positions[b] = torch.zeros((3, b) if self.mrope else (b,), dtype=torch.long, device=self.device)
+            for _ in range(2):  # warm-up outside the graph (lazy inits, cuBLAS workspaces, Triton compiles)
+                self._run_step(b)
+            torch.cuda.synchronize(self.device)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self.outputs[b] = self.backbone(self.embeds[:b], pos, self._meta(b))
+                self.outputs[b] = self._run_step(b)
             pool = graph.pool()
             self.graphs[b] = graph
         log.info("captured decode CUDA graphs for batch sizes %s (up to %d tokens of context)",
@@ -59,18 +109,34 @@ class DecodeGraphs:
     def fits(self, batch: int, max_blocks: int) -> bool:
         return batch <= self.batch_sizes[-1] and max_blocks <= self.max_blocks
 
-    def run(self, embeds: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        b = embeds.shape[0]
-        g = next(s for s in self.batch_sizes if s >= b)
-        self.embeds[:b].copy_(embeds)
-        self.positions[..., :b].copy_(positions)
-        self.slot_mapping[:b].copy_(meta.slot_mapping)
-        self.slot_mapping[b:g].fill_(self.pad_block * self.block_size)
-        w = meta.block_tables.shape[1]
-        self.block_tables[:b, :w].copy_(meta.block_tables)
-        self.block_tables[:b, w:].fill_(self.pad_block)
-        self.block_tables[b:g].fill_(self.pad_block)
-        self.seq_lens[:b].copy_(meta.seq_lens)
-        self.seq_lens[b:g].fill_(1)
+    def size_for(self, batch: int) -> int:
+        return next(s for s in self.batch_sizes if s >= batch)
+
+    def fill(self, g: int, ids: list[int], positions: list[int], slots: list[int], seq_lens: list[int],
+             tables: list[list[int]]) -> None:
+        """Write the first len(ids) rows of graph g's host inputs; the rest become padding rows."""
+        v = self.layouts[g].views(self.host_blobs[g].numpy())
+        n = len(seq_lens)
+        if ids:
+            v["ids"][:n] = ids
+        v["ids"][n:] = 0
+        v["positions"][:n] = positions
+        v["positions"][n:] = 0
+        v["slots"][:n] = slots
+        v["slots"][n:] = self.pad_block * self.block_size
+        v["seq_lens"][:n] = seq_lens
+        v["seq_lens"][n:] = 1
+        t = v["tables"]
+        t.fill(self.pad_block)
+        for i, row in enumerate(tables):
+            t[i, :len(row)] = row
+
+    def run(self, g: int, embeds: torch.Tensor | None = None, positions: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, ...]:
+        """Upload graph g's filled host inputs (one copy) and replay it; returns its static outputs (g rows)."""
+        self.blobs[g].copy_(self.host_blobs[g], non_blocking=True)
+        if embeds is not None:
+            self.embeds[g][:embeds.shape[0]].copy_(embeds)
+            self.positions[g][..., :embeds.shape[0]].copy_(positions)
         self.graphs[g].replay()
-        return self.outputs[g][:b]
+        return self.outputs[g]

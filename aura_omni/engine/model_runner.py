@@ -3,28 +3,52 @@
 Owns the device side of a stage: the KV pages (sized by engine/memory.py), the attention kernel
 choice, the decode CUDA graphs and the sampler. The scheduler's plain data comes in; one sampled
 token (and the adapter's per-step `extra`) per sequence that reached its last token comes out.
+
+Per step the host does plain-int work only: the step's integer inputs (slots, tables, lengths,
+offsets, and for a decode of a plain LM the token ids and positions) are packed with numpy and cross
+to the device in one copy; the sampled ids come back in one copy. On CUDA the backbone's projections
+are fused at start-up (models/qwen3.py), and a decode step of a plain LM replays one CUDA graph that
+embeds, runs the backbone, the LM head and the greedy argmax.
 """
 
 import logging
 from typing import Any
 
+import numpy as np
 import torch
 
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.cuda_graphs import DecodeGraphs
 from aura_omni.engine.kv_cache import allocate_kv_cache, free_kv_cache
 from aura_omni.engine.memory import KVPlan, plan_kv_cache
-from aura_omni.engine.model_api import ModelAdapter, Piece, StepInputs
+from aura_omni.engine.model_api import CausalLMAdapter, ModelAdapter, Piece, StepInputs
 from aura_omni.engine.scheduler import ScheduledSeq, SchedulerOutput
 from aura_omni.layers import attention_backend
 from aura_omni.layers.attention import AttentionMetadata
-from aura_omni.layers.sampler import Sampler
+from aura_omni.layers.sampler import Sampler, is_plain_greedy
 
 log = logging.getLogger(__name__)
 
 
 def _dtype_of(module: torch.nn.Module) -> torch.dtype:
     return next(module.parameters()).dtype
+
+
+def upload(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """Several small int arrays to the device in one copy; returns device views in the same dtypes."""
+    sizes = [-(-a.nbytes // 8) * 8 for a in arrays]
+    blob = np.zeros(sum(sizes), dtype=np.uint8)
+    at = 0
+    for a, size in zip(arrays, sizes):
+        blob[at:at + a.nbytes] = np.ascontiguousarray(a).view(np.uint8).reshape(-1)
+        at += size
+    dev = torch.from_numpy(blob).to(device)
+    out, at = [], 0
+    for a, size in zip(arrays, sizes):
+        t = dev[at:at + a.nbytes].view(getattr(torch, a.dtype.name)).view(a.shape)
+        out.append(t)
+        at += size
+    return out
 
 
 class ModelRunner:
@@ -38,7 +62,11 @@ class ModelRunner:
         self.block_size = config.block_size
         self.sampler = Sampler()
         self.mrope = self.backbone.config.mrope_section is not None
+        # a plain causal LM's decode needs only ids and positions: the graph can own the whole step
+        self.plain_lm = type(adapter) is CausalLMAdapter
         attention_backend.select_backend(self.device, self.dtype, config.fast_attention)
+        if self.device.type == "cuda":
+            self.backbone.fuse_projections()
         weights = getattr(adapter, "model", self.backbone)
         self.plan: KVPlan = plan_kv_cache(config, self.backbone, weights, self.kv_dtype, self.device,
                                           self._activation_peak(), name)
@@ -49,13 +77,23 @@ class ModelRunner:
         self.graphs: DecodeGraphs | None = None
         if self.device.type == "cuda" and not config.enforce_eager and config.cuda_graph_batch_sizes:
             max_len = config.cuda_graph_max_seq_len or config.max_model_len
-            self.graphs = DecodeGraphs(self.backbone, config.cuda_graph_batch_sizes, -(-max_len // self.block_size),
-                                       self.pad_block, self.block_size, self.backbone.config.hidden_size,
-                                       self.dtype, self.device, self.mrope)
+            embeds = None if self.plain_lm else (self.backbone.config.hidden_size, self.dtype)
+            self.graphs = DecodeGraphs(self._graph_step, config.cuda_graph_batch_sizes, -(-max_len // self.block_size),
+                                       self.pad_block, self.block_size, self.device, embeds, self.mrope)
 
     @property
     def num_blocks(self) -> int:
         return self.plan.num_blocks
+
+    def _graph_step(self, inputs: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata):
+        if not self.plain_lm:
+            return (self.backbone(inputs, positions, meta),)
+        model = self.adapter.model
+        embeds = model.embed_tokens(inputs).to(self.dtype)
+        # decode positions are equal on the three MRoPE streams, where MRoPE reduces to 1-D RoPE
+        hidden = self.backbone(embeds, positions, meta)
+        logits = model.compute_logits(hidden)
+        return hidden, logits, logits.argmax(-1)
 
     @torch.inference_mode()
     def _activation_peak(self) -> int:
@@ -76,55 +114,90 @@ class ModelRunner:
         torch.cuda.empty_cache()
         return peak
 
-    def _metadata(self, sched: list[ScheduledSeq]) -> AttentionMetadata:
+    def _metadata(self, sched: list[ScheduledSeq], decode: bool) -> tuple[AttentionMetadata, torch.Tensor]:
+        """The step's attention metadata and the flat rows that sample, built with numpy, uploaded in one copy."""
         bs = self.block_size
-        slots, cu = [], [0]
-        for s in sched:
-            pos = torch.arange(s.start, s.end)
-            table = torch.tensor(s.seq.block_table, dtype=torch.long)
-            slots.append(table[pos // bs] * bs + pos % bs)
-            cu.append(cu[-1] + s.num_tokens)
+        starts = np.fromiter((s.start for s in sched), np.int64, len(sched))
+        ends = np.fromiter((s.end for s in sched), np.int64, len(sched))
+        qlens = ends - starts
         width = max(len(s.seq.block_table) for s in sched)
-        tables = torch.full((len(sched), width), self.pad_block, dtype=torch.int32)
+        tables = np.full((len(sched), width), self.pad_block, dtype=np.int32)
         for i, s in enumerate(sched):
-            tables[i, :len(s.seq.block_table)] = torch.tensor(s.seq.block_table, dtype=torch.int32)
-        seq_lens = [s.end for s in sched]
-        dev = self.device
-        return AttentionMetadata(
-            cu_seqlens_q=torch.tensor(cu, dtype=torch.int32, device=dev),
-            query_lens=[s.num_tokens for s in sched],
-            context_lens=[s.start for s in sched],
-            slot_mapping=torch.cat(slots).to(dev),
-            block_tables=tables.to(dev),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
-            max_seq_len=max(seq_lens),
-        )
+            tables[i, :len(s.seq.block_table)] = s.seq.block_table
+        cu = np.zeros(len(sched) + 1, dtype=np.int32)
+        np.cumsum(qlens, out=cu[1:])
+        rows = np.repeat(np.arange(len(sched)), qlens)
+        pos = np.arange(int(cu[-1])) - np.repeat(cu[:-1].astype(np.int64) - starts, qlens)
+        slots = tables[rows, pos // bs].astype(np.int64) * bs + pos % bs
+        samples = np.fromiter((s.samples for s in sched), bool, len(sched))
+        ends_idx = (cu[1:].astype(np.int64) - 1)[samples]
+        arrays = [cu, slots, tables, ends.astype(np.int32), ends_idx]
+        has_context = bool(starts.any())
+        if has_context and not decode:  # every key of every sequence, for one flash call over the batch
+            krows = np.repeat(np.arange(len(sched)), ends)
+            kpos = np.arange(int(ends.sum())) - np.repeat(np.cumsum(ends) - ends, ends)
+            cu_k = np.zeros(len(sched) + 1, dtype=np.int32)
+            np.cumsum(ends, out=cu_k[1:])
+            arrays += [tables[krows, kpos // bs].astype(np.int64) * bs + kpos % bs, cu_k]
+        dev = upload(arrays, self.device)
+        meta = AttentionMetadata(
+            cu_seqlens_q=dev[0], query_lens=qlens.tolist(), context_lens=starts.tolist(), slot_mapping=dev[1],
+            block_tables=dev[2], seq_lens=dev[3], max_seq_len=int(ends.max()),
+            kv_slots=dev[5] if len(dev) > 5 else None, cu_seqlens_k=dev[6] if len(dev) > 5 else None)
+        return meta, dev[4]
+
+    def _graph_decode(self, sched: list[ScheduledSeq]) -> tuple[int, tuple[torch.Tensor, ...]] | None:
+        """Replay a captured decode graph for this step if one fits; (batch, outputs) or None."""
+        if self.graphs is None:
+            return None
+        width = max(len(s.seq.block_table) for s in sched)
+        if not self.graphs.fits(len(sched), width):
+            return None
+        seqs = [s.seq for s in sched]
+        bs = self.block_size
+        g = self.graphs.size_for(len(seqs))
+        last = [s.num_tokens - 1 for s in seqs]
+        positions = [p + (s.mm.rope_delta if s.mm is not None else 0) for p, s in zip(last, seqs)]
+        slots = [s.block_table[p // bs] * bs + p % bs for p, s in zip(last, seqs)]
+        ids = [s.token_id(p) for p, s in zip(last, seqs)] if self.plain_lm else []
+        self.graphs.fill(g, ids, positions, slots, [p + 1 for p in last], [s.block_table for s in seqs])
+        if self.plain_lm:
+            return len(seqs), self.graphs.run(g)
+        inputs = self.adapter.decode_inputs(seqs, self.device)
+        return len(seqs), self.graphs.run(g, inputs.embeds.to(self.dtype), inputs.positions)
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> tuple[list[ScheduledSeq], list[int], list[Any] | None]:
         """Run one step. Returns the sequences that sampled, their new tokens and per-step extras."""
         sched = out.scheduled
-        meta = self._metadata(sched)
         decode = all(s.num_tokens == 1 and s.start >= s.seq.prompt_len for s in sched)
-        if decode:
-            inputs: StepInputs = self.adapter.decode_inputs([s.seq for s in sched], self.device)
+        replayed = self._graph_decode(sched) if decode else None
+        if replayed is not None:
+            b, outputs = replayed
+            sampling = sched
+            seqs = [s.seq for s in sched]
+            last = outputs[0][:b]
+            if self.plain_lm:
+                logits, greedy = outputs[1][:b], outputs[2][:b]
+                if all(is_plain_greedy(s) for s in seqs):
+                    token_ids = greedy
+                else:
+                    token_ids = self.sampler(logits, seqs)
+            else:
+                token_ids = self.sampler(self.adapter.compute_logits(last, seqs), seqs)
         else:
-            inputs = self.adapter.build_inputs([Piece(s.seq, s.start, s.end) for s in sched], self.device)
-        embeds = inputs.embeds.to(self.dtype)
-        if decode and inputs.deepstack is None and self.graphs is not None \
-                and self.graphs.fits(len(sched), meta.block_tables.shape[1]):
-            hidden = self.graphs.run(embeds, inputs.positions, meta)
-        else:
-            hidden = self.backbone(embeds, inputs.positions, meta, inputs.deepstack)
-        sampling = [s for s in sched if s.samples]
-        if not sampling:
-            return [], [], None
-        ends = torch.tensor([meta_end - 1 for s, meta_end in zip(sched, meta.cu_seqlens_q[1:].tolist()) if s.samples],
-                            device=self.device)
-        last = hidden[ends]
-        seqs = [s.seq for s in sampling]
-        logits = self.adapter.compute_logits(last, seqs)
-        token_ids = self.sampler(logits, seqs)
+            meta, ends = self._metadata(sched, decode)
+            if decode:
+                inputs: StepInputs = self.adapter.decode_inputs([s.seq for s in sched], self.device)
+            else:
+                inputs = self.adapter.build_inputs([Piece(s.seq, s.start, s.end) for s in sched], self.device)
+            hidden = self.backbone(inputs.embeds.to(self.dtype), inputs.positions, meta, inputs.deepstack)
+            sampling = [s for s in sched if s.samples]
+            if not sampling:
+                return [], [], None
+            last = hidden[ends]
+            seqs = [s.seq for s in sampling]
+            token_ids = self.sampler(self.adapter.compute_logits(last, seqs), seqs)
         extras = self.adapter.after_sample(seqs, last, token_ids)
         return sampling, token_ids.tolist(), extras
 

@@ -15,7 +15,11 @@ Backends (chosen once per process by `set_attention_backend`, see aura_omni/laye
   (gather the block tables, one masked SDPA call) that never syncs with the host, so CUDA graphs can
   capture it;
 - on CUDA, torch's flash `varlen_attn` handles cache-less mixed-length prefill, and, where it accepts
-  `block_table` (torch >= 2.13), every cached step (prefill chunks and decode) straight from the pages.
+  `block_table` (torch >= 2.13), every cached step (prefill chunks and decode) straight from the pages;
+  without `block_table` (torch 2.11), a cached step that is not pure decode (prefix-cached turns,
+  chunked prefill, prefill next to decodes) gathers every sequence's keys with one index (`kv_slots`,
+  built once per step by the engine) and makes one flash call for the whole batch;
+- on CUDA with Triton, pure decode reads the pages in place (layers/triton_ops.py `paged_decode`).
 """
 
 from dataclasses import dataclass
@@ -36,10 +40,18 @@ class AttentionMetadata:
     block_tables: torch.Tensor | None = None  # [B, max_blocks] int32 cache blocks of each sequence
     seq_lens: torch.Tensor | None = None  # [B] int32 on device: context + new tokens (engine-built steps)
     max_seq_len: int = 0  # host copy of max(seq_lens), for the flash kernels
+    # cached steps on torch without paged varlen: cache slot of every key (context + new) of every sequence,
+    # sequence after sequence, and their offsets [B+1] int32 (engine-built; None elsewhere)
+    kv_slots: torch.Tensor | None = None
+    cu_seqlens_k: torch.Tensor | None = None
+
+    def __post_init__(self):  # host facts asked by every layer: computed once per step
+        self._decode = all(q == 1 for q in self.query_lens)
+        self._has_context = any(self.context_lens)
 
     @property
     def is_decode(self) -> bool:
-        return all(q == 1 for q in self.query_lens)
+        return self._decode
 
     @property
     def num_seqs(self) -> int:
@@ -70,26 +82,34 @@ class Attention(nn.Module):
         self.k_cache: torch.Tensor | None = None
         self.v_cache: torch.Tensor | None = None
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        """q: [N, Hq, D], k/v: [N, Hkv, D] -> [N, Hq*D]."""
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
+                kv_written: bool = False) -> torch.Tensor:
+        """q: [N, Hq, D], k/v: [N, Hkv, D] -> [N, Hq*D]. `kv_written`: the caller already stored k/v in the cache."""
         n = q.shape[0]
         use_cache = meta.slot_mapping is not None and self.k_cache is not None
         if use_cache:
             kc = self.k_cache.view(-1, self.num_kv_heads, self.head_dim)
             vc = self.v_cache.view(-1, self.num_kv_heads, self.head_dim)
-            kc.index_copy_(0, meta.slot_mapping, k.to(kc.dtype))
-            vc.index_copy_(0, meta.slot_mapping, v.to(vc.dtype))
+            if not kv_written:
+                kc.index_copy_(0, meta.slot_mapping, k.to(kc.dtype))
+                vc.index_copy_(0, meta.slot_mapping, v.to(vc.dtype))
             if meta.seq_lens is not None:
                 if backend.paged_varlen_enabled(q):
                     return backend.paged_varlen(q, self.k_cache, self.v_cache, meta, self.scale).reshape(n, -1)
                 if meta.is_decode:
+                    if backend.triton_decode_enabled(q):
+                        return backend.triton_paged_decode(q, self.k_cache, self.v_cache, meta, self.scale).reshape(n, -1)
                     return self._paged_decode(q, meta).reshape(n, -1)
-        if not use_cache or not any(meta.context_lens):
+                if meta.kv_slots is not None and meta._has_context and backend.varlen_cached_enabled(q):
+                    keys, values = kc.index_select(0, meta.kv_slots), vc.index_select(0, meta.kv_slots)
+                    return backend.varlen_cached(q, keys, values, meta, self.scale).reshape(n, -1)
+        if not use_cache or not meta._has_context:
+            # flash first on CUDA: SDPA's cuDNN backend builds a plan per new prompt length (~60 ms each)
+            if backend.varlen_enabled(q):
+                return backend.varlen_prefill(q, k, v, meta, self.scale).reshape(n, -1)
             if meta.is_uniform_prefill:
                 out = self._uniform_prefill(q, k, v, meta.num_seqs)
                 return out.reshape(n, -1)
-            if backend.varlen_enabled(q):
-                return backend.varlen_prefill(q, k, v, meta, self.scale).reshape(n, -1)
         out = torch.empty_like(q)
         starts = meta.cu_seqlens_q.tolist()
         for i, (qlen, ctx) in enumerate(zip(meta.query_lens, meta.context_lens)):

@@ -5,6 +5,13 @@ KV) arrives in torch 2.13 (../shared/reference/dependencies.md §4: absent on th
 names moved between releases, so everything is read from the signature, and `select_backend` runs each
 kernel once against the pure-torch reference on the real device before enabling it: a kernel that
 raises or disagrees is logged and left off, never trusted blind.
+
+Kernels (each checked the same way):
+- `varlen`: flash over cache-less prefill of mixed lengths;
+- `varlen_cached`: flash over a cached step's gathered keys (query shorter than keys, causal from the end);
+- `paged_varlen`: flash straight from the pages (`block_table`, torch >= 2.13);
+- `triton_decode`, `fused_layers`: layers/triton_ops.py (paged decode in place; fused norm/RoPE/SiLU layers).
+The choice is made once per (device, dtype, prefer_fast) per process.
 """
 
 import inspect
@@ -22,15 +29,25 @@ try:  # torch >= 2.11
 except ImportError:  # pragma: no cover - older torch
     _varlen_attn, _VARLEN_ARGS = None, set()
 
+from aura_omni.layers import triton_ops
+
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
-_enabled = {"varlen": False, "paged_varlen": False}
+_TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_layers")
+_enabled = dict.fromkeys(_KERNELS, False)
+_enabled_dtypes: set[torch.dtype] = set()  # dtypes the Triton kernels were checked in
+_selected: dict[tuple, dict[str, bool]] = {}  # (device, dtype, prefer_fast) -> outcome; checks run once
 
 
 def available() -> dict[str, bool]:
     """What the installed torch offers at all (before any device check)."""
+    varlen = _varlen_attn is not None
     return {
-        "varlen": _varlen_attn is not None,
-        "paged_varlen": _varlen_attn is not None and "block_table" in _VARLEN_ARGS and "seqused_k" in _VARLEN_ARGS,
+        "varlen": varlen,
+        "varlen_cached": varlen,
+        "paged_varlen": varlen and "block_table" in _VARLEN_ARGS and "seqused_k" in _VARLEN_ARGS,
+        "triton_decode": triton_ops.AVAILABLE and torch.cuda.is_available(),
+        "fused_layers": triton_ops.AVAILABLE and torch.cuda.is_available(),
     }
 
 
@@ -44,6 +61,28 @@ def varlen_enabled(q: torch.Tensor) -> bool:
 
 def paged_varlen_enabled(q: torch.Tensor) -> bool:
     return _enabled["paged_varlen"] and q.is_cuda and q.dtype in _FLASH_DTYPES
+
+
+def varlen_cached_enabled(q: torch.Tensor) -> bool:
+    return _enabled["varlen_cached"] and q.is_cuda and q.dtype in _FLASH_DTYPES
+
+
+def triton_decode_enabled(q: torch.Tensor) -> bool:
+    return _enabled["triton_decode"] and q.is_cuda and q.dtype in _enabled_dtypes and triton_ops.supports(q.shape[-1], 1)
+
+
+def fused_layers_enabled(x: torch.Tensor) -> bool:
+    return _enabled["fused_layers"] and x.is_cuda and x.dtype in _enabled_dtypes
+
+
+def triton_paged_decode(q, k_cache, v_cache, meta, scale: float) -> torch.Tensor:
+    return triton_ops.paged_decode(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale)
+
+
+def varlen_cached(q, keys, values, meta, scale: float) -> torch.Tensor:
+    """A cached step of any mix (chunks, decodes): q [N, Hq, D] over each sequence's gathered keys."""
+    return _call(q, keys.to(q.dtype), values.to(q.dtype), meta.cu_seqlens_q, meta.cu_seqlens_k,
+                 max(meta.query_lens), meta.max_seq_len, scale)
 
 
 def _call(q, k, v, cu_q, cu_k, max_q, max_k, scale, **extra):
@@ -87,10 +126,27 @@ def select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool =
     """Enable each available kernel that gives the reference's answer on this device and dtype."""
     from aura_omni.layers.attention import AttentionMetadata
 
-    _enabled.update(varlen=False, paged_varlen=False)
-    if not prefer_fast or device.type != "cuda" or dtype not in _FLASH_DTYPES:
+    key = (str(device), dtype, prefer_fast)
+    if key in _selected:
+        _enabled.update(_selected[key])
+        return enabled()
+    _enabled.update(dict.fromkeys(_KERNELS, False))
+    if not prefer_fast or device.type != "cuda" or dtype not in _TRITON_DTYPES:
+        _selected[key] = enabled()
         return enabled()
     offer = available()
+    if offer["triton_decode"]:
+        try:
+            tol = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}[dtype]
+            errors = triton_ops.self_check(device, dtype)
+            _enabled["triton_decode"] = errors["paged_decode"] <= tol
+            _enabled["fused_layers"] = all(v <= tol for k, v in errors.items() if k != "paged_decode")
+            _enabled_dtypes.add(dtype)
+            log.info("triton kernels vs reference (%s): %s", dtype, {k: f"{v:.1e}" for k, v in errors.items()})
+        except Exception as e:  # noqa: BLE001
+            log.warning("triton kernels unusable here (%s: %s); using torch", type(e).__name__, e)
+    if dtype not in _FLASH_DTYPES:
+        offer = dict(offer, varlen=False, varlen_cached=False, paged_varlen=False)
     gen = torch.Generator(device="cpu").manual_seed(0)
     hq, hkv, d, bs = 4, 2, 64, 16
     rnd = lambda *shape: torch.randn(*shape, generator=gen).to(device, dtype)
@@ -104,6 +160,21 @@ def select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool =
             _enabled["varlen"] = bool((got - want).abs().max() < 2e-2)
         except Exception as e:  # noqa: BLE001 - any failure means: do not use it
             log.warning("varlen_attn prefill unusable here (%s: %s); using SDPA", type(e).__name__, e)
+    if offer["varlen_cached"]:
+        try:  # queries at the end of longer key ranges (prefix-cached / chunked prefill), GQA
+            k_all, v_all = rnd(sum(ctx) + sum(lens), hkv, d), rnd(sum(ctx) + sum(lens), hkv, d)
+            q = rnd(sum(lens), hq, d)
+            cu_q = torch.tensor([0, lens[0], sum(lens)], dtype=torch.int32, device=device)
+            kl = [c + n for c, n in zip(ctx, lens)]
+            cu_k = torch.tensor([0, kl[0], sum(kl)], dtype=torch.int32, device=device)
+            meta = AttentionMetadata(cu_q, lens, ctx, None, None, None, max(kl), cu_seqlens_k=cu_k)
+            got = varlen_cached(q, k_all, v_all, meta, d**-0.5).float()
+            want = torch.cat([_reference(q[cu_q[i]:cu_q[i + 1]], k_all[cu_k[i]:cu_k[i + 1]],
+                                         v_all[cu_k[i]:cu_k[i + 1]], ctx[i]) for i in range(2)])
+            _enabled["varlen_cached"] = bool((got - want).abs().max() < 2e-2)
+        except Exception as e:  # noqa: BLE001
+            log.warning("varlen_attn over cached keys unusable here (%s: %s); using per-sequence SDPA",
+                        type(e).__name__, e)
     if offer["paged_varlen"]:
         try:
             k_cache, v_cache = rnd(8, bs, hkv, d), rnd(8, bs, hkv, d)
@@ -127,4 +198,5 @@ def select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool =
             log.warning("attention kernel %s is offered by torch %s but disagreed with the reference: off",
                         name, torch.__version__)
     log.info("attention kernels: %s", _enabled)
+    _selected[key] = enabled()
     return enabled()

@@ -24,21 +24,26 @@ class SamplingState(Protocol):
     generator: torch.Generator | None  # created here on the first draw of a seeded request
 
 
+def is_plain_greedy(state: SamplingState) -> bool:
+    """Greedy with nothing that changes the logits first: the argmax of the raw logits is the token."""
+    p = state.params
+    return p.greedy and not p.logit_bias and not p.needs_penalties and not p.min_tokens
+
+
 class Sampler:
     def __call__(self, logits: torch.Tensor, states: Sequence[SamplingState]) -> torch.Tensor:
         """logits [B, V] -> sampled token ids [B] (long, on the logits' device)."""
-        logits = logits.float()
+        if all(is_plain_greedy(s) for s in states):
+            return logits.argmax(-1)  # argmax is exact in any float dtype: no fp32 copy of the logits
         params = [s.params for s in states]
-        if all(p.greedy and not p.logit_bias and not p.needs_penalties and not p.min_tokens for p in params):
-            return logits.argmax(-1)
-        logits = logits.clone()
+        logits = logits.float() if logits.dtype != torch.float32 else logits.clone()
         self._apply_bias_and_bans(logits, states)
         if any(p.needs_penalties for p in params):
             self._apply_penalties(logits, states)
-        greedy = torch.tensor([p.greedy for p in params], device=logits.device)
         greedy_ids = logits.argmax(-1)
-        if bool(greedy.all()):
+        if all(p.greedy for p in params):  # host check: no device sync
             return greedy_ids
+        greedy = torch.tensor([p.greedy for p in params], device=logits.device)
         temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params],
                                    device=logits.device)
         logits = logits / temperature[:, None]

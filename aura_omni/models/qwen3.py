@@ -4,13 +4,21 @@ Pre-RMSNorm layers, per-head q/k RMSNorm before RoPE, GQA, SwiGLU, final norm. M
 what goes in (`inputs_embeds`), how positions are built (1-D, or [3, N] for MRoPE) and, for AURA,
 DeepStack features added after the first layers. Token embeddings and heads live in the model
 wrappers because their key names and shapes differ per checkpoint.
+
+Fast path (CUDA, set up by the engine's runner): `fuse_projections()` makes q/k/v and gate/up views of
+one weight each (checkpoint key names unchanged), and, where attention_backend enabled the fused Triton
+kernels, a layer runs as ~10 launches: norm, QKV GEMM, q/k norm + RoPE + KV-cache write, attention,
+o_proj, residual add + norm, gate/up GEMM, SiLU*mul, down GEMM (its residual add joins the next norm).
+The plain modules stay the reference (CPU, and whenever the kernels are off).
 """
 
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from aura_omni.layers import attention_backend, triton_ops
 from aura_omni.layers.attention import Attention, AttentionMetadata
 from aura_omni.layers.mlp import SwiGLU
 from aura_omni.layers.rmsnorm import RMSNorm
@@ -62,6 +70,27 @@ class Qwen3Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim)
+        self.qkv_weight = self.qkv_bias = None  # set by fuse(); q/k/v_proj weights are then views of it
+
+    @torch.no_grad()
+    def fuse(self) -> None:
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        self.qkv_weight = _fuse_into_views([p.weight for p in projections])
+        if self.q_proj.bias is not None:
+            self.qkv_bias = _fuse_into_views([p.bias for p in projections])
+
+    def is_fused(self) -> bool:  # a later .to() or load that replaced the views breaks the sharing
+        return self.qkv_weight is not None and self.q_proj.weight.data_ptr() == self.qkv_weight.data_ptr()
+
+    def fused_forward(self, x, cos, sin, meta: AttentionMetadata):
+        """The Triton path: one QKV GEMM, then q/k norm + RoPE + the K/V cache write in one kernel."""
+        qkv = F.linear(x, self.qkv_weight, self.qkv_bias)
+        attn = self.attn
+        cache = meta.slot_mapping is not None and attn.k_cache is not None
+        q, k, v = triton_ops.qk_norm_rope(qkv, cos, sin, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
+                                          self.num_heads, self.num_kv_heads, self.head_dim,
+                                          attn.k_cache, attn.v_cache, meta.slot_mapping if cache else None)
+        return self.o_proj(attn(q, k, v, meta, kv_written=cache))
 
     def forward(self, x, cos, sin, meta: AttentionMetadata):
         n = x.shape[0]
@@ -72,6 +101,16 @@ class Qwen3Attention(nn.Module):
         return self.o_proj(self.attn(q, k, v, meta))
 
 
+def _fuse_into_views(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Concatenate along dim 0 and make each original parameter a view of its rows (no extra memory)."""
+    fused = torch.cat([t.data for t in tensors])
+    at = 0
+    for t in tensors:
+        t.data = fused[at:at + t.shape[0]]
+        at += t.shape[0]
+    return fused
+
+
 class Qwen3DecoderLayer(nn.Module):
     def __init__(self, cfg: Qwen3Config):
         super().__init__()
@@ -79,6 +118,20 @@ class Qwen3DecoderLayer(nn.Module):
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.gate_up_weight = None  # set by fuse()
+
+    @torch.no_grad()
+    def fuse(self) -> None:
+        self.self_attn.fuse()
+        if self.mlp.gate_proj.bias is None:
+            self.gate_up_weight = _fuse_into_views([self.mlp.gate_proj.weight, self.mlp.up_proj.weight])
+
+    def is_fused(self) -> bool:
+        return (self.self_attn.is_fused() and self.gate_up_weight is not None
+                and self.mlp.gate_proj.weight.data_ptr() == self.gate_up_weight.data_ptr())
+
+    def fused_mlp(self, h: torch.Tensor) -> torch.Tensor:
+        return self.mlp.down_proj(triton_ops.silu_mul(F.linear(h, self.gate_up_weight)))
 
     def forward(self, x, cos, sin, meta):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta)
@@ -115,8 +168,41 @@ class Qwen3Model(nn.Module):
     ) -> torch.Tensor:
         cos, sin = self.rotary(positions)
         x = inputs_embeds
+        if self._fast(x):
+            return self._fused_forward(x, cos, sin, meta, deepstack)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, meta)
             if deepstack is not None and i < len(deepstack.features):
                 x = x.index_add(0, deepstack.positions, deepstack.features[i].to(x.dtype))
         return self.norm(x)
+
+    # -- fast path ---------------------------------------------------------------------------------------
+    def fuse_projections(self) -> None:
+        """Fuse q/k/v and gate/up weights in place (views keep the checkpoint's parameter names)."""
+        for layer in self.layers:
+            layer.fuse()
+
+    def _fast(self, x: torch.Tensor) -> bool:
+        cfg = self.config
+        return (attention_backend.fused_layers_enabled(x) and triton_ops.supports(cfg.head_dim, cfg.hidden_size)
+                and x.dtype == self.norm.weight.dtype and x.is_contiguous() and self.layers[0].is_fused())
+
+    def _fused_forward(self, x, cos, sin, meta, deepstack):
+        """Same function as the plain loop; residual adds ride in the following norm's kernel."""
+        delta = None  # the last MLP output, not yet added to x
+        for i, layer in enumerate(self.layers):
+            norm = layer.input_layernorm
+            if delta is None:
+                h = triton_ops.rmsnorm(x, norm.weight, norm.eps)
+            else:
+                x, h = triton_ops.add_rmsnorm(x, delta, norm.weight, norm.eps)
+            a = layer.self_attn.fused_forward(h, cos, sin, meta)
+            post = layer.post_attention_layernorm
+            x, h = triton_ops.add_rmsnorm(x, a, post.weight, post.eps)
+            delta = layer.fused_mlp(h)
+            if deepstack is not None and i < len(deepstack.features):
+                x, delta = x + delta, None
+                x = x.index_add(0, deepstack.positions, deepstack.features[i].to(x.dtype))
+        if delta is None:
+            return triton_ops.rmsnorm(x, self.norm.weight, self.norm.eps)
+        return triton_ops.add_rmsnorm(x, delta, self.norm.weight, self.norm.eps)[1]

@@ -1,0 +1,23 @@
+"""Check the fused Triton kernels (aura_omni/layers/triton_ops.py) against their torch references.
+
+    TRITON_INTERPRET=1 python scripts/check_triton_ops.py --device cpu     # no GPU: Triton's interpreter
+    python scripts/check_triton_ops.py                                     # CUDA: fp32 and bf16
+"""
+
+import argparse
+
+import torch
+
+from aura_omni.layers import triton_ops
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+args = ap.parse_args()
+bad = False
+for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
+    for shape in (dict(head_dim=64, hq=8, hkv=2, hidden=256), dict(head_dim=128, hq=32, hkv=8, hidden=4096)):
+        err = triton_ops.self_check(torch.device(args.device), dtype, **shape)
+        print(str(dtype), shape, {k: f"{v:.2e}" for k, v in err.items()})
+        bad |= any(not v <= tol for v in err.values())
+print("FAIL" if bad else "ok")
+raise SystemExit(int(bad))
