@@ -16,7 +16,7 @@ run() {  # run NAME SECONDS CMD...
   grep -v -e '^\s*$' "$OUT/$name.log" | tail -n "${TAILN:-14}"
 }
 TAILN=8 run triton_check 40 python3 scripts/check_triton_ops.py
-TAILN=6 run gpu_tests 70 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_cuda_matches_cpu.py -k "engine or aura" tests/parity/test_qwen3_backbone.py
+TAILN=6 run gpu_tests 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_matches_cpu.py tests/parity/test_qwen3_backbone.py
 TAILN=10 run engine_bench 75 python3 benchmarks/engine_bench.py --no-talker --steps 30
 TAILN=12 run aura_bench 60 python3 benchmarks/aura_bench.py --new-tokens 24
-TAILN=9 run profile 40 python3 scripts/profile_decode.py --models aura-8b --batches 1,64 --variants fast,torch --steps 20 --out "$OUT/profile.jsonl"
+TAILN=9 run profile 60 python3 scripts/profile_decode.py --models aura-8b,qwen3-1.7b --batches 1,64 --variants fast,torch --steps 20 --out "$OUT/profile.jsonl"
