@@ -197,7 +197,9 @@ def bench_talker(args, device: torch.device, dtype: torch.dtype) -> list[dict]:
         rows.append(dict(model="talker-1.7b" if not args.tiny else "talker-tiny", batch=batch,
                          frame_ms=round(frame_s * 1e3, 3), predictor_ms=round(predictor_s * 1e3, 3),
                          realtime_factor=round(frame_s / 0.080, 4), sampling=args.talker_sampling,
-                         graphs=decoder.use_graphs, device=str(device), dtype=str(dtype).removeprefix("torch.")))
+                         graphs=decoder.use_graphs, predictor_layers="triton" if getattr(
+                             talker.code_predictor.model.layers[0], "is_fused", lambda: False)() else "torch",
+                         device=str(device), dtype=str(dtype).removeprefix("torch.")))
         print(json.dumps(rows[-1]), flush=True)
         engine.engine.runner.shutdown()
         del engine, decoder

@@ -39,11 +39,12 @@ class TalkerAdapter:
     back as the token's `extra`.
     """
 
-    def __init__(self, talker: Talker, pad_embed: torch.Tensor, decoder: FrameDecoder):
+    def __init__(self, talker: Talker, pad_embed: torch.Tensor, decoder: FrameDecoder | None = None):
         self.model = talker
         self.backbone = talker.model
         self.decoder = decoder
-        self.pad = pad_embed.reshape(-1).to(decoder.device, decoder.dtype)
+        self.dtype = talker.codec_head.weight.dtype
+        self.pad = pad_embed.reshape(-1).to(talker.codec_head.weight.device, self.dtype)
         self._codes: torch.Tensor | None = None
 
     def build_inputs(self, pieces, device: torch.device):
@@ -51,11 +52,11 @@ class TalkerAdapter:
         for piece in pieces:
             seq, s, e = piece.seq, piece.start, piece.end
             if s < seq.prompt_len:
-                rows.append(seq.mm.embeds[s:min(e, seq.prompt_len)].to(device, self.decoder.dtype))
+                rows.append(seq.mm.embeds[s:min(e, seq.prompt_len)].to(device, self.dtype))
             if e > seq.prompt_len:  # recomputed outputs (after preemption): their frames + text
                 frames = range(max(s, seq.prompt_len) - seq.prompt_len, e - seq.prompt_len)
                 codes = torch.stack([seq.output_extras[j] for j in frames]).to(device)
-                text = torch.stack([seq.model_state.text_row(j, self.pad) for j in frames]).to(device, self.decoder.dtype)
+                text = torch.stack([seq.model_state.text_row(j, self.pad) for j in frames]).to(device, self.dtype)
                 rows.append(self.model.embed_frame(codes) + text)
             positions.append(torch.arange(s, e))
         return StepInputs(torch.cat(rows), torch.cat(positions).to(device))
@@ -64,7 +65,7 @@ class TalkerAdapter:
         slots = torch.tensor([s.model_state.slot for s in seqs], dtype=torch.long)
         text = torch.stack([s.model_state.text_row(s.num_output_tokens - 1, self.pad) for s in seqs])
         pos = torch.tensor([s.num_tokens - 1 for s in seqs], dtype=torch.long)
-        embeds = self.decoder.frame_embed[slots.to(device)] + text.to(device, self.decoder.dtype)
+        embeds = self.decoder.frame_embed[slots.to(device)] + text.to(device, self.dtype)
         return StepInputs(embeds, pos.to(device))
 
     def compute_logits(self, hidden: torch.Tensor, seqs) -> torch.Tensor:
@@ -74,7 +75,7 @@ class TalkerAdapter:
         if not seqs:
             return self.model.compute_logits(hidden)
         code0 = self.sample(hidden, seqs)
-        return torch.full((code0.shape[0], self.decoder.vocab), float("-inf"), device=code0.device).scatter_(
+        return torch.full((code0.shape[0], self.model.config.vocab_size), float("-inf"), device=code0.device).scatter_(
             1, code0[:, None], 0.0)
 
     def sample(self, hidden: torch.Tensor, seqs) -> torch.Tensor:
@@ -100,10 +101,11 @@ class TalkerEngine:
 
     def __init__(self, talker: Talker, pad_embed: torch.Tensor, config: EngineConfig, name: str = "talker"):
         cuda = talker.codec_head.weight.device.type == "cuda"
-        decoder = FrameDecoder(talker, config.max_num_seqs, use_graphs=cuda and not config.enforce_eager,
-                               buckets=config.cuda_graph_batch_sizes)
-        self.adapter = TalkerAdapter(talker, pad_embed, decoder)
+        self.adapter = TalkerAdapter(talker, pad_embed)
         self.engine = LLMEngine(self.adapter, config, eos_token_ids=[talker.config.codec_eos_token_id], name=name)
+        # after the engine: its start-up picks the kernels (and fuses the backbone) the frame graphs then capture
+        self.adapter.decoder = FrameDecoder(talker, config.max_num_seqs, use_graphs=cuda and not config.enforce_eager,
+                                            buckets=config.cuda_graph_batch_sizes)
         self._lock = threading.Lock()
         self._sinks: dict[str, collections.deque] = {}
 

@@ -72,11 +72,10 @@ class CodePredictor(nn.Module):
         self.small_to_mtp_projection = (nn.Linear(talker_hidden, hidden, bias=True) if hidden != talker_hidden
                                         else nn.Identity())
         self._fused: list[tuple[torch.Tensor, ...]] | None = None
-        self._fused_layer = fused_layer
 
     # ------------------------------------------------------------------ fused (CUDA) path
-    def fuse(self, compile_layer: bool = False) -> None:
-        """Concatenate each layer's weights for `fused_layer` (and optionally torch.compile it)."""
+    def fuse(self) -> None:
+        """Concatenate each layer's weights for `fused_layer`."""
         b = self.config.backbone
         self._fused = []
         for layer in self.model.layers:
@@ -91,11 +90,9 @@ class CodePredictor(nn.Module):
         cos, sin = self.model.rotary(positions)
         dtype = self.lm_head[0].weight.dtype
         self._rope = (cos.to(dtype), sin.to(dtype))
-        self._fused_layer = torch.compile(fused_layer, dynamic=True) if compile_layer else fused_layer
 
     def unfuse(self) -> None:
         self._fused = None
-        self._fused_layer = fused_layer
 
     def forward_frame(self, x: torch.Tensor) -> torch.Tensor:
         """Final-normed hidden states [B, L, Hc] of B causal sequences x [B, L, Hc] (positions 0..L-1)."""
@@ -108,7 +105,7 @@ class CodePredictor(nn.Module):
         b = self.config.backbone
         cos, sin = self._rope[0][:length], self._rope[1][:length]
         for weights in self._fused:
-            x = self._fused_layer(x, cos, sin, *weights, heads=b.num_attention_heads, kv_heads=b.num_key_value_heads,
+            x = fused_layer(x, cos, sin, *weights, heads=b.num_attention_heads, kv_heads=b.num_key_value_heads,
                                   head_dim=b.head_dim, eps=b.rms_norm_eps)
         return self.model.norm(x)
 

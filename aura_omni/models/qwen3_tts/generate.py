@@ -68,7 +68,7 @@ class FrameDecoder:
         self.hidden = talker.config.hidden_size
         cuda = self.device.type == "cuda"
         if fuse if fuse is not None else cuda:
-            self._fuse(compile_layer=cuda)
+            self._fuse()
         self._allocate(2 * max_rows)
         self.use_graphs = use_graphs and cuda
         top = max(1, max_rows)
@@ -81,16 +81,19 @@ class FrameDecoder:
             for b in reversed(self.buckets):
                 self._capture(b)
 
-    def _fuse(self, compile_layer: bool) -> None:
-        try:
-            self.talker.code_predictor.fuse(compile_layer=compile_layer)
-            if compile_layer:  # compile now (and fall back to plain fused ops if the toolchain is missing)
-                x = torch.zeros(2, 3, self.talker.config.code_predictor.backbone.hidden_size, dtype=self.dtype,
-                                device=self.device)
-                self.talker.code_predictor.forward_frame(x)
-        except Exception as e:  # noqa: BLE001 - Inductor/Triton unavailable: the uncompiled fused layer is exact too
-            log.warning("code predictor: torch.compile unavailable (%s: %s); fused eager layers", type(e).__name__, e)
-            self.talker.code_predictor.fuse(compile_layer=False)
+    def _fuse(self) -> None:
+        """Fewer launches per code-predictor layer: the backbone's Triton layers where the engine enabled them
+        (models/qwen3.py fast path), else the fused-weight torch layer of code_predictor.py."""
+        from aura_omni.layers import attention_backend
+
+        cp = self.talker.code_predictor
+        probe = torch.empty(0, dtype=self.dtype, device=self.device)
+        fast = getattr(attention_backend, "fused_layers_enabled", None)
+        if fast is not None and fast(probe) and hasattr(cp.model, "fuse_projections"):
+            cp.model.fuse_projections()
+            log.info("code predictor: fused Triton layers")
+        else:
+            cp.fuse()
 
     # ------------------------------------------------------------------ slots
     def _allocate(self, slots: int) -> None:
@@ -141,14 +144,15 @@ class FrameDecoder:
         keys = self.keys[slots]
         logits = S.talker_rules_batched(self.talker.compute_logits(hidden).float(), self.seen[slots],
                                         p[:, S.P_REP], steps < p[:, S.P_MIN_NEW], self.eos_id)
+        race = S.exponentials(keys, steps, self.groups, max(self.vocab, self.sub_vocab))  # the frame's draws at once
         code0 = S.choose_batched(logits, p[:, S.P_GREEDY] > 0, p[:, S.P_TEMP], p[:, S.P_TOP_K].long(),
-                                 p[:, S.P_TOP_P], S.exponentials(keys, steps, 0, self.vocab))
-        self.seen[slots, code0] = True
+                                 p[:, S.P_TOP_P], race[:, 0, :self.vocab])
+        self.seen.index_put_((slots, code0), torch.ones_like(code0, dtype=torch.bool))  # device value: capturable
         sub_greedy, sub_k = p[:, S.S_GREEDY] > 0, p[:, S.S_TOP_K].long()
 
         def choose(g: int, sub_logits: torch.Tensor) -> torch.Tensor:
-            race = S.exponentials(keys, steps, g, self.sub_vocab)
-            return S.choose_batched(sub_logits.float(), sub_greedy, p[:, S.S_TEMP], sub_k, p[:, S.S_TOP_P], race)
+            return S.choose_batched(sub_logits.float(), sub_greedy, p[:, S.S_TEMP], sub_k, p[:, S.S_TOP_P],
+                                    race[:, g, :self.sub_vocab])
 
         rest = self.talker.code_predictor.predict(hidden, self.talker.embed_codec(code0), choose)
         codes = torch.cat([code0[:, None], rest], dim=1)

@@ -130,11 +130,13 @@ def seed_key(seed: int) -> int:
     return int(_hash32(h[0] ^ _hash32(h[1] ^ 0x5BD1E995)))
 
 
-def exponentials(keys: torch.Tensor, steps: torch.Tensor, group: int, vocab: int) -> torch.Tensor:
-    """Exp(1) draws [B, V], a pure function of (key, token index, group, id) per element."""
-    row = _hash32(keys ^ _hash32((steps * 16 + group) & _MASK32))  # [B]
+def exponentials(keys: torch.Tensor, steps: torch.Tensor, groups: int, vocab: int) -> torch.Tensor:
+    """Exp(1) draws [B, groups, V] for groups 0..groups-1 (one frame's codebooks): each element a pure
+    function of (key, token index, group, id), so any slice equals drawing it alone."""
+    group = torch.arange(groups, device=keys.device, dtype=torch.long)
+    row = _hash32(keys[:, None] ^ _hash32((steps[:, None] * 16 + group[None, :]) & _MASK32))  # [B, G]
     ids = _hash32(torch.arange(vocab, device=keys.device, dtype=torch.long) + 0x3C6EF372)
-    bits = _hash32(row[:, None] ^ ids[None, :])
+    bits = _hash32(row[:, :, None] ^ ids[None, None, :])
     uniform = ((bits >> 8).float() + 0.5) * (1.0 / (1 << 24))  # in (0, 1)
     return -torch.log(uniform)
 
