@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from aura_omni.layers.attention import AttentionMetadata
+from aura_omni.layers.device import on_device
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,10 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def _capture(self) -> None:
+        with on_device(self.device):
+            self._capture_all()
+
+    def _capture_all(self) -> None:
         pool = None
         for b in reversed(self.batch_sizes):  # largest first, so smaller graphs reuse its memory pool
             layout = self.layouts[b]
@@ -134,6 +139,10 @@ class DecodeGraphs:
     def run(self, g: int, embeds: torch.Tensor | None = None, positions: torch.Tensor | None = None
             ) -> tuple[torch.Tensor, ...]:
         """Upload graph g's filled host inputs (one copy) and replay it; returns its static outputs (g rows)."""
+        with on_device(self.device):
+            return self._replay(g, embeds, positions)
+
+    def _replay(self, g: int, embeds: torch.Tensor | None, positions: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         self.blobs[g].copy_(self.host_blobs[g], non_blocking=True)
         if embeds is not None:
             self.embeds[g][:embeds.shape[0]].copy_(embeds)

@@ -29,6 +29,7 @@ try:  # torch >= 2.11
 except ImportError:  # pragma: no cover - older torch
     _varlen_attn, _VARLEN_ARGS = None, set()
 
+from aura_omni.layers.device import on_device
 from aura_omni.layers import triton_ops
 
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
@@ -124,6 +125,11 @@ def _reference(q, k, v, context: int) -> torch.Tensor:
 
 def select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool = True) -> dict[str, bool]:
     """Enable each available kernel that gives the reference's answer on this device and dtype."""
+    with on_device(device):
+        return _select_backend(device, dtype, prefer_fast)
+
+
+def _select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool) -> dict[str, bool]:
     from aura_omni.layers.attention import AttentionMetadata
 
     key = (str(device), dtype, prefer_fast)

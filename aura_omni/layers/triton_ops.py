@@ -19,6 +19,8 @@ matches its reference. `TRITON_INTERPRET=1` runs the same kernels on the CPU (sc
 import torch
 import torch.nn.functional as F
 
+from aura_omni.layers.device import on_first_tensor_device
+
 try:
     import triton
     import triton.language as tl
@@ -173,6 +175,7 @@ if AVAILABLE:
 
 
 # -- launchers -------------------------------------------------------------------------------------------------
+@on_first_tensor_device
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty_like(x)
     _rmsnorm_kernel[(x.shape[0],)](x, x, weight, out, out, x.stride(0), 0, out.stride(0), 0, x.shape[1], eps,
@@ -180,6 +183,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return out
 
 
+@on_first_tensor_device
 def add_rmsnorm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps: float
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(x + delta, rmsnorm(x + delta))."""
@@ -190,6 +194,7 @@ def add_rmsnorm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps:
     return res, out
 
 
+@on_first_tensor_device
 def qk_norm_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_weight: torch.Tensor,
                  k_weight: torch.Tensor, eps: float, hq: int, hkv: int, d: int,
                  k_cache: torch.Tensor | None = None, v_cache: torch.Tensor | None = None,
@@ -207,6 +212,7 @@ def qk_norm_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_weig
     return q, k, v
 
 
+@on_first_tensor_device
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     n, two_i = gate_up.shape
     inter = two_i // 2
@@ -221,6 +227,7 @@ _TARGET_PROGRAMS = 264  # two waves over the H200's 132 SMs
 _BLOCK_N = 64  # tokens per inner iteration
 
 
+@on_first_tensor_device
 def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                  seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
     """q [B, Hq, D] (one token per sequence); caches [blocks, bs, Hkv, D] -> [B, Hq, D].

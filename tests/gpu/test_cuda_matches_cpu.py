@@ -94,3 +94,22 @@ def test_tts_greedy_codes_and_audio_match_cpu(tiny):
         results[device] = (codes, audio)
     assert torch.equal(results["cuda"][0], results["cpu"][0])
     assert np.abs(results["cuda"][1] - results["cpu"][1]).max() < 1e-4
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_stages_on_the_second_gpu_match_cpu(tiny):
+    """Deploy `devices: "1"`: graph capture, Triton launches and the Talker's frame graphs follow the stage's GPU."""
+    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.llm_engine import LLMEngine
+    from aura_omni.engine.sampling_params import SamplingParams
+    from aura_omni.models.qwen3_tts.tts import Qwen3TTS, TTSRequest
+    from tests.unit.engine_tiny_lm import prompts, tiny_lm
+
+    batch = prompts([5, 17, 40])
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    cfg = lambda: EngineConfig(max_model_len=256, max_num_seqs=8, kv_cache_bytes=64 << 20, gpu_memory_utilization=0.05)
+    assert LLMEngine(tiny_lm().to("cuda:1"), cfg()).generate(batch, params) == LLMEngine(tiny_lm(), cfg()).generate(batch, params)
+    req = TTSRequest(text="Second GPU.", task_type="CustomVoice", speaker="Vivian", language="English",
+                     do_sample=False, subtalker_dosample=False, max_new_tokens=12)
+    codes = {d: Qwen3TTS.load(tiny["tts"], device=d).generate_codes([req])[0].cpu() for d in ("cpu", "cuda:1")}
+    assert torch.equal(codes["cuda:1"], codes["cpu"])

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from aura_omni.engine.sequence import Sequence
+from aura_omni.layers.device import on_device
 from aura_omni.models.qwen3_tts import sampling as S
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
 from aura_omni.models.qwen3_tts.talker import Talker
@@ -161,6 +162,10 @@ class FrameDecoder:
 
     def run(self, hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """index: [2, B] long (slots, token indices), any device -> codes [B, 16] on the model's device."""
+        with on_device(self.device):  # graph capture/replay and Triton use the current device
+            return self._run(hidden, index)
+
+    def _run(self, hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         b = hidden.shape[0]
         if not self.use_graphs or b > self.buckets[-1]:
             index = index.to(self.device)
