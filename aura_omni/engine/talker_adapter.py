@@ -12,10 +12,7 @@ own rules (qwen3_tts/sampling.py: repetition penalty over the output code0s, sup
 EOS banned for min_new_tokens = 2 steps, temperature/top-k/top-p, per-request counter-based draws).
 """
 
-import collections
-import itertools
 import secrets
-import threading
 from typing import Iterator
 
 import torch
@@ -25,6 +22,7 @@ from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.model_api import StepInputs
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
+from aura_omni.engine.shared_engine import SharedEngine
 from aura_omni.models.qwen3_tts.generate import FrameDecoder, TalkerInput, TalkerRequestState
 from aura_omni.models.qwen3_tts.sampling import seed_key
 from aura_omni.models.qwen3_tts.talker import Talker
@@ -93,90 +91,38 @@ class TalkerAdapter:
         return list(codes.unbind(0))
 
 
-_request_ids = itertools.count()
-
-
 class TalkerEngine:
     """One LLMEngine over the Talker, shared by every caller (see the module docstring)."""
 
     def __init__(self, talker: Talker, pad_embed: torch.Tensor, config: EngineConfig, name: str = "talker"):
         cuda = talker.codec_head.weight.device.type == "cuda"
         self.adapter = TalkerAdapter(talker, pad_embed)
-        self.engine = LLMEngine(self.adapter, config, eos_token_ids=[talker.config.codec_eos_token_id], name=name)
+        engine = LLMEngine(self.adapter, config, eos_token_ids=[talker.config.codec_eos_token_id], name=name)
         # after the engine: its start-up picks the kernels (and fuses the backbone) the frame graphs then capture
         self.adapter.decoder = FrameDecoder(talker, config.max_num_seqs, use_graphs=cuda and not config.enforce_eager,
                                             buckets=config.cuda_graph_batch_sizes)
-        self._lock = threading.Lock()
-        self._sinks: dict[str, collections.deque] = {}
+        self.shared = SharedEngine(engine, on_add=self._start, after_step=self.adapter.decoder.release_finished)
 
-    def add(self, inp: TalkerInput, sink: collections.deque, tag) -> str:
-        """Queue one request (call under the lock); its outputs go to `sink` as (tag, RequestOutput)."""
-        inp.sampling.validate()
-        rid = f"talker-{next(_request_ids)}"
-        params = SamplingParams(temperature=0, max_tokens=inp.sampling.max_new_tokens)
-        seq = self.engine.add_request(rid, None, params, MultimodalPrompt(inp.prompt_embeds))
+    @property
+    def engine(self) -> LLMEngine:
+        return self.shared.engine
+
+    @staticmethod
+    def _start(seq, inp: TalkerInput) -> None:
         key = seed_key(inp.seed) if inp.seed is not None else secrets.randbits(32)
         seq.model_state = TalkerRequestState(inp, key)
-        self._sinks[rid] = (sink, tag)
-        return rid
-
-    def abort(self, rid: str) -> None:
-        self._sinks.pop(rid, None)
-        self.engine.abort(rid)
-
-    def _step(self) -> None:
-        """One engine step for everybody (call under the lock)."""
-        try:
-            outputs = self.engine.step()
-        except Exception as e:  # noqa: BLE001 - hand the failure to every waiting caller instead of hanging them
-            for rid, (sink, tag) in list(self._sinks.items()):
-                self.abort(rid)
-                sink.append((tag, e))
-            return
-        for out in outputs:
-            target = self._sinks.get(out.request_id)
-            if target is not None:
-                target[0].append((target[1], out))
-                if out.finished:
-                    del self._sinks[out.request_id]
-        self.adapter.decoder.release_finished()
 
     def frames(self, inputs: list[TalkerInput]) -> Iterator[tuple[int, torch.Tensor]]:
         """(input index, frame [16] long on CPU) as each frame appears, until every request ends."""
-        sink: collections.deque = collections.deque()
-        rids: list[str] = []
-        with self._lock:
-            try:
-                for i, inp in enumerate(inputs):
-                    rids.append(self.add(inp, sink, i))
-            except Exception:  # a bad request: none of this call's requests run
-                for rid in rids:
-                    self.abort(rid)
-                raise
-        live = set(range(len(inputs)))
-        try:
-            while live:
-                if not sink:
-                    with self._lock:
-                        if not sink:
-                            self._step()
-                    continue
-                i, out = sink.popleft()
-                if isinstance(out, BaseException):
-                    live.clear()
-                    raise out
-                if out.finished:
-                    live.discard(i)
-                    continue  # the final token (EOS or the budget's last) carries no frame
-                for frame in out.new_extras:
-                    yield i, frame
-        finally:  # closed early (client gone) or failed: free the unfinished requests' blocks now
-            if live:
-                with self._lock:
-                    for i in live:
-                        self.abort(rids[i])
-                    self.adapter.decoder.release_finished()
+        for inp in inputs:
+            inp.sampling.validate()
+        requests = [(None, SamplingParams(temperature=0, max_tokens=inp.sampling.max_new_tokens),
+                     MultimodalPrompt(inp.prompt_embeds)) for inp in inputs]
+        for i, out in self.shared.run(requests, inputs):
+            if out.finished:
+                continue  # the final token (EOS or the budget's last) carries no frame
+            for frame in out.new_extras:
+                yield i, frame
 
     def stats(self) -> dict[str, float]:
-        with self._lock:
-            return self.engine.stats()
+        return self.shared.stats()
