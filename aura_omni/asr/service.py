@@ -1,12 +1,12 @@
 """The ASR stage as one object: load Qwen3-ASR, turn (samples, rate) into Transcripts.
 
-`transcribe` is a self-contained batched loop (prefill every piece at once, then decode all running
-pieces one token per step over the paged KV cache). The continuous-batching engine drives the same
-model pieces (`prepare` -> `AsrRequest`, `Qwen3ASR.prompt_embeds` / `embed_tokens` / `compute_logits`,
-`finish`) with its own scheduler.
+`transcribe` prepares pieces (resample, split, features), runs them through the stage's engine, which
+concurrent callers share (continuous batching, CUDA graphs), and parses the output into
+(language, text).
 """
 
-from dataclasses import dataclass, field
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,15 +15,17 @@ import torch
 from aura_omni.asr.prompt import ASR_TEXT_ID, AsrPromptBuilder, load_asr_tokenizer
 from aura_omni.asr.split import MAX_ASR_INPUT_SECONDS, split_long_audio
 from aura_omni.asr.transcript import Transcript, join_texts, merge_languages, normalize_language, parse_asr_output
-from aura_omni.engine.kv_cache import CachedSequence, KVCache
+from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
-from aura_omni.layers.sampler import Sampler
+from aura_omni.engine.shared_engine import SharedEngine
 from aura_omni.media.asr_features import SAMPLE_RATE, log_mel_spectrogram, pad_to_min_length
 from aura_omni.media.audio import AudioDecodeError, resample
 from aura_omni.models.loader import resolve_checkpoint
 from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos, preset_config_path
 from aura_omni.models.qwen3_asr_encoder import num_audio_tokens
+from aura_omni.pipeline.stage_engine import engine_config
 
 SILENCE_PEAK = 1e-4  # |sample| below this everywhere (about -80 dBFS, 3 LSB of 16-bit): no speech, skip the model
 MAX_NEW_TOKENS = 256  # vllm-omni's stage 0 max_tokens
@@ -37,18 +39,6 @@ class AsrPiece:
     input_ids: list[int]
     features: torch.Tensor | None  # [128, L] log-mel; None for a silent piece (no model call)
     language: str | None  # forced language or None
-
-
-@dataclass
-class _Decoding:
-    """One running piece: what the sampler reads (SamplingState) plus its cache blocks."""
-
-    params: SamplingParams
-    prompt_token_ids: list[int]
-    eos_token_ids: tuple[int, ...]
-    output_token_ids: list[int] = field(default_factory=list)
-    generator: torch.Generator | None = None
-    cache: CachedSequence = field(default_factory=CachedSequence)
 
 
 def to_asr_samples(wav: np.ndarray, sr: int) -> np.ndarray:
@@ -72,7 +62,7 @@ def to_asr_samples(wav: np.ndarray, sr: int) -> np.ndarray:
 
 class AsrService:
     def __init__(self, model: Qwen3ASR, tokenizer, *, eos_token_ids: tuple[int, ...] = (151645, 151643),
-                 max_seconds: float = MAX_ASR_INPUT_SECONDS, block_size: int = 16,
+                 max_seconds: float = MAX_ASR_INPUT_SECONDS, engine_config: EngineConfig | None = None,
                  max_new_tokens: int = MAX_NEW_TOKENS):
         self.model = model
         self.max_new_tokens = max_new_tokens
@@ -80,9 +70,11 @@ class AsrService:
         self.prompts = AsrPromptBuilder(tokenizer, model.config.audio_token_id)
         self.eos_token_ids = tuple(eos_token_ids)
         self.max_seconds = max_seconds
-        self.block_size = block_size
+        # the stage's share of the device: 0.1 of the GPU in the seed deploy (configs/aura_omni.yaml)
+        self.engine_config = engine_config or EngineConfig(max_model_len=8192, max_num_seqs=16, gpu_memory_utilization=0.1)
+        self._engine: SharedEngine | None = None
+        self._engine_lock = threading.Lock()
         self.languages = tuple(model.config.support_languages) or None
-        self.sampler = Sampler()
 
     @classmethod
     def from_pretrained(cls, model: str | Path, *, dtype: torch.dtype | None = None, device: str = "cpu",
@@ -155,49 +147,29 @@ class AsrService:
         outputs = [next(generated) if p.features is not None else [] for p in pieces]
         return self.finish(pieces, outputs, len(audios))
 
+    @property
+    def engine(self) -> SharedEngine:
+        """The stage's engine (continuous batching of concurrent transcriptions), built on first use."""
+        with self._engine_lock:
+            if self._engine is None:
+                self._engine = SharedEngine(LLMEngine(self.model, self.engine_config, list(self.eos_token_ids), name="asr"))
+            return self._engine
+
     @torch.inference_mode()
     def generate(self, pieces: list[AsrPiece], params: SamplingParams) -> list[list[int]]:
-        """Generated ids (EOS excluded) of every piece, batched: one prefill, then one token per step."""
-        model, bs = self.model, self.block_size
-        max_new = params.max_tokens or MAX_NEW_TOKENS
-        audio = model.encode_audio([p.features for p in pieces])
-        embeds, positions = zip(*(model.prompt_embeds(torch.tensor(p.input_ids), a) for p, a in zip(pieces, audio)))
-        blocks = sum(-(-(len(p.input_ids) + max_new) // bs) for p in pieces)
-        layers = model.backbone.attention_layers()
-        engine_cache = [(layer.k_cache, layer.v_cache) for layer in layers]  # an engine may own the pages
-        cache = KVCache(model.backbone.attention_layers(), blocks, bs, dtype=embeds[0].dtype, device=model.device)
-        seqs = [_Decoding(params, p.input_ids, self.eos_token_ids) for p in pieces]
-        try:
-            lens = [len(p.input_ids) for p in pieces]
-            hidden = model.backbone(torch.cat(embeds), torch.cat(positions), cache.metadata([s.cache for s in seqs], lens))
-            last = torch.tensor(lens, device=model.device).cumsum(0) - 1
-            running = list(seqs)
-            next_ids = self.sampler(model.compute_logits(hidden[last]), running)
-            while True:
-                still = []
-                for s, tok in zip(running, next_ids.tolist()):
-                    s.output_token_ids.append(tok)
-                    if tok not in self.eos_token_ids and len(s.output_token_ids) < max_new:
-                        still.append((s, tok))
-                if not still:
-                    break
-                running = [s for s, _ in still]
-                ids = torch.tensor([t for _, t in still], device=model.device)
-                pos = torch.tensor([s.cache.num_cached for s in running], device=model.device)
-                meta = cache.metadata([s.cache for s in running], [1] * len(running))
-                hidden = model.backbone(model.embed_tokens(ids), pos, meta)
-                next_ids = self.sampler(model.compute_logits(hidden), running)
-        finally:  # free this call's pages, give the engine's back
-            for layer, (k, v) in zip(layers, engine_cache):
-                layer.k_cache, layer.v_cache = k, v
-        return [[t for t in s.output_token_ids if t not in self.eos_token_ids] for s in seqs]
+        """Generated ids (EOS excluded) of every piece; concurrent callers share the engine's decode steps."""
+        outputs: list[list[int]] = [[] for _ in pieces]
+        requests = [(ids, params, mm) for ids, mm in self.engine_prompts(pieces)]
+        for i, out in self.engine.run(requests):
+            outputs[i] += out.new_token_ids
+        return [[t for t in o if t not in self.eos_token_ids] for o in outputs]
 
 
 def load_asr_stage(stage, device: str, dtype: torch.dtype, load_format: str) -> AsrService:
     """Runtime loader of a deploy file's `asr` stage (server/runtime.py STAGE_LOADERS)."""
     max_tokens = stage.default_sampling_params.max_tokens or MAX_NEW_TOKENS
     return AsrService.from_pretrained(stage.model, dtype=dtype, device=device, load_format=load_format,
-                                      max_new_tokens=max_tokens)
+                                      max_new_tokens=max_tokens, engine_config=engine_config(stage))
 
 
 def _dummy_tokenizer_dir(preset_dir: Path) -> Path:

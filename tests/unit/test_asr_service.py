@@ -141,23 +141,31 @@ def test_dummy_load_format_builds_random_weights(ckpt):
     assert torch.isfinite(model.lm_head.weight).all()
 
 
-def test_engine_drives_the_model_to_the_same_tokens(svc):
-    from aura_omni.engine.config import EngineConfig
-    from aura_omni.engine.llm_engine import LLMEngine
+def test_concurrent_transcriptions_share_the_engine_and_match_alone(svc):
+    import threading
 
-    pieces = svc.prepare([(tone(2), SR), (tone(0.7, freq=300), SR)])
-    params = SamplingParams(temperature=0, max_tokens=5)
-    expected = svc.generate(pieces, params)
-    engine = LLMEngine(svc.model, EngineConfig(max_model_len=256, num_kv_blocks=64, enforce_eager=True,
-                                               max_num_batched_tokens=64), eos_token_ids=list(svc.eos_token_ids))
-    for i, (ids, mm) in enumerate(svc.engine_prompts(pieces)):
-        engine.add_request(f"r{i}", ids, params, mm=mm)
-    got = {f"r{i}": [] for i in range(len(pieces))}
-    while engine.has_unfinished():
-        for out in engine.step():
-            got[out.request_id] += out.new_token_ids
-    assert [got[f"r{i}"] for i in range(len(pieces))] == expected
-    assert svc.generate(pieces, params) == expected  # the loop leaves the engine's cache pages alone
+    clips = [(tone(2), SR), (tone(0.7, freq=300), SR), (tone(1.3, freq=500), SR)]
+    alone = [svc.transcribe([c], max_new_tokens=5) for c in clips]
+    got = [None] * len(clips)
+    threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, svc.transcribe([clips[i]], max_new_tokens=5)))
+               for i in range(len(clips))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == alone
+    stats = svc.engine.stats()
+    assert stats["running"] == 0 and stats["free_blocks"] == stats["total_blocks"]
+
+
+def test_abandoned_generation_frees_its_blocks(svc):
+    pieces = svc.prepare([(tone(2), SR)])
+    run = svc.engine.run([(ids, SamplingParams(temperature=0, max_tokens=50, ignore_eos=True), mm)
+                          for ids, mm in svc.engine_prompts(pieces)])
+    next(run)
+    run.close()  # the client went away
+    stats = svc.engine.stats()
+    assert stats["running"] == 0 and stats["free_blocks"] == stats["total_blocks"]
 
 
 def test_pipeline_stage_returns_the_model_output_format(svc):
