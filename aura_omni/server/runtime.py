@@ -1,13 +1,16 @@
-"""What the server runs on: the stage models a deploy config declares, and the worker thread they run in.
+"""What the server runs on: the stage models a deploy config declares, and the worker threads they run in.
 
-The event loop never runs model code: blocking calls go to one model thread (`call`), and streams
-are produced there and handed to the loop chunk by chunk (`iterate`). A request's failure stays in
-that request. Endpoints ask `require(role)`; a role the deployment lacks answers a clear 400.
+The event loop never runs model code: blocking calls go to a worker thread (`call`), and streams are
+produced there and handed to the loop chunk by chunk (`iterate`). Concurrent requests run in their own
+workers; each stage's engine is shared by them (engine/shared_engine.py), so their decode steps are
+batched instead of queued. A request's failure stays in that request. Endpoints ask `require(role)`;
+a role the deployment lacks answers a clear 400.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import logging
 import threading
@@ -24,6 +27,8 @@ ROLE_NAMES = {ASR: "a Qwen3-ASR stage (model_stage: asr)", AURA: "an AURA stage 
               TALKER: "Qwen3-TTS Talker + Code2Wav stages (model_stage: qwen3_tts, code2wav)",
               CODE2WAV: "a Code2Wav stage (model_stage: code2wav)"}
 
+MAX_WORKERS = 64
+
 # role -> "module:attribute" of a loader `(stage, device, dtype, load_format) -> model`. Code2Wav is
 # part of the Qwen3-TTS facade, so it has no loader of its own. Stage owners add one line here.
 STAGE_LOADERS: dict[str, str] = {
@@ -34,9 +39,14 @@ STAGE_LOADERS: dict[str, str] = {
 
 
 def load_qwen3_tts(stage: Stage, device: str, dtype: Any, load_format: str):
-    from ..models.qwen3_tts.tts import Qwen3TTS
+    from ..models.qwen3_tts.tts import Qwen3TTS, default_engine_config
 
-    return Qwen3TTS.load(stage.model, device=device, dtype=dtype, load_format=load_format)
+    # the Talker's engine: TTS defaults, with the deploy stage's concurrency and share of the GPU
+    config = dataclasses.replace(default_engine_config(device), max_num_seqs=stage.max_num_seqs,
+                                 enforce_eager=stage.enforce_eager)
+    if device.startswith("cuda"):
+        config = dataclasses.replace(config, kv_cache_bytes=None, gpu_memory_utilization=stage.gpu_memory_utilization)
+    return Qwen3TTS.load(stage.model, device=device, dtype=dtype, load_format=load_format, engine_config=config)
 
 
 def stage_device(stage: Stage, override: str | None) -> str:
@@ -66,12 +76,13 @@ def platform_of(device: str) -> str:
 
 
 class Runtime:
-    """Loaded stage models keyed by role, plus the model thread."""
+    """Loaded stage models keyed by role, plus the worker threads that run their blocking calls."""
 
     def __init__(self, deploy: DeployConfig, models: dict[str, Any] | None = None):
         self.deploy = deploy
         self.models: dict[str, Any] = dict(models or {})
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aura-model")
+        # workers mostly wait on a shared engine's lock or queue; this bounds requests in model code at once
+        self._executor = ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="aura-model")
         self._pipeline = None
 
     @classmethod
@@ -132,12 +143,12 @@ class Runtime:
                        400, code="stage_not_deployed")
 
     async def call(self, fn: Callable, *args, **kwargs):
-        """Run blocking model work on the model thread."""
+        """Run blocking model work on a worker thread."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
 
     async def iterate(self, make_iter: Callable[[], Iterator]) -> AsyncIterator:
-        """Drive a blocking iterator on the model thread, yielding its items as they are produced.
+        """Drive a blocking iterator on a worker thread, yielding its items as they are produced.
 
         Closing the async generator (client gone) stops the producer after its current item.
         """
