@@ -79,8 +79,9 @@ class FrameDecoder:
         if self.use_graphs:
             self._in_hidden = torch.zeros(self.buckets[-1], self.hidden, dtype=self.dtype, device=self.device)
             self._in_index = torch.zeros(2, self.buckets[-1], dtype=torch.long, device=self.device)
-            for b in reversed(self.buckets):
-                self._capture(b)
+            with on_device(self.device):  # capture streams belong to the current device
+                for b in reversed(self.buckets):
+                    self._capture(b)
 
     def _fuse(self) -> None:
         """Fewer launches per code-predictor layer: the backbone's Triton layers where the engine enabled them
