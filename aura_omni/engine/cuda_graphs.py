@@ -90,6 +90,7 @@ class DecodeGraphs:
 
     def _capture_all(self) -> None:
         pool = None
+        capture = torch.cuda.Stream(self.device)
         for b in reversed(self.batch_sizes):  # largest first, so smaller graphs reuse its memory pool
             layout = self.layouts[b]
             self.host_blobs[b] = torch.zeros(layout.nbytes, dtype=torch.uint8).pin_memory()
@@ -104,7 +105,7 @@ class DecodeGraphs:
                 self._run_step(b)
             torch.cuda.synchronize(self.device)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
+            with torch.cuda.graph(graph, pool=pool, stream=capture):  # own stream: torch's default one is per process
                 self.outputs[b] = self._run_step(b)
             pool = graph.pool()
             self.graphs[b] = graph

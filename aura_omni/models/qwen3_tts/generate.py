@@ -194,7 +194,7 @@ class FrameDecoder:
                 self.frame(*args)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
+        with torch.cuda.graph(graph, pool=self._pool, stream=side):  # torch's default capture stream is per process, not per device
             out = self.frame(*args)
         self._pool = graph.pool()
         self.graphs[b] = (graph, out)
