@@ -41,10 +41,15 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_ours(svc: AsrService, clips, concurrency: int, new_tokens: int, device: str) -> dict:
-    engine = LLMEngine(svc.model, EngineConfig(max_num_seqs=concurrency, max_model_len=2048,
-                                               max_num_batched_tokens=max(2048, 512 * concurrency)),
-                       eos_token_ids=list(svc.eos_token_ids), name="asr")
+def make_engine(svc: AsrService, max_concurrency: int) -> LLMEngine:
+    """One engine for every run (KV pages are bound to the model's layers: a second engine would take them)."""
+    return LLMEngine(svc.model, EngineConfig(max_num_seqs=max_concurrency, max_model_len=2048,
+                                             max_num_batched_tokens=max(2048, 512 * max_concurrency),
+                                             gpu_memory_utilization=0.5),
+                     eos_token_ids=list(svc.eos_token_ids), name="asr")
+
+
+def run_ours(svc: AsrService, engine: LLMEngine, clips, concurrency: int, new_tokens: int, device: str) -> dict:
     params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
     pending = list(enumerate(clips))
     started, first = {}, {}
@@ -147,13 +152,17 @@ def main() -> None:
     dtype = getattr(torch, a.dtype) if a.dtype else None
     svc = AsrService.from_pretrained(a.model, device=a.device, dtype=dtype, load_format=a.load_format)
     clips = make_clips(a.clips, 0, a.min_seconds, a.max_seconds)
-    run_ours(svc, clips[:2], 2, 4, a.device)  # warm-up (kernels, CUDA graphs)
-    results = [run_ours(svc, clips, c, a.new_tokens, a.device) for c in a.concurrency]
+    engine = make_engine(svc, max(a.concurrency))
+    run_ours(svc, engine, clips[:2], 2, 4, a.device)  # warm-up (kernels, CUDA graphs)
+    results = []
+    for c in a.concurrency:  # printed as they come: a time limit keeps what finished
+        results.append(run_ours(svc, engine, clips, c, a.new_tokens, a.device))
+        print(json.dumps(results[-1]), flush=True)
     if a.reference:
         ref = reference_model(svc, a.device, svc.model.embed_tokens.weight.dtype)
-        results += [run_reference(svc, ref, clips, c, a.new_tokens, a.device) for c in a.concurrency]
-    for r in results:
-        print(json.dumps(r))
+        for c in a.concurrency:
+            results.append(run_reference(svc, ref, clips, c, a.new_tokens, a.device))
+            print(json.dumps(results[-1]), flush=True)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(results, f, indent=2)
