@@ -28,7 +28,7 @@ import numpy as np
 
 from .config import DeployConfig, load_deploy_config
 from .pipeline.constants import TTS_SAMPLE_RATE
-from .pipeline.turn import AudioChunk, TurnDone, TurnEvent, TranscriptReady
+from .pipeline.turn import TurnEvent, collect_turn
 from .server.media_input import MediaPolicy
 from .server.runtime import Runtime
 from .server.turn_builder import TurnBuilder, TurnSpec
@@ -119,17 +119,10 @@ class Omni:
 
     async def agenerate(self, audio=None, images=None, video=None, text: str | None = None, speak: bool = True,
                         history: Sequence[tuple[str, str]] = (), **options) -> OmniResult:
-        chunks, transcript, done = [], None, None
-        async for ev in self.astream(audio, images, video, text, speak, history, **options):
-            if isinstance(ev, AudioChunk):
-                chunks.append(ev.samples)
-            elif isinstance(ev, TranscriptReady):
-                transcript = ev.text
-            elif isinstance(ev, TurnDone):
-                done = ev
-        spoken = speak and not done.silent
-        wav = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
-        return OmniResult(text=done.text, audio=wav if spoken else None, transcript=transcript, silent=done.silent,
+        turn = await collect_turn(self.astream(audio, images, video, text, speak, history, **options))
+        done = turn.done
+        return OmniResult(text=done.text, audio=turn.audio if speak and not done.silent else None,
+                          transcript=turn.transcript, silent=done.silent,
                           prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens,
                           finish_reason=done.finish_reason)
 

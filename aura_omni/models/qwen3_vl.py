@@ -11,7 +11,7 @@ Checkpoint keys: `model.visual.*`, `model.language_model.{embed_tokens,layers,no
 
 import itertools
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch

@@ -56,3 +56,25 @@ class TurnDone:
 
 
 TurnEvent = TranscriptReady | TextDelta | AudioChunk | TurnDone
+
+
+@dataclass
+class TurnResult:
+    """A whole turn gathered from its events (non-streaming callers)."""
+
+    done: TurnDone
+    audio: np.ndarray  # every AudioChunk joined; empty when nothing was spoken
+    transcript: str | None  # what ASR heard; None without audio input
+
+
+async def collect_turn(events) -> TurnResult:
+    chunks, transcript, done = [], None, None
+    async for ev in events:
+        if isinstance(ev, AudioChunk):
+            chunks.append(ev.samples)
+        elif isinstance(ev, TranscriptReady):
+            transcript = ev.text
+        elif isinstance(ev, TurnDone):
+            done = ev
+    audio = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
+    return TurnResult(done, audio, transcript)

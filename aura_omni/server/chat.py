@@ -27,7 +27,6 @@ import uuid
 from collections import OrderedDict
 from typing import AsyncIterator
 
-import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
@@ -35,7 +34,7 @@ from ..config import AURA, TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import TurnTimeout
-from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
+from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, collect_turn
 from .chat_protocol import (AudioReply, AudioURLPart, ChatCompletion, ChatCompletionRequest, Choice, ImageURLPart,
                             InputAudioPart, ReplyMessage, STREAM_AUDIO_FORMATS, TextPart, Usage, VideoURLPart)
 from .errors import APIError, error_body
@@ -191,17 +190,10 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
 
 async def _complete(events: AsyncIterator, rid: str, model: str, speak: bool, fmt: str,
                     transcripts: AudioTranscripts) -> dict:
-    chunks, transcript, done = [], None, None
-    async for ev in events:
-        if isinstance(ev, AudioChunk):
-            chunks.append(ev.samples)
-        elif isinstance(ev, TranscriptReady):
-            transcript = ev.text
-        elif isinstance(ev, TurnDone):
-            done = ev
+    turn = await collect_turn(events)
+    done, transcript, wav = turn.done, turn.transcript, turn.audio
     audio = None
     if speak and not done.silent:
-        wav = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
         audio_id = f"audio_{uuid.uuid4().hex}"
         audio = AudioReply(id=audio_id, data=base64.b64encode(encode_audio(wav, TTS_SAMPLE_RATE, _encoder_format(fmt))).decode(),
                            expires_at=int(time.time()) + AUDIO_TTL_S, transcript=done.text)

@@ -21,7 +21,7 @@ from torch import nn
 from aura_omni.layers.rotary import RotaryEmbedding, rotate_half
 from aura_omni.media.audio import resample
 from aura_omni.models.loader import iter_tensors, load_into
-from aura_omni.models.qwen3_tts.code2wav import CodecInputError
+from aura_omni.models.qwen3_tts.code2wav import CodecInputError, LayerScale
 from aura_omni.models.qwen3_tts.codec_config import CodecConfig, CodecEncoderConfig
 
 
@@ -84,15 +84,6 @@ class SEANetEncoder(nn.Module):
         return x
 
 
-class MimiLayerScale(nn.Module):
-    def __init__(self, dim: int, init: float):
-        super().__init__()
-        self.scale = nn.Parameter(torch.full((dim,), init))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scale * x
-
-
 class MimiAttention(nn.Module):
     def __init__(self, cfg: CodecEncoderConfig):
         super().__init__()
@@ -132,10 +123,10 @@ class MimiTransformerLayer(nn.Module):
         super().__init__()
         self.input_layernorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
         self.self_attn = MimiAttention(cfg)
-        self.self_attn_layer_scale = MimiLayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
+        self.self_attn_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
         self.post_attention_layernorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
         self.mlp = MimiMLP(cfg)
-        self.mlp_layer_scale = MimiLayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
+        self.mlp_layer_scale = LayerScale(cfg.hidden_size, cfg.layer_scale_initial_scale)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), cos, sin))

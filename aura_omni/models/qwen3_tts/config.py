@@ -5,7 +5,7 @@ The talker's `rope_scaling` declares interleaved MRoPE, but its three position s
 identical, so the talker runs plain 1-D RoPE (`mrope_section` is dropped on purpose).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from aura_omni.models.loader import read_json
@@ -126,15 +126,11 @@ class Qwen3TTSConfig:
         return cls.from_dict(read_json(Path(path)))
 
 
-# generation_config.json of every released checkpoint (qwen3_tts.md §3); qwen-tts falls back to these
-# values key by key, except max_new_tokens, whose fallback is 2048.
-GENERATION_FALLBACKS = dict(do_sample=True, temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05,
-                            subtalker_dosample=True, subtalker_temperature=0.9, subtalker_top_k=50,
-                            subtalker_top_p=1.0, max_new_tokens=2048)
-
-
 @dataclass
 class GenerationDefaults:
+    """generation_config.json of every released checkpoint (qwen3_tts.md §3). qwen-tts falls back to these
+    values key by key when the file lacks one, except max_new_tokens, whose fallback is 2048."""
+
     do_sample: bool = True
     temperature: float = 0.9
     top_k: int = 50
@@ -148,7 +144,7 @@ class GenerationDefaults:
 
     @classmethod
     def from_dict(cls, cfg: dict) -> "GenerationDefaults":
-        return cls(**{k: cfg.get(k, v) for k, v in GENERATION_FALLBACKS.items()})
+        return cls(**{f.name: cfg.get(f.name, f.default) for f in fields(GenerationDefaults)})
 
     @classmethod
     def from_dir(cls, ckpt: Path) -> "GenerationDefaults":

@@ -11,23 +11,17 @@ from dataclasses import dataclass
 
 import torch
 
+from aura_omni.models.qwen3_tts.config import GenerationDefaults
+
 CODEC_EOS = 2150  # Qwen3-TTS talker codec stop id (talker_config.codec_eos_token_id)
 MIN_NEW_TOKENS = 2  # qwen-tts Qwen3TTSForConditionalGeneration.generate(min_new_tokens=2)
 SUPPRESSED_SPAN = 1024  # ids [vocab - 1024, vocab) are control/speaker/language ids, never sampled
 
 
 @dataclass
-class SamplingParams:
-    do_sample: bool = True
-    temperature: float = 0.9
-    top_k: int = 50
-    top_p: float = 1.0
-    repetition_penalty: float = 1.05
-    subtalker_dosample: bool = True
-    subtalker_temperature: float = 0.9
-    subtalker_top_k: int = 50
-    subtalker_top_p: float = 1.0
-    max_new_tokens: int = 2048
+class SamplingParams(GenerationDefaults):
+    """One request's Talker and sub-talker sampling: the checkpoint defaults' fields, request values applied."""
+
     min_new_tokens: int = MIN_NEW_TOKENS
 
     def validate(self) -> None:
