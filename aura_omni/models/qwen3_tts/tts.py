@@ -17,7 +17,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from aura_omni.models.loader import CheckpointError, init_dummy, iter_tensors, load_into, resolve_checkpoint
+from aura_omni.models.loader import (PRESETS_DIR, CheckpointError, dummy_config_dir, init_dummy, iter_tensors, load_into,
+                                    resolve_checkpoint)
 from aura_omni.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import PromptTooLongError
@@ -31,7 +32,6 @@ from aura_omni.models.qwen3_tts.talker import Talker
 SAMPLE_RATE = 24000  # Code2Wav output rate
 SAMPLES_PER_FRAME = 1920  # 24000 / 12.5 frames per second
 TASK_TYPES = {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
-PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets"
 GiB = 1 << 30
 
 
@@ -94,12 +94,6 @@ def _load_tokenizer(ckpt: Path):
         return AutoTokenizer.from_pretrained(str(ckpt))
 
 
-def preset_dir(model: str) -> Path | None:
-    """presets/<org>__<name>/ for a Hugging Face repo id, if we ship its config."""
-    path = PRESETS_DIR / str(model).replace("/", "__")
-    return path if (path / "config.json").exists() else None
-
-
 class Qwen3TTS:
     def __init__(self, config: Qwen3TTSConfig, talker: Talker, tokenizer, *, code2wav=None, codec_encoder=None,
                  speaker_encoder=None, defaults: GenerationDefaults | None = None,
@@ -125,14 +119,12 @@ class Qwen3TTS:
         if load_format not in ("auto", "safetensors", "dummy"):
             raise CheckpointError(f"load_format must be auto, safetensors or dummy, got {load_format!r}")
         dummy = load_format == "dummy"
-        local = Path(model).expanduser()
-        ckpt = local if local.is_dir() else (preset_dir(str(model)) if dummy else None)
-        if ckpt is None:
-            ckpt = resolve_checkpoint(model)
+        ckpt = dummy_config_dir(model) if dummy else resolve_checkpoint(model)
         config = Qwen3TTSConfig.from_file(ckpt / "config.json")
         talker = Talker(config.talker)
         if dummy:
-            init_dummy(talker)
+            talker = talker.to(device=device, dtype=dtype)
+            init_dummy(talker)  # drawn on the device: seconds for the 1.7B on a GPU
         else:
             load_into(talker, iter_tensors(ckpt, "talker."), where=f"{ckpt} talker")
         talker = talker.to(device=device, dtype=dtype).eval()
