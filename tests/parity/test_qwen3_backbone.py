@@ -56,25 +56,3 @@ def test_paged_decode_matches_prefill():
             out.append(ours(emb(seq[p:p + 1]), torch.tensor([p]), meta))
     assert torch.allclose(torch.cat(out), full, atol=1e-5)
 
-
-def test_kv_cache_batched_decode_matches_each_sequence_alone():
-    from aura_omni.engine.kv_cache import CachedSequence, KVCache
-
-    ref, ours = _tiny_pair()
-    cache = KVCache(ours.attention_layers(), num_blocks=32, block_size=4)
-    emb = ref.model.embed_tokens
-    seqs = [torch.randint(0, 300, (n,)) for n in (5, 9)]
-    states = [CachedSequence(), CachedSequence()]
-    with torch.no_grad():
-        meta = cache.metadata(states, [5, 9])
-        ours(emb(torch.cat(seqs)), torch.cat([torch.arange(5), torch.arange(9)]), meta)
-        nxt = torch.randint(0, 300, (2,))
-        meta = cache.metadata(states, [1, 1])
-        step = ours(emb(nxt), torch.tensor([5, 9]), meta)
-        for i, s in enumerate(seqs):
-            alone = ours(emb(torch.cat([s, nxt[i:i + 1]])), torch.arange(len(s) + 1), AttentionMetadata.prefill([len(s) + 1]))
-            assert torch.allclose(step[i], alone[-1], atol=1e-5)
-    free_before = cache.allocator.num_free
-    for st in states:
-        cache.release(st)
-    assert cache.allocator.num_free == free_before + 2 + 3

@@ -11,7 +11,7 @@ import torch
 from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.media.vision_preprocess import VisionPreprocessConfig, preprocess_image, preprocess_video
 from aura_omni.models.qwen3_vl import AURA_STOP_TOKEN_IDS, Qwen3VLForCausalLM
-from aura_omni.models.qwen3_vl_generate import generate
+from tests.unit.aura_engine import engine_generate
 from aura_omni.models.qwen3_vl_prompt import build_aura_prompt
 from aura_omni.testing.tiny_vl import write_tiny_aura
 
@@ -75,7 +75,7 @@ def _check_against_reference(tiny, user_text: str, media) -> None:
             assert prompt.rope_delta == int(ref_delta)
         ref_ids = ref.generate(**kw, max_new_tokens=NEW_TOKENS, do_sample=False,
                                eos_token_id=list(AURA_STOP_TOKEN_IDS), pad_token_id=151643)[0, len(ids):].tolist()
-    ours_ids = generate(ours, [prompt], NEW_TOKENS, block_size=4)[0].token_ids
+    ours_ids = engine_generate(ours, [prompt], NEW_TOKENS)[0].token_ids
     assert ours_ids == ref_ids
 
 
@@ -109,8 +109,8 @@ def test_batched_generation_equals_each_prompt_alone(tiny):
     for text, media in cases:
         t, media = build_aura_prompt(text, media)
         prompts.append(ours.build_prompt(tok(t)["input_ids"], media))
-    batched = [r.token_ids for r in generate(ours, prompts, NEW_TOKENS, block_size=4)]
-    alone = [generate(ours, [p], NEW_TOKENS, block_size=4)[0].token_ids for p in prompts]
+    batched = [r.token_ids for r in engine_generate(ours, prompts, NEW_TOKENS)]
+    alone = [engine_generate(ours, [p], NEW_TOKENS)[0].token_ids for p in prompts]
     assert batched == alone
 
 

@@ -8,7 +8,7 @@ from safetensors.torch import load_file, save_file
 
 from aura_omni.models.loader import CheckpointError
 from aura_omni.models.qwen3_vl import SILENT_TOKEN_ID, Qwen3VLConfig, Qwen3VLForCausalLM
-from aura_omni.models.qwen3_vl_generate import generate
+from tests.unit.aura_engine import engine_generate
 from aura_omni.models.qwen3_vl_prompt import ChatTurn, build_aura_prompt
 from aura_omni.testing.tiny_vl import tiny_aura_config, write_tiny_aura
 
@@ -86,7 +86,7 @@ def test_silent_stops_generation_and_stays_visible(tiny_dir, tokenizer):
     model = Qwen3VLForCausalLM.from_pretrained(tiny_dir)
     text, _ = build_aura_prompt("anything?")
     prompt = model.build_prompt(tokenizer(text)["input_ids"])
-    free = generate(model, [prompt], max_new_tokens=4)[0]
+    free = engine_generate(model, [prompt], 4)[0]
     assert free.finish_reason == "length" and len(free.token_ids) == 4 and SILENT_TOKEN_ID not in free.token_ids
     original, calls = model.compute_logits, []
 
@@ -98,6 +98,6 @@ def test_silent_stops_generation_and_stays_visible(tiny_dir, tokenizer):
         return logits
 
     model.compute_logits = silent_on_second_step
-    forced = generate(model, [prompt], max_new_tokens=4)[0]
+    forced = engine_generate(model, [prompt], 4)[0]
     assert forced.token_ids == [free.token_ids[0], SILENT_TOKEN_ID] and forced.finish_reason == "stop"
     assert tokenizer.decode(forced.token_ids[-1:], skip_special_tokens=False) == "<|silent|>"
