@@ -5,7 +5,7 @@ inputs of the step (embeddings, positions, DeepStack features). After the backbo
 states to logits, and after sampling it may run a per-step hook (the Talker runs its code predictor
 there and returns each frame's 16 codes as the token's `extra`).
 
-`CausalLMAdapter` serves every wrapper that follows docs/design.md (`backbone`, `embed_tokens`,
+`CausalLMAdapter` serves every wrapper that follows docs/architecture.md (`backbone`, `embed_tokens`,
 `compute_logits`): prompts from token ids or from `MultimodalPrompt` embeddings with 1-D or MRoPE
 positions, DeepStack and `rope_delta`; generated tokens through `embed_tokens`.
 """
@@ -21,7 +21,7 @@ from aura_omni.models.qwen3 import DeepStack, Qwen3Model
 
 @runtime_checkable
 class EngineModel(Protocol):
-    """What a model wrapper exposes (docs/design.md, "Model wrappers")."""
+    """What a model wrapper exposes (docs/architecture.md, "Contracts")."""
 
     backbone: Qwen3Model
 

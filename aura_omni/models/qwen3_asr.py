@@ -1,7 +1,7 @@
 """Qwen3-ASR (Qwen/Qwen3-ASR-1.7B, -0.6B): audio encoder + Qwen3 LM whose `<|audio_pad|>` embeddings
 are replaced by the encoder's audio tokens.
 
-What the engine drives (docs/design.md "Model wrappers"):
+What the engine drives (docs/architecture.md "Contracts"):
 - `encode_audio(features)` -> audio tokens per clip;
 - `prompt_embeds(input_ids, audio_tokens)` -> (inputs_embeds [L, H], positions [L]);
 - `embed_tokens(ids)` for decode steps, `backbone` (the shared Qwen3Model), `compute_logits(hidden)`.

@@ -1,6 +1,6 @@
 """AURA stage model = Qwen3-VL: vision encoder + the shared Qwen3 backbone with interleaved MRoPE and DeepStack.
 
-What the engine drives (docs/design.md):
+What the engine drives (docs/architecture.md):
   - `build_prompt(token_ids, vision_inputs) -> VLPrompt`: inputs_embeds [L, H] with visual embeddings
     scattered into the <|image_pad|>/<|video_pad|> slots, MRoPE positions [3, L], DeepStack features
     for those slots, and the decode `rope_delta`.

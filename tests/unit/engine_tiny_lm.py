@@ -10,7 +10,7 @@ VOCAB = 300
 
 
 class TinyLM(nn.Module):
-    """backbone + embed_tokens + compute_logits, the wrapper contract of docs/design.md."""
+    """backbone + embed_tokens + compute_logits, the wrapper contract of docs/architecture.md."""
 
     def __init__(self, ref: Qwen3ForCausalLM, mrope_section: list[int] | None = None):
         super().__init__()
