@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="folder below which requests may name server-local reference audio (off by default)")
     serve.add_argument("--allowed-media-domains", nargs="+", default=None, metavar="DOMAIN",
                        help="hosts whose http(s) image/video/audio URLs chat requests may use (off by default)")
+    serve.add_argument("--request-timeout", type=float, default=300.0, metavar="SECONDS",
+                       help="cancel a chat turn in every stage after this long (504); 0 = no limit")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
     tiny = sub.add_parser("make-tiny", help="write tiny random checkpoints of all four stages + deploy files")
@@ -81,7 +83,8 @@ def serve(args: argparse.Namespace) -> int:
     try:
         app = create_app(deploy, name, args.api_key, device=args.device, dtype=args.dtype,
                          load_format=args.load_format, allowed_local_media_path=args.allowed_local_media_path,
-                         allowed_media_domains=args.allowed_media_domains)
+                         allowed_media_domains=args.allowed_media_domains,
+                         request_timeout_s=args.request_timeout or None)
     except (CheckpointError, RuntimeError, ValueError) as e:
         print(f"aura-omni serve: cannot start: {e}", file=sys.stderr)
         return 1

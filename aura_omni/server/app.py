@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI, Request
 from .. import __version__
 from ..config import DeployConfig
 from .errors import APIError, install_error_handlers
-from .runtime import Runtime
+from .runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .state import ServerState
 
 log = logging.getLogger("aura_omni.server")
@@ -45,9 +45,12 @@ async def check_api_key(request: Request) -> None:
 def create_app(deploy_config: DeployConfig, served_model_name: str | None = None, api_key: str | None = None, *,
                runtime: Runtime | None = None, device: str | None = None, dtype: str | None = None,
                load_format: str | None = None, allowed_local_media_path: str | Path | None = None,
-               allowed_media_domains: list[str] | None = None) -> FastAPI:
-    """Build the server; loads the deploy's stage models unless a ready `runtime` is given (tests)."""
+               allowed_media_domains: list[str] | None = None,
+               request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S) -> FastAPI:
+    """Build the server; loads the deploy's stage models unless a ready `runtime` is given (tests).
+    `request_timeout_s`: a chat turn running longer is cancelled in every stage and answered 504 (None: no limit)."""
     runtime = runtime or Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
+    runtime.request_timeout_s = request_timeout_s
     name = served_model_name or deploy_config.stages[0].model
     state = ServerState(runtime=runtime, served_model_name=name, api_key=api_key or None,
                         allowed_local_media_path=Path(allowed_local_media_path) if allowed_local_media_path else None)

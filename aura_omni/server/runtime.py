@@ -28,6 +28,7 @@ ROLE_NAMES = {ASR: "a Qwen3-ASR stage (model_stage: asr)", AURA: "an AURA stage 
               CODE2WAV: "a Code2Wav stage (model_stage: code2wav)"}
 
 MAX_WORKERS = 64
+DEFAULT_REQUEST_TIMEOUT_S = 300.0
 
 # role -> "module:attribute" of a loader `(stage, device, dtype, load_format) -> model`. Code2Wav is
 # part of the Qwen3-TTS facade, so it has no loader of its own. Stage owners add one line here.
@@ -84,6 +85,7 @@ class Runtime:
         # workers mostly wait on a shared engine's lock or queue; this bounds requests in model code at once
         self._executor = ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="aura-model")
         self._pipeline = None
+        self.request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # a turn past this is cancelled (504)
 
     @classmethod
     def load(cls, deploy: DeployConfig, *, device: str | None = None, dtype: str | None = None,
@@ -128,7 +130,8 @@ class Runtime:
                 AsrPipelineStage(asr, self.call) if asr is not None else None,
                 self.models.get(AURA),
                 SpeechPipelineStage(tts, self.iterate, initial_chunk_frames=initial,
-                                    chunk_frames=codec.codec_chunk_frames) if tts is not None else None)
+                                    chunk_frames=codec.codec_chunk_frames) if tts is not None else None,
+                default_timeout_s=self.request_timeout_s)
         return self._pipeline
 
     def require(self, role: str, endpoint: str) -> Any:

@@ -380,6 +380,26 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
 
 # ---------------------------------------------------------------------------------------------- errors
 
+def test_turn_past_the_timeout_is_504_and_cancelled(base, ref_audio_b64):
+    pipeline, aura = base.runtime.pipeline, base.runtime.pipeline.aura
+    start_free = aura.engine.stats()["free_blocks"]
+    pipeline.default_timeout_s = 0.3  # what `serve --request-timeout 0.3` sets
+    try:
+        r = httpx.post(base.url + "/v1/chat/completions", headers=AUTH, timeout=60, json={
+            "model": MODEL, "messages": user({"type": "text", "text": "talk for a long time"}), "max_tokens": 400,
+            "ignore_eos": True, "additional_information": {"tts_ref_audio": ref_audio_b64,
+                                                           "tts_x_vector_only_mode": True, "tts_max_new_tokens": 400}})
+    finally:
+        pipeline.default_timeout_s = 300.0
+    assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
+    deadline = time.monotonic() + 30
+    while aura.engine.stats()["free_blocks"] != start_free and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stats = aura.engine.stats()
+    assert stats["running"] == stats["waiting"] == 0 and stats["free_blocks"] == start_free
+    assert httpx.get(base.url + "/health", timeout=10).status_code == 200
+
+
 def test_base_without_reference_is_refused_at_once(base, client):
     aura = Spy(base.runtime.pipeline.aura, "generate")
     try:

@@ -26,7 +26,7 @@ def test_serve_accepts_vllm_spellings():
 def test_serve_defaults_and_bad_choices():
     args = build_parser().parse_args(["serve", "--deploy-config", "d.yaml"])
     assert args.model is None and args.port == 8000 and args.load_format is None and not args.omni
-    assert args.allowed_media_domains is None and args.allowed_local_media_path is None
+    assert args.allowed_media_domains is None and args.allowed_local_media_path is None and args.request_timeout == 300
     opened = build_parser().parse_args(["serve", "--allowed-media-domains", "cdn.example.com", "img.example.org"])
     assert opened.allowed_media_domains == ["cdn.example.com", "img.example.org"]
     with pytest.raises(SystemExit):
