@@ -171,10 +171,9 @@ def bench_talker(args, device: torch.device, dtype: torch.dtype) -> list[dict]:
         sampling = dict(greedy=dict(do_sample=False, subtalker_dosample=False),
                         sampled=dict(do_sample=True, subtalker_dosample=True))[args.talker_sampling]
         params = TalkerSampling(**sampling, min_new_tokens=10_000, max_new_tokens=10_000)  # never stops
-        sink = []
         for i in range(batch):
-            engine.add(TalkerInput(torch.randn(prompt, h, device=device, dtype=dtype) * 0.02,
-                                   torch.zeros(0, h, device=device, dtype=dtype), params, seed=i), sink, i)
+            engine.add_request(f"bench-{i}", TalkerInput(torch.randn(prompt, h, device=device, dtype=dtype) * 0.02,
+                                                         torch.zeros(0, h, device=device, dtype=dtype), params, seed=i))
         engine.engine.step()  # prefill
         engine.engine.step()  # warm-up frame
         sync(device)

@@ -112,12 +112,20 @@ class TalkerEngine:
         key = seed_key(inp.seed) if inp.seed is not None else secrets.randbits(32)
         seq.model_state = TalkerRequestState(inp, key)
 
+    @staticmethod
+    def _request(inp: TalkerInput):
+        """Engine-level request: plain greedy over the one-hot rows the frame decoder returns, up to the budget."""
+        inp.sampling.validate()
+        return None, SamplingParams(temperature=0, max_tokens=inp.sampling.max_new_tokens), MultimodalPrompt(inp.prompt_embeds)
+
+    def add_request(self, request_id: str, inp: TalkerInput) -> None:
+        """Queue a request for a caller that steps `self.engine` itself (benchmarks); others use `frames`."""
+        seq = self.engine.add_request(request_id, *self._request(inp))
+        self._start(seq, inp)
+
     def frames(self, inputs: list[TalkerInput]) -> Iterator[tuple[int, torch.Tensor]]:
         """(input index, frame [16] long on CPU) as each frame appears, until every request ends."""
-        for inp in inputs:
-            inp.sampling.validate()
-        requests = [(None, SamplingParams(temperature=0, max_tokens=inp.sampling.max_new_tokens),
-                     MultimodalPrompt(inp.prompt_embeds)) for inp in inputs]
+        requests = [self._request(inp) for inp in inputs]
         for i, out in self.shared.run(requests, inputs):
             if out.finished:
                 continue  # the final token (EOS or the budget's last) carries no frame
