@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from aura_omni.layers.mlp import SwiGLU
 from aura_omni.layers.rmsnorm import RMSNorm
 from aura_omni.layers.rotary import RotaryEmbedding, rotate_half
 from aura_omni.models.loader import init_dummy, iter_tensors, load_into
@@ -231,17 +232,6 @@ class WindowedAttention(nn.Module):
             v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
         return self.o_proj(o.transpose(1, 2).reshape(b, n, -1))
-
-
-class SwiGLU(nn.Module):
-    def __init__(self, hidden: int, intermediate: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class TransformerLayer(nn.Module):
