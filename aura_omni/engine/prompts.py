@@ -18,8 +18,17 @@ def content_hash(*tensors: torch.Tensor) -> str:
     for t in tensors:
         t = t.detach().contiguous().cpu()
         h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        if t.numel():
+            h.update(t.view(torch.uint8).numpy())  # the buffer itself: no copy of megabytes of pixels
     return h.hexdigest()
+
+
+def vision_key(item) -> str:
+    """content_hash of an image/video's preprocessed pixels and grid, computed once per item (the prefix cache
+    and the vision-embedding cache both key on it)."""
+    if item.content_key is None:
+        item.content_key = content_hash(item.pixel_values, torch.tensor(item.grid_thw))
+    return item.content_key
 
 
 def placeholder_runs(token_ids: list[int], placeholder_ids: set[int], sizes: list[int]) -> list[int]:
@@ -51,7 +60,7 @@ def vl_request(prompt, vision_inputs: list | None = None, image_token_id: int = 
         else:
             starts = placeholder_runs(prompt.token_ids, {image_token_id, video_token_id},
                                       [v.num_tokens for v in vision_inputs])
-            hashes = [(s, content_hash(v.pixel_values, torch.tensor(v.grid_thw))) for s, v in zip(starts, vision_inputs)]
+            hashes = [(s, vision_key(v)) for s, v in zip(starts, vision_inputs)]
     ds = prompt.deepstack
     mm = MultimodalPrompt(
         embeds=prompt.inputs_embeds, positions=prompt.positions, rope_delta=prompt.rope_delta,

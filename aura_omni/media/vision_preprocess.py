@@ -92,6 +92,7 @@ class VisionInput:
     grid_thw: tuple[int, int, int]  # patches (temporal groups, rows, cols)
     timestamps: list[float] = field(default_factory=list)  # video: seconds per temporal group
     merge_size: int = MERGE_SIZE
+    content_key: str | None = field(default=None, compare=False, repr=False)  # engine.prompts.vision_key
 
     @property
     def tokens_per_group(self) -> int:

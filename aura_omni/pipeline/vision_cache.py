@@ -10,7 +10,7 @@ from collections import OrderedDict
 
 import torch
 
-from aura_omni.engine.prompts import content_hash
+from aura_omni.engine.prompts import vision_key
 from aura_omni.media.vision_preprocess import VisionInput
 
 
@@ -22,12 +22,8 @@ class VisionEmbeddingCache:
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    @staticmethod
-    def key(item: VisionInput) -> str:
-        return content_hash(item.pixel_values, torch.tensor(item.grid_thw))
-
     def __call__(self, items: list[VisionInput]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        keys = [self.key(v) for v in items]
+        keys = [vision_key(v) for v in items]
         with self._lock:
             found = {k: self._items[k] for k in keys if k in self._items}
             for k in found:
