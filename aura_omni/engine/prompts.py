@@ -1,8 +1,9 @@
-"""Stage prompts -> engine requests: what the AURA (Qwen3-VL) and ASR wrappers build, as `MultimodalPrompt`.
+"""Stage prompts -> engine requests: what the AURA (Qwen3-VL) wrapper builds, as a `MultimodalPrompt`.
 
-Both LMs run under `CausalLMAdapter` (engine/model_api.py); only their prompts need translating.
-Content hashes let the prefix cache reuse blocks across requests that show the same image or audio
-(and never across different ones); an item's hash is attached at the offset of its first placeholder.
+AURA runs under `CausalLMAdapter` (engine/model_api.py); only its prompts need translating. Content hashes
+let the prefix cache reuse blocks across requests that show the same image or video (and never across
+different ones); an item's hash is attached at the offset of its first placeholder. (ASR prompts carry no
+hash: each clip is new audio, so `AsrService.engine_prompts` builds them directly.)
 """
 
 import hashlib
@@ -32,17 +33,23 @@ def vision_key(item) -> str:
 
 
 def placeholder_runs(token_ids: list[int], placeholder_ids: set[int], sizes: list[int]) -> list[int]:
-    """Start offsets of consecutive media items of `sizes` tokens each inside the placeholder runs."""
-    starts, i, k = [], 0, 0
-    while k < len(sizes) and i < len(token_ids):
-        if token_ids[i] in placeholder_ids:
+    """Offset of the first placeholder of each media item, item k owning the next `sizes[k]` placeholder tokens.
+
+    Placeholders are counted, not spanned: a video's temporal groups are separated by timestamp and
+    vision start/end tokens, so its placeholders are not one contiguous run.
+    """
+    starts, left = [], 0
+    for i, t in enumerate(token_ids):
+        if t not in placeholder_ids:
+            continue
+        if left == 0:
+            if len(starts) == len(sizes):
+                raise ValueError(f"prompt has more placeholder tokens than its {len(sizes)} media items need")
             starts.append(i)
-            i += sizes[k]
-            k += 1
-        else:
-            i += 1
-    if k != len(sizes):
-        raise ValueError(f"prompt has placeholders for {k} media items, {len(sizes)} given")
+            left = sizes[len(starts) - 1]
+        left -= 1
+    if len(starts) != len(sizes) or left:
+        raise ValueError(f"prompt has placeholders for {len(starts)} media items, {len(sizes)} given")
     return starts
 
 
@@ -67,17 +74,3 @@ def vl_request(prompt, vision_inputs: list | None = None, image_token_id: int = 
         deepstack_positions=ds.positions if ds is not None else None,
         deepstack_features=ds.features if ds is not None else None, content_hashes=hashes)
     return list(prompt.token_ids), mm
-
-
-def asr_request(token_ids: list[int], embeds: torch.Tensor, audio_features: list[torch.Tensor] | None = None,
-                audio_token_id: int = 151676, audio_sizes: list[int] | None = None) -> tuple[list[int], MultimodalPrompt]:
-    """ASR prompt ids + `Qwen3ASR.prompt_embeds` output -> (token ids, MultimodalPrompt) (1-D positions).
-
-    With `audio_features` (the log-mel input of each clip) and `audio_sizes` (audio tokens per clip) the
-    prompt is prefix-cacheable; otherwise it is not.
-    """
-    hashes = None
-    if audio_features is not None and audio_sizes is not None:
-        starts = placeholder_runs(token_ids, {audio_token_id}, audio_sizes)
-        hashes = [(s, content_hash(f)) for s, f in zip(starts, audio_features)]
-    return list(token_ids), MultimodalPrompt(embeds=embeds, content_hashes=hashes)

@@ -88,3 +88,16 @@ def test_image_prompt_without_media_is_not_prefix_cached(aura):
     assert mm.content_hashes is None
     ids2, mm2 = vl_request(p, [img])
     assert mm2.content_hashes[0][0] == 4  # hash attached at the first <|image_pad|>
+
+
+def test_placeholder_runs_count_a_videos_split_groups():
+    from aura_omni.engine.prompts import placeholder_runs
+
+    V, I, T = 151656, 151655, 7  # video pad, image pad, any text token
+    # a 2-group video (2 pads each, a timestamp between the groups), then an image of 3 pads
+    ids = [T, T, V, V, T, T, T, V, V, T, T, I, I, I, T]
+    assert placeholder_runs(ids, {V, I}, [4, 3]) == [2, 11]
+    with pytest.raises(ValueError):
+        placeholder_runs(ids, {V, I}, [4, 4])
+    with pytest.raises(ValueError):
+        placeholder_runs(ids, {V, I}, [4])
