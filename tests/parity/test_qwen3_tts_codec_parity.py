@@ -38,17 +38,8 @@ def _speechlike(seconds: float, sr: int, seed: int) -> np.ndarray:
     return wav.astype(np.float32)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run many small ops: one thread avoids oversubscription on shared CI cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
-def parity(one_thread, tmp_path_factory):
+def parity(tmp_path_factory):
     if not REF_PYTHON.exists():
         pytest.skip(f"reference venv {REF_VENV} absent (scripts/setup_qwen_tts_reference.sh)")
     tmp = tmp_path_factory.mktemp("codec_parity")

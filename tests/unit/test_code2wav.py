@@ -9,17 +9,8 @@ from aura_omni.testing.tiny_codec import write_tiny_codec
 SPF = 1920  # samples per frame
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny decoder runs many small convs: one thread avoids oversubscription on shared CI cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
-def code2wav(one_thread, tmp_path_factory) -> Code2Wav:
+def code2wav(tmp_path_factory) -> Code2Wav:
     return Code2Wav.from_codec_dir(write_tiny_codec(tmp_path_factory.mktemp("codec")))
 
 
