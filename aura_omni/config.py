@@ -18,6 +18,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from .engine.sampling_params import MAX_TOP_K, SEED_RANGE
+
 # Roles a stage can play; spelled as upstream's `model_stage`.
 ASR, AURA, TALKER, CODE2WAV = "asr", "aura", "qwen3_tts", "code2wav"
 STAGE_ROLES = (ASR, AURA, TALKER, CODE2WAV)
@@ -43,11 +45,11 @@ class SamplingParams(_Strict):
     n: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1, le=MAX_TOP_K)
     min_p: float | None = Field(None, ge=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
     min_tokens: int | None = Field(None, ge=0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     repetition_penalty: float | None = Field(None, gt=0)
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
@@ -65,7 +67,7 @@ class SubtalkerSamplingParams(_Strict):
 
     do_sample: bool | None = None
     temperature: float | None = Field(None, ge=0)
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1, le=MAX_TOP_K)
     top_p: float | None = Field(None, gt=0, le=1)
 
 

@@ -3,7 +3,13 @@
 Bad values raise `ValueError` so the server can answer 400 with the message.
 """
 
+import math
 from dataclasses import dataclass, field
+
+# What torch.Generator.manual_seed and the sampler's int64 tensors accept: larger values would fail inside an
+# engine step, which fails every request sharing it.
+SEED_RANGE = (-(2**63), 2**64 - 1)
+MAX_TOP_K = 2**31 - 1
 
 
 @dataclass
@@ -30,9 +36,16 @@ class SamplingParams:
             self.stop = [self.stop]
         self.logit_bias = {int(k): float(v) for k, v in self.logit_bias.items()}
         self.stop_token_ids = [int(t) for t in self.stop_token_ids]
+        floats = (self.temperature, self.top_p, self.min_p, self.repetition_penalty, self.presence_penalty,
+                  self.frequency_penalty)
         checks = [
+            (all(math.isfinite(x) for x in floats), "sampling values must be finite numbers"),
+            (all(not math.isnan(v) and v != math.inf for v in self.logit_bias.values()),
+             "logit_bias values must be numbers (-inf bans a token)"),
+            (self.seed is None or SEED_RANGE[0] <= self.seed <= SEED_RANGE[1],
+             f"seed must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}]"),
             (self.temperature >= 0, "temperature must be >= 0"),
-            (self.top_k >= -1, "top_k must be -1, 0 (off) or positive"),
+            (-1 <= self.top_k <= MAX_TOP_K, "top_k must be -1, 0 (off) or positive"),
             (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
             (0 <= self.min_p <= 1, "min_p must be in [0, 1]"),
             (self.repetition_penalty > 0, "repetition_penalty must be > 0"),

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..config import SamplingParams as StageSamplingParams
+from ..engine.sampling_params import MAX_TOP_K, SEED_RANGE
 
 # OpenAI `audio.format` values this server can produce (`aac` has no encoder in libsndfile).
 AUDIO_FORMATS = ("wav", "pcm16", "flac", "mp3", "opus")
@@ -126,13 +127,13 @@ class ChatCompletionRequest(_Body):
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     logit_bias: dict[str, float] | None = None
     stop: str | list[str] | None = None
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     # vLLM sampling extensions, also for the AURA stage
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1, le=MAX_TOP_K)
     min_p: float | None = Field(None, ge=0, le=1)
     repetition_penalty: float | None = Field(None, gt=0)
     min_tokens: int | None = Field(None, ge=0)

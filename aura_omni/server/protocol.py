@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..engine.sampling_params import MAX_TOP_K, SEED_RANGE
 from ..media.encode import OPENAI_FORMATS
 
 TaskType = Literal["Base", "CustomVoice", "VoiceDesign"]
@@ -42,11 +43,11 @@ class SpeechRequest(_Body):
     ref_text: str | None = None
     x_vector_only_mode: bool = False
     max_new_tokens: int | None = Field(None, ge=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     initial_codec_chunk_frames: int | None = Field(None, ge=1)
     non_streaming_mode: bool | None = None
     temperature: float | None = Field(None, ge=0)
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, le=MAX_TOP_K)
     top_p: float | None = Field(None, gt=0, le=1)
     repetition_penalty: float | None = Field(None, gt=0)
 

@@ -440,6 +440,11 @@ def test_bad_media_is_400_before_any_stage_runs(base, client, part, match):
     ({"n": 2}, "n"),
     ({"audio": {"voice": "x", "format": "aac"}, "modalities": ["text", "audio"]}, "aac"),
     ({"extra_body": {"unknown_field": 1}}, "unknown field"),
+    # values that would otherwise fail inside a shared engine step (and fail every request in it)
+    ({"seed": 2**64}, "seed"),
+    ({"extra_body": {"sampling_params_list": [{"seed": 2**64}]}}, "seed"),
+    ({"extra_body": {"sampling_params_list": [{}, {}, {"top_k": 2**63}]}}, "top_k"),
+    ({"extra_body": {"top_k": 2**63}}, "top_k"),
 ])
 def test_bad_options_are_400(client, extra, match):
     with pytest.raises(openai.BadRequestError, match=match):

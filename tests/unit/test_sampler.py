@@ -124,7 +124,15 @@ def test_mixed_batch_applies_each_rows_params():
     {"temperature": -1}, {"top_p": 0}, {"top_p": 1.5}, {"min_p": 2}, {"top_k": -2}, {"repetition_penalty": 0},
     {"presence_penalty": 3}, {"frequency_penalty": -3}, {"max_tokens": 0}, {"min_tokens": 5, "max_tokens": 2},
     {"stop": [""]}, {"repetition_scope": "prompt"},
+    # values the sampler's int64 tensors / torch generators cannot hold: refused before they reach a shared step
+    {"seed": 2**64}, {"seed": -(2**63) - 1}, {"top_k": 2**63}, {"temperature": float("nan")},
+    {"top_p": float("nan")}, {"repetition_penalty": float("inf")}, {"logit_bias": {3: float("nan")}},
 ])
 def test_bad_params_raise_value_error(kwargs):
     with pytest.raises(ValueError):
         SamplingParams(**kwargs)
+
+
+def test_extreme_but_valid_params_sample():
+    state = State(SamplingParams(temperature=1.0, seed=2**64 - 1, top_k=2**31 - 1, logit_bias={0: float("-inf")}))
+    assert Sampler()(torch.tensor([[0.0, 1.0, 2.0]]), [state]).item() in (1, 2)

@@ -7,10 +7,12 @@ Greedy (`do_sample=False`) takes the argmax after the talker's penalty/suppressi
 Each request samples with its own torch.Generator, so its output does not depend on its batch.
 """
 
+import math
 from dataclasses import dataclass
 
 import torch
 
+from aura_omni.engine.sampling_params import MAX_TOP_K
 from aura_omni.models.qwen3_tts.config import GenerationDefaults
 
 CODEC_EOS = 2150  # Qwen3-TTS talker codec stop id (talker_config.codec_eos_token_id)
@@ -25,7 +27,15 @@ class SamplingParams(GenerationDefaults):
     min_new_tokens: int = MIN_NEW_TOKENS
 
     def validate(self) -> None:
-        """ValueError naming the bad field."""
+        """ValueError naming the bad field (before the request reaches the shared Talker engine)."""
+        for name in ("temperature", "subtalker_temperature", "top_p", "subtalker_top_p", "repetition_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
+        for name in ("top_k", "subtalker_top_k"):
+            if getattr(self, name) > MAX_TOP_K:
+                raise ValueError(f"{name} must be <= {MAX_TOP_K}, got {getattr(self, name)}")
+        if not 1 <= self.max_new_tokens <= MAX_TOP_K:
+            raise ValueError(f"max_new_tokens must be in [1, {MAX_TOP_K}], got {self.max_new_tokens}")
         for name in ("temperature", "subtalker_temperature"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
