@@ -36,7 +36,8 @@ class VisionEmbeddingCache:
             offset = 0
             for k, v in missing:
                 n = v.num_tokens
-                found[k] = (embeds[offset:offset + n], [d[offset:offset + n] for d in deepstack])
+                # copies, not views: a view would keep the whole batch's tensors alive after its siblings' eviction
+                found[k] = (embeds[offset:offset + n].clone(), [d[offset:offset + n].clone() for d in deepstack])
                 offset += n
             with self._lock:
                 for k, _ in missing:

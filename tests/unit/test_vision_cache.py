@@ -24,3 +24,19 @@ def test_cached_items_equal_fresh_encoding_and_skip_the_encoder(tmp_path):
     assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(both[1], fresh[1]))
     assert torch.equal(again[0][: b.num_tokens], both[0][a.num_tokens:]) and torch.equal(first[0], both[0][: a.num_tokens])
     assert (cache.hits, cache.misses) == (3, 2)
+
+
+def test_entries_own_their_memory():
+    """An entry must not pin the batch it was encoded with (views would keep evicted siblings alive)."""
+    def encode(items):
+        rows = sum(v.num_tokens for v in items)
+        return torch.ones(rows, 8), [torch.ones(rows, 8)]
+
+    class Item:
+        def __init__(self, n, key):
+            self.num_tokens, self.content_key = n, key
+
+    cache = VisionEmbeddingCache(encode, max_items=1)
+    cache([Item(1000, "big"), Item(4, "small")])  # "big" is evicted, "small" stays
+    embeds, deepstack = cache._items["small"]
+    assert embeds.untyped_storage().nbytes() == 4 * 8 * 4 and deepstack[0].untyped_storage().nbytes() == 4 * 8 * 4
