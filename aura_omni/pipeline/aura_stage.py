@@ -40,6 +40,11 @@ def expand_vision_placeholders(prompt: str, vision: list[VisionInput]) -> str:
     return "".join(out) + rest
 
 
+def stop_prefix_len(text: str, stops: list[str]) -> int:
+    """Length of the longest end of `text` that begins one of `stops` (held back while streaming)."""
+    return max((k for s in stops for k in range(min(len(s) - 1, len(text)), 0, -1) if text.endswith(s[:k])), default=0)
+
+
 class AuraPipelineStage:
     def __init__(self, model: Qwen3VLForCausalLM, tokenizer, engine: AsyncLLMEngine | None, stage: Stage):
         self.model, self.tokenizer, self.engine, self.stage = model, tokenizer, engine, stage
@@ -66,6 +71,7 @@ class AuraPipelineStage:
                        sampling: dict | None = None) -> AsyncIterator[AuraDelta]:
         params = sampling_params(self.stage.default_sampling_params, sampling, stop_token_ids=list(AURA_STOP_TOKEN_IDS))
         ids, mm = await asyncio.to_thread(self.encode_prompt, prompt, vision)
+        hidden_stops = [] if params.include_stop_str_in_output else params.stop
         out_ids: list[int] = []
         pending: list[int] = []
         shown = ""
@@ -73,8 +79,14 @@ class AuraPipelineStage:
             out_ids += out.new_token_ids
             pending += out.new_token_ids
             text = self.tokenizer.decode(out_ids, skip_special_tokens=False)
-            if text.endswith("\ufffd") and not out.finished:
-                continue  # an incomplete UTF-8 sequence: wait for the rest of the character
+            if out.finished and isinstance(out.stop_reason, str) and out.text is not None:
+                text = out.text  # the engine cut the reply before its stop string
+            elif not out.finished:
+                if text.endswith("\ufffd"):
+                    continue  # an incomplete UTF-8 sequence: wait for the rest of the character
+                text = text[:len(text) - stop_prefix_len(text, hidden_stops)]  # may still become a stop string
+            if len(text) < len(shown):
+                text = shown
             yield AuraDelta(text[len(shown):], pending, finished=out.finished, finish_reason=out.finish_reason,
                             prompt_tokens=out.num_prompt_tokens or len(ids))
             shown, pending = text, []
