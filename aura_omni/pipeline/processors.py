@@ -46,6 +46,14 @@ def as_bool(value: Any) -> bool:
     return bool(value)
 
 
+def text_value(info: dict, key: str, default: str | None = None) -> str | None:
+    """First value of a text field; anything but a string (a number, an object) is a client error."""
+    value = first_value(info.get(key), default)
+    if value is not None and not isinstance(value, str):
+        raise PipelineRequestError(f"{key} must be a string (got {type(value).__name__})")
+    return value
+
+
 def normalize_speaker(name: str | None) -> str:
     """'vivian'/'VIVIAN' -> 'Vivian'; names with '_' (Uncle_Fu, Ono_Anna) are kept as given."""
     name = (name or "").strip()
@@ -198,12 +206,12 @@ def tts_options(
             f"tts_task_type {task_type} needs a {task_type} Qwen3-TTS checkpoint; this deployment loads a "
             f"{CHECKPOINT_TASK_TYPE[checkpoint_type]} one"
         )
-    language = str(first_value(info.get("tts_language"), DEFAULT_TTS_LANGUAGE))
-    instruct = first_value(info.get("tts_instruct")) or None
+    language = text_value(info, "tts_language", DEFAULT_TTS_LANGUAGE)
+    instruct = text_value(info, "tts_instruct") or None
     max_new = first_value(info.get("tts_max_new_tokens"), DEFAULT_TTS_MAX_NEW_TOKENS)
     try:
         max_new = int(max_new)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: JSON Infinity / 1e400
         raise PipelineRequestError(f"tts_max_new_tokens must be an integer (got {max_new!r})") from None
     if max_new < 1:
         raise PipelineRequestError(f"tts_max_new_tokens must be >= 1 (got {max_new})")
@@ -214,16 +222,16 @@ def tts_options(
         pass_token_ids=as_bool(info.get("tts_pass_token_ids")),
     )
     if task_type == "CustomVoice":
-        speaker = first_value(info.get("tts_speaker")) or voice or DEFAULT_CUSTOM_VOICE_SPEAKER
+        speaker = text_value(info, "tts_speaker") or voice or DEFAULT_CUSTOM_VOICE_SPEAKER
         return TTSOptions(speaker=normalize_speaker(str(speaker)), **common)
     if task_type == "VoiceDesign":
         if not instruct:
             raise PipelineRequestError("VoiceDesign needs tts_instruct describing the voice")
         return TTSOptions(**common)
     ref_audio = first_value(info.get("tts_ref_audio"))
-    ref_text = first_value(info.get("tts_ref_text")) or None
+    ref_text = text_value(info, "tts_ref_text") or None
     x_vector_only = as_bool(info.get("tts_x_vector_only_mode"))
-    named = first_value(info.get("tts_voice")) or voice
+    named = text_value(info, "tts_voice") or voice
     if ref_audio:
         if not ref_text and not x_vector_only:
             raise PipelineRequestError(

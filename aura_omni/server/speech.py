@@ -74,7 +74,10 @@ async def build_tts_request(state, req: SpeechRequest, tts) -> Any:
                 raise APIError("ref_text: Base in-context cloning needs the transcript of ref_audio; send ref_text "
                                "or set x_vector_only_mode: true", param="ref_text", code="missing_ref_text")
             wav, sr = decode_ref_audio(req.ref_audio, state.allowed_local_media_path)
-            voice_prompt = await state.runtime.call(tts.create_voice_prompt, wav, sr, ref_text, x_vector_only)
+            try:
+                voice_prompt = await state.runtime.call(tts.create_voice_prompt, wav, sr, ref_text, x_vector_only)
+            except _tts_module().TTSRequestError as e:  # unusable reference audio (NaN, too short, ...)
+                raise APIError(f"ref_audio: {e}", param="ref_audio", code="invalid_audio") from None
         elif req.voice_name and state.voices.get(req.voice_name) is not None:
             voice_prompt = state.voices.get(req.voice_name).prompt
         else:

@@ -205,6 +205,13 @@ def _assert_openai_error(r: httpx.Response, status: int, param=None, words: str 
 
 CORRUPT = base64.b64encode(b"RIFF\x00\x00not really audio at all" * 20).decode()
 
+
+def _nan_wav_b64() -> str:
+    """A well-formed float WAV whose samples are NaN: decodes, but no voice can be cloned from it."""
+    buf = io.BytesIO()
+    sf.write(buf, np.full(24000, np.nan, dtype=np.float32), 24000, format="WAV", subtype="FLOAT")
+    return base64.b64encode(buf.getvalue()).decode()
+
 BASE_BAD = [
     ("empty text", {"input": "   ", "voice": "x", "x_vector_only_mode": True}, 400, "input", "empty"),
     ("missing input", {"voice": "x"}, 400, "input", "required"),
@@ -213,6 +220,8 @@ BASE_BAD = [
      "ref_audio", "cannot decode"),
     ("not base64", {"input": "hi", "voice": "x", "ref_audio": "@@@", "x_vector_only_mode": True}, 400,
      "ref_audio", "base64"),
+    ("nan reference", {"input": "hi", "voice": "x", "ref_audio": _nan_wav_b64(), "x_vector_only_mode": True}, 400,
+     "ref_audio", "nan"),
     ("icl without transcript", {"input": "hi", "voice": "x", "ref_audio": "REF"}, 400, "ref_text", "ref_text"),
     ("task type not in checkpoint", {"input": "hi", "voice": "vivian", "task_type": "CustomVoice"}, 400,
      "task_type", "CustomVoice checkpoint"),

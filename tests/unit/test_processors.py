@@ -106,6 +106,10 @@ def test_tts_options_default_follows_checkpoint():
     ({"tts_task_type": "Opera"}, {}, "must be Base, CustomVoice or VoiceDesign"),
     ({}, {"voice": "nobody"}, "not registered"),
     ({"tts_ref_audio": "A", "tts_ref_text": "t", "tts_max_new_tokens": "many"}, {}, "integer"),
+    ({"tts_ref_audio": "A", "tts_ref_text": "t", "tts_max_new_tokens": float("inf")}, {}, "integer"),
+    ({"tts_ref_audio": "A", "tts_ref_text": 5}, {}, "tts_ref_text must be a string"),
+    ({"tts_ref_audio": "A", "tts_x_vector_only_mode": True, "tts_language": {"x": 1}}, {}, "tts_language must be"),
+    ({"tts_ref_audio": "A", "tts_x_vector_only_mode": True, "tts_instruct": [3]}, {}, "tts_instruct must be"),
 ])
 def test_tts_options_refuses_what_cannot_be_served(info, kwargs, message):
     with pytest.raises(PipelineRequestError, match=message):
