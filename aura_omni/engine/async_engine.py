@@ -8,6 +8,7 @@ Bad requests raise from `generate` before the first output (ValueError -> HTTP 4
 """
 
 import asyncio
+import collections
 import logging
 import threading
 from typing import AsyncIterator
@@ -27,7 +28,9 @@ class EngineDeadError(RuntimeError):
 class AsyncLLMEngine:
     def __init__(self, engine: LLMEngine):
         self.engine = engine
-        self._lock = threading.Lock()  # one step, add or abort at a time
+        self._lock = threading.Lock()  # the engine itself: held by the step thread (and `stats`)
+        # adds and aborts from the event loop wait here for the step thread, so the loop never blocks on a step
+        self._inbox: collections.deque = collections.deque()
         self._wake = threading.Event()
         self._queues: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._running = True
@@ -40,15 +43,14 @@ class AsyncLLMEngine:
         if not self._running:
             raise EngineDeadError("engine is shut down")
         queue: asyncio.Queue = asyncio.Queue()
-        with self._lock:
-            self.engine.add_request(request_id, prompt_token_ids, params, mm, eos_token_ids)
-            self._queues[request_id] = (asyncio.get_running_loop(), queue)
+        self._inbox.append(("add", request_id, (prompt_token_ids, params, mm, eos_token_ids),
+                            asyncio.get_running_loop(), queue))
         self._wake.set()
         finished = False
         try:
             while True:
                 item = await queue.get()
-                if isinstance(item, BaseException):
+                if isinstance(item, BaseException):  # a bad request (ValueError) or a failed step
                     finished = True
                     raise item
                 finished = item.finished
@@ -60,9 +62,9 @@ class AsyncLLMEngine:
                 self.abort(request_id)
 
     def abort(self, request_id: str) -> None:
-        with self._lock:
-            self._queues.pop(request_id, None)
-            self.engine.abort(request_id)
+        """Drop a request; the step thread frees its blocks before its next step."""
+        self._inbox.append(("abort", request_id))
+        self._wake.set()
 
     def stats(self) -> dict[str, float]:
         with self._lock:
@@ -80,32 +82,53 @@ class AsyncLLMEngine:
         except RuntimeError:  # the caller's loop is closed: nobody listens any more
             self.engine.abort(request_id)
 
+    def _drain_inbox(self) -> None:
+        """Apply queued adds and aborts (under the lock, between steps)."""
+        while self._inbox:
+            op = self._inbox.popleft()
+            if op[0] == "abort":
+                self._queues.pop(op[1], None)
+                self.engine.abort(op[1])
+                continue
+            _, rid, args, loop, queue = op
+            self._queues[rid] = (loop, queue)
+            if not self._running:
+                self._deliver(rid, EngineDeadError("engine is shut down"))
+                continue
+            try:
+                self.engine.add_request(rid, *args)
+            except Exception as e:  # noqa: BLE001 - a bad request fails alone, at its caller
+                self._deliver(rid, e)
+
     def _loop(self) -> None:
         while self._running:
             self._wake.wait()
+            self._wake.clear()  # before draining: a later add sets it again and is not missed
             with self._lock:
-                if not self._running:
-                    break
-                if not self.engine.has_unfinished():
-                    self._wake.clear()
-                    continue
-                try:
-                    outputs = self.engine.step()
-                except Exception as e:  # noqa: BLE001 - fail every request loudly instead of hanging them
-                    log.exception("engine %s: step failed", self.engine.name)
-                    for rid in list(self._queues):
-                        self.engine.abort(rid)
-                        err = EngineDeadError(f"engine step failed: {type(e).__name__}: {e}")
-                        err.__cause__ = e
-                        self._deliver(rid, err)
-                    continue
-                for out in outputs:
-                    self._deliver(out.request_id, out)
+                self._drain_inbox()
+            while self._running:
+                with self._lock:
+                    self._drain_inbox()
+                    if not self.engine.has_unfinished():
+                        break
+                    try:
+                        outputs = self.engine.step()
+                    except Exception as e:  # noqa: BLE001 - fail every request loudly instead of hanging them
+                        log.exception("engine %s: step failed", self.engine.name)
+                        for rid in list(self._queues):
+                            self.engine.abort(rid)
+                            err = EngineDeadError(f"engine step failed: {type(e).__name__}: {e}")
+                            err.__cause__ = e
+                            self._deliver(rid, err)
+                        continue
+                    for out in outputs:
+                        self._deliver(out.request_id, out)
 
     def shutdown(self) -> None:
         self._running = False
         self._wake.set()
         self._thread.join(timeout=10)
         with self._lock:
+            self._drain_inbox()  # pending aborts free their blocks; pending adds are refused
             for rid in list(self._queues):
                 self._deliver(rid, EngineDeadError("engine is shut down"))

@@ -95,3 +95,42 @@ def test_async_engine_streams_every_request_and_abort_on_cancel_frees_blocks(fre
         aeng.shutdown()
     assert a == free_run and len(b) == 5
     assert eng.blocks.num_free == start_free and not eng.has_unfinished()
+
+
+def test_async_engine_add_does_not_wait_for_a_running_step(free_run):
+    """Adding a request from the event loop only queues it: the loop never blocks on the engine lock."""
+    import threading
+    import time
+
+    eng = make()
+    aeng = AsyncLLMEngine(eng)
+    released = threading.Event()
+    original_step = eng.step
+
+    def slow_step():
+        released.wait(5)  # a long prefill chunk holds the engine
+        return original_step()
+
+    eng.step = slow_step
+
+    async def main():
+        first = aeng.generate("a", PROMPT, SamplingParams(temperature=0, max_tokens=2))
+        task = asyncio.ensure_future(anext(first))
+        await asyncio.sleep(0.05)  # the step thread is now inside slow_step
+        t = time.monotonic()
+        second = aeng.generate("b", PROMPT, SamplingParams(temperature=0, max_tokens=2))
+        pending = asyncio.ensure_future(anext(second))
+        await asyncio.sleep(0)
+        queued_s = time.monotonic() - t
+        released.set()
+        await task
+        await pending
+        await first.aclose()
+        await second.aclose()
+        return queued_s
+
+    try:
+        queued_s = asyncio.run(asyncio.wait_for(main(), timeout=30))
+    finally:
+        aeng.shutdown()
+    assert queued_s < 0.5
