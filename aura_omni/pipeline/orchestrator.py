@@ -127,7 +127,7 @@ class AuraOmniPipeline:
             else:
                 audio_seconds = 0.0
         finally:
-            if speaker is not None and not speaker.done():
+            if speaker is not None:  # stopped, and its failure (if AURA failed too) retrieved rather than orphaned
                 speaker.cancel()
                 await asyncio.gather(speaker, return_exceptions=True)
         text = "" if silent else strip_assistant_text(raw)
