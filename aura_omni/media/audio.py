@@ -13,20 +13,43 @@ class AudioDecodeError(ValueError):
     """Bytes that are not audio we can decode (the server maps this to a 400)."""
 
 
-def decode_audio(data: bytes) -> tuple[np.ndarray, int]:
-    """wav/flac/ogg/mp3 bytes -> (float32 mono samples, sample rate). Stereo is averaged."""
+DEFAULT_MAX_AUDIO_SECONDS = 20 * 60.0  # callers pass their own limit (e.g. 60 s for TTS reference audio)
+MAX_AUDIO_CHANNELS = 8  # 7.1 surround; more is no speech recording
+MAX_AUDIO_SAMPLE_RATE = 192_000
+_BLOCK_FRAMES = 1 << 16
+
+
+def decode_audio(data: bytes, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS) -> tuple[np.ndarray, int]:
+    """wav/flac/ogg/mp3 bytes -> (float32 mono samples, sample rate). Stereo is averaged.
+
+    Length, channels and rate are checked from the header before anything is decoded, and channels are
+    mixed down block by block: a few KB of compressed silence cannot expand into gigabytes."""
     if not data:
         raise AudioDecodeError("audio is empty")
     try:
-        wav, sr = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            sr, channels, frames = int(f.samplerate), int(f.channels), int(f.frames)
+            if channels > MAX_AUDIO_CHANNELS:
+                raise AudioDecodeError(f"audio has {channels} channels; at most {MAX_AUDIO_CHANNELS}")
+            if not 0 < sr <= MAX_AUDIO_SAMPLE_RATE:
+                raise AudioDecodeError(f"audio sample rate {sr} Hz is outside 1..{MAX_AUDIO_SAMPLE_RATE} Hz")
+            if frames > max_seconds * sr:
+                raise AudioDecodeError(f"audio is {frames / sr:.1f} s; at most {max_seconds:.0f} s")
+            wav = np.empty(frames, np.float32)  # reads never go past the header's frame count
+            n = 0
+            for block in f.blocks(_BLOCK_FRAMES, frames=frames, dtype="float32", always_2d=True):
+                wav[n:n + len(block)] = block.mean(axis=1)
+                n += len(block)
+    except AudioDecodeError:
+        raise
     except Exception as e:  # soundfile raises several types for corrupt input
         raise AudioDecodeError(f"cannot decode audio ({e})") from e
-    if wav.shape[0] == 0:
+    if n == 0:
         raise AudioDecodeError("audio has no samples")
-    return wav.mean(axis=1).astype(np.float32), int(sr)
+    return wav[:n], sr
 
 
-def decode_base64_audio(value: str) -> tuple[np.ndarray, int]:
+def decode_base64_audio(value: str, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS) -> tuple[np.ndarray, int]:
     """Base64 or `data:audio/...;base64,` URL -> (float32 mono, sample rate)."""
     if value.startswith("data:"):
         header, _, value = value.partition(",")
@@ -36,7 +59,7 @@ def decode_base64_audio(value: str) -> tuple[np.ndarray, int]:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as e:
         raise AudioDecodeError("audio is not valid base64") from e
-    return decode_audio(raw)
+    return decode_audio(raw, max_seconds)
 
 
 def resample(wav: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:

@@ -47,12 +47,31 @@ def is_remote_url_allowed(url: str, allowed_domains: Iterable[str]) -> bool:
     return False
 
 
+def _refuse_url(url: str) -> MediaError:
+    return MediaError(f"remote media URL not allowed: {urllib.parse.urlsplit(url).hostname or url!r} is not in "
+                      f"the server's allowed media domains (send the media as a base64 data URL instead)")
+
+
+class _AllowedRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect only to an allowed host: every hop is checked, not just the first URL."""
+
+    def __init__(self, allowed_domains: tuple[str, ...]):
+        self.allowed_domains = allowed_domains
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if not is_remote_url_allowed(newurl, self.allowed_domains):
+            fp.close()
+            raise _refuse_url(newurl)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def fetch_remote(url: str, allowed_domains: Iterable[str], max_bytes: int, timeout_s: float = 10.0) -> bytes:
+    allowed_domains = tuple(allowed_domains)
     if not is_remote_url_allowed(url, allowed_domains):
-        raise MediaError(f"remote media URL not allowed: {urllib.parse.urlsplit(url).hostname or url!r} is not in "
-                         f"the server's allowed media domains (send the media as a base64 data URL instead)")
+        raise _refuse_url(url)
+    opener = urllib.request.build_opener(_AllowedRedirects(allowed_domains))
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - scheme checked above
+        with opener.open(url, timeout=timeout_s) as resp:  # noqa: S310 - scheme and host checked on every hop
             data = resp.read(max_bytes + 1)
     except OSError as e:
         raise MediaError(f"cannot fetch {url}: {e}") from e

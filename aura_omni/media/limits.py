@@ -1,4 +1,4 @@
-"""What image/video input the server accepts, and the one error it raises when input is refused.
+"""What image, video and audio input the server accepts, and the one error it raises when input is refused.
 
 `MediaError` subclasses ValueError so the server maps it to HTTP 400 with its message.
 """
@@ -19,6 +19,14 @@ class MediaLimits:
     max_frames: int = 768  # frames kept per video (Qwen3-VL video_preprocessor_config max_frames)
     max_images_per_request: int = 16
     max_videos_per_request: int = 4
+    max_audio_seconds: float = 20 * 60.0  # one clip (chat turn, transcription); checked before decoding
+
+    def check_counts(self, images: int, videos: int) -> None:
+        """Per-request image/video counts, checked before anything is decoded."""
+        for kind, n, limit in (("image", images, self.max_images_per_request),
+                               ("video", videos, self.max_videos_per_request)):
+            if n > limit:
+                raise MediaError(f"request has {n} {kind}s; at most {limit} per request")
 
     def check_bytes(self, n: int, kind: str) -> None:
         limit = self.max_image_bytes if kind == "image" else self.max_video_bytes

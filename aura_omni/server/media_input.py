@@ -11,18 +11,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..media.audio import AudioDecodeError, decode_audio
-from ..media.image import decode_image, media_bytes
+from ..media.image import decode_base64, decode_image, media_bytes
 from ..media.limits import MediaError, MediaLimits
 from ..media.video import decode_video
 from ..media.vision_preprocess import VisionInput, VisionPreprocessConfig, preprocess_image
 
-MAX_INPUT_AUDIO_SECONDS = 20 * 60.0  # one user turn; longer input only queues behind the ASR stage
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,31 @@ class MediaPolicy:
     limits: MediaLimits = field(default_factory=MediaLimits)
 
 
+def is_base64_text(value: str) -> bool:
+    """Whole value (whitespace aside) in the base64 alphabet with a valid padded length."""
+    compact = "".join(value.split())
+    return len(compact) % 4 == 0 and _BASE64.fullmatch(compact) is not None
+
+
+def local_path(source: str) -> str | None:
+    """The server-local path a reference names: `file://...`, or an absolute path that is not base64
+    (bare base64 of a JPEG starts with "/9j/", of an ID3-less MP3 with "//"). None: not a path."""
+    if source.startswith("file://"):
+        return source.removeprefix("file://")
+    if source.startswith("/") and not is_base64_text(source):
+        return source
+    return None
+
+
 def source_bytes(source: str | bytes, kind: str, policy: MediaPolicy) -> bytes:
     """Raw bytes of one media reference, refusing local paths and hosts the operator did not allow."""
-    if isinstance(source, str) and (source.startswith("file://") or source.startswith("/")):
-        return _read_local(source.removeprefix("file://"), kind, policy)
+    if isinstance(source, str) and (path := local_path(source)) is not None:
+        return read_local(path, kind, policy)
     return media_bytes(source, kind, policy.limits, policy.allowed_media_domains)
 
 
-def _read_local(path: str, kind: str, policy: MediaPolicy) -> bytes:
+def read_local(path: str, kind: str, policy: MediaPolicy) -> bytes:
+    """A file below the operator's allowed folder, read only up to the byte limit for `kind`."""
     root = policy.allowed_local_media_path
     if root is None:
         raise MediaError(f"{kind}: server-local paths are disabled (the operator can allow a folder with "
@@ -49,16 +67,24 @@ def _read_local(path: str, kind: str, policy: MediaPolicy) -> bytes:
     resolved = Path(path).resolve()
     if not resolved.is_relative_to(root.resolve()):
         raise MediaError(f"{kind}: {path} is outside the allowed media folder")
+    limit = policy.limits.max_image_bytes if kind == "image" else policy.limits.max_video_bytes
     try:
-        data = resolved.read_bytes()
+        with open(resolved, "rb") as f:
+            data = f.read(limit + 1)
     except OSError as e:
         raise MediaError(f"{kind}: cannot read {path} ({e.strerror})") from None
     policy.limits.check_bytes(len(data), kind)
     return data
 
 
-def load_audio(source: str | bytes | tuple[np.ndarray, int], policy: MediaPolicy) -> tuple[np.ndarray, int]:
-    """User speech -> (float32 mono, sample rate). A (samples, rate) pair passes through (offline API)."""
+def load_audio(source: str | bytes | tuple[np.ndarray, int], policy: MediaPolicy, max_seconds: float | None = None,
+               base64_only: bool = False) -> tuple[np.ndarray, int]:
+    """User speech -> (float32 mono, sample rate). A (samples, rate) pair passes through (offline API).
+    Longer than `max_seconds` (default: the policy's max_audio_seconds) is refused before decoding.
+    `base64_only`: text is base64 (or a data URL), never a path or URL (OpenAI's `input_audio.data`)."""
+    max_seconds = policy.limits.max_audio_seconds if max_seconds is None else max_seconds
+    if base64_only and isinstance(source, str) and not source.startswith("data:"):
+        source = decode_base64(source)
     if isinstance(source, tuple):
         wav, sr = source
         wav = np.asarray(wav, dtype=np.float32)
@@ -67,11 +93,11 @@ def load_audio(source: str | bytes | tuple[np.ndarray, int], policy: MediaPolicy
         if wav.ndim != 1 or wav.size == 0 or int(sr) <= 0:
             raise AudioDecodeError(f"audio must be non-empty mono samples with a positive rate (got {wav.shape}, {sr})")
     else:
-        wav, sr = decode_audio(source_bytes(source, "audio", policy))
+        wav, sr = decode_audio(source_bytes(source, "audio", policy), max_seconds)
     if not np.isfinite(wav).all():
         raise AudioDecodeError("audio contains NaN or infinite samples")
-    if len(wav) / sr > MAX_INPUT_AUDIO_SECONDS:
-        raise AudioDecodeError(f"audio is {len(wav) / sr:.0f} s; at most {MAX_INPUT_AUDIO_SECONDS:.0f} s per turn")
+    if len(wav) / sr > max_seconds:
+        raise AudioDecodeError(f"audio is {len(wav) / sr:.0f} s; at most {max_seconds:.0f} s per turn")
     return wav, int(sr)
 
 

@@ -32,6 +32,7 @@ class TurnSpec:
     """One turn as a client describes it, independent of the transport (HTTP or Python)."""
 
     audio: Any = None  # user speech: data URL / base64 / bytes / allowed path / (samples, rate)
+    audio_is_base64: bool = False  # `audio` is OpenAI's input_audio.data: base64 only, never a path or URL
     vision: list[tuple[str, Any]] = field(default_factory=list)  # ("image" | "video", source) in message order
     text_parts: list[str] = field(default_factory=list)
     system_prompt: str | None = None  # from system messages; additional_information.aura_system_prompt wins
@@ -79,8 +80,9 @@ class TurnBuilder:
             raise PipelineRequestError(f"logit_bias: token id {bad[0]} is outside AURA's vocabulary (size {vocab})")
         return merged
 
-    async def tts_template(self, opts: TTSOptions, info: dict, entry: dict):
-        """The Talker request for every sentence of this turn, with the cloned voice's prompt computed once."""
+    async def tts_template(self, opts: TTSOptions, info: dict, entry: dict, registered=None):
+        """The Talker request for every sentence of this turn, with the cloned voice's prompt computed once.
+        `registered`: the voice `opts.voice` named, fetched once when the options were checked."""
         from ..models.qwen3_tts.tts import TTSRequest, TTSRequestError
 
         tts = self.runtime.models[TALKER]
@@ -104,7 +106,7 @@ class TurnBuilder:
         if opts.task_type == "Base":
             if opts.ref_audio is not None:
                 try:
-                    wav, sr = await asyncio.to_thread(load_audio, opts.ref_audio, self.policy)
+                    wav, sr = await asyncio.to_thread(load_audio, opts.ref_audio, self.policy, MAX_REF_AUDIO_SECONDS)
                 except MEDIA_ERRORS as e:
                     raise PipelineRequestError(f"tts_ref_audio: {e}") from None
                 if len(wav) / sr > MAX_REF_AUDIO_SECONDS:
@@ -115,7 +117,9 @@ class TurnBuilder:
                 except TTSRequestError as e:
                     raise PipelineRequestError(f"tts_ref_audio: {e}") from None
             else:
-                voice = self.voices.get(opts.voice).prompt
+                if registered is None:
+                    raise PipelineRequestError(f"voice: {opts.voice!r} is not a registered voice (was it deleted?)")
+                voice = registered.prompt
             template = dataclasses.replace(template, voice=voice)
         tts.validate(dataclasses.replace(template, text="check"))  # TTSRequestError: speaker, sampling, ...
         return template
@@ -127,13 +131,19 @@ class TurnBuilder:
         self.runtime.pipeline.check(TurnRequest(request_id, audio=spec.audio, speak=speak, tts=speak or None))
         entries = self.stage_entries(spec.stage_sampling)
         aura_sampling = self.aura_sampling(entries.get(AURA, {}), spec.aura_sampling)
-        opts = None
+        opts = registered = None
         if speak:  # cheap option checks (Base without a reference fails here, in milliseconds)
             opts = tts_options(info, checkpoint_type=self.runtime.models[TALKER].model_type,
                                registered_voices=_RegisteredNames(self.voices), voice=spec.voice)
-        audio = await asyncio.to_thread(load_audio, spec.audio, self.policy) if spec.audio is not None else None
+            # keep the voice object: a DELETE while the media below decodes must not pull it from under us
+            registered = self.voices.get(opts.voice) if self.voices is not None and opts.voice else None
+        self.policy.limits.check_counts(sum(kind == "image" for kind, _ in spec.vision),
+                                        sum(kind == "video" for kind, _ in spec.vision))
+        audio = None
+        if spec.audio is not None:
+            audio = await asyncio.to_thread(load_audio, spec.audio, self.policy, None, spec.audio_is_base64)
         vision = [await asyncio.to_thread(self._vision, kind, source) for kind, source in spec.vision]
-        template = await self.tts_template(opts, info, entries.get(TALKER, {})) if speak else None
+        template = await self.tts_template(opts, info, entries.get(TALKER, {}), registered) if speak else None
         return TurnRequest(
             request_id, audio=audio, vision=vision, text_parts=list(spec.text_parts), history=list(spec.history),
             system_prompt=first_value(info.get("aura_system_prompt")) or spec.system_prompt,

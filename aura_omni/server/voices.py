@@ -21,7 +21,9 @@ from pydantic import ValidationError
 
 from ..config import TALKER
 from ..media.audio import AudioDecodeError, decode_audio, decode_base64_audio
+from ..media.limits import MediaError
 from .errors import APIError, validation_error
+from .media_input import MediaPolicy, local_path, read_local
 from .protocol import VOICE_NAME_PATTERN, VoiceCard, VoiceCreateRequest
 
 MAX_REF_AUDIO_SECONDS = 60.0  # longer references only slow the codec encoder; Qwen recommends a few seconds
@@ -44,9 +46,10 @@ def decode_ref_audio(value: str, allowed_root: Path | None, param: str = "ref_au
         if value.startswith(("http://", "https://")):
             raise APIError(f"{param}: URLs are not fetched by this server; send base64 or a data URL",
                            param=param, code="invalid_audio")
-        if value.startswith("file://") or value.startswith("/"):
-            return decode_audio(_read_local(value.removeprefix("file://"), allowed_root, param))
-        wav, sr = decode_base64_audio(value)
+        if (path := local_path(value)) is not None:
+            wav, sr = decode_audio(_read_local(path, allowed_root, param), MAX_REF_AUDIO_SECONDS)
+        else:
+            wav, sr = decode_base64_audio(value, MAX_REF_AUDIO_SECONDS)
     except AudioDecodeError as e:
         raise APIError(f"{param}: {_plain(e)}", param=param, code="invalid_audio") from None
     _check_duration(wav, sr, param)
@@ -59,16 +62,11 @@ def _plain(err: Exception) -> str:
 
 
 def _read_local(path: str, allowed_root: Path | None, param: str) -> bytes:
-    if allowed_root is None:
-        raise APIError(f"{param}: server-local paths are disabled (the operator can allow a folder with "
-                       f"--allowed-local-media-path); send base64 or a data URL", param=param, code="invalid_audio")
-    resolved = Path(path).resolve()
-    if not resolved.is_relative_to(allowed_root.resolve()):
-        raise APIError(f"{param}: {path} is outside the allowed media folder", param=param, code="invalid_audio")
+    """The chat's rules for server-local media (below `allowed_root` only, byte-capped) as an APIError."""
     try:
-        return resolved.read_bytes()
-    except OSError as e:
-        raise APIError(f"{param}: cannot read {path} ({e.strerror})", param=param, code="invalid_audio") from None
+        return read_local(path, "audio", MediaPolicy(allowed_local_media_path=allowed_root))
+    except MediaError as e:
+        raise APIError(f"{param}: {str(e).removeprefix('audio: ')}", param=param, code="invalid_audio") from None
 
 
 def _check_duration(wav: np.ndarray, sr: int, param: str) -> None:
@@ -147,7 +145,7 @@ async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.n
         if audio_bytes is None:
             return body, decode_ref_audio(body.ref_audio, state.allowed_local_media_path)
         try:
-            wav, sr = decode_audio(audio_bytes)
+            wav, sr = decode_audio(audio_bytes, MAX_REF_AUDIO_SECONDS)
         except AudioDecodeError as e:
             raise APIError(f"audio_sample: {_plain(e)}", param="audio_sample", code="invalid_audio") from None
         _check_duration(wav, sr, "audio_sample")

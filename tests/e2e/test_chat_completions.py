@@ -432,6 +432,23 @@ def test_bad_media_is_400_before_any_stage_runs(base, client, part, match):
     assert aura.calls == []
 
 
+def test_slash_leading_bare_base64_is_media_and_image_counts_are_capped(base, client):
+    jpeg, mp3 = io.BytesIO(), io.BytesIO()
+    Image.new("RGB", (32, 32), (200, 10, 10)).save(jpeg, "JPEG")
+    sf.write(mp3, np.zeros(8000, np.float32), 16000, format="MP3")  # no ID3 tag: starts with a 0xFF frame sync
+    image = {"type": "image_url", "image_url": {"url": base64.b64encode(jpeg.getvalue()).decode()}}
+    audio = audio_part(base64.b64encode(mp3.getvalue()).decode())
+    assert image["image_url"]["url"].startswith("/9j/") and audio["input_audio"]["data"].startswith("//")
+    aura = Spy(base.runtime.pipeline.aura, "generate")
+    try:
+        client.chat.completions.create(model=MODEL, modalities=["text"], max_tokens=1, messages=user(image, audio))
+        with pytest.raises(openai.BadRequestError, match="17 images; at most 16"):
+            client.chat.completions.create(model=MODEL, modalities=["text"], max_tokens=1, messages=user(*[image] * 17))
+    finally:
+        aura.restore()
+    assert len(aura.calls) == 1 and [v.kind for v in aura.calls[0][0][1]] == ["image"]
+
+
 @pytest.mark.parametrize("extra,match", [
     ({"extra_body": {"sampling_params_list": [{}, {}, {}, {}, {}]}}, "5 entries"),
     ({"extra_body": {"sampling_params_list": [{}, {"temprature": 1}]}}, "sampling_params_list"),

@@ -299,6 +299,19 @@ def test_corrupt_voice_registration(base_server):
     _assert_openai_error(r, 400, "name", "")
 
 
+def test_long_reference_audio_is_refused_before_decoding(base_server, media_root):
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros(10 * 60 * 8000, np.int16), 8000, format="FLAC")  # 10 min of silence in a few KB
+    url = base_server.url + "/v1/audio/voices"
+    r = httpx.post(url, headers=AUTH, data={"name": "long"}, files={"audio_sample": ("long.flac", buf.getvalue())})
+    _assert_openai_error(r, 400, "audio_sample", "at most 60 s")
+    r = httpx.post(url, headers=AUTH, json={"name": "long", "ref_audio": base64.b64encode(buf.getvalue()).decode()})
+    _assert_openai_error(r, 400, "ref_audio", "at most 60 s")
+    (media_root / "long.flac").write_bytes(buf.getvalue())  # a server-local file gets the same check
+    r = httpx.post(url, headers=AUTH, json={"name": "long", "ref_audio": str(media_root / "long.flac")})
+    _assert_openai_error(r, 400, "ref_audio", "at most 60 s")
+
+
 def test_server_stays_healthy_and_serves_after_bad_input(client, base_server, customvoice_server, ref_audio_b64):
     for url in (base_server.url, customvoice_server.url):
         _post(url, None, raw=b"{{{")

@@ -90,6 +90,22 @@ def test_bad_requests_are_400_with_the_field(client, kwargs, param):
     assert e.value.status_code == 400 and e.value.body["param"] == param
 
 
+@pytest.mark.parametrize("prompt", ["<|audio_pad|>", "hot words " * 3000])
+def test_prompt_the_model_refuses_is_400(client, prompt):
+    with pytest.raises(openai.BadRequestError) as e:  # a stray audio pad / over max_model_len: not a 500
+        client.audio.transcriptions.create(model=MODEL, file=("x.wav", encoded(speechlike(1, 16000), 16000, "WAV")),
+                                           prompt=prompt)
+    assert e.value.status_code == 400 and e.value.body["param"] == "prompt"
+    assert e.value.body["type"] == "invalid_request_error"
+
+
+def test_audio_over_the_length_limit_is_refused_before_decoding(client):
+    silence = encoded(np.zeros(21 * 60 * 8000, np.int16), 8000, "FLAC")  # 21 min in a few KB
+    with pytest.raises(openai.BadRequestError, match="at most 1200 s") as e:
+        client.audio.transcriptions.create(model=MODEL, file=("long.flac", silence))
+    assert e.value.body["param"] == "file"
+
+
 def test_unknown_model_is_404(client):
     with pytest.raises(openai.NotFoundError):
         client.audio.transcriptions.create(model="whisper-1", file=("a.wav", encoded(speechlike(1, 16000), 16000, "WAV")))

@@ -60,3 +60,51 @@ def test_remote_urls_only_for_allowed_domains():
     assert not is_remote_url_allowed("file:///etc/passwd", ["example.com"])
     with pytest.raises(MediaError, match="not allowed"):
         load_image("https://example.com/a.jpg")  # default: no domain allowed, nothing fetched
+
+
+@pytest.fixture
+def redirecting_server(monkeypatch):
+    """A loopback HTTP server: /img answers a PNG, /to?<url> redirects (302) to <url>."""
+    import http.server
+    import threading
+
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    png = encoded("PNG")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path.startswith("/to?"):
+                self.send_response(302)
+                self.send_header("Location", self.path[len("/to?"):])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                self.send_response(200)
+                self.send_header("Content-Type", "image/png")
+                self.send_header("Content-Length", str(len(png)))
+                self.end_headers()
+                self.wfile.write(png)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_remote_redirects_are_checked_against_the_allowlist_on_every_hop(redirecting_server):
+    port = redirecting_server
+    allowed = ["localhost"]
+    # an allowed host redirecting to another allowed URL is followed
+    rgb = load_image(f"http://localhost:{port}/to?http://localhost:{port}/img", allowed_domains=allowed)
+    assert rgb.shape == (10, 20, 3)
+    # ... but not to a host outside the allowlist (here the same loopback server under its IP address)
+    with pytest.raises(MediaError, match="not allowed: '127.0.0.1'"):
+        load_image(f"http://localhost:{port}/to?http://127.0.0.1:{port}/img", allowed_domains=allowed)
+    with pytest.raises(MediaError, match="not allowed"):  # nor a redirect to another scheme
+        load_image(f"http://localhost:{port}/to?file:///etc/passwd", allowed_domains=allowed)

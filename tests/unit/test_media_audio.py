@@ -1,0 +1,52 @@
+"""Audio decoding: length, channel and rate limits read from the header before any sample is decoded."""
+
+import io
+import tracemalloc
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from aura_omni.media.audio import AudioDecodeError, decode_audio
+
+
+def encoded(wav: np.ndarray, sr: int, fmt: str = "FLAC") -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, wav, sr, format=fmt)
+    return buf.getvalue()
+
+
+def test_long_compressed_silence_is_refused_before_decoding():
+    data = encoded(np.zeros(10 * 60 * 8000, np.int16), 8000)  # 10 min: a few KB of FLAC, 19 MB decoded
+    assert len(data) < 100_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(AudioDecodeError, match="600.0 s; at most 60 s"):
+            decode_audio(data, max_seconds=60)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000  # nothing was decoded
+    wav, sr = decode_audio(data, max_seconds=600)  # at the limit it decodes
+    assert sr == 8000 and wav.shape == (10 * 60 * 8000,) and wav.dtype == np.float32
+
+
+def test_too_many_channels_are_refused():
+    with pytest.raises(AudioDecodeError, match="9 channels; at most 8"):
+        decode_audio(encoded(np.zeros((100, 9), np.float32), 16000, "WAV"))
+
+
+def test_channels_are_averaged_like_a_full_read():
+    rng = np.random.default_rng(0)
+    stereo = (rng.standard_normal((70_000, 2)) * 0.1).astype(np.float32)  # more than one decode block
+    data = encoded(stereo, 16000, "WAV")
+    wav, sr = decode_audio(data)
+    full, _ = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    assert sr == 16000 and np.array_equal(wav, full.mean(axis=1).astype(np.float32))
+
+
+@pytest.mark.parametrize("data,match", [(b"", "empty"), (b"RIFF....not audio", "cannot decode"),
+                                        (encoded(np.zeros(0, np.float32), 16000, "WAV"), "no samples")])
+def test_bad_audio_is_an_audio_decode_error(data, match):
+    with pytest.raises(AudioDecodeError, match=match):
+        decode_audio(data)
