@@ -123,6 +123,7 @@ def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak:
             if spec.audio is not None:
                 raise APIError(f"{where}[{j}]: one audio part per turn", param=f"{where}[{j}]", code="too_many_audio")
             spec.audio = part.input_audio.data if isinstance(part, InputAudioPart) else part.audio_url.url
+            spec.audio_is_base64 = isinstance(part, InputAudioPart)  # OpenAI's input_audio.data is always base64
         elif isinstance(part, ImageURLPart):
             spec.vision.append(("image", part.image_url.url))
         elif isinstance(part, VideoURLPart):

@@ -414,6 +414,7 @@ def test_base_without_reference_is_refused_at_once(base, client):
 
 @pytest.mark.parametrize("part,match", [
     (audio_part("not base64!!"), "base64"),
+    (audio_part("/etc/passwd"), "base64"),  # input_audio.data is base64 only: never read as a server path
     (audio_part(base64.b64encode(b"RIFF....not audio").decode()), "decode audio"),
     ({"type": "audio_url", "audio_url": {"url": "https://example.com/a.wav"}}, "not allowed"),
     ({"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"\x89PNG garbage").decode()}},
