@@ -105,7 +105,7 @@ def main() -> None:
     engine = LLMEngine(model, cfg, eos_token_ids=[151645], name="aura-bench")
     stage = AuraPipelineStage(model, tok, None, Stage(stage_id=1, model=args.model))
     one = SamplingParams(temperature=0, max_tokens=1)
-    history = [("user", "<|vision_start|><|video_pad|><|vision_end|>" + text1), ("assistant", "Okay.")]
+    history = [("user", text1, ["video"]), ("assistant", "Okay.")]
     rows = []
 
     def turn(system: str, second: bool):

@@ -82,6 +82,18 @@ def normalize_asr_transcript(text: str | None) -> str:
     return text
 
 
+# Prompt-structure tokens: text from clients (typed text, history) or from ASR never carries them, so a turn
+# cannot close its own user message, open a system one, or add vision slots that shift the real images.
+CONTROL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|vision_start|>", "<|vision_end|>",
+                  "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
+
+
+def strip_control_tokens(text: str) -> str:
+    for token in CONTROL_TOKENS:
+        text = text.replace(token, "")
+    return text
+
+
 VISION_PLACEHOLDER = {
     "video": "<|vision_start|><|video_pad|><|vision_end|>",
     "image": "<|vision_start|><|image_pad|><|vision_end|>",
@@ -92,26 +104,36 @@ def render_chatml(role: str, content: str) -> str:
     return f"<|im_start|>{role}\n{content}<|im_end|>\n"
 
 
+def vision_placeholders(kinds: Sequence[str]) -> str:
+    return "".join(VISION_PLACEHOLDER[kind] for kind in kinds)
+
+
+# A past turn: (role, text) or (role, text, vision kinds shown in that turn, rendered before its text).
+HistoryTurn = tuple[str, str] | tuple[str, str, Sequence[str]]
+
+
 def asr2aura(
     transcript: str | None,
     *,
     vision_items: Sequence[str] = (),
     text_parts: Sequence[str] = (),
     system_prompt: str | None = None,
-    history: Sequence[tuple[str, str]] = (),
+    history: Sequence[HistoryTurn] = (),
     is_speech: bool = True,
 ) -> str:
     """The AURA prompt for one user turn, in Qwen ChatML with newlines (the merged upstream format).
 
     vision_items: "image"/"video" per media item in message order; one placeholder each (upstream
-    emits one for all items, which mismatches the processor when there are several).
+    emits one for all items, which mismatches the processor when there are several). Text from the
+    transcript, the request and the history is stripped of prompt-structure tokens (CONTROL_TOKENS).
     """
     transcript = normalize_asr_transcript(transcript) if is_speech else ""
-    placeholders = "".join(VISION_PLACEHOLDER[kind] for kind in vision_items)
-    words = "\n".join(p for p in [transcript, *(t.strip() for t in text_parts)] if p)
+    words = strip_control_tokens("\n".join(p for p in [transcript, *(t.strip() for t in text_parts)] if p))
     system = system_prompt if system_prompt else DEFAULT_AURA_SYSTEM_PROMPT
-    past = "".join(render_chatml(role, content) for role, content in history)
-    return render_chatml("system", system) + past + render_chatml("user", placeholders + words) + "<|im_start|>assistant\n"
+    past = "".join(render_chatml(turn[0], vision_placeholders(turn[2] if len(turn) > 2 else ())
+                                 + strip_control_tokens(turn[1])) for turn in history)
+    return (render_chatml("system", system) + past + render_chatml("user", vision_placeholders(vision_items) + words)
+            + "<|im_start|>assistant\n")
 
 
 # ---------------------------------------------------------------------------------------------- aura2tts
