@@ -17,6 +17,7 @@ and `[DONE]`. A client that goes away cancels the turn in every stage.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -28,7 +29,7 @@ from collections import OrderedDict
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from ..config import AURA, TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk
@@ -47,6 +48,7 @@ router = APIRouter()
 AUDIO_TTL_S = 24 * 3600  # OpenAI: an audio reply can be referred to for 24 hours
 MAX_REMEMBERED_AUDIO = 4096  # transcripts kept for `assistant.audio.id` references (oldest dropped)
 ALLOWED_MEDIA_DOMAINS_ENV = "AURA_OMNI_ALLOWED_MEDIA_DOMAINS"  # comma-separated; remote media is off by default
+DISCONNECT_POLL_S = 0.25  # how often a non-streaming turn checks that its client is still there
 
 
 def _encoder_format(fmt: str) -> str:
@@ -175,9 +177,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     if not body.stream:
         try:
             with client_errors():
-                return await _complete(events, rid, name, speak, fmt, transcripts)
+                return await unless_client_leaves(request, _complete(events, rid, name, speak, fmt, transcripts))
         finally:
-            await events.aclose()
+            await events.aclose()  # also after the client left: every stage stops and frees its state
     try:  # the first event before answering: errors up to AURA's first token are still a 4xx
         with client_errors():
             first = await anext(events)
@@ -187,6 +189,22 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return StreamingResponse(_stream(first, events, rid, name, speak, fmt, include_usage, transcripts),
                              media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def unless_client_leaves(request: Request, work):
+    """Await `work`, cancelling it when the client disconnects first (a whole turn is not computed for nobody)."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+    finally:
+        task.cancel()
 
 
 async def _complete(events: AsyncIterator, rid: str, model: str, speak: bool, fmt: str,

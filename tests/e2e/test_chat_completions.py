@@ -380,6 +380,25 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
 
 # ---------------------------------------------------------------------------------------------- errors
 
+def test_non_streaming_turn_stops_when_its_client_leaves(base, ref_audio_b64):
+    aura = base.runtime.pipeline.aura
+    start_free = aura.engine.stats()["free_blocks"]
+    body = {"model": MODEL, "messages": user({"type": "text", "text": "talk for a long time"}), "max_tokens": 400,
+            "ignore_eos": True, "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True,
+                                                           "tts_max_new_tokens": 400}}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up long before 400 tokens and 400 frames are done
+        httpx.post(base.url + "/v1/chat/completions", headers=AUTH, json=body, timeout=1.0)
+    left = time.monotonic()
+    while time.monotonic() - left < 5:
+        stats, talker = aura.engine.stats(), base.runtime.tts.stats()
+        if (stats["running"] == stats["waiting"] == 0 and stats["free_blocks"] == start_free
+                and talker["running"] == 0 and talker["free_blocks"] == talker["total_blocks"]):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"stages still busy 5 s after the client left: {aura.engine.stats()} {base.runtime.tts.stats()}")
+
+
 def test_turn_past_the_timeout_is_504_and_cancelled(base, ref_audio_b64):
     pipeline, aura = base.runtime.pipeline, base.runtime.pipeline.aura
     start_free = aura.engine.stats()["free_blocks"]
