@@ -21,9 +21,6 @@ from aura_omni.testing.tiny_codec import tiny_speaker_encoder_weights, write_tin
 
 pytestmark = pytest.mark.parity
 
-ROOT = Path(__file__).resolve().parents[2]
-REF_VENV = Path(os.environ.get("QWEN_TTS_REF_VENV", ROOT / ".venv-qwen-tts"))
-REF_PYTHON = REF_VENV / "bin" / "python"
 REF_SCRIPT = Path(__file__).resolve().parent / "qwen_tts_reference" / "codec_reference.py"
 WAVE_ATOL = 1e-4  # fp32 parity target (issue 2)
 
@@ -39,9 +36,7 @@ def _speechlike(seconds: float, sr: int, seed: int) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def parity(tmp_path_factory):
-    if not REF_PYTHON.exists():
-        pytest.skip(f"reference venv {REF_VENV} absent (scripts/setup_qwen_tts_reference.sh)")
+def parity(tmp_path_factory, qwen_tts_python):
     tmp = tmp_path_factory.mktemp("codec_parity")
     codec_dir = write_tiny_codec(tmp / "codec", seed=0)
     se_cfg, se_weights = tiny_speaker_encoder_weights(enc_dim=64, seed=0)
@@ -65,7 +60,7 @@ def parity(tmp_path_factory):
         "sr_xvector_at16k": np.array(16000),
     }
     np.savez(tmp / "in.npz", **inputs)
-    proc = subprocess.run([str(REF_PYTHON), str(REF_SCRIPT), "--codec", str(codec_dir), "--inputs", str(tmp / "in.npz"),
+    proc = subprocess.run([str(qwen_tts_python), str(REF_SCRIPT), "--codec", str(codec_dir), "--inputs", str(tmp / "in.npz"),
                            "--out", str(tmp / "out.npz"), "--speaker-config", str(tmp / "se.json"),
                            "--speaker-weights", str(tmp / "se.safetensors")],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})

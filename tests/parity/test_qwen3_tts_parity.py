@@ -8,7 +8,6 @@ codes, and our streamed chunks to join into our whole-utterance waveform.
 """
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -21,9 +20,6 @@ from aura_omni.testing.tiny_tts import write_tiny_tts
 
 pytestmark = pytest.mark.parity
 
-ROOT = Path(__file__).resolve().parents[2]
-REF_VENV = Path(os.environ.get("QWEN_TTS_REF_VENV", ROOT / ".venv-qwen-tts"))
-REF_PYTHON = REF_VENV / "bin" / "python"
 REF_SCRIPT = Path(__file__).resolve().parent / "qwen_tts_reference" / "run_reference.py"
 WAVE_ATOL = 1e-4  # fp32 parity target (issue 2)
 MAX_NEW_TOKENS = 12  # -> 11 frames: random weights never pick EOS
@@ -50,14 +46,12 @@ def reference_audio() -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    if not REF_PYTHON.exists():
-        pytest.skip(f"reference venv {REF_VENV} absent (scripts/setup_qwen_tts_reference.sh)")
+def reference(tmp_path_factory, qwen_tts_python):
     root = tmp_path_factory.mktemp("tts_parity")
     for kind in ("base", "custom_voice", "voice_design"):
         write_tiny_tts(root / kind, kind, seed=0)
     out = root / "reference"
-    proc = subprocess.run([str(REF_PYTHON), str(REF_SCRIPT), "--root", str(root), "--out", str(out),
+    proc = subprocess.run([str(qwen_tts_python), str(REF_SCRIPT), "--root", str(root), "--out", str(out),
                            "--max-new-tokens", str(MAX_NEW_TOKENS)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"reference run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return root, out
