@@ -4,12 +4,17 @@
     python benchmarks/aura_bench.py --model DIR --device cpu --dtype float32 --frames 2 --height 64 --width 64 --text-tokens 20 --new-tokens 4
 
 Workload (issue 5): a turn with 2 video frames at 640x480 plus ~200 text tokens.
-- cold turn: time to first token of the whole prompt (vision encoder + prefill) on an empty cache;
+- cold turn: time to first token of the whole prompt on empty caches (fresh frames: the vision encoder runs);
 - warm turn: the next turn of the same conversation (system prompt + previous turn with its video in the
-  prefix cache) adding ~200 new text tokens: only the new tokens are prefilled;
+  prefix cache and the vision-embedding cache) adding ~200 new text tokens: only the new tokens are prefilled;
+  compared with the same-length prompt cold (fresh frames, another system prompt);
+- session turn (`--history-turns N`): turn N+1 of a live session whose every earlier turn brought its own
+  frames and a short exchange; the new turn brings new frames too. Warm = the history is cached (the usual
+  case), cold = the same prompt with nothing cached (a new server, or evicted);
 - decode ms/token at batch 1 and 4 (the engine's decode steps, after prefill);
 - one-time costs (first cold turn, first prefix-cached turn: kernel compiles, allocator growth) are run
   on a warm-up conversation first and reported on their own (`aura_one_time`), not inside the TTFTs;
+- `--profile`: torch.profiler tables (CPU ops, CUDA kernels) of one warm session turn;
 - reference: transformers' Qwen3VLForConditionalGeneration.generate on the same config and inputs
   (prefill = generate 1 token; decode = (generate N - generate 1) / (N - 1)).
 Prints one JSON line per measurement.
@@ -89,6 +94,9 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=640)
     ap.add_argument("--text-tokens", type=int, default=200)
     ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--history-turns", type=int, default=8, help="earlier turns of the session turn (0: skip it)")
+    ap.add_argument("--session-text-tokens", type=int, default=40, help="user text per session turn")
+    ap.add_argument("--profile", action="store_true", help="print profiler tables of one warm session turn")
     ap.add_argument("--reference", action="store_true", help="also time transformers' Qwen3-VL generate")
     args = ap.parse_args()
     device = args.device
@@ -96,27 +104,36 @@ def main() -> None:
     fmt = args.load_format or ("dummy" if Path(args.model) == PRESET else "auto")
     model = Qwen3VLForCausalLM.from_pretrained(args.model, dtype=dtype, device=device, load_format=fmt)
     tok = load_tokenizer(None if fmt == "dummy" else args.model)
-    frames = np.random.RandomState(0).randint(0, 256, (args.frames, args.height, args.width, 3), dtype=np.uint8)
-    video = preprocess_video(frames, video_fps=2.0)
+    pixels = np.random.RandomState(0)
+
+    def fresh_video():
+        """New frames each call: nothing about them is in any cache."""
+        frames = pixels.randint(0, 256, (args.frames, args.height, args.width, 3), dtype=np.uint8)
+        return preprocess_video(frames, video_fps=2.0)
+
+    video = fresh_video()
     text1, text2 = user_text(tok, args.text_tokens), "And now? " + user_text(tok, args.text_tokens)
 
-    cfg = EngineConfig(max_model_len=8192, max_num_seqs=8, max_num_batched_tokens=8192, enable_prefix_caching=True,
+    cfg = EngineConfig(max_model_len=16384, max_num_seqs=8, max_num_batched_tokens=16384, enable_prefix_caching=True,
                        gpu_memory_utilization=0.4, kv_cache_bytes=None if device.startswith("cuda") else 256 << 20)
     engine = LLMEngine(model, cfg, eos_token_ids=[151645], name="aura-bench")
     stage = AuraPipelineStage(model, tok, None, Stage(stage_id=1, model=args.model))
     one = SamplingParams(temperature=0, max_tokens=1)
-    history = [("user", text1, ["video"]), ("assistant", "Okay.")]
     rows = []
 
-    def turn(system: str, second: bool):
-        """(encode seconds, ids, mm) of turn 1 (video + text) or turn 2 (turn 1 as history + new text)."""
-        prompt = (asr2aura("", text_parts=[text2], history=history, system_prompt=system) if second
-                  else asr2aura("", vision_items=["video"], text_parts=[text1], system_prompt=system))
+    def encode(prompt: str, videos) -> tuple[float, list[int], object]:
         sync(device)
         t = time.perf_counter()
-        ids, mm = stage.encode_prompt(prompt, [video])
+        ids, mm = stage.encode_prompt(prompt, videos)
         sync(device)
         return time.perf_counter() - t, ids, mm
+
+    def turn(system: str, second: bool, videos=None):
+        """(encode seconds, ids, mm) of turn 1 (video + text) or turn 2 (turn 1 as history + new text)."""
+        history = [("user", text1, ["video"]), ("assistant", "Okay.")]
+        prompt = (asr2aura("", text_parts=[text2], history=history, system_prompt=system) if second
+                  else asr2aura("", vision_items=["video"], text_parts=[text1], system_prompt=system))
+        return encode(prompt, videos or [video])
 
     def ttft(rid, encoded) -> tuple[float, int, float]:
         enc, ids, mm = encoded
@@ -127,11 +144,12 @@ def main() -> None:
     # a whole warm-up conversation: turn 1 cold, turn 2 prefix-cached, so one-time costs stay out of the rows
     first_cold, _, _ = ttft("warmup1", turn("warm-up system prompt", False))
     first_cached, _, _ = ttft("warmup2", turn("warm-up system prompt", True))
+    video = fresh_video()
     cold1, n1, enc1 = ttft("t1", turn("System prompt A.", False))
     rows.append(dict(bench="aura_turn1_cold_ttft", prompt_tokens=n1, vision_tokens=video.num_tokens, ttft_ms=cold1 * 1000,
                      encode_ms=enc1 * 1000))
-    warm2, n2, enc_w = ttft("t2", turn("System prompt A.", True))  # system + turn 1 are in the prefix cache
-    cold2, _, enc_c = ttft("t2cold", turn("System prompt B.", True))  # same length, nothing cached
+    warm2, n2, enc_w = ttft("t2", turn("System prompt A.", True))  # system + turn 1 are in both caches
+    cold2, _, enc_c = ttft("t2cold", turn("System prompt B.", True, [fresh_video()]))  # same length, nothing cached
     rows.append(dict(bench="aura_turn2_ttft", prompt_tokens=n2, warm_ms=warm2 * 1000, cold_ms=cold2 * 1000,
                      warm_encode_ms=enc_w * 1000, cold_encode_ms=enc_c * 1000, speedup=cold2 / warm2,
                      engine_warm_ms=(warm2 - enc_w) * 1000, engine_cold_ms=(cold2 - enc_c) * 1000,
@@ -140,6 +158,8 @@ def main() -> None:
     rows.append(dict(bench="aura_one_time", first_cold_turn_ms=first_cold * 1000,
                      first_cached_turn_ms=first_cached * 1000,
                      first_cold_extra_ms=(first_cold - cold1) * 1000, first_cached_extra_ms=(first_cached - warm2) * 1000))
+    if args.history_turns:
+        rows.append(session_turn(args, tok, encode, ttft, fresh_video))
 
     _, ids, mm = turn("System prompt A.", False)
 
@@ -151,6 +171,40 @@ def main() -> None:
         rows += reference_rows(args, model, video, ids, device, dtype)
     for r in rows:
         print(json.dumps(r), flush=True)
+
+
+def session_turn(args, tok, encode, ttft, fresh_video) -> dict:
+    """Turn N+1 of a live session (each earlier turn: new frames + a short exchange) with its history cached
+    (the previous turn's prompt ran, as it does in a session) vs the same prompt with nothing cached."""
+    said = user_text(tok, args.session_text_tokens)
+    videos = [fresh_video() for _ in range(args.history_turns + 1)]
+    history = [t for _ in range(args.history_turns) for t in (("user", said, ["video"]), ("assistant", "<|silent|>"))]
+
+    def prompt(system: str, upto: int) -> str:
+        return asr2aura("", vision_items=["video"], text_parts=[said], history=history[:2 * upto], system_prompt=system)
+
+    ttft("session-prev", encode(prompt("Session.", args.history_turns - 1), videos[:args.history_turns]))
+    warm, n, enc_w = ttft("session-warm", encode(prompt("Session.", args.history_turns), videos))
+    if args.profile:
+        profile_turn(ttft, encode(prompt("Session.", args.history_turns), videos), args.device)
+    cold_videos = [fresh_video() for _ in videos]  # new content: the vision encoder runs for every turn
+    cold, _, enc_c = ttft("session-cold", encode(prompt("Cold session.", args.history_turns), cold_videos))
+    return dict(bench="aura_session_turn_ttft", history_turns=args.history_turns, prompt_tokens=n,
+                warm_ms=warm * 1000, cold_ms=cold * 1000, speedup=cold / warm, warm_encode_ms=enc_w * 1000,
+                cold_encode_ms=enc_c * 1000, engine_warm_ms=(warm - enc_w) * 1000,
+                engine_cold_ms=(cold - enc_c) * 1000)
+
+
+def profile_turn(ttft, encoded, device) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(device).type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        ttft("session-profiled", encoded)
+    table = prof.key_averages()
+    print(table.table(sort_by="cpu_time_total", row_limit=25), flush=True)
+    if len(acts) > 1:
+        print(table.table(sort_by="cuda_time_total", row_limit=20), flush=True)
 
 
 def reference_rows(args, model, video, ids, device, dtype) -> list[dict]:

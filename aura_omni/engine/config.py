@@ -20,6 +20,10 @@ class EngineConfig:
     cuda_graph_batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 24, 32, 48, 64])
     cuda_graph_max_seq_len: int | None = None  # decode graphs gather up to this context; None = max_model_len
     fast_attention: bool = True  # try flash varlen kernels on CUDA (each is checked against the reference first)
+    # Eager (prefill) steps padded to a few token counts: cuBLAS plans each new GEMM row count on the host
+    # (~1 ms per weight shape on the H200), so an unpadded prefill pays that on almost every request.
+    # None = on for CUDA. The padding rows form a dummy sequence whose K/V go to the scratch page.
+    pad_prefill_tokens: bool | None = None
 
     def __post_init__(self):
         checks = [

@@ -12,10 +12,13 @@ embeds, runs the backbone, the LM head and the greedy argmax.
 """
 
 import logging
+import time
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.cuda_graphs import DecodeGraphs
@@ -32,6 +35,15 @@ log = logging.getLogger(__name__)
 
 def _dtype_of(module: torch.nn.Module) -> torch.dtype:
     return next(module.parameters()).dtype
+
+
+def token_bucket(n: int) -> int:
+    """Padded token count of an eager step: exact up to 16, then multiples of 16 / 64 / 256 / 512 (at most
+    ~6% padding above 256 tokens), so a stage sees a few dozen GEMM row counts instead of every one."""
+    for limit, step in ((16, 1), (256, 16), (1024, 64), (4096, 256)):
+        if n <= limit:
+            return -(-n // step) * step
+    return -(-n // 512) * 512
 
 
 def upload(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
@@ -67,6 +79,10 @@ class ModelRunner:
         attention_backend.select_backend(self.device, self.dtype, config.fast_attention)
         if self.device.type == "cuda":
             self.backbone.fuse_projections()
+        pad = config.pad_prefill_tokens
+        self.pad_tokens = self.device.type == "cuda" if pad is None else pad
+        if self.pad_tokens and self.device.type == "cuda":
+            self._plan_gemms(name)
         weights = getattr(adapter, "model", self.backbone)
         self.plan: KVPlan = plan_kv_cache(config, self.backbone, weights, self.kv_dtype, self.device,
                                           self._activation_peak(), name)
@@ -114,29 +130,52 @@ class ModelRunner:
         torch.cuda.empty_cache()
         return peak
 
-    def _metadata(self, sched: list[ScheduledSeq], decode: bool) -> tuple[AttentionMetadata, torch.Tensor]:
-        """The step's attention metadata and the flat rows that sample, built with numpy, uploaded in one copy."""
+    @torch.inference_mode()
+    def _plan_gemms(self, name: str) -> None:
+        """Run every projection once at every padded row count, so cuBLAS plans them now, not in a request."""
+        t = time.perf_counter()
+        weights: dict[tuple, torch.Tensor] = {}
+        for m in self.backbone.modules():
+            for w in (m.weight if isinstance(m, nn.Linear) else None, getattr(m, "qkv_weight", None),
+                      getattr(m, "gate_up_weight", None)):
+                if isinstance(w, torch.Tensor) and w.dim() == 2:
+                    weights.setdefault((tuple(w.shape), w.dtype), w)
+        top = token_bucket(self.config.max_num_batched_tokens)
+        inputs = {k: torch.zeros(top, k, dtype=self.dtype, device=self.device) for k in {w.shape[1] for w in weights.values()}}
+        sizes = sorted({token_bucket(n) for n in range(17, top + 1)})
+        for size in sizes:
+            for w in weights.values():
+                F.linear(inputs[w.shape[1]][:size], w)
+        torch.cuda.synchronize(self.device)
+        log.info("%s: planned %d GEMM shapes at %d padded token counts in %.2f s", name, len(weights), len(sizes),
+                 time.perf_counter() - t)
+
+    def _metadata(self, sched: list[ScheduledSeq], decode: bool, pad: int = 0) -> tuple[AttentionMetadata, torch.Tensor]:
+        """The step's attention metadata and the flat rows that sample, built with numpy, uploaded in one copy.
+        `pad` > 0 appends a dummy sequence of that many tokens on the scratch page (token_bucket padding)."""
         bs = self.block_size
-        starts = np.fromiter((s.start for s in sched), np.int64, len(sched))
-        ends = np.fromiter((s.end for s in sched), np.int64, len(sched))
+        tables_in = [s.seq.block_table for s in sched] + ([[self.pad_block] * -(-pad // bs)] if pad else [])
+        n = len(tables_in)
+        starts = np.fromiter([s.start for s in sched] + [0] * bool(pad), np.int64, n)
+        ends = np.fromiter([s.end for s in sched] + [pad] * bool(pad), np.int64, n)
         qlens = ends - starts
-        width = max(len(s.seq.block_table) for s in sched)
-        tables = np.full((len(sched), width), self.pad_block, dtype=np.int32)
-        for i, s in enumerate(sched):
-            tables[i, :len(s.seq.block_table)] = s.seq.block_table
-        cu = np.zeros(len(sched) + 1, dtype=np.int32)
+        width = max(len(t) for t in tables_in)
+        tables = np.full((n, width), self.pad_block, dtype=np.int32)
+        for i, t in enumerate(tables_in):
+            tables[i, :len(t)] = t
+        cu = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(qlens, out=cu[1:])
-        rows = np.repeat(np.arange(len(sched)), qlens)
+        rows = np.repeat(np.arange(n), qlens)
         pos = np.arange(int(cu[-1])) - np.repeat(cu[:-1].astype(np.int64) - starts, qlens)
         slots = tables[rows, pos // bs].astype(np.int64) * bs + pos % bs
-        samples = np.fromiter((s.samples for s in sched), bool, len(sched))
+        samples = np.fromiter([s.samples for s in sched] + [False] * bool(pad), bool, n)
         ends_idx = (cu[1:].astype(np.int64) - 1)[samples]
         arrays = [cu, slots, tables, ends.astype(np.int32), ends_idx]
         has_context = bool(starts.any())
         if has_context and not decode:  # every key of every sequence, for one flash call over the batch
-            krows = np.repeat(np.arange(len(sched)), ends)
+            krows = np.repeat(np.arange(n), ends)
             kpos = np.arange(int(ends.sum())) - np.repeat(np.cumsum(ends) - ends, ends)
-            cu_k = np.zeros(len(sched) + 1, dtype=np.int32)
+            cu_k = np.zeros(n + 1, dtype=np.int32)
             np.cumsum(ends, out=cu_k[1:])
             arrays += [tables[krows, kpos // bs].astype(np.int64) * bs + kpos % bs, cu_k]
         dev = upload(arrays, self.device)
@@ -186,12 +225,18 @@ class ModelRunner:
             else:
                 token_ids = self.sampler(self.adapter.compute_logits(last, seqs), seqs)
         else:
-            meta, ends = self._metadata(sched, decode)
+            tokens = sum(s.end - s.start for s in sched)
+            pad = token_bucket(tokens) - tokens if self.pad_tokens and not decode else 0
+            meta, ends = self._metadata(sched, decode, pad)
             if decode:
                 inputs: StepInputs = self.adapter.decode_inputs([s.seq for s in sched], self.device)
             else:
                 inputs = self.adapter.build_inputs([Piece(s.seq, s.start, s.end) for s in sched], self.device)
-            hidden = self.backbone(inputs.embeds.to(self.dtype), inputs.positions, meta, inputs.deepstack)
+            embeds, positions = inputs.embeds.to(self.dtype), inputs.positions
+            if pad:
+                embeds = torch.cat([embeds, embeds.new_zeros(pad, embeds.shape[1])])
+                positions = torch.cat([positions, positions.new_zeros(*positions.shape[:-1], pad)], -1)
+            hidden = self.backbone(embeds, positions, meta, inputs.deepstack)
             sampling = [s for s in sched if s.samples]
             if not sampling:
                 return [], [], None
