@@ -159,6 +159,7 @@ class Qwen3VLForCausalLM(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.text.hidden_size)
         self.backbone = Qwen3Model(cfg.text)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.text.hidden_size, cfg.vocab_size, bias=False)
+        self.vision_graphs = None  # models/vision_graphs.py VisionGraphs, set by the stage on CUDA
 
     # ---- loading -------------------------------------------------------------------------------
     @staticmethod
@@ -220,7 +221,7 @@ class Qwen3VLForCausalLM(nn.Module):
     def encode_vision(self, vision_inputs: list[VisionInput]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """All items in one encoder pass -> (embeds [sum tokens, H], DeepStack features) in input order."""
         pixels = torch.cat([v.pixel_values for v in vision_inputs]).to(self.device)
-        return self.visual(pixels, [v.grid_thw for v in vision_inputs])
+        return (self.vision_graphs or self.visual)(pixels, [v.grid_thw for v in vision_inputs])
 
     def build_prompt(self, token_ids: list[int], vision_inputs: list[VisionInput] | None = None,
                      vision_embeds: tuple[torch.Tensor, list[torch.Tensor]] | None = None) -> VLPrompt:

@@ -201,20 +201,40 @@ class Qwen3VLVisionEncoder(nn.Module):
                 runs.append((h * w, t))
         return runs
 
-    def forward(self, pixel_values: torch.Tensor, grids: list[tuple[int, int, int]]
-                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """pixel_values [sum t*h*w, C*T*P*P] -> (embeds [sum t*h*w/4, out], DeepStack features, same shape each)."""
+    def prepare(self, grids: list[tuple[int, int, int]]) -> "VisionLayout":
+        """Everything that depends only on the grids (host work and small uploads): reused across calls."""
         grids = [tuple(int(v) for v in g) for g in grids]
-        expected = sum(t * h * w for t, h, w in grids)
-        if pixel_values.shape[0] != expected:
-            raise ValueError(f"{pixel_values.shape[0]} patches for grids {grids} (expected {expected})")
-        x = self.patch_embed(pixel_values.to(self.dtype))
-        x = x + self._position_embeddings(grids).to(x.dtype)
         cos, sin = self._rotary(grids)
-        segments = self._segments(grids)
+        return VisionLayout(grids, sum(t * h * w for t, h, w in grids), self._position_embeddings(grids), cos, sin,
+                            self._segments(grids))
+
+    def run(self, pixel_values: torch.Tensor, layout: "VisionLayout") -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The device part: no host syncs and fixed shapes for a layout, so a CUDA graph can capture it."""
+        x = self.patch_embed(pixel_values.to(self.dtype))
+        x = x + layout.pos_embeds.to(x.dtype)
         deepstack = []
         for i, block in enumerate(self.blocks):
-            x = block(x, cos, sin, segments)
+            x = block(x, layout.cos, layout.sin, layout.segments)
             if i in self.config.deepstack_visual_indexes:
                 deepstack.append(self.deepstack_merger_list[self.config.deepstack_visual_indexes.index(i)](x))
         return self.merger(x), deepstack
+
+    def forward(self, pixel_values: torch.Tensor, grids: list[tuple[int, int, int]]
+                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """pixel_values [sum t*h*w, C*T*P*P] -> (embeds [sum t*h*w/4, out], DeepStack features, same shape each)."""
+        layout = self.prepare(grids)
+        if pixel_values.shape[0] != layout.num_patches:
+            raise ValueError(f"{pixel_values.shape[0]} patches for grids {layout.grids} (expected {layout.num_patches})")
+        return self.run(pixel_values, layout)
+
+
+@dataclass
+class VisionLayout:
+    """The grids of one encoder call and what follows from them alone."""
+
+    grids: list[tuple[int, int, int]]
+    num_patches: int
+    pos_embeds: torch.Tensor  # [num_patches, hidden]
+    cos: torch.Tensor
+    sin: torch.Tensor
+    segments: list[tuple[int, int]]  # attention runs (group length, count)

@@ -19,6 +19,7 @@ from aura_omni.media.vision_preprocess import VisionInput
 from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
 from aura_omni.models.qwen3_vl_prompt import render_vision
 from aura_omni.models.tokenizer import load_tokenizer
+from aura_omni.models.vision_graphs import VisionGraphs
 from aura_omni.pipeline.constants import AURA_STOP_TOKEN_IDS
 from aura_omni.pipeline.processors import VISION_PLACEHOLDER
 from aura_omni.pipeline.stage_api import AuraDelta
@@ -48,6 +49,8 @@ def stop_prefix_len(text: str, stops: list[str]) -> int:
 class AuraPipelineStage:
     def __init__(self, model: Qwen3VLForCausalLM, tokenizer, engine: AsyncLLMEngine | None, stage: Stage):
         self.model, self.tokenizer, self.engine, self.stage = model, tokenizer, engine, stage
+        if model.device.type == "cuda" and not stage.enforce_eager:
+            model.vision_graphs = VisionGraphs(model.visual)
         self.vision_cache = VisionEmbeddingCache(model.encode_vision)
 
     @classmethod

@@ -70,6 +70,31 @@ def test_aura_greedy_tokens_match_cpu(tiny):
     assert outs["cuda"] == outs["cpu"]
 
 
+def test_vision_graphs_replay_equals_the_eager_encoder(tiny):
+    from aura_omni.media.vision_preprocess import preprocess_image, preprocess_video
+    from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
+    from aura_omni.models.vision_graphs import VisionGraphs
+
+    model = Qwen3VLForCausalLM.from_pretrained(tiny["aura"], device="cuda")
+    graphs = VisionGraphs(model.visual)
+    rng = np.random.RandomState(1)
+
+    def items():
+        return [preprocess_image(rng.randint(0, 256, (64, 96, 3), dtype=np.uint8)),
+                preprocess_video(rng.randint(0, 256, (4, 64, 64, 3), dtype=np.uint8), video_fps=2.0)]
+
+    with torch.inference_mode():
+        for _ in range(3):  # eager (first sight), capture, replay with new pixels
+            vision = items()
+            pixels = torch.cat([v.pixel_values for v in vision]).cuda()
+            grids = [v.grid_thw for v in vision]
+            (got, got_ds), (want, want_ds) = graphs(pixels, grids), model.visual(pixels, grids)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            for g, w in zip(got_ds, want_ds):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        assert len(graphs._graphs) == 1
+
+
 def test_asr_transcript_tokens_match_cpu(tiny):
     from aura_omni.asr.service import AsrService
 

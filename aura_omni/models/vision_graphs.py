@@ -1,0 +1,78 @@
+"""The Qwen3-VL vision encoder replayed from CUDA graphs, one per grid layout.
+
+A live session sends frames of one size every turn, so its encoder calls repeat one layout; run eagerly,
+the encoder's ~700 small launches are host-bound (about 30 ms for two 640x480 frames on an H200, for a
+few ms of device work). A layout is captured the second time it is seen, so one-off sizes stay eager;
+at most `max_graphs` are kept (least recently used dropped). Calls are serialised: a graph's input and
+output buffers are shared, and outputs are copied out before the next replay.
+"""
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from aura_omni.layers.device import on_device
+from aura_omni.models.qwen3_vl_vision import Qwen3VLVisionEncoder, VisionLayout
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    pixels: torch.Tensor  # the graph's input buffer
+    layout: VisionLayout  # position embeddings and rotary tables the graph reads
+    outputs: tuple[torch.Tensor, list[torch.Tensor]]
+
+
+class VisionGraphs:
+    def __init__(self, encoder: Qwen3VLVisionEncoder, max_graphs: int = 4):
+        self.encoder = encoder
+        self.max_graphs = max_graphs
+        self.device = encoder.pos_embed.weight.device
+        self._graphs: OrderedDict[tuple, _Graph] = OrderedDict()
+        self._seen: OrderedDict[tuple, None] = OrderedDict()  # layouts met once (bounded)
+        self._lock = threading.Lock()
+        self._pool = None
+
+    def __call__(self, pixel_values: torch.Tensor, grids) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        grids = tuple(tuple(int(v) for v in g) for g in grids)
+        key = (grids, tuple(pixel_values.shape), pixel_values.dtype)
+        if pixel_values.shape[0] != sum(t * h * w for t, h, w in grids):
+            return self.encoder(pixel_values, list(grids))  # raises the encoder's error
+        with self._lock, on_device(self.device):
+            entry = self._graphs.get(key)
+            if entry is None:
+                if key not in self._seen:
+                    self._seen[key] = None
+                    while len(self._seen) > 64:
+                        self._seen.popitem(last=False)
+                    return self.encoder(pixel_values, list(grids))
+                entry = self._capture(key, pixel_values, grids)
+            self._graphs.move_to_end(key)
+            entry.pixels.copy_(pixel_values)
+            entry.graph.replay()
+            embeds, deepstack = entry.outputs
+            return embeds.clone(), [d.clone() for d in deepstack]
+
+    def _capture(self, key: tuple, pixel_values: torch.Tensor, grids) -> _Graph:
+        layout = self.encoder.prepare(list(grids))
+        pixels = torch.empty(pixel_values.shape, dtype=pixel_values.dtype, device=self.device)
+        pixels.copy_(pixel_values)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            self.encoder.run(pixels, layout)  # warm-up outside the graph (kernel choices, workspaces)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, stream=side):  # own stream: torch's default is per process
+            outputs = self.encoder.run(pixels, layout)
+        self._pool = graph.pool()
+        entry = self._graphs[key] = _Graph(graph, pixels, layout, outputs)
+        while len(self._graphs) > self.max_graphs:
+            self._graphs.popitem(last=False)
+        log.info("vision encoder graph captured for grids %s", list(grids))
+        return entry
