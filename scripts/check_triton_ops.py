@@ -8,7 +8,7 @@ import argparse
 
 import torch
 
-from aura_omni.layers import triton_ops
+from aura_omni.layers import triton_gemv, triton_ops
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -18,6 +18,16 @@ for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
     for shape in (dict(head_dim=64, hq=8, hkv=2, hidden=256), dict(head_dim=128, hq=32, hkv=8, hidden=4096)):
         err = triton_ops.self_check(torch.device(args.device), dtype, **shape)
         print(str(dtype), shape, {k: f"{v:.2e}" for k, v in err.items()})
+        bad |= any(not v <= tol for v in err.values())
+# small-M GEMVs (layers/triton_gemv.py): the one-row FMA and the tensor-core paths; 8B-like sizes on CUDA only (slow
+# in the interpreter, whose bf16 tl.dot is wrong: bf16 rows > 1 fail there only, like paged_decode)
+gemv_shapes = [dict(hidden=272, out=208, rows=(1, 7))]
+if args.device != "cpu":
+    gemv_shapes.append(dict(hidden=4096, out=4096, rows=(1, 16)))
+for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
+    for shape in gemv_shapes:
+        err = triton_gemv.self_check(torch.device(args.device), dtype, **shape)
+        print("gemv", str(dtype), shape, {k: f"{v:.2e}" for k, v in err.items()})
         bad |= any(not v <= tol for v in err.values())
 print("FAIL" if bad else "ok")
 raise SystemExit(int(bad))

@@ -10,12 +10,15 @@ Kernels (each checked the same way):
 - `varlen`: flash over cache-less prefill of mixed lengths;
 - `varlen_cached`: flash over a cached step's gathered keys (query shorter than keys, causal from the end);
 - `paged_varlen`: flash straight from the pages (`block_table`, torch >= 2.13);
-- `triton_decode`, `fused_layers`: layers/triton_ops.py (paged decode in place; fused norm/RoPE/SiLU layers).
-The choice is made once per (device, dtype, prefer_fast) per process.
+- `triton_decode`, `fused_layers`: layers/triton_ops.py (paged decode in place; fused norm/RoPE/SiLU layers);
+- `gemv`: layers/triton_gemv.py (projections of at most 16 rows with their norm / SiLU*mul / residual fused),
+  on top of `fused_layers`; `AURA_OMNI_GEMV=0` leaves it off (A/B benchmarks).
+The choice is made once per (device, dtype, prefer_fast, AURA_OMNI_GEMV) per process.
 """
 
 import inspect
 import logging
+import os
 
 import torch
 import torch.nn.functional as F
@@ -30,14 +33,15 @@ except ImportError:  # pragma: no cover - older torch
     _varlen_attn, _VARLEN_ARGS = None, set()
 
 from aura_omni.layers.device import on_device
-from aura_omni.layers import triton_ops
+from aura_omni.layers import triton_gemv, triton_ops
 
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_layers")
+_KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_layers", "gemv")
+GEMV_ENV = "AURA_OMNI_GEMV"  # "0": keep cuBLAS + separate norm/SiLU kernels at small M (A/B benchmarks)
 _enabled = dict.fromkeys(_KERNELS, False)
 _enabled_dtypes: set[torch.dtype] = set()  # dtypes the Triton kernels were checked in
-_selected: dict[tuple, dict[str, bool]] = {}  # (device, dtype, prefer_fast) -> outcome; checks run once
+_selected: dict[tuple, dict[str, bool]] = {}  # (device, dtype, prefer_fast, gemv wanted) -> outcome; checks run once
 
 
 def available() -> dict[str, bool]:
@@ -49,6 +53,7 @@ def available() -> dict[str, bool]:
         "paged_varlen": varlen and "block_table" in _VARLEN_ARGS and "seqused_k" in _VARLEN_ARGS,
         "triton_decode": triton_ops.AVAILABLE and torch.cuda.is_available(),
         "fused_layers": triton_ops.AVAILABLE and torch.cuda.is_available(),
+        "gemv": triton_gemv.AVAILABLE and torch.cuda.is_available(),
     }
 
 
@@ -74,6 +79,14 @@ def triton_decode_enabled(q: torch.Tensor) -> bool:
 
 def fused_layers_enabled(x: torch.Tensor) -> bool:
     return _enabled["fused_layers"] and x.is_cuda and x.dtype in _enabled_dtypes
+
+
+def gemv_enabled(x: torch.Tensor) -> bool:
+    return _enabled["gemv"] and x.is_cuda and x.dtype in _enabled_dtypes
+
+
+def _gemv_wanted() -> bool:
+    return os.environ.get(GEMV_ENV, "1") != "0"
 
 
 def triton_paged_decode(q, k_cache, v_cache, meta, scale: float) -> torch.Tensor:
@@ -132,7 +145,7 @@ def select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool =
 def _select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool) -> dict[str, bool]:
     from aura_omni.layers.attention import AttentionMetadata
 
-    key = (str(device), dtype, prefer_fast)
+    key = (str(device), dtype, prefer_fast, _gemv_wanted())
     if key in _selected:
         _enabled.update(_selected[key])
         return enabled()
@@ -141,6 +154,7 @@ def _select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool)
         _selected[key] = enabled()
         return enabled()
     offer = available()
+    offer["gemv"] &= _gemv_wanted()
     if offer["triton_decode"]:
         try:
             tol = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}[dtype]
@@ -151,6 +165,14 @@ def _select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool)
             log.info("triton kernels vs reference (%s): %s", dtype, {k: f"{v:.1e}" for k, v in errors.items()})
         except Exception as e:  # noqa: BLE001
             log.warning("triton kernels unusable here (%s: %s); using torch", type(e).__name__, e)
+        offer["gemv"] &= _enabled["fused_layers"]  # the GEMV layer runs inside the fused one
+        if offer["gemv"]:
+            try:
+                errors = triton_gemv.self_check(device, dtype)
+                _enabled["gemv"] = all(v <= tol for v in errors.values())
+                log.info("triton GEMVs vs reference (%s): %s", dtype, {k: f"{v:.1e}" for k, v in errors.items()})
+            except Exception as e:  # noqa: BLE001
+                log.warning("triton GEMVs unusable here (%s: %s); using cuBLAS", type(e).__name__, e)
     if dtype not in _FLASH_DTYPES:
         offer = dict(offer, varlen=False, varlen_cached=False, paged_varlen=False)
     gen = torch.Generator(device="cpu").manual_seed(0)

@@ -9,6 +9,8 @@ Fast path (CUDA, set up by the engine's runner): `fuse_projections()` makes q/k/
 one weight each (checkpoint key names unchanged), and, where attention_backend enabled the fused Triton
 kernels, a layer runs as ~10 launches: norm, QKV GEMM, q/k norm + RoPE + KV-cache write, attention,
 o_proj, residual add + norm, gate/up GEMM, SiLU*mul, down GEMM (its residual add joins the next norm).
+At most 16 token rows (decode at small batch), where attention_backend enabled layers/triton_gemv.py, the
+projections are Triton GEMVs with the norms and SiLU*mul fused in front and the residual adds behind.
 The plain modules stay the reference (CPU, and whenever the kernels are off).
 """
 
@@ -18,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aura_omni.layers import attention_backend, triton_ops
+from aura_omni.layers import attention_backend, triton_gemv, triton_ops
 from aura_omni.layers.attention import Attention, AttentionMetadata
 from aura_omni.layers.mlp import SwiGLU
 from aura_omni.layers.rmsnorm import RMSNorm
@@ -83,14 +85,17 @@ class Qwen3Attention(nn.Module):
         return self.qkv_weight is not None and self.q_proj.weight.data_ptr() == self.qkv_weight.data_ptr()
 
     def fused_forward(self, x, cos, sin, meta: AttentionMetadata):
-        """The Triton path: one QKV GEMM, then q/k norm + RoPE + the K/V cache write in one kernel."""
-        qkv = F.linear(x, self.qkv_weight, self.qkv_bias)
+        """The Triton path: one QKV GEMM, `attend`, o_proj."""
+        return self.o_proj(self.attend(F.linear(x, self.qkv_weight, self.qkv_bias), cos, sin, meta))
+
+    def attend(self, qkv, cos, sin, meta: AttentionMetadata) -> torch.Tensor:
+        """Fused QKV output -> attention output before o_proj: q/k norm + RoPE + the K/V cache write in one kernel."""
         attn = self.attn
         cache = meta.slot_mapping is not None and attn.k_cache is not None
         q, k, v = triton_ops.qk_norm_rope(qkv, cos, sin, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
                                           self.num_heads, self.num_kv_heads, self.head_dim,
                                           attn.k_cache, attn.v_cache, meta.slot_mapping if cache else None)
-        return self.o_proj(attn(q, k, v, meta, kv_written=cache))
+        return attn(q, k, v, meta, kv_written=cache)
 
     def forward(self, x, cos, sin, meta: AttentionMetadata):
         n = x.shape[0]
@@ -130,8 +135,24 @@ class Qwen3DecoderLayer(nn.Module):
         return (self.self_attn.is_fused() and self.gate_up_weight is not None
                 and self.mlp.gate_proj.weight.data_ptr() == self.gate_up_weight.data_ptr())
 
-    def fused_mlp(self, h: torch.Tensor) -> torch.Tensor:
-        return self.mlp.down_proj(triton_ops.silu_mul(F.linear(h, self.gate_up_weight)))
+    def fused_forward(self, x, delta, cos, sin, meta) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Triton layer: the previous MLP output `delta` (or None) is added in the first norm's kernel;
+        returns (x, this layer's MLP output, not yet added)."""
+        norm, post = self.input_layernorm, self.post_attention_layernorm
+        if delta is None:
+            h = triton_ops.rmsnorm(x, norm.weight, norm.eps)
+        else:
+            x, h = triton_ops.add_rmsnorm(x, delta, norm.weight, norm.eps)
+        x, h = triton_ops.add_rmsnorm(x, self.self_attn.fused_forward(h, cos, sin, meta), post.weight, post.eps)
+        return x, self.mlp.down_proj(triton_ops.silu_mul(F.linear(h, self.gate_up_weight)))
+
+    def gemv_forward(self, x, cos, sin, meta) -> torch.Tensor:
+        """Few rows: each projection is one GEMV with its norm or SiLU*mul in front and its residual add behind."""
+        attn, norm, post = self.self_attn, self.input_layernorm, self.post_attention_layernorm
+        qkv = triton_gemv.rms_gemv(x, norm.weight, norm.eps, attn.qkv_weight)
+        x = triton_gemv.gemv(attn.attend(qkv, cos, sin, meta), attn.o_proj.weight, residual=x)
+        gate_up = triton_gemv.rms_gemv(x, post.weight, post.eps, self.gate_up_weight)
+        return triton_gemv.silu_mul_gemv(gate_up, self.mlp.down_proj.weight, residual=x)
 
     def forward(self, x, cos, sin, meta):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta)
@@ -187,21 +208,25 @@ class Qwen3Model(nn.Module):
         return (attention_backend.fused_layers_enabled(x) and triton_ops.supports(cfg.head_dim, cfg.hidden_size)
                 and x.dtype == self.norm.weight.dtype and x.is_contiguous() and self.layers[0].is_fused())
 
+    def _gemv(self, x: torch.Tensor) -> bool:
+        """The GEMV layer for few rows; shapes only, so each captured graph size keeps one choice."""
+        attn = self.layers[0].self_attn
+        return (x.shape[0] <= triton_gemv.MAX_M and attention_backend.gemv_enabled(x)
+                and attn.qkv_bias is None and attn.o_proj.bias is None)
+
     def _fused_forward(self, x, cos, sin, meta, deepstack):
-        """Same function as the plain loop; residual adds ride in the following norm's kernel."""
+        """Same function as the plain loop; residual adds ride in the following norm's kernel (GEMV layer: in
+        the projection's epilogue)."""
+        gemv = self._gemv(x)
         delta = None  # the last MLP output, not yet added to x
         for i, layer in enumerate(self.layers):
-            norm = layer.input_layernorm
-            if delta is None:
-                h = triton_ops.rmsnorm(x, norm.weight, norm.eps)
+            if gemv:
+                x = layer.gemv_forward(x, cos, sin, meta)
             else:
-                x, h = triton_ops.add_rmsnorm(x, delta, norm.weight, norm.eps)
-            a = layer.self_attn.fused_forward(h, cos, sin, meta)
-            post = layer.post_attention_layernorm
-            x, h = triton_ops.add_rmsnorm(x, a, post.weight, post.eps)
-            delta = layer.fused_mlp(h)
+                x, delta = layer.fused_forward(x, delta, cos, sin, meta)
             if deepstack is not None and i < len(deepstack.features):
-                x, delta = x + delta, None
+                if delta is not None:
+                    x, delta = x + delta, None
                 x = x.index_add(0, deepstack.positions, deepstack.features[i].to(x.dtype))
         if delta is None:
             return triton_ops.rmsnorm(x, self.norm.weight, self.norm.eps)

@@ -1,0 +1,233 @@
+"""Triton GEMVs for a few token rows (M <= 16): the weights, read once, are the whole cost of a projection.
+
+At decode batch 1-16 a projection reads N*K weights for M*N*K flops, so it should run at HBM bandwidth;
+what it loses is launches around it and cuBLAS's small-M efficiency. Each kernel here streams the weight
+rows once, coalesced along K (fp32 accumulation), with the layer's neighbouring elementwise work folded in:
+
+- `rms_gemv`: rmsnorm(x) @ W.T; `add_rms_gemv`: the same on x + delta, also returning x + delta
+  (rounded like torch's add, written once by the first program), like triton_ops.add_rmsnorm;
+- `silu_mul_gemv`: (silu(gate) * up) @ W.T on the fused gate/up output (roundings of triton_ops.silu_mul);
+- `gemv`: x @ W.T; all but the norms take `residual`, added like `residual + F.linear(...)` (output rounded first).
+
+The norm's scale is applied to the dot product, so x is read once: the GEMV input is x*w rounded to the
+dtype instead of the reference's (x*r)*w rounded twice -- the same in fp32, within bf16 rounding otherwise.
+fp16 normalises first (x*w unnormalised could leave its range).
+
+N is split over about two programs per SM and never K: N >= 1024 gives 128+ programs at the narrow tiles,
+and split-K would need a second pass or atomics plus zeroing -- a launch more, or results that vary run to
+run. One row runs on FMA units; 2..16 rows on tensor cores (rows padded to 16, the padding never loaded),
+the weights through a cp.async pipeline. The tile table (`_config`) is static, so CUDA-graph capture never
+autotunes; scripts/bench_gemv.py --sweep shows how it compares with its neighbours on the GPU.
+
+attention_backend enables these where `self_check` matches the references on the device at start-up.
+"""
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from aura_omni.layers import triton_ops
+from aura_omni.layers.device import on_first_tensor_device
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU machines and CI: the torch paths run instead
+    triton = tl = None
+
+AVAILABLE = triton is not None
+MAX_M = 16  # token rows up to which the layer uses these kernels (one tensor-core row tile)
+
+if AVAILABLE:
+
+    @triton.jit
+    def _gemv_kernel(a_ptr, d_ptr, nw_ptr, w_ptr, res_ptr, out_ptr, sum_ptr, M, N,
+                     stride_a, stride_d, stride_w, stride_res, stride_o, stride_sum, eps,
+                     K: tl.constexpr, ADD: tl.constexpr, NORM: tl.constexpr, SILU: tl.constexpr, HAS_RES: tl.constexpr,
+                     DOT: tl.constexpr, IEEE: tl.constexpr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr):
+        pid_n = tl.program_id(0)
+        rows = tl.program_id(1) * M_PAD + tl.arange(0, M_PAD)
+        rmask = rows < M
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        cmask = cols < N
+        dt = out_ptr.dtype.element_ty
+        w_rows = w_ptr + cols.to(tl.int64)[:, None] * stride_w
+        if DOT:
+            acc = tl.zeros([M_PAD, BLOCK_N], tl.float32)
+        else:  # one row: per-thread partial sums, reduced across K once at the end
+            acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        ssq = tl.zeros([M_PAD], tl.float32)
+        for k0 in range(0, K, BLOCK_K):  # K constexpr: a static trip count (and the interpreter needs it)
+            ks = k0 + tl.arange(0, BLOCK_K)
+            kmask = ks < K
+            amask = rmask[:, None] & kmask[None, :]
+            a_at = rows[:, None] * stride_a + ks[None, :]
+            a = tl.load(a_ptr + a_at, mask=amask, other=0.0).to(tl.float32)
+            if ADD:
+                d = tl.load(d_ptr + rows[:, None] * stride_d + ks[None, :], mask=amask, other=0.0).to(tl.float32)
+                a = (a + d).to(dt).to(tl.float32)
+                tl.store(sum_ptr + rows[:, None] * stride_sum + ks[None, :], a.to(dt), mask=amask & (pid_n == 0))
+            if NORM:
+                ssq += tl.sum(a * a, 1)
+                a = a * tl.load(nw_ptr + ks, mask=kmask, other=0.0).to(tl.float32)[None, :]
+            if SILU:  # gate in columns [0, K), up in [K, 2K)
+                u = tl.load(a_ptr + a_at + K, mask=amask, other=0.0).to(tl.float32)
+                a = (a / (1.0 + tl.exp(-a))).to(dt).to(tl.float32) * u
+            a = a.to(dt)  # the GEMV input in the activation dtype, as F.linear sees it
+            w = tl.load(w_rows + ks[None, :], mask=cmask[:, None] & kmask[None, :], other=0.0)
+            if DOT:
+                if IEEE:
+                    acc = tl.dot(a, tl.trans(w), acc, input_precision="ieee")
+                else:
+                    acc = tl.dot(a, tl.trans(w), acc)
+            else:
+                acc += w.to(tl.float32) * a.to(tl.float32)
+        if DOT:
+            y = acc
+        else:
+            y = tl.sum(acc, 1)[None, :]
+        if NORM:
+            y = y * tl.rsqrt(ssq / K + eps)[:, None]
+        omask = rmask[:, None] & cmask[None, :]
+        if HAS_RES:
+            r = tl.load(res_ptr + rows[:, None] * stride_res + cols[None, :], mask=omask, other=0.0).to(tl.float32)
+            y = y.to(dt).to(tl.float32) + r
+        tl.store(out_ptr + rows[:, None] * stride_o + cols[None, :], y.to(dt), mask=omask)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
+def _widest(n: int, block_ns: tuple[int, ...], programs: float) -> int:
+    return next((bn for bn in block_ns if -(-n // bn) >= programs), block_ns[-1])
+
+
+def _config(m: int, n: int, k: int, itemsize: int, sms: int) -> tuple[bool, int, int, int, int, int]:
+    """(DOT, M_PAD, BLOCK_N, BLOCK_K, num_warps, num_stages) from shapes only (static per captured graph).
+
+    The widest tile that gives about two programs per SM (power-of-two N gives 1.94 on 132 SMs)."""
+    if m == 1:  # FMA units; no smem staging, the two programs per SM keep the loads in flight
+        return _tile(False, _widest(n, (64, 32, 16, 8, 4), 1.9 * sms), k, itemsize)
+    bn = _widest(n, (64, 32, 16, 8), 1.9 * sms)
+    if m > 8 and bn < 64 and -(-n // (2 * bn)) >= 0.9 * sms:
+        bn *= 2  # each program re-reads x (M*K): at M > 8 that is over half its weight bytes; one program per SM
+    return _tile(True, bn, k, itemsize)
+
+
+def _tile(dot: bool, block_n: int, k: int, itemsize: int, stages: int = 4) -> tuple[bool, int, int, int, int, int]:
+    """FMA: 16 KB weight tiles per iteration; tensor cores: 8 KB weight stages through a `stages`-deep pipeline,
+    BLOCK_K <= 256 so that the [16, BLOCK_K] activation tile also fits in registers."""
+    block_k = 16384 // itemsize // block_n if not dot else min(256, 8192 // itemsize // block_n)
+    block_k = min(block_k, max(16, _pow2(k)))
+    return dot, MAX_M if dot else 1, block_n, block_k, 4, stages if dot else 1
+
+
+def _rows(t: torch.Tensor | None) -> torch.Tensor | None:
+    """The kernel indexes rows by stride and columns by position."""
+    return t if t is None or t.stride(-1) == 1 else t.contiguous()
+
+
+def _launch(a: torch.Tensor, weight: torch.Tensor, k: int, *, delta=None, norm_weight=None, eps=0.0,
+            silu=False, residual=None, sum_out=None) -> torch.Tensor:
+    a, delta, residual = _rows(a), _rows(delta), _rows(residual)
+    m, n = a.shape[0], weight.shape[0]
+    out = torch.empty(m, n, dtype=a.dtype, device=a.device)
+    dot, m_pad, bn, bk, warps, stages = _config(m, n, k, weight.element_size(), _sm_count(a.device))
+    _gemv_kernel[(triton.cdiv(n, bn), triton.cdiv(m, m_pad))](
+        a, a if delta is None else delta, a if norm_weight is None else norm_weight, weight,
+        out if residual is None else residual, out, out if sum_out is None else sum_out, m, n,
+        a.stride(0), 0 if delta is None else delta.stride(0), weight.stride(0),
+        0 if residual is None else residual.stride(0), out.stride(0), 0 if sum_out is None else sum_out.stride(0), eps,
+        K=k, ADD=delta is not None, NORM=norm_weight is not None, SILU=silu, HAS_RES=residual is not None, DOT=dot,
+        IEEE=a.dtype == torch.float32, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+    return out
+
+
+# -- launchers (inputs row-major with unit stride along K; weights [N, K] as nn.Linear stores them) -----------------
+@on_first_tensor_device
+def gemv(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T (+ residual)."""
+    return _launch(x, weight, x.shape[1], residual=residual)
+
+
+@on_first_tensor_device
+def rms_gemv(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor) -> torch.Tensor:
+    """rmsnorm(x) @ weight.T."""
+    if x.dtype == torch.float16:
+        return gemv(triton_ops.rmsnorm(x, norm_weight, eps), weight)
+    return _launch(x, weight, x.shape[1], norm_weight=norm_weight, eps=eps)
+
+
+@on_first_tensor_device
+def add_rms_gemv(x: torch.Tensor, delta: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + delta, rmsnorm(x + delta) @ weight.T), in triton_ops.add_rmsnorm's order."""
+    if x.dtype == torch.float16:
+        res, h = triton_ops.add_rmsnorm(x, delta, norm_weight, eps)
+        return res, gemv(h, weight)
+    res = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return res, _launch(x, weight, x.shape[1], delta=delta, norm_weight=norm_weight, eps=eps, sum_out=res)
+
+
+@on_first_tensor_device
+def silu_mul_gemv(gate_up: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """(silu(gate) * up) @ weight.T (+ residual); gate_up [M, 2I] holds gate then up."""
+    return _launch(gate_up, weight, gate_up.shape[1] // 2, silu=True, residual=residual)
+
+
+# -- torch references ----------------------------------------------------------------------------------------------
+def ref_gemv(x, weight, residual=None):
+    y = F.linear(x, weight)
+    return y if residual is None else residual + y
+
+
+def ref_rms_gemv(x, norm_weight, eps, weight):
+    return F.linear(triton_ops.ref_rmsnorm(x, norm_weight, eps), weight)
+
+
+def ref_add_rms_gemv(x, delta, norm_weight, eps, weight):
+    res = x + delta
+    return res, ref_rms_gemv(res, norm_weight, eps, weight)
+
+
+def ref_silu_mul_gemv(gate_up, weight, residual=None):
+    gate, up = gate_up.chunk(2, dim=-1)
+    return ref_gemv(F.silu(gate) * up, weight, residual)
+
+
+def self_check(device: torch.device, dtype: torch.dtype, hidden: int = 272, out: int = 208,
+               rows: tuple[int, ...] = (1, 7)) -> dict[str, float]:
+    """Max |kernel - reference| of each GEMV (relative to the reference's scale), over one row (FMA path) and
+    several (tensor-core path); sizes that are multiples of 16 but not of the tiles, like real layers."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    rnd = lambda *s, scale=1.0: (torch.randn(*s, generator=gen) * scale).to(device, dtype)
+    err = dict.fromkeys(("gemv", "rms_gemv", "add_rms_gemv", "silu_mul_gemv"), 0.0)
+
+    def rel(got, want):
+        got, want = got.float(), want.float()
+        if not torch.isfinite(got).all():
+            return float("inf")
+        return float((got - want).abs().max() / want.abs().max().clamp_min(1e-6))
+
+    w, nw = rnd(out, hidden, scale=hidden ** -0.5), rnd(hidden, scale=0.5) + 1
+    for m in rows:
+        x, delta, residual = rnd(m, hidden), rnd(m, hidden), rnd(m, out)
+        gu = rnd(m, 2 * hidden)
+        checks = {
+            "gemv": max(rel(gemv(x, w), ref_gemv(x, w)), rel(gemv(x, w, residual), ref_gemv(x, w, residual))),
+            "rms_gemv": rel(rms_gemv(x, nw, 1e-6, w), ref_rms_gemv(x, nw, 1e-6, w)),
+            "add_rms_gemv": max(rel(g, r) for g, r in zip(add_rms_gemv(x, delta, nw, 1e-6, w),
+                                                          ref_add_rms_gemv(x, delta, nw, 1e-6, w))),
+            "silu_mul_gemv": max(rel(silu_mul_gemv(gu, w), ref_silu_mul_gemv(gu, w)),
+                                 rel(silu_mul_gemv(gu, w, residual), ref_silu_mul_gemv(gu, w, residual))),
+        }
+        err = {name: max(err[name], e) for name, e in checks.items()}
+    return err

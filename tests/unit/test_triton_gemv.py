@@ -1,0 +1,82 @@
+"""The small-M Triton GEMVs (layers/triton_gemv.py) match their torch references, and the fused decoder layers
+(GEMV and triton_ops) compute the plain layer's function.
+
+Needs Triton and either CUDA or Triton's interpreter on the CPU:
+    TRITON_INTERPRET=1 python -m pytest -q tests/unit/test_triton_gemv.py
+"""
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="needs CUDA or TRITON_INTERPRET=1")
+
+from aura_omni.layers import attention_backend, triton_gemv  # noqa: E402
+from aura_omni.layers.attention import AttentionMetadata  # noqa: E402
+from aura_omni.models.qwen3 import DeepStack, Qwen3Config, Qwen3Model  # noqa: E402
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+SHAPES = [(1, 272, 208), (16, 272, 208), (3, 100, 37), (1, 1040, 24)]  # (M, K, N): tile edges, one or many K steps
+
+
+def _rand(*shape, scale=1.0, seed=0):
+    gen = torch.Generator().manual_seed(seed + sum(shape))
+    return (torch.randn(*shape, generator=gen) * scale).to(DEVICE)
+
+
+def _close(got, want):
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_gemv_matches_linear(m, k, n):
+    x, w, residual = _rand(m, k), _rand(n, k, scale=k ** -0.5), _rand(m, n, seed=1)
+    _close(triton_gemv.gemv(x, w), triton_gemv.ref_gemv(x, w))
+    _close(triton_gemv.gemv(x, w, residual), triton_gemv.ref_gemv(x, w, residual))
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_rms_gemv_matches_rmsnorm_then_linear(m, k, n):
+    x, w, nw = _rand(m, k), _rand(n, k, scale=k ** -0.5), _rand(k, scale=0.5, seed=2) + 1
+    _close(triton_gemv.rms_gemv(x, nw, 1e-6, w), triton_gemv.ref_rms_gemv(x, nw, 1e-6, w))
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_add_rms_gemv_returns_the_sum_and_the_projection(m, k, n):
+    x, delta, w, nw = _rand(m, k), _rand(m, k, seed=3), _rand(n, k, scale=k ** -0.5), _rand(k, seed=2) + 1
+    got_sum, got = triton_gemv.add_rms_gemv(x, delta, nw, 1e-6, w)
+    want_sum, want = triton_gemv.ref_add_rms_gemv(x, delta, nw, 1e-6, w)
+    assert torch.equal(got_sum, want_sum)
+    _close(got, want)
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_silu_mul_gemv_matches_swiglu_down(m, k, n):
+    gate_up, w, residual = _rand(m, 2 * k), _rand(n, k, scale=k ** -0.5), _rand(m, n, seed=1)
+    _close(triton_gemv.silu_mul_gemv(gate_up, w), triton_gemv.ref_silu_mul_gemv(gate_up, w))
+    _close(triton_gemv.silu_mul_gemv(gate_up, w, residual), triton_gemv.ref_silu_mul_gemv(gate_up, w, residual))
+
+
+@pytest.mark.parametrize("gemv", [True, False], ids=["gemv", "triton_ops"])
+def test_fused_layers_match_plain_layer(monkeypatch, gemv):
+    cfg = Qwen3Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                      intermediate_size=96)
+    torch.manual_seed(0)
+    model = Qwen3Model(cfg).to(DEVICE)
+    for p in model.parameters():  # non-trivial norm weights
+        p.data.normal_(1.0 if p.dim() == 1 else 0.0, 0.5 if p.dim() == 1 else 0.1)
+    lens = [3, 4]
+    x, positions = _rand(sum(lens), cfg.hidden_size), torch.cat([torch.arange(n) for n in lens]).to(DEVICE)
+    meta = AttentionMetadata.prefill(lens, DEVICE)
+    deepstack = DeepStack(torch.tensor([0, 5], device=DEVICE), [_rand(2, cfg.hidden_size, seed=4)])
+    with torch.no_grad():
+        want = model(x, positions, meta, deepstack)
+        model.fuse_projections()
+        monkeypatch.setattr(attention_backend, "gemv_enabled", lambda t: gemv)
+        assert model._gemv(x) == gemv
+        cos, sin = model.rotary(positions)
+        got = model._fused_forward(x, cos, sin, meta, deepstack)
+    _close(got, want)
