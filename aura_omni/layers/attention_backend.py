@@ -13,6 +13,8 @@ Kernels (each checked the same way):
 - `triton_decode`, `fused_layers`: layers/triton_ops.py (paged decode in place; fused norm/RoPE/SiLU layers);
 - `gemv`: layers/triton_gemv.py (projections of at most 16 rows with their norm / SiLU*mul / residual fused),
   on top of `fused_layers`; `AURA_OMNI_GEMV=0` leaves it off (A/B benchmarks).
+torch 2.11's varlen_attn takes no `enable_gqa`; its flash kernel still accepts unexpanded K/V heads, which a probe
+confirms once before the expansion (two copies of the keys per layer) is skipped.
 The choice is made once per (device, dtype, prefer_fast, AURA_OMNI_GEMV) per process.
 """
 
@@ -41,6 +43,7 @@ _KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_l
 GEMV_ENV = "AURA_OMNI_GEMV"  # "0": keep cuBLAS + separate norm/SiLU kernels at small M (A/B benchmarks)
 _enabled = dict.fromkeys(_KERNELS, False)
 _enabled_dtypes: set[torch.dtype] = set()  # dtypes the Triton kernels were checked in
+_native_gqa = [False]  # flash takes unexpanded GQA heads (see _probe_native_gqa)
 _selected: dict[tuple, dict[str, bool]] = {}  # (device, dtype, prefer_fast, gemv wanted) -> outcome; checks run once
 
 
@@ -99,19 +102,36 @@ def varlen_cached(q, keys, values, meta, scale: float) -> torch.Tensor:
                  max(meta.query_lens), meta.max_seq_len, scale)
 
 
-def _call(q, k, v, cu_q, cu_k, max_q, max_k, scale, **extra):
-    kwargs = {"scale": scale, **extra}
+def _causal() -> dict:
     if "window_size" in _VARLEN_ARGS:
-        kwargs["window_size"] = (-1, 0)  # causal, aligned to the end of the keys (flash convention)
-    else:
-        kwargs["is_causal"] = True
+        return {"window_size": (-1, 0)}  # causal, aligned to the end of the keys (flash convention)
+    return {"is_causal": True}
+
+
+def _call(q, k, v, cu_q, cu_k, max_q, max_k, scale, **extra):
+    kwargs = {"scale": scale, **_causal(), **extra}
     if q.shape[1] != k.shape[-2]:
         if "enable_gqa" in _VARLEN_ARGS:
             kwargs["enable_gqa"] = True
-        else:  # expand the kv heads for kernels without GQA
+        elif not _native_gqa[0]:  # expand the kv heads for kernels without GQA
             rep = q.shape[1] // k.shape[-2]
             k, v = k.repeat_interleave(rep, dim=-2), v.repeat_interleave(rep, dim=-2)
     return _varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **kwargs)
+
+
+def _probe_native_gqa(device: torch.device, dtype: torch.dtype) -> bool:
+    """torch 2.11's varlen_attn has no `enable_gqa`, but its flash kernel takes fewer K/V heads than Q heads;
+    expanding them costs two copies of the keys per layer per prefill. Use that only if it gives the same."""
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    q, k, v = (torch.randn(24, h, 64, generator=gen).to(device, dtype) for h in (8, 2, 2))
+    cu = torch.tensor([0, 7, 24], dtype=torch.int32, device=device)
+    try:
+        native = _varlen_attn(q, k, v, cu, cu, 17, 17, **_causal())
+        expanded = _varlen_attn(q, k.repeat_interleave(4, dim=1), v.repeat_interleave(4, dim=1), cu, cu, 17, 17,
+                                **_causal())
+        return bool(torch.equal(native, expanded))
+    except Exception:  # noqa: BLE001 - a kernel that refuses GQA keeps the expansion
+        return False
 
 
 def varlen_prefill(q, k, v, meta, scale: float) -> torch.Tensor:
@@ -175,6 +195,8 @@ def _select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool)
                 log.warning("triton GEMVs unusable here (%s: %s); using cuBLAS", type(e).__name__, e)
     if dtype not in _FLASH_DTYPES:
         offer = dict(offer, varlen=False, varlen_cached=False, paged_varlen=False)
+    if _varlen_attn is not None and any(offer[k] for k in ("varlen", "varlen_cached", "paged_varlen")):
+        _native_gqa[0] = "enable_gqa" not in _VARLEN_ARGS and _probe_native_gqa(device, dtype)
     gen = torch.Generator(device="cpu").manual_seed(0)
     hq, hkv, d, bs = 4, 2, 64, 16
     rnd = lambda *shape: torch.randn(*shape, generator=gen).to(device, dtype)
