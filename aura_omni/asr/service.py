@@ -147,6 +147,10 @@ class AsrService:
         outputs = [next(generated) if p.features is not None else [] for p in pieces]
         return self.finish(pieces, outputs, len(audios))
 
+    def stats(self) -> dict[str, float] | None:
+        """The engine's stats once a transcription has built it (None before: asking does not build it)."""
+        return self._engine.stats() if self._engine is not None else None
+
     @property
     def engine(self) -> SharedEngine:
         """The stage's engine (continuous batching of concurrent transcriptions), built on first use."""

@@ -17,7 +17,6 @@ and `[DONE]`. A client that goes away cancels the turn in every stage.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -29,7 +28,7 @@ from collections import OrderedDict
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from ..config import AURA, TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk
@@ -38,6 +37,7 @@ from ..pipeline.orchestrator import TurnTimeout
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, collect_turn
 from .chat_protocol import (AudioReply, AudioURLPart, ChatCompletion, ChatCompletionRequest, Choice, ImageURLPart,
                             InputAudioPart, ReplyMessage, STREAM_AUDIO_FORMATS, TextPart, Usage, VideoURLPart)
+from .disconnect import unless_client_leaves
 from .errors import APIError, error_body
 from .media_input import MediaPolicy
 from .turn_builder import TurnBuilder, TurnSpec
@@ -48,7 +48,6 @@ router = APIRouter()
 AUDIO_TTL_S = 24 * 3600  # OpenAI: an audio reply can be referred to for 24 hours
 MAX_REMEMBERED_AUDIO = 4096  # transcripts kept for `assistant.audio.id` references (oldest dropped)
 ALLOWED_MEDIA_DOMAINS_ENV = "AURA_OMNI_ALLOWED_MEDIA_DOMAINS"  # comma-separated; remote media is off by default
-DISCONNECT_POLL_S = 0.25  # how often a non-streaming turn checks that its client is still there
 
 
 def _encoder_format(fmt: str) -> str:
@@ -189,22 +188,6 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return StreamingResponse(_stream(first, events, rid, name, speak, fmt, include_usage, transcripts),
                              media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-
-
-async def unless_client_leaves(request: Request, work):
-    """Await `work`, cancelling it when the client disconnects first (a whole turn is not computed for nobody)."""
-    task = asyncio.ensure_future(work)
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-            if done:
-                return task.result()
-            if await request.is_disconnected():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                return Response(status_code=499)  # nginx's "client closed request": nobody reads it
-    finally:
-        task.cancel()
 
 
 async def _complete(events: AsyncIterator, rid: str, model: str, speak: bool, fmt: str,

@@ -21,6 +21,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from ..config import TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk, media_type
+from .disconnect import unless_client_leaves
 from .errors import APIError, error_body
 from .protocol import SpeechRequest
 from .voices import decode_ref_audio
@@ -151,15 +152,19 @@ async def create_speech(req: SpeechRequest, request: Request):
     mod = _tts_module()
     tts_req = await build_tts_request(state, req, tts)
 
-    if stream_format is None:
+    initial, steady, left = _stream_windows(state, req)
+    if stream_format is None:  # streamed inside (frame-exact, same audio) so a client that leaves stops the Talker
+        chunks = state.runtime.iterate(lambda: tts.stream(tts_req, steady, steady, left))
         try:
-            wav = await state.runtime.call(tts.synthesize, tts_req)
+            parts = await unless_client_leaves(request, _collect(chunks))
         except mod.TTSRequestError as e:
             raise APIError(str(e), code="invalid_tts_request") from None
+        if isinstance(parts, Response):
+            return parts
+        wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
         data = encode_audio(np.asarray(wav, dtype=np.float32), SAMPLE_RATE, req.response_format)
         return Response(content=data, media_type=media_type(req.response_format))
 
-    initial, steady, left = _stream_windows(state, req)
     chunks = state.runtime.iterate(lambda: tts.stream(tts_req, initial, steady, left))
     try:  # pull the first chunk before answering so request errors still become 4xx
         first = await anext(chunks)
@@ -172,6 +177,13 @@ async def create_speech(req: SpeechRequest, request: Request):
                                  media_type=media_type(req.response_format))
     return StreamingResponse(_sse_stream(first, chunks, req.response_format, len(text_tokens(tts, req.input))),
                              media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _collect(chunks: AsyncIterator) -> list[np.ndarray]:
+    try:
+        return [c async for c in chunks]
+    finally:
+        await chunks.aclose()  # also when cancelled: stops the producer and aborts the Talker request
 
 
 def text_tokens(tts, text: str) -> list:

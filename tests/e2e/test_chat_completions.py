@@ -380,6 +380,38 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
 
 # ---------------------------------------------------------------------------------------------- errors
 
+def test_non_streaming_speech_stops_when_its_client_leaves(base, ref_audio_b64):
+    tts, outcome = base.runtime.tts, []
+    talker_frames = tts.iter_frames
+
+    def slow_frames(reqs):  # 10 frames/s: the deployment's longest (256-frame) utterance would take 25 s
+        try:
+            for item in talker_frames(reqs):
+                time.sleep(0.1)
+                yield item
+            outcome.append("finished")
+        except GeneratorExit:
+            outcome.append("closed")
+            raise
+
+    tts.iter_frames = slow_frames
+    body = {"model": MODEL, "input": "say this slowly", "voice": "x", "response_format": "wav", "seed": 3,
+            "max_new_tokens": 256, "ref_audio": ref_audio_b64, "x_vector_only_mode": True}
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(base.url + "/v1/audio/speech", headers=AUTH, json=body, timeout=1.0)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not (outcome and tts.stats()["running"] == 0):
+            time.sleep(0.05)
+    finally:
+        del tts.iter_frames
+    talker = tts.stats()
+    assert outcome == ["closed"], "the Talker was not stopped mid-utterance"
+    assert talker["running"] == 0 and talker["free_blocks"] == talker["total_blocks"]
+    health = httpx.get(base.url + "/health").json()
+    assert health["engines"]["qwen3_tts"]["running"] == 0
+
+
 def test_non_streaming_turn_stops_when_its_client_leaves(base, ref_audio_b64):
     aura = base.runtime.pipeline.aura
     start_free = aura.engine.stats()["free_blocks"]
