@@ -94,7 +94,8 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=640)
     ap.add_argument("--text-tokens", type=int, default=200)
     ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--history-turns", type=int, default=8, help="earlier turns of the session turn (0: skip it)")
+    ap.add_argument("--history-turns", type=int, nargs="*", default=[4, 8, 16],
+                    help="earlier turns of each session-turn row (none: skip them)")
     ap.add_argument("--session-text-tokens", type=int, default=40, help="user text per session turn")
     ap.add_argument("--profile", action="store_true", help="print profiler tables of one warm session turn")
     ap.add_argument("--reference", action="store_true", help="also time transformers' Qwen3-VL generate")
@@ -158,8 +159,8 @@ def main() -> None:
     rows.append(dict(bench="aura_one_time", first_cold_turn_ms=first_cold * 1000,
                      first_cached_turn_ms=first_cached * 1000,
                      first_cold_extra_ms=(first_cold - cold1) * 1000, first_cached_extra_ms=(first_cached - warm2) * 1000))
-    if args.history_turns:
-        rows.append(session_turn(args, tok, encode, ttft, fresh_video))
+    for i, turns in enumerate(args.history_turns):
+        rows.append(session_turn(turns, args, tok, encode, ttft, fresh_video, profile=args.profile and i == 0))
 
     _, ids, mm = turn("System prompt A.", False)
 
@@ -173,23 +174,24 @@ def main() -> None:
         print(json.dumps(r), flush=True)
 
 
-def session_turn(args, tok, encode, ttft, fresh_video) -> dict:
+def session_turn(turns: int, args, tok, encode, ttft, fresh_video, profile: bool) -> dict:
     """Turn N+1 of a live session (each earlier turn: new frames + a short exchange) with its history cached
     (the previous turn's prompt ran, as it does in a session) vs the same prompt with nothing cached."""
     said = user_text(tok, args.session_text_tokens)
-    videos = [fresh_video() for _ in range(args.history_turns + 1)]
-    history = [t for _ in range(args.history_turns) for t in (("user", said, ["video"]), ("assistant", "<|silent|>"))]
+    videos = [fresh_video() for _ in range(turns + 1)]
+    history = [t for _ in range(turns) for t in (("user", said, ["video"]), ("assistant", "<|silent|>"))]
 
     def prompt(system: str, upto: int) -> str:
         return asr2aura("", vision_items=["video"], text_parts=[said], history=history[:2 * upto], system_prompt=system)
 
-    ttft("session-prev", encode(prompt("Session.", args.history_turns - 1), videos[:args.history_turns]))
-    warm, n, enc_w = ttft("session-warm", encode(prompt("Session.", args.history_turns), videos))
-    if args.profile:
-        profile_turn(ttft, encode(prompt("Session.", args.history_turns), videos), args.device)
+    system = f"Session {turns}."
+    ttft(f"session{turns}-prev", encode(prompt(system, turns - 1), videos[:turns]))
+    warm, n, enc_w = ttft(f"session{turns}-warm", encode(prompt(system, turns), videos))
+    if profile:
+        profile_turn(ttft, encode(prompt(system, turns), videos), args.device)
     cold_videos = [fresh_video() for _ in videos]  # new content: the vision encoder runs for every turn
-    cold, _, enc_c = ttft("session-cold", encode(prompt("Cold session.", args.history_turns), cold_videos))
-    return dict(bench="aura_session_turn_ttft", history_turns=args.history_turns, prompt_tokens=n,
+    cold, _, enc_c = ttft(f"session{turns}-cold", encode(prompt("Cold " + system, turns), cold_videos))
+    return dict(bench="aura_session_turn_ttft", history_turns=turns, prompt_tokens=n,
                 warm_ms=warm * 1000, cold_ms=cold * 1000, speedup=cold / warm, warm_encode_ms=enc_w * 1000,
                 cold_encode_ms=enc_c * 1000, engine_warm_ms=(warm - enc_w) * 1000,
                 engine_cold_ms=(cold - enc_c) * 1000)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One H200 call for the LM speed work: kernel checks, CUDA-vs-CPU tests, decode bench, step profile, AURA turns.
-#   bash scripts/gpu_perf.sh            (logs in $OUT)
+# One H200 call for the speed work: kernel checks, CUDA-vs-CPU tests, GEMV bench, decode profile and Talker frames
+# with the small-M GEMVs on and off (AURA_OMNI_GEMV=0), AURA turns.
+#   bash scripts/gpu_perf.sh [check tests gemv decode talker aura]     (default: all; logs in $OUT)
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT"
@@ -13,10 +14,23 @@ run() {  # run NAME SECONDS CMD...
   local t0=$SECONDS
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "=== $name: rc=$? in $((SECONDS - t0)) s"
-  grep -v -e '^\s*$' "$OUT/$name.log" | tail -n "${TAILN:-14}"
+  grep -v -e '^\s*$' -e Warning -e warn "$OUT/$name.log" | tail -n "${TAILN:-14}"
 }
-TAILN=8 run triton_check 40 python3 scripts/check_triton_ops.py
-TAILN=6 run gpu_tests 90 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_matches_cpu.py tests/parity/test_qwen3_backbone.py
-TAILN=10 run engine_bench 75 python3 benchmarks/engine_bench.py --no-talker --steps 30
-TAILN=12 run aura_bench 60 python3 benchmarks/aura_bench.py --new-tokens 24
-TAILN=9 run profile 60 python3 scripts/profile_decode.py --models aura-8b,qwen3-1.7b --batches 1,64 --variants fast,torch --steps 20 --out "$OUT/profile.jsonl"
+for s in ${*:-check tests gemv decode talker aura}; do
+  case $s in
+    check) TAILN=12 run triton_check 150 python3 scripts/check_triton_ops.py ;;
+    tests) TAILN=8 run gpu_tests 240 python3 -m pytest -q -p no:cacheprovider tests/gpu tests/unit/test_triton_gemv.py \
+             tests/unit/test_triton_sampling.py tests/parity/test_qwen3_backbone.py ;;
+    gemv) TAILN=40 run bench_gemv 90 python3 scripts/bench_gemv.py ;;
+    decode) for g in 1 0; do
+              AURA_OMNI_GEMV=$g TAILN=6 run "decode_gemv$g" 150 python3 scripts/profile_decode.py \
+                --models aura-8b,qwen3-1.7b --batches 1,8 --variants fast --steps 20 --out "$OUT/decode_gemv$g.jsonl"
+            done ;;
+    talker) for g in 1 0; do
+              AURA_OMNI_GEMV=$g TAILN=4 run "talker_gemv$g" 150 python3 benchmarks/engine_bench.py --talker-only
+            done ;;
+    engine) TAILN=14 run engine_bench 240 python3 benchmarks/engine_bench.py ;;
+    aura) TAILN=12 run aura_bench 300 python3 benchmarks/aura_bench.py --new-tokens 24 --reference ;;
+    *) echo "unknown section $s" ;;
+  esac
+done
