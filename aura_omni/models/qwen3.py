@@ -9,8 +9,9 @@ Fast path (CUDA, set up by the engine's runner): `fuse_projections()` makes q/k/
 one weight each (checkpoint key names unchanged), and, where attention_backend enabled the fused Triton
 kernels, a layer runs as ~10 launches: norm, QKV GEMM, q/k norm + RoPE + KV-cache write, attention,
 o_proj, residual add + norm, gate/up GEMM, SiLU*mul, down GEMM (its residual add joins the next norm).
-At most 16 token rows (decode at small batch), where attention_backend enabled layers/triton_gemv.py, the
-projections are Triton GEMVs with the norms and SiLU*mul fused in front and the residual adds behind.
+One token row (decode at batch 1, the code predictor's steps), where attention_backend enabled
+layers/triton_gemv.py: the projections are Triton GEMVs with the norms and SiLU*mul fused in front and the
+residual adds behind.
 The plain modules stay the reference (CPU, and whenever the kernels are off).
 """
 
@@ -209,9 +210,11 @@ class Qwen3Model(nn.Module):
                 and x.dtype == self.norm.weight.dtype and x.is_contiguous() and self.layers[0].is_fused())
 
     def _gemv(self, x: torch.Tensor) -> bool:
-        """The GEMV layer for few rows; shapes only, so each captured graph size keeps one choice."""
+        """The GEMV layer for one row (shapes only, so each captured graph size keeps one choice). On the H200
+        (scripts/bench_gemv.py) it beats cuBLAS + separate kernels at one row (code predictor layer 20 vs 36 us,
+        8B layer 112 vs 115 us) but not yet at 2-16 rows (2-4x slower), so those stay on cuBLAS."""
         attn = self.layers[0].self_attn
-        return (x.shape[0] <= triton_gemv.MAX_M and attention_backend.gemv_enabled(x)
+        return (x.shape[0] == 1 and attention_backend.gemv_enabled(x)
                 and attn.qkv_bias is None and attn.o_proj.bias is None)
 
     def _fused_forward(self, x, cos, sin, meta, deepstack):
