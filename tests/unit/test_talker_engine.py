@@ -1,7 +1,7 @@
 """The Talker on LLMEngine (engine/talker_adapter.py): concurrent streams share decode steps and give the
 same greedy codes as alone; an abandoned stream frees its KV blocks and decoder slot; the batched,
-on-device sampling rules equal the per-row reference rules; the fused code predictor layer equals the
-module forward."""
+on-device sampling rules equal the per-row reference rules; the KV-cached code predictor equals recomputing
+its whole sequence."""
 
 import threading
 
@@ -118,14 +118,30 @@ def test_seeded_sampling_is_reproducible_across_concurrent_calls(tts):
     assert torch.equal(alone, both[1])
 
 
-def test_fused_code_predictor_layer_matches_the_module_forward(tts):
+def test_kv_cached_code_predictor_equals_recomputing_the_whole_sequence(tts):
+    """predict() decodes one token per step over its paged cache; the plain cache-less forward over the whole
+    sequence so far at every step (what the cache replaces) picks the same codes from the same logits."""
+    from aura_omni.layers.attention import AttentionMetadata
+
     cp = tts.talker.code_predictor
-    x = torch.randn(3, 7, cp.config.backbone.hidden_size, generator=torch.Generator().manual_seed(2))
+    g = torch.Generator().manual_seed(2)
+    rows, hidden = 3, tts.talker.config.hidden_size
+    talker_hidden, code0 = torch.randn(rows, hidden, generator=g), torch.randn(rows, hidden, generator=g)
+    seen = []
+
+    def choose(group, logits):
+        seen.append(logits)
+        return logits.argmax(-1)
+
     with torch.no_grad():
-        want = cp.forward_frame(x)
-        cp.fuse()
-        try:
-            got = cp.forward_frame(x)
-        finally:
-            cp.unfuse()
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        codes = cp.predict(talker_hidden, code0, choose)
+        seq = torch.stack([cp.small_to_mtp_projection(talker_hidden), cp.small_to_mtp_projection(code0)], 1)
+        for group in range(1, cp.config.num_code_groups):
+            n = seq.shape[1]
+            out = cp.model(seq.reshape(rows * n, -1), torch.arange(n).repeat(rows), AttentionMetadata.prefill([n] * rows))
+            logits = cp.lm_head[group - 1](out.view(rows, n, -1)[:, -1])
+            torch.testing.assert_close(seen[group - 1], logits, rtol=1e-5, atol=1e-5)
+            assert torch.equal(codes[:, group - 1], logits.argmax(-1))
+            if group < cp.config.num_code_groups - 1:
+                nxt = cp.small_to_mtp_projection(cp.model.codec_embedding[group - 1](codes[:, group - 1]))
+                seq = torch.cat([seq, nxt[:, None]], 1)

@@ -1,26 +1,22 @@
 """Qwen3-TTS code predictor ("sub-talker"): fills codebooks 1..15 of a frame from the talker's hidden state.
 
-Per frame it runs 15 sequential steps over a fresh sequence
-`[proj(h_t), proj(emb(code0)), proj(emb_1(code1)), ...]` (positions 0.., no cross-frame state).
-Each step re-prefills the sequence so far (length g + 1 at step g) from a fixed [B, 16, H] buffer
-instead of keeping a KV cache: same result, static shapes per step (a CUDA graph captures all 15),
-no cache bookkeeping.
+Per frame it decodes a fresh sequence `[proj(h_t), proj(emb(code0)), proj(emb_1(code1)), ...]` (positions
+0..15, no cross-frame state) one token per step with a KV cache, as the reference's `generate` does: 16 steps
+of B rows each (the first only fills the cache), sampling code g after step g. The cache is one page of 16
+slots per batch row in the backbone's paged format, so every step is an ordinary decode step of the shared
+Qwen3 backbone (Triton layers, and the one-row GEMVs at batch 1, on CUDA) with constant metadata per
+(rows, position): the FrameDecoder's CUDA graph captures all 16 steps.
 Key names (under `talker.code_predictor.`): model.{layers.N.*, norm, codec_embedding.{0..14}},
 lm_head.{0..14}, small_to_mtp_projection (only when its hidden size differs from the talker's).
-
-`fuse()` switches the decoder layers to `fused_layer` (fused QKV and gate/up weights, one RMSNorm
-call for q and k heads, precomputed RoPE tables) for the CUDA path; CPU keeps the module forward,
-which is the reference.
 """
 
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from aura_omni.engine.kv_cache import allocate_kv_cache
 from aura_omni.layers.attention import AttentionMetadata
-from aura_omni.layers.rotary import rotate_half
 from aura_omni.models.qwen3 import Qwen3Model
 from aura_omni.models.qwen3_tts.config import CodePredictorConfig
 
@@ -36,31 +32,6 @@ class CodePredictorModel(Qwen3Model):
             nn.Embedding(cfg.vocab_size, talker_hidden) for _ in range(cfg.num_code_groups - 1))
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Qwen RMSNorm (mean square in fp32, weight applied in the input dtype) over the last dim."""
-    dtype = x.dtype
-    x = x.float()
-    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
-
-
-def fused_layer(x, cos, sin, w_in, w_qkv, w_qk_norm, w_o, w_post, w_gate_up, w_down, *,
-                heads: int, kv_heads: int, head_dim: int, eps: float) -> torch.Tensor:
-    """One Qwen3 decoder layer over [B, L, H] causal sequences starting at position 0 (no cache).
-    cos/sin: [L, head_dim] in x's dtype. Same math as models/qwen3.py with concatenated weights."""
-    b, n, _ = x.shape
-    h = _rms(x, w_in, eps)
-    qkv = F.linear(h, w_qkv).view(b, n, heads + 2 * kv_heads, head_dim)
-    qk = _rms(qkv[:, :, :heads + kv_heads], w_qk_norm, eps)  # q_norm / k_norm weights stacked per head
-    qk = qk * cos[None, :, None] + rotate_half(qk) * sin[None, :, None]
-    q = qk[:, :, :heads].transpose(1, 2)
-    k = qk[:, :, heads:].transpose(1, 2)
-    v = qkv[:, :, heads + kv_heads:].transpose(1, 2)
-    attn = F.scaled_dot_product_attention(q, k, v, is_causal=n > 1, enable_gqa=heads != kv_heads)
-    x = x + F.linear(attn.transpose(1, 2).reshape(b, n, heads * head_dim), w_o)
-    gate, up = F.linear(_rms(x, w_post, eps), w_gate_up).chunk(2, dim=-1)
-    return x + F.linear(F.silu(gate) * up, w_down)
-
-
 class CodePredictor(nn.Module):
     def __init__(self, cfg: CodePredictorConfig, talker_hidden: int):
         super().__init__()
@@ -71,58 +42,45 @@ class CodePredictor(nn.Module):
             nn.Linear(hidden, cfg.vocab_size, bias=False) for _ in range(cfg.num_code_groups - 1))
         self.small_to_mtp_projection = (nn.Linear(talker_hidden, hidden, bias=True) if hidden != talker_hidden
                                         else nn.Identity())
-        self._fused: list[tuple[torch.Tensor, ...]] | None = None
+        self._rows = 0  # batch rows the KV pages are allocated for
+        self._steps: dict[int, list[tuple[torch.Tensor, AttentionMetadata]]] = {}  # rows -> per-position inputs
+        self._retired: list = []  # outgrown pages and inputs, still read by graphs captured over them
 
-    # ------------------------------------------------------------------ fused (CUDA) path
-    def fuse(self) -> None:
-        """Concatenate each layer's weights for `fused_layer`."""
-        b = self.config.backbone
-        self._fused = []
-        for layer in self.model.layers:
-            a, m = layer.self_attn, layer.mlp
-            qk_norm = torch.cat([a.q_norm.weight[None].expand(b.num_attention_heads, -1),
-                                 a.k_norm.weight[None].expand(b.num_key_value_heads, -1)])
-            self._fused.append((layer.input_layernorm.weight,
-                                torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).detach(), qk_norm.detach(),
-                                a.o_proj.weight, layer.post_attention_layernorm.weight,
-                                torch.cat([m.gate_proj.weight, m.up_proj.weight]).detach(), m.down_proj.weight))
-        positions = torch.arange(self.config.num_code_groups, device=self.lm_head[0].weight.device)
-        cos, sin = self.model.rotary(positions)
-        dtype = self.lm_head[0].weight.dtype
-        self._rope = (cos.to(dtype), sin.to(dtype))
+    def _decode_inputs(self, rows: int, device: torch.device) -> list[tuple[torch.Tensor, AttentionMetadata]]:
+        """(positions, metadata) of the 16 steps for `rows` rows: row r owns page r, step p writes slot p.
+        Built once per row count and kept, so graph replays read the same tensors."""
+        groups = self.config.num_code_groups
+        if rows > self._rows:
+            layers = self.model.attention_layers()
+            self._retired.append(([(a.k_cache, a.v_cache) for a in layers], self._steps))
+            allocate_kv_cache(layers, rows, groups, self.lm_head[0].weight.dtype, device)
+            self._rows, self._steps = rows, {}
+        if rows not in self._steps:
+            ids = torch.arange(rows, device=device)
+            cu = torch.arange(rows + 1, dtype=torch.int32, device=device)
+            tables = ids.to(torch.int32)[:, None]
+            self._steps[rows] = [
+                (torch.full((rows,), p, device=device),
+                 AttentionMetadata(cu, [1] * rows, [p] * rows, slot_mapping=ids * groups + p, block_tables=tables,
+                                   seq_lens=torch.full((rows,), p + 1, dtype=torch.int32, device=device),
+                                   max_seq_len=p + 1))
+                for p in range(groups)]
+        return self._steps[rows]
 
-    def unfuse(self) -> None:
-        self._fused = None
-
-    def forward_frame(self, x: torch.Tensor) -> torch.Tensor:
-        """Final-normed hidden states [B, L, Hc] of B causal sequences x [B, L, Hc] (positions 0..L-1)."""
-        rows, length, hidden = x.shape
-        if self._fused is None:  # the module forward: the reference path
-            positions = torch.arange(length, device=x.device).repeat(rows)
-            cu = torch.arange(0, (rows + 1) * length, length, dtype=torch.int32, device=x.device)
-            meta = AttentionMetadata(cu, [length] * rows, [0] * rows)
-            return self.model(x.reshape(rows * length, hidden), positions, meta).view(rows, length, hidden)
-        b = self.config.backbone
-        cos, sin = self._rope[0][:length], self._rope[1][:length]
-        for weights in self._fused:
-            x = fused_layer(x, cos, sin, *weights, heads=b.num_attention_heads, kv_heads=b.num_key_value_heads,
-                                  head_dim=b.head_dim, eps=b.rms_norm_eps)
-        return self.model.norm(x)
-
-    # ------------------------------------------------------------------ the 15 steps
     def predict(self, talker_hidden: torch.Tensor, code0_embeds: torch.Tensor, choose: CodeChooser) -> torch.Tensor:
         """talker_hidden, code0_embeds: [B, H_talker] -> codes 1..15 as [B, 15]."""
         proj = self.small_to_mtp_projection
-        groups = self.config.num_code_groups
-        first = proj(talker_hidden)
-        buf = first.new_empty(first.shape[0], groups, first.shape[-1])  # [B, 16, Hc]: the longest sequence
-        buf[:, 0] = first
-        buf[:, 1] = proj(code0_embeds)
-        codes = []
-        for g in range(1, groups):
-            hidden = self.forward_frame(buf[:, :g + 1])
-            code = choose(g, self.lm_head[g - 1](hidden[:, -1]))
+        steps = self._decode_inputs(talker_hidden.shape[0], talker_hidden.device)
+        self.model(proj(talker_hidden), *steps[0])  # position 0 only fills the cache
+        x, codes = proj(code0_embeds), []
+        for g in range(1, self.config.num_code_groups):
+            hidden = self.model(x, *steps[g])
+            code = choose(g, self.lm_head[g - 1](hidden))
             codes.append(code)
-            if g < groups - 1:
-                buf[:, g + 1] = proj(self.model.codec_embedding[g - 1](code))
+            if g < self.config.num_code_groups - 1:
+                x = proj(self.model.codec_embedding[g - 1](code))
         return torch.stack(codes, dim=1)
+
+    def fuse(self) -> None:
+        """Fused q/k/v and gate/up weight views (the backbone's Triton layers need them on CUDA)."""
+        self.model.fuse_projections()
