@@ -1,4 +1,5 @@
-"""Check the fused Triton kernels (aura_omni/layers/triton_ops.py) against their torch references.
+"""Check the fused Triton kernels (aura_omni/layers/triton_ops.py, triton_gemv.py) against their torch references,
+and the Talker's sampling kernel (aura_omni/layers/triton_sampling.py) against `sampling.choose_batched`.
 
     TRITON_INTERPRET=1 python scripts/check_triton_ops.py --device cpu     # no GPU: Triton's interpreter
     python scripts/check_triton_ops.py                                     # CUDA: fp32 and bf16
@@ -8,7 +9,7 @@ import argparse
 
 import torch
 
-from aura_omni.layers import triton_gemv, triton_ops
+from aura_omni.layers import triton_gemv, triton_ops, triton_sampling
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -29,5 +30,8 @@ for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
         err = triton_gemv.self_check(torch.device(args.device), dtype, **shape)
         print("gemv", str(dtype), shape, {k: f"{v:.2e}" for k, v in err.items()})
         bad |= any(not v <= tol for v in err.values())
+stats = triton_sampling.self_check(torch.device(args.device))
+print("sampling ids vs choose_batched", stats)  # differ: near-ties of race scores only; bad must be 0
+bad |= stats["bad"] > 0
 print("FAIL" if bad else "ok")
 raise SystemExit(int(bad))

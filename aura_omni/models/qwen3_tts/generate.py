@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from aura_omni.engine.sequence import Sequence
+from aura_omni.layers import triton_sampling
 from aura_omni.layers.device import on_device
 from aura_omni.models.qwen3_tts import sampling as S
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
@@ -54,11 +55,12 @@ class FrameDecoder:
     Per-request state lives in slot tables (code0 history mask for the repetition penalty, sampling
     parameters, key, the last frame's codec embedding), so a step only sends each row's slot and token
     index. On CUDA (unless eager) each batch bucket is one captured graph, padded rows writing to a
-    scratch slot.
+    scratch slot. Each codebook's sampling is one Triton launch with its draws computed inline where
+    `triton_sampling.enabled` (default on CUDA), else `sampling.choose_batched` over one tensor of draws.
     """
 
     def __init__(self, talker: Talker, max_rows: int, *, use_graphs: bool, buckets: list[int] | None = None,
-                 fuse: bool | None = None):
+                 fuse: bool | None = None, sampling_kernel: bool | None = None):
         self.talker = talker
         w = talker.codec_head.weight
         self.device, self.dtype = w.device, w.dtype
@@ -70,6 +72,10 @@ class FrameDecoder:
         cuda = self.device.type == "cuda"
         if fuse if fuse is not None else cuda:
             self._fuse()
+        if sampling_kernel is None:
+            sampling_kernel = triton_sampling.enabled(self.device, max(self.vocab, self.sub_vocab))
+        self.sampling_kernel = sampling_kernel
+        log.info("talker sampling: %s", "triton kernel" if sampling_kernel else "torch")
         self._allocate(2 * max_rows)
         self.use_graphs = use_graphs and cuda
         top = max(1, max_rows)
@@ -143,23 +149,28 @@ class FrameDecoder:
         """hidden [B, H] (final-normed talker states), slots / steps (token index) [B] -> codes [B, 16].
         Also marks code0 in the rows' history masks and stores the frames' codec embeddings."""
         p = self.params[slots]
-        keys = self.keys[slots]
+        choose = self._chooser(p, self.keys[slots], steps)
         logits = S.talker_rules_batched(self.talker.compute_logits(hidden).float(), self.seen[slots],
                                         p[:, S.P_REP], steps < p[:, S.P_MIN_NEW], self.eos_id)
-        race = S.exponentials(keys, steps, self.groups, max(self.vocab, self.sub_vocab))  # the frame's draws at once
-        code0 = S.choose_batched(logits, p[:, S.P_GREEDY] > 0, p[:, S.P_TEMP], p[:, S.P_TOP_K].long(),
-                                 p[:, S.P_TOP_P], race[:, 0, :self.vocab])
+        code0 = choose(0, logits, S.CODE0_COLUMNS)
         self.seen.index_put_((slots, code0), torch.ones_like(code0, dtype=torch.bool))  # device value: capturable
-        sub_greedy, sub_k = p[:, S.S_GREEDY] > 0, p[:, S.S_TOP_K].long()
-
-        def choose(g: int, sub_logits: torch.Tensor) -> torch.Tensor:
-            return S.choose_batched(sub_logits.float(), sub_greedy, p[:, S.S_TEMP], sub_k, p[:, S.S_TOP_P],
-                                    race[:, g, :self.sub_vocab])
-
-        rest = self.talker.code_predictor.predict(hidden, self.talker.embed_codec(code0), choose)
+        rest = self.talker.code_predictor.predict(hidden, self.talker.embed_codec(code0),
+                                                  lambda g, sub_logits: choose(g, sub_logits, S.SUB_COLUMNS))
         codes = torch.cat([code0[:, None], rest], dim=1)
         self.frame_embed[slots] = self.talker.embed_frame(codes)
         return codes
+
+    def _chooser(self, p: torch.Tensor, keys: torch.Tensor, steps: torch.Tensor):
+        """choose(group, logits [B, V], columns of `p`: greedy, temperature, top_k, top_p) -> ids [B]."""
+        if self.sampling_kernel:  # one launch per codebook, draws computed inline, params read in place
+            return lambda g, logits, cols: triton_sampling.choose(logits, *(p[:, c] for c in cols), keys, steps, g)
+        race = S.exponentials(keys, steps, self.groups, max(self.vocab, self.sub_vocab))  # the frame's draws at once
+
+        def choose(g: int, logits: torch.Tensor, cols: tuple[int, ...]) -> torch.Tensor:
+            greedy, temperature, top_k, top_p = (p[:, c] for c in cols)
+            return S.choose_batched(logits.float(), greedy > 0, temperature, top_k.long(), top_p,
+                                    race[:, g, :logits.shape[-1]])
+        return choose
 
     def run(self, hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """index: [2, B] long (slots, token indices), any device -> codes [B, 16] on the model's device."""

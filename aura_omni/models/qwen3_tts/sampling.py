@@ -118,6 +118,8 @@ def sample_subcode(logits: torch.Tensor, params: SamplingParams, generator: torc
 
 _MASK32 = 0xFFFFFFFF
 _HASH_MUL = 0x45D9F3B  # 32-bit integer hash multiplier; < 2**31, so int64 products never overflow
+_ID_SALT = 0x3C6EF372  # offsets the vocabulary ids before hashing
+_GROUP_STRIDE = 16  # draw counter = token index * 16 + codebook group (16 groups per Qwen3-TTS frame)
 
 
 def _hash32(x: torch.Tensor) -> torch.Tensor:
@@ -138,8 +140,8 @@ def exponentials(keys: torch.Tensor, steps: torch.Tensor, groups: int, vocab: in
     """Exp(1) draws [B, groups, V] for groups 0..groups-1 (one frame's codebooks): each element a pure
     function of (key, token index, group, id), so any slice equals drawing it alone."""
     group = torch.arange(groups, device=keys.device, dtype=torch.long)
-    row = _hash32(keys[:, None] ^ _hash32((steps[:, None] * 16 + group[None, :]) & _MASK32))  # [B, G]
-    ids = _hash32(torch.arange(vocab, device=keys.device, dtype=torch.long) + 0x3C6EF372)
+    row = _hash32(keys[:, None] ^ _hash32((steps[:, None] * _GROUP_STRIDE + group[None, :]) & _MASK32))  # [B, G]
+    ids = _hash32(torch.arange(vocab, device=keys.device, dtype=torch.long) + _ID_SALT)
     bits = _hash32(row[:, :, None] ^ ids[None, None, :])
     uniform = ((bits >> 8).float() + 0.5) * (1.0 / (1 << 24))  # in (0, 1)
     return -torch.log(uniform)
@@ -157,13 +159,12 @@ def talker_rules_batched(logits: torch.Tensor, seen: torch.Tensor, penalty: torc
     return logits.masked_fill(banned, float("-inf"))
 
 
-def choose_batched(logits: torch.Tensor, greedy: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                   top_p: torch.Tensor, race: torch.Tensor) -> torch.Tensor:
-    """`choose` for every row at once: greedy rows take the exact argmax; the others temperature -> top-k ->
-    top-p (HF semantics) -> a categorical draw by the exponential race argmax(p / E) with E = `race`."""
+def race_scores(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                race: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Temperature -> top-k -> top-p (HF semantics) on [B, V] logits, then p / E with E = `race`: the scores [B, V]
+    in ranked order (0 where dropped) and the ranking (descending, ties by lower id first)."""
     vocab = logits.shape[-1]
-    greedy_ids = logits.argmax(-1)
-    t = torch.where(greedy | (temperature <= 0), torch.ones_like(temperature), temperature)
+    t = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
     ranked, order = (logits / t[:, None]).sort(dim=-1, descending=True, stable=True)
     k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab)).clamp(1, vocab)
     kth = ranked.gather(1, (k - 1)[:, None])
@@ -171,13 +172,23 @@ def choose_batched(logits: torch.Tensor, greedy: torch.Tensor, temperature: torc
     probs = ranked.softmax(-1)
     # HF top-p drops an id once the ids ranked above it hold top_p of the mass (the first is always kept)
     probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p[:, None], 0.0)
-    pick = (probs / race.gather(1, order)).argmax(-1, keepdim=True)
-    return torch.where(greedy, greedy_ids, order.gather(1, pick)[:, 0])
+    return probs / race.gather(1, order), order
+
+
+def choose_batched(logits: torch.Tensor, greedy: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                   top_p: torch.Tensor, race: torch.Tensor) -> torch.Tensor:
+    """`choose` for every row at once: greedy rows (flag or temperature <= 0) take the exact argmax; the others a
+    categorical draw by the exponential race argmax(p / E) over `race_scores`."""
+    scores, order = race_scores(logits, temperature, top_k, top_p, race)
+    pick = order.gather(1, scores.argmax(-1, keepdim=True))[:, 0]
+    return torch.where(greedy | (temperature <= 0), logits.argmax(-1), pick)
 
 
 # per-row parameter columns of `param_row` (float32), read on device by the frame decoder
 P_GREEDY, P_TEMP, P_TOP_K, P_TOP_P, P_REP, P_MIN_NEW, S_GREEDY, S_TEMP, S_TOP_K, S_TOP_P = range(10)
 NUM_PARAMS = 10
+CODE0_COLUMNS = (P_GREEDY, P_TEMP, P_TOP_K, P_TOP_P)  # what `choose_batched` takes, in its order
+SUB_COLUMNS = (S_GREEDY, S_TEMP, S_TOP_K, S_TOP_P)
 
 
 def param_row(p: SamplingParams) -> list[float]:
