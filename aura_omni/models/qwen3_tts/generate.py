@@ -90,18 +90,9 @@ class FrameDecoder:
                     self._capture(b)
 
     def _fuse(self) -> None:
-        """Fewer launches per code-predictor layer: the backbone's Triton layers where the engine enabled them
-        (models/qwen3.py fast path), else the fused-weight torch layer of code_predictor.py."""
-        from aura_omni.layers import attention_backend
-
-        cp = self.talker.code_predictor
-        probe = torch.empty(0, dtype=self.dtype, device=self.device)
-        fast = getattr(attention_backend, "fused_layers_enabled", None)
-        if fast is not None and fast(probe) and hasattr(cp.model, "fuse_projections"):
-            cp.model.fuse_projections()
-            log.info("code predictor: fused Triton layers")
-        else:
-            cp.fuse()
+        """Fused q/k/v and gate/up weight views: the code predictor's steps then take the backbone's Triton
+        layers (models/qwen3.py fast path) wherever the engine enabled them."""
+        self.talker.code_predictor.fuse()
 
     # ------------------------------------------------------------------ slots
     def _allocate(self, slots: int) -> None:
