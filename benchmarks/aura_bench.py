@@ -14,7 +14,7 @@ Workload (issue 5): a turn with 2 video frames at 640x480 plus ~200 text tokens.
 - decode ms/token at batch 1 and 4 (the engine's decode steps, after prefill);
 - one-time costs (first cold turn, first prefix-cached turn: kernel compiles, allocator growth) are run
   on a warm-up conversation first and reported on their own (`aura_one_time`), not inside the TTFTs;
-- `--profile`: torch.profiler tables (CPU ops, CUDA kernels) of one warm session turn;
+- `--profile N`: torch.profiler tables (CPU ops, CUDA kernels) of the warm session turn with N history turns;
 - reference: transformers' Qwen3VLForConditionalGeneration.generate on the same config and inputs
   (prefill = generate 1 token; decode = (generate N - generate 1) / (N - 1)).
 Prints one JSON line per measurement.
@@ -97,7 +97,8 @@ def main() -> None:
     ap.add_argument("--history-turns", type=int, nargs="*", default=[4, 8, 16],
                     help="earlier turns of each session-turn row (none: skip them)")
     ap.add_argument("--session-text-tokens", type=int, default=40, help="user text per session turn")
-    ap.add_argument("--profile", action="store_true", help="print profiler tables of one warm session turn")
+    ap.add_argument("--profile", type=int, default=None, metavar="TURNS",
+                    help="print profiler tables of the warm session turn with this many history turns")
     ap.add_argument("--reference", action="store_true", help="also time transformers' Qwen3-VL generate")
     args = ap.parse_args()
     device = args.device
@@ -159,8 +160,8 @@ def main() -> None:
     rows.append(dict(bench="aura_one_time", first_cold_turn_ms=first_cold * 1000,
                      first_cached_turn_ms=first_cached * 1000,
                      first_cold_extra_ms=(first_cold - cold1) * 1000, first_cached_extra_ms=(first_cached - warm2) * 1000))
-    for i, turns in enumerate(args.history_turns):
-        rows.append(session_turn(turns, args, tok, encode, ttft, fresh_video, profile=args.profile and i == 0))
+    for turns in args.history_turns:
+        rows.append(session_turn(turns, args, tok, encode, ttft, fresh_video, profile=args.profile == turns))
 
     _, ids, mm = turn("System prompt A.", False)
 
@@ -186,9 +187,8 @@ def session_turn(turns: int, args, tok, encode, ttft, fresh_video, profile: bool
 
     system = f"Session {turns}."
     ttft(f"session{turns}-prev", encode(prompt(system, turns - 1), videos[:turns]))
-    warm, n, enc_w = ttft(f"session{turns}-warm", encode(prompt(system, turns), videos))
-    if profile:
-        profile_turn(ttft, encode(prompt(system, turns), videos), args.device)
+    warm_turn = lambda: ttft(f"session{turns}-warm", encode(prompt(system, turns), videos))  # noqa: E731
+    warm, n, enc_w = profiled(warm_turn, args.device) if profile else warm_turn()
     cold_videos = [fresh_video() for _ in videos]  # new content: the vision encoder runs for every turn
     cold, _, enc_c = ttft(f"session{turns}-cold", encode(prompt("Cold " + system, turns), cold_videos))
     return dict(bench="aura_session_turn_ttft", history_turns=turns, prompt_tokens=n,
@@ -197,16 +197,18 @@ def session_turn(turns: int, args, tok, encode, ttft, fresh_video, profile: bool
                 engine_cold_ms=(cold - enc_c) * 1000)
 
 
-def profile_turn(ttft, encoded, device) -> None:
+def profiled(fn, device):
+    """fn() under torch.profiler; prints the CPU-op and CUDA-kernel tables."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(device).type == "cuda" else [])
     with profile(activities=acts) as prof:
-        ttft("session-profiled", encoded)
+        out = fn()
     table = prof.key_averages()
-    print(table.table(sort_by="cpu_time_total", row_limit=25), flush=True)
+    print(table.table(sort_by="cpu_time_total", row_limit=30), flush=True)
     if len(acts) > 1:
-        print(table.table(sort_by="cuda_time_total", row_limit=20), flush=True)
+        print(table.table(sort_by="cuda_time_total", row_limit=15), flush=True)
+    return out
 
 
 def reference_rows(args, model, video, ids, device, dtype) -> list[dict]:

@@ -68,10 +68,11 @@ def test_fused_layers_match_plain_layer(monkeypatch, gemv):
     model = Qwen3Model(cfg).to(DEVICE)
     for p in model.parameters():  # non-trivial norm weights
         p.data.normal_(1.0 if p.dim() == 1 else 0.0, 0.5 if p.dim() == 1 else 0.1)
-    lens = [3, 4]
+    lens = [1] if gemv else [3, 4]  # the model takes the GEMV layer for one row only
     x, positions = _rand(sum(lens), cfg.hidden_size), torch.cat([torch.arange(n) for n in lens]).to(DEVICE)
     meta = AttentionMetadata.prefill(lens, DEVICE)
-    deepstack = DeepStack(torch.tensor([0, 5], device=DEVICE), [_rand(2, cfg.hidden_size, seed=4)])
+    rows = [0] if gemv else [0, 5]
+    deepstack = DeepStack(torch.tensor(rows, device=DEVICE), [_rand(len(rows), cfg.hidden_size, seed=4)])
     with torch.no_grad():
         want = model(x, positions, meta, deepstack)
         model.fuse_projections()
