@@ -198,16 +198,21 @@ def session_turn(turns: int, args, tok, encode, ttft, fresh_video, profile: bool
 
 
 def profiled(fn, device):
-    """fn() under torch.profiler; prints the CPU-op and CUDA-kernel tables."""
+    """fn() under cProfile (host time, Python included) and torch.profiler (CUDA kernels); prints both tables."""
+    import cProfile
+    import pstats
+
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.device(device).type == "cuda" else [])
+    host = cProfile.Profile()
     with profile(activities=acts) as prof:
+        host.enable()
         out = fn()
-    table = prof.key_averages()
-    print(table.table(sort_by="cpu_time_total", row_limit=30), flush=True)
+        host.disable()
+    pstats.Stats(host).sort_stats("cumulative").print_stats(30)
     if len(acts) > 1:
-        print(table.table(sort_by="cuda_time_total", row_limit=15), flush=True)
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15), flush=True)
     return out
 
 

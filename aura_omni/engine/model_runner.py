@@ -47,8 +47,10 @@ def token_bucket(n: int) -> int:
 
 
 def upload(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
-    """Several small int arrays to the device in one copy; returns device views in the same dtypes."""
-    sizes = [-(-a.nbytes // 8) * 8 for a in arrays]
+    """Several small int arrays to the device in one copy; returns device views in the same dtypes.
+    Each view starts 16-byte aligned: Triton specialises kernels on pointer alignment, so a view whose
+    alignment changed with the step's shape (e.g. the number of sequences) would cost a recompile."""
+    sizes = [-(-a.nbytes // 16) * 16 for a in arrays]
     blob = np.zeros(sum(sizes), dtype=np.uint8)
     at = 0
     for a, size in zip(arrays, sizes):
