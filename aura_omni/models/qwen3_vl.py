@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -118,31 +119,34 @@ def mrope_positions(token_ids: list[int], vision_inputs: list[VisionInput], imag
             groups.append((image_token_id, rows, cols))
         else:
             groups.extend([(video_token_id, rows, cols)] * t)
-    pos = torch.empty(3, len(token_ids), dtype=torch.long)
-    cur, i, g = 0, 0, 0
-    for tok, run in itertools.groupby(token_ids):
-        n = len(list(run))
-        if tok not in (image_token_id, video_token_id):
-            pos[:, i:i + n] = torch.arange(cur, cur + n)
-            cur, i = cur + n, i + n
+    ids = np.asarray(token_ids, dtype=np.int64)
+    kind = np.where((ids == image_token_id) | (ids == video_token_id), ids, -1)  # -1: text
+    bounds = np.concatenate([[0], np.flatnonzero(kind[1:] != kind[:-1]) + 1, [len(ids)]]) if len(ids) else [0]
+    pos = np.empty((3, len(ids)), dtype=np.int64)
+    cur, g = 0, 0
+    for i, end in zip(bounds[:-1], bounds[1:]):  # runs of text, or of one kind of pad (numpy per run, not token)
+        i, n, tok = int(i), int(end - i), int(kind[i])
+        if tok < 0:
+            pos[:, i:i + n] = np.arange(cur, cur + n)
+            cur += n
             continue
         while n > 0:  # a run of pads may hold several groups if nothing separates them
             if g >= len(groups):
                 raise ValueError("the prompt has more vision placeholder tokens than the vision inputs provide")
-            kind, rows, cols = groups[g]
-            if kind != tok or rows * cols > n:
+            pad, rows, cols = groups[g]
+            if pad != tok or rows * cols > n:
                 raise ValueError(f"vision placeholder run at token {i} does not match vision input {g} "
-                                 f"({'image' if kind == image_token_id else 'video'} group of {rows * cols} tokens)")
+                                 f"({'image' if pad == image_token_id else 'video'} group of {rows * cols} tokens)")
             k = rows * cols
             pos[0, i:i + k] = cur
-            pos[1, i:i + k] = cur + torch.arange(rows).repeat_interleave(cols)
-            pos[2, i:i + k] = cur + torch.arange(cols).repeat(rows)
+            pos[1, i:i + k] = cur + np.repeat(np.arange(rows), cols)
+            pos[2, i:i + k] = cur + np.tile(np.arange(cols), rows)
             cur += max(rows, cols)
             i, n, g = i + k, n - k, g + 1
     if g != len(groups):
         raise ValueError(f"the prompt has placeholders for {g} vision groups but the inputs provide {len(groups)}")
     delta = int(pos.max()) + 1 - len(token_ids) if len(token_ids) else 0
-    return pos, delta
+    return torch.from_numpy(pos), delta
 
 
 def decode_positions(seq_lens: list[int], rope_deltas: list[int], device=None) -> torch.Tensor:
