@@ -108,11 +108,12 @@ if AVAILABLE:
         tl.store(out_ptr + row * stride_o + cols, (s * u).to(dt), mask=mask)
 
     @triton.jit
-    def _paged_decode_part_kernel(q_ptr, kc_ptr, vc_ptr, bt_ptr, sl_ptr, m_ptr, l_ptr, acc_ptr, scale,
-                                  stride_qb, stride_qh, stride_kb, stride_kt, stride_kh, stride_btb, num_parts, part_len,
+    def _paged_decode_part_kernel(q_ptr, kc_ptr, vc_ptr, bt_ptr, sl_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, scale,
+                                  stride_qb, stride_qh, stride_kb, stride_kt, stride_kh, stride_btb, stride_ob,
+                                  stride_oh, num_parts, part_len,
                                   HQ: tl.constexpr, GROUP: tl.constexpr,
                                   GROUP_PAD: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-                                  BLOCK_N: tl.constexpr, IEEE: tl.constexpr):
+                                  BLOCK_N: tl.constexpr, IEEE: tl.constexpr, SINGLE: tl.constexpr):
         b = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1)
         part = tl.program_id(2)
@@ -151,10 +152,15 @@ if AVAILABLE:
             acc = acc * alpha[:, None] + pv
             m_i = m_new
             n0 += BLOCK_N
-        row = (b * HQ + heads) * num_parts + part
-        tl.store(m_ptr + row, m_i, mask=gmask)
-        tl.store(l_ptr + row, l_i, mask=gmask)
-        tl.store(acc_ptr + row[:, None] * D + d[None, :], acc, mask=gmask[:, None])
+        if SINGLE:  # one partition holds the whole context: normalise here, no reduce launch
+            out = acc / l_i[:, None]
+            tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
+                     out.to(out_ptr.dtype.element_ty), mask=gmask[:, None])
+        else:
+            row = (b * HQ + heads) * num_parts + part
+            tl.store(m_ptr + row, m_i, mask=gmask)
+            tl.store(l_ptr + row, l_i, mask=gmask)
+            tl.store(acc_ptr + row[:, None] * D + d[None, :], acc, mask=gmask[:, None])
 
     @triton.jit
     def _paged_decode_reduce_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, num_parts,
@@ -242,17 +248,19 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     parts = max(1, min(-(-_TARGET_PROGRAMS // (b * hkv)), -(-width // _BLOCK_N)))
     part = -(-(-(-width // parts)) // _BLOCK_N) * _BLOCK_N
     parts = -(-width // part)
-    m = torch.empty(b, hq, parts, dtype=torch.float32, device=q.device)
+    single = parts == 1  # short contexts (the code predictor's 16 tokens): one launch
+    m = torch.empty(0 if single else b * hq * parts, dtype=torch.float32, device=q.device)
     l_ = torch.empty_like(m)
-    acc = torch.empty(b, hq, parts, d, dtype=torch.float32, device=q.device)
-    _paged_decode_part_kernel[(b, hkv, parts)](
-        q, k_cache, v_cache, block_tables, seq_lens, m, l_, acc, scale,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        parts, part, HQ=hq, GROUP=group, GROUP_PAD=max(16, _pow2(group)), D=d, BS=bs, BLOCK_N=_BLOCK_N,
-        IEEE=q.dtype == torch.float32, num_warps=4)
+    acc = torch.empty(0 if single else b * hq * parts * d, dtype=torch.float32, device=q.device)
     out = torch.empty_like(q)
-    _paged_decode_reduce_kernel[(b, hq)](m, l_, acc, out, out.stride(0), out.stride(1), parts, HQ=hq, D=d,
-                                         PARTS_PAD=_pow2(parts), num_warps=1)
+    _paged_decode_part_kernel[(b, hkv, parts)](
+        q, k_cache, v_cache, block_tables, seq_lens, m, l_, acc, out, scale,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
+        out.stride(0), out.stride(1), parts, part, HQ=hq, GROUP=group, GROUP_PAD=max(16, _pow2(group)), D=d, BS=bs,
+        BLOCK_N=_BLOCK_N, IEEE=q.dtype == torch.float32, SINGLE=single, num_warps=4)
+    if not single:
+        _paged_decode_reduce_kernel[(b, hq)](m, l_, acc, out, out.stride(0), out.stride(1), parts, HQ=hq, D=d,
+                                             PARTS_PAD=_pow2(parts), num_warps=1)
     return out
 
 
@@ -330,4 +338,7 @@ def self_check(device: torch.device, dtype: torch.dtype, head_dim: int = 64, hq:
     qd = rnd(4, hq, head_dim)
     got = paged_decode(qd, kc, vc, tables, seq_lens, head_dim ** -0.5)
     err["paged_decode"] = rel(got, ref_paged_decode(qd, kc, vc, tables, seq_lens, head_dim ** -0.5))
+    short = tables[:, :1].contiguous(), torch.tensor([1, 5, 16, 9], dtype=torch.int32, device=device)  # one partition
+    got = paged_decode(qd, kc, vc, *short, head_dim ** -0.5)
+    err["paged_decode"] = max(err["paged_decode"], rel(got, ref_paged_decode(qd, kc, vc, *short, head_dim ** -0.5)))
     return err
