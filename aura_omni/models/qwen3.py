@@ -187,8 +187,9 @@ class Qwen3Model(nn.Module):
         positions: torch.Tensor,  # [N] or [3, N]
         meta: AttentionMetadata,
         deepstack: DeepStack | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,  # cos/sin of `positions`, when the caller has them
     ) -> torch.Tensor:
-        cos, sin = self.rotary(positions)
+        cos, sin = rope if rope is not None else self.rotary(positions)
         x = inputs_embeds
         if self._fast(x):
             return self._fused_forward(x, cos, sin, meta, deepstack)

@@ -43,12 +43,13 @@ class CodePredictor(nn.Module):
         self.small_to_mtp_projection = (nn.Linear(talker_hidden, hidden, bias=True) if hidden != talker_hidden
                                         else nn.Identity())
         self._rows = 0  # batch rows the KV pages are allocated for
-        self._steps: dict[int, list[tuple[torch.Tensor, AttentionMetadata]]] = {}  # rows -> per-position inputs
+        self._steps: dict[int, list[tuple]] = {}  # rows -> per-position forward inputs
         self._retired: list = []  # outgrown pages and inputs, still read by graphs captured over them
 
-    def _decode_inputs(self, rows: int, device: torch.device) -> list[tuple[torch.Tensor, AttentionMetadata]]:
-        """(positions, metadata) of the 16 steps for `rows` rows: row r owns page r, step p writes slot p.
-        Built once per row count and kept, so graph replays read the same tensors."""
+    def _decode_inputs(self, rows: int, device: torch.device) -> list[tuple]:
+        """(positions, metadata, None, (cos, sin)) of the 16 steps for `rows` rows: row r owns page r, step p
+        writes slot p. Built once per row count and kept, so graph replays read the same tensors (and the
+        rotary tables are not recomputed every step)."""
         groups = self.config.num_code_groups
         if rows > self._rows:
             layers = self.model.attention_layers()
@@ -59,12 +60,14 @@ class CodePredictor(nn.Module):
             ids = torch.arange(rows, device=device)
             cu = torch.arange(rows + 1, dtype=torch.int32, device=device)
             tables = ids.to(torch.int32)[:, None]
-            self._steps[rows] = [
-                (torch.full((rows,), p, device=device),
-                 AttentionMetadata(cu, [1] * rows, [p] * rows, slot_mapping=ids * groups + p, block_tables=tables,
-                                   seq_lens=torch.full((rows,), p + 1, dtype=torch.int32, device=device),
-                                   max_seq_len=p + 1))
-                for p in range(groups)]
+            steps = []
+            for p in range(groups):
+                positions = torch.full((rows,), p, device=device)
+                meta = AttentionMetadata(cu, [1] * rows, [p] * rows, slot_mapping=ids * groups + p, block_tables=tables,
+                                         seq_lens=torch.full((rows,), p + 1, dtype=torch.int32, device=device),
+                                         max_seq_len=p + 1)
+                steps.append((positions, meta, None, self.model.rotary(positions)))
+            self._steps[rows] = steps
         return self._steps[rows]
 
     def predict(self, talker_hidden: torch.Tensor, code0_embeds: torch.Tensor, choose: CodeChooser) -> torch.Tensor:
