@@ -145,3 +145,20 @@ def test_kv_cached_code_predictor_equals_recomputing_the_whole_sequence(tts):
             if group < cp.config.num_code_groups - 1:
                 nxt = cp.small_to_mtp_projection(cp.model.codec_embedding[group - 1](codes[:, group - 1]))
                 seq = torch.cat([seq, nxt[:, None]], 1)
+
+
+def test_fused_codebooks_embed_a_frame_like_the_per_table_sum(tts):
+    talker = tts.talker
+    g = torch.Generator().manual_seed(5)
+    codes = torch.cat([torch.randint(0, talker.config.vocab_size, (4, 1), generator=g),
+                       torch.randint(0, talker.config.code_predictor.vocab_size, (4, 15), generator=g)], 1)
+    with torch.no_grad():
+        want = talker.embed_frame(codes)
+        talker.fuse_codebooks()
+        assert talker._codebooks is not None
+        torch.testing.assert_close(talker.embed_frame(codes), want, rtol=1e-6, atol=1e-6)
+        table = talker.code_predictor.model.codec_embedding[3]
+        table.weight.data = table.weight.data.clone() * 2  # replaced after fusing: the loop is used again
+        doubled = talker.embed_frame(codes)
+        table.weight.data /= 2
+    torch.testing.assert_close(doubled - want, table(codes[:, 4]), rtol=1e-5, atol=1e-5)

@@ -91,8 +91,9 @@ class FrameDecoder:
 
     def _fuse(self) -> None:
         """Fused q/k/v and gate/up weight views: the code predictor's steps then take the backbone's Triton
-        layers (models/qwen3.py fast path) wherever the engine enabled them."""
+        layers (models/qwen3.py fast path) wherever the engine enabled them; one table for the 16 codebooks."""
         self.talker.code_predictor.fuse()
+        self.talker.fuse_codebooks()
 
     # ------------------------------------------------------------------ slots
     def _allocate(self, slots: int) -> None:
