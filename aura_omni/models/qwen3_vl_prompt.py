@@ -32,15 +32,21 @@ class ChatTurn:
     media: list[VisionInput] = field(default_factory=list)  # rendered before the text, in order
 
 
-def render_vision(item: VisionInput) -> str:
+def render_vision(item: VisionInput, compact: bool = False) -> str:
+    """The item's prompt text; `compact`: one pad token per image / temporal group (see `pad_runs`)."""
     if item.kind == "image":
-        return VISION_START + IMAGE_PAD * item.num_tokens + VISION_END
+        return VISION_START + IMAGE_PAD * (1 if compact else item.num_tokens) + VISION_END
     if item.kind == "video":
         if len(item.timestamps) != item.grid_thw[0]:
             raise ValueError(f"video has {item.grid_thw[0]} temporal groups but {len(item.timestamps)} timestamps")
-        per = item.tokens_per_group
+        per = 1 if compact else item.tokens_per_group
         return "".join(f"<{t:.1f} seconds>" + VISION_START + VIDEO_PAD * per + VISION_END for t in item.timestamps)
     raise ValueError(f"unknown vision input kind {item.kind!r}")
+
+
+def pad_runs(items: list[VisionInput]) -> list[int]:
+    """Pad tokens of each image / temporal group in prompt order: what each compact pad expands to."""
+    return [n for v in items for n in ([v.num_tokens] if v.kind == "image" else [v.tokens_per_group] * v.grid_thw[0])]
 
 
 def render_turn(turn: ChatTurn) -> str:
