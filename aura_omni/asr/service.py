@@ -31,6 +31,10 @@ SILENCE_PEAK = 1e-4  # |sample| below this everywhere (about -80 dBFS, 3 LSB of 
 MAX_NEW_TOKENS = 256  # vllm-omni's stage 0 max_tokens
 
 
+class TranscriptionCancelled(Exception):
+    """The caller set the transcription's cancel event (it left): its engine requests were aborted."""
+
+
 @dataclass
 class AsrPiece:
     """One model input: a piece (at most the length limit) of one clip, ready to prefill."""
@@ -137,13 +141,15 @@ class AsrService:
     @torch.inference_mode()
     def transcribe(self, audios: list[tuple[np.ndarray, int]], language: str | None = None,
                    context: str | None = None, max_new_tokens: int | None = None,
-                   temperature: float = 0.0, seed: int | None = None) -> list[Transcript]:
+                   temperature: float = 0.0, seed: int | None = None,
+                   cancel: threading.Event | None = None) -> list[Transcript]:
         """(samples, rate) clips -> one Transcript each. Raises AudioDecodeError (bad audio) and
-        UnsupportedLanguageError / ValueError (bad options): both are client errors."""
+        UnsupportedLanguageError / ValueError (bad options): both are client errors. Setting `cancel` (from
+        another thread) stops the work at the next engine step with TranscriptionCancelled."""
         params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens or self.max_new_tokens, seed=seed)
         pieces = self.prepare(audios, language, context)
         live = [p for p in pieces if p.features is not None]
-        generated = iter(self.generate(live, params) if live else [])
+        generated = iter(self.generate(live, params, cancel) if live else [])
         outputs = [next(generated) if p.features is not None else [] for p in pieces]
         return self.finish(pieces, outputs, len(audios))
 
@@ -160,12 +166,19 @@ class AsrService:
             return self._engine
 
     @torch.inference_mode()
-    def generate(self, pieces: list[AsrPiece], params: SamplingParams) -> list[list[int]]:
+    def generate(self, pieces: list[AsrPiece], params: SamplingParams,
+                 cancel: threading.Event | None = None) -> list[list[int]]:
         """Generated ids (EOS excluded) of every piece; concurrent callers share the engine's decode steps."""
         outputs: list[list[int]] = [[] for _ in pieces]
         requests = [(ids, params, mm) for ids, mm in self.engine_prompts(pieces)]
-        for i, out in self.engine.run(requests):
-            outputs[i] += out.new_token_ids
+        run = self.engine.run(requests)
+        try:
+            for i, out in run:
+                outputs[i] += out.new_token_ids
+                if cancel is not None and cancel.is_set():
+                    raise TranscriptionCancelled()
+        finally:
+            run.close()  # aborts whatever is unfinished
         return [[t for t in o if t not in self.eos_token_ids] for o in outputs]
 
 

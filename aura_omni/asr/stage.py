@@ -5,6 +5,7 @@ pipeline's `normalize_asr_transcript` sees exactly what the model would have wri
 """
 
 import asyncio
+import threading
 from typing import Awaitable, Callable
 
 import numpy as np
@@ -23,8 +24,14 @@ class AsrPipelineStage:
     async def transcribe(self, samples: np.ndarray, sample_rate: int, *, request_id: str, language: str | None = None,
                          context: str | None = None, sampling: dict | None = None) -> str:
         options = {ours: sampling[key] for key, ours in _SAMPLING_KEYS.items() if sampling and sampling.get(key) is not None}
-        run = lambda: self.service.transcribe([(samples, sample_rate)], language=language, context=context, **options)[0]
-        transcript = await (self._call(run) if self._call else asyncio.to_thread(run))
+        cancel = threading.Event()  # set when this turn is cancelled: the worker thread then stops the engine work
+        run = lambda: self.service.transcribe([(samples, sample_rate)], language=language, context=context,
+                                              cancel=cancel, **options)[0]
+        try:
+            transcript = await (self._call(run) if self._call else asyncio.to_thread(run))
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
         if not transcript.text:
             return ""
         return f"language {transcript.language or 'None'}<asr_text>{transcript.text}"

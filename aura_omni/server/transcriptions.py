@@ -8,15 +8,18 @@ forced aligner, so srt/vtt and `timestamp_granularities` are refused rather than
 
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
 
 from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, Response
 from starlette.datastructures import UploadFile
 
 from ..config import ASR
 from ..media.audio import AudioDecodeError, decode_audio
 from ..media.limits import MediaLimits
+from .disconnect import unless_client_leaves
 from .errors import APIError
 
 router = APIRouter()
@@ -73,15 +76,27 @@ async def create_transcription(request: Request):
 
     from ..asr.transcript import UnsupportedLanguageError
 
+    cancel = threading.Event()  # a client that leaves stops the transcription at the next engine step
+
+    async def transcribe():
+        try:
+            return await state.runtime.call(asr.transcribe, [(wav, sr)], language=language, context=context,
+                                            temperature=temperature, cancel=cancel)
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
+
     try:
-        transcript = (await state.runtime.call(asr.transcribe, [(wav, sr)], language=language, context=context,
-                                               temperature=temperature))[0]
+        transcripts = await unless_client_leaves(request, transcribe())
     except UnsupportedLanguageError as e:
         raise APIError(f"language: {e}", param="language", code="unsupported_language") from None
     except AudioDecodeError as e:
         raise APIError(f"file: {e}", param="file", code="invalid_audio") from None
     except ValueError as e:  # PromptTooLongError (a long `prompt`), a prompt with the model's special tokens, ...
         raise APIError(str(e), param="prompt" if context else None, code="invalid_request") from None
+    if isinstance(transcripts, Response):
+        return transcripts  # the client left
+    transcript = transcripts[0]
 
     if response_format == "text":
         return PlainTextResponse(transcript.text)

@@ -179,3 +179,44 @@ def test_pipeline_stage_returns_the_model_output_format(svc):
     assert raw.startswith("language English<asr_text>")
     assert normalize_asr_transcript(raw) == svc.transcribe([(tone(1), SR)], language="English", max_new_tokens=3)[0].text
     assert asyncio.run(stage.transcribe(np.zeros(SR, dtype=np.float32), SR, request_id="s")) == ""
+
+
+def test_cancel_event_stops_the_transcription_and_frees_its_blocks(svc):
+    import threading
+
+    from aura_omni.asr.service import TranscriptionCancelled
+
+    svc.transcribe([(tone(1.0), SR)], max_new_tokens=2)  # builds the engine
+    before = svc.stats()
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(TranscriptionCancelled):
+        svc.transcribe([(tone(2.0), SR)], max_new_tokens=64, cancel=cancel)
+    after = svc.stats()
+    assert after["running"] == after["waiting"] == 0 and after["free_blocks"] == before["free_blocks"]
+
+
+def test_a_cancelled_pipeline_turn_signals_its_asr_worker(svc):
+    import asyncio
+    import threading
+
+    from aura_omni.asr.service import TranscriptionCancelled
+    from aura_omni.asr.stage import AsrPipelineStage
+
+    seen = threading.Event()
+
+    class Slow:  # a transcription that runs until it is told to stop
+        def transcribe(self, audios, cancel=None, **kw):
+            if cancel.wait(5):
+                seen.set()
+            raise TranscriptionCancelled()
+
+    async def turn():
+        task = asyncio.create_task(AsrPipelineStage(Slow()).transcribe(tone(1.0), SR, request_id="r"))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(turn())
+    assert seen.wait(5), "the worker thread never learned that its turn was cancelled"
