@@ -69,8 +69,6 @@ def cases(hidden: int, inter: int, attn: int, qkv: int, m: int, dtype):
     act = lambda *widths: sum(widths) * m * dtype.itemsize
     yield ("qkv rms_gemv", {"w": (qkv, hidden)}, lambda w: tg.rms_gemv(x, nw, EPS, w["w"]),
            lambda w: F.linear(triton_ops.rmsnorm(x, nw, EPS), w["w"]), act(hidden, qkv))
-    yield ("qkv add_rms_gemv", {"w": (qkv, hidden)}, lambda w: tg.add_rms_gemv(x, delta, nw, EPS, w["w"]),
-           lambda w: F.linear(triton_ops.add_rmsnorm(x, delta, nw, EPS)[1], w["w"]), act(3 * hidden, qkv))
     yield ("o gemv+residual", {"w": (hidden, attn)}, lambda w: tg.gemv(a, w["w"], residual=x),
            lambda w: x + F.linear(a, w["w"]), act(attn, 2 * hidden))
     yield ("gate_up rms_gemv", {"w": (2 * inter, hidden)}, lambda w: tg.rms_gemv(x, nw, EPS, w["w"]),

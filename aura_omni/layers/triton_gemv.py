@@ -4,8 +4,7 @@ At decode batch 1-16 a projection reads N*K weights for M*N*K flops, so it shoul
 what it loses is launches around it and cuBLAS's small-M efficiency. Each kernel here streams the weight
 rows once, coalesced along K (fp32 accumulation), with the layer's neighbouring elementwise work folded in:
 
-- `rms_gemv`: rmsnorm(x) @ W.T; `add_rms_gemv`: the same on x + delta, also returning x + delta
-  (rounded like torch's add, written once by the first program), like triton_ops.add_rmsnorm;
+- `rms_gemv`: rmsnorm(x) @ W.T (the residual add before the norm rides in the previous projection's `residual`);
 - `silu_mul_gemv`: (silu(gate) * up) @ W.T on the fused gate/up output (roundings of triton_ops.silu_mul);
 - `gemv`: x @ W.T; all but the norms take `residual`, added like `residual + F.linear(...)` (output rounded first).
 
@@ -37,14 +36,13 @@ except ImportError:  # CPU machines and CI: the torch paths run instead
     triton = tl = None
 
 AVAILABLE = triton is not None
-MAX_M = 16  # token rows up to which the layer uses these kernels (one tensor-core row tile)
+MAX_M = 16  # token rows the kernels take (one tensor-core row tile); models/qwen3.py uses them for one row
 
 if AVAILABLE:
 
     @triton.jit
-    def _gemv_kernel(a_ptr, d_ptr, nw_ptr, w_ptr, res_ptr, out_ptr, sum_ptr, M, N,
-                     stride_a, stride_d, stride_w, stride_res, stride_o, stride_sum, eps,
-                     K: tl.constexpr, ADD: tl.constexpr, NORM: tl.constexpr, SILU: tl.constexpr, HAS_RES: tl.constexpr,
+    def _gemv_kernel(a_ptr, nw_ptr, w_ptr, res_ptr, out_ptr, M, N, stride_a, stride_w, stride_res, stride_o, eps,
+                     K: tl.constexpr, NORM: tl.constexpr, SILU: tl.constexpr, HAS_RES: tl.constexpr,
                      DOT: tl.constexpr, IEEE: tl.constexpr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr):
         pid_n = tl.program_id(0)
@@ -65,10 +63,6 @@ if AVAILABLE:
             amask = rmask[:, None] & kmask[None, :]
             a_at = rows[:, None] * stride_a + ks[None, :]
             a = tl.load(a_ptr + a_at, mask=amask, other=0.0).to(tl.float32)
-            if ADD:
-                d = tl.load(d_ptr + rows[:, None] * stride_d + ks[None, :], mask=amask, other=0.0).to(tl.float32)
-                a = (a + d).to(dt).to(tl.float32)
-                tl.store(sum_ptr + rows[:, None] * stride_sum + ks[None, :], a.to(dt), mask=amask & (pid_n == 0))
             if NORM:
                 ssq += tl.sum(a * a, 1)
                 a = a * tl.load(nw_ptr + ks, mask=kmask, other=0.0).to(tl.float32)[None, :]
@@ -135,18 +129,16 @@ def _rows(t: torch.Tensor | None) -> torch.Tensor | None:
     return t if t is None or t.stride(-1) == 1 else t.contiguous()
 
 
-def _launch(a: torch.Tensor, weight: torch.Tensor, k: int, *, delta=None, norm_weight=None, eps=0.0,
-            silu=False, residual=None, sum_out=None) -> torch.Tensor:
-    a, delta, residual = _rows(a), _rows(delta), _rows(residual)
+def _launch(a: torch.Tensor, weight: torch.Tensor, k: int, *, norm_weight=None, eps=0.0, silu=False,
+            residual=None) -> torch.Tensor:
+    a, residual = _rows(a), _rows(residual)
     m, n = a.shape[0], weight.shape[0]
     out = torch.empty(m, n, dtype=a.dtype, device=a.device)
     dot, m_pad, bn, bk, warps, stages = _config(m, n, k, weight.element_size(), _sm_count(a.device))
     _gemv_kernel[(triton.cdiv(n, bn), triton.cdiv(m, m_pad))](
-        a, a if delta is None else delta, a if norm_weight is None else norm_weight, weight,
-        out if residual is None else residual, out, out if sum_out is None else sum_out, m, n,
-        a.stride(0), 0 if delta is None else delta.stride(0), weight.stride(0),
-        0 if residual is None else residual.stride(0), out.stride(0), 0 if sum_out is None else sum_out.stride(0), eps,
-        K=k, ADD=delta is not None, NORM=norm_weight is not None, SILU=silu, HAS_RES=residual is not None, DOT=dot,
+        a, a if norm_weight is None else norm_weight, weight, out if residual is None else residual, out, m, n,
+        a.stride(0), weight.stride(0), 0 if residual is None else residual.stride(0), out.stride(0), eps,
+        K=k, NORM=norm_weight is not None, SILU=silu, HAS_RES=residual is not None, DOT=dot,
         IEEE=a.dtype == torch.float32, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
     return out
 
@@ -167,17 +159,6 @@ def rms_gemv(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: tor
 
 
 @on_first_tensor_device
-def add_rms_gemv(x: torch.Tensor, delta: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x + delta, rmsnorm(x + delta) @ weight.T), in triton_ops.add_rmsnorm's order."""
-    if x.dtype == torch.float16:
-        res, h = triton_ops.add_rmsnorm(x, delta, norm_weight, eps)
-        return res, gemv(h, weight)
-    res = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return res, _launch(x, weight, x.shape[1], delta=delta, norm_weight=norm_weight, eps=eps, sum_out=res)
-
-
-@on_first_tensor_device
 def silu_mul_gemv(gate_up: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
     """(silu(gate) * up) @ weight.T (+ residual); gate_up [M, 2I] holds gate then up."""
     return _launch(gate_up, weight, gate_up.shape[1] // 2, silu=True, residual=residual)
@@ -193,11 +174,6 @@ def ref_rms_gemv(x, norm_weight, eps, weight):
     return F.linear(triton_ops.ref_rmsnorm(x, norm_weight, eps), weight)
 
 
-def ref_add_rms_gemv(x, delta, norm_weight, eps, weight):
-    res = x + delta
-    return res, ref_rms_gemv(res, norm_weight, eps, weight)
-
-
 def ref_silu_mul_gemv(gate_up, weight, residual=None):
     gate, up = gate_up.chunk(2, dim=-1)
     return ref_gemv(F.silu(gate) * up, weight, residual)
@@ -209,7 +185,7 @@ def self_check(device: torch.device, dtype: torch.dtype, hidden: int = 272, out:
     several (tensor-core path); sizes that are multiples of 16 but not of the tiles, like real layers."""
     gen = torch.Generator(device="cpu").manual_seed(0)
     rnd = lambda *s, scale=1.0: (torch.randn(*s, generator=gen) * scale).to(device, dtype)
-    err = dict.fromkeys(("gemv", "rms_gemv", "add_rms_gemv", "silu_mul_gemv"), 0.0)
+    err = dict.fromkeys(("gemv", "rms_gemv", "silu_mul_gemv"), 0.0)
 
     def rel(got, want):
         got, want = got.float(), want.float()
@@ -219,13 +195,11 @@ def self_check(device: torch.device, dtype: torch.dtype, hidden: int = 272, out:
 
     w, nw = rnd(out, hidden, scale=hidden ** -0.5), rnd(hidden, scale=0.5) + 1
     for m in rows:
-        x, delta, residual = rnd(m, hidden), rnd(m, hidden), rnd(m, out)
+        x, residual = rnd(m, hidden), rnd(m, out)
         gu = rnd(m, 2 * hidden)
         checks = {
             "gemv": max(rel(gemv(x, w), ref_gemv(x, w)), rel(gemv(x, w, residual), ref_gemv(x, w, residual))),
             "rms_gemv": rel(rms_gemv(x, nw, 1e-6, w), ref_rms_gemv(x, nw, 1e-6, w)),
-            "add_rms_gemv": max(rel(g, r) for g, r in zip(add_rms_gemv(x, delta, nw, 1e-6, w),
-                                                          ref_add_rms_gemv(x, delta, nw, 1e-6, w))),
             "silu_mul_gemv": max(rel(silu_mul_gemv(gu, w), ref_silu_mul_gemv(gu, w)),
                                  rel(silu_mul_gemv(gu, w, residual), ref_silu_mul_gemv(gu, w, residual))),
         }
