@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from aura_omni.layers import triton_ops
-from aura_omni.layers.device import on_first_tensor_device
+from aura_omni.layers.device import on_device, on_first_tensor_device
 
 try:
     import triton
@@ -162,6 +162,28 @@ def rms_gemv(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: tor
 def silu_mul_gemv(gate_up: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
     """(silu(gate) * up) @ weight.T (+ residual); gate_up [M, 2I] holds gate then up."""
     return _launch(gate_up, weight, gate_up.shape[1] // 2, silu=True, residual=residual)
+
+
+def graph_time_ms(fn, device: torch.device, reps: int = 5) -> float:
+    """Mean ms of one replay of `fn()` captured in a CUDA graph: what it costs inside the decode graphs,
+    launch gaps included (timing eager calls would mostly time Python)."""
+    with on_device(device):
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            fn()  # compiles and warms up outside the graph
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            fn()
+        graph.replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / reps
 
 
 # -- torch references ----------------------------------------------------------------------------------------------

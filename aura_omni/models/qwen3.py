@@ -10,11 +10,12 @@ one weight each (checkpoint key names unchanged), and, where attention_backend e
 kernels, a layer runs as ~10 launches: norm, QKV GEMM, q/k norm + RoPE + KV-cache write, attention,
 o_proj, residual add + norm, gate/up GEMM, SiLU*mul, down GEMM (its residual add joins the next norm).
 One token row (decode at batch 1, the code predictor's steps), where attention_backend enabled
-layers/triton_gemv.py: the projections are Triton GEMVs with the norms and SiLU*mul fused in front and the
-residual adds behind.
+layers/triton_gemv.py and a start-up timing showed them faster for this model: the projections are Triton
+GEMVs with the norms and SiLU*mul fused in front and the residual adds behind.
 The plain modules stay the reference (CPU, and whenever the kernels are off).
 """
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,8 @@ from aura_omni.layers.attention import Attention, AttentionMetadata
 from aura_omni.layers.mlp import SwiGLU
 from aura_omni.layers.rmsnorm import RMSNorm
 from aura_omni.layers.rotary import RotaryEmbedding, apply_rotary
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -177,6 +180,7 @@ class Qwen3Model(nn.Module):
         self.layers = nn.ModuleList(Qwen3DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rotary = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+        self._gemv_wins = False  # one-row steps take the Triton GEMV layer (decided in fuse_projections)
 
     def attention_layers(self) -> list[Attention]:
         return [layer.self_attn.attn for layer in self.layers]
@@ -201,9 +205,43 @@ class Qwen3Model(nn.Module):
 
     # -- fast path ---------------------------------------------------------------------------------------
     def fuse_projections(self) -> None:
-        """Fuse q/k/v and gate/up weights in place (views keep the checkpoint's parameter names)."""
+        """Fuse q/k/v and gate/up weights in place (views keep the checkpoint's parameter names); then, where
+        the GEMVs are enabled, decide once whether they beat cuBLAS for this model's one-row steps."""
         for layer in self.layers:
             layer.fuse()
+        self._gemv_wins = self._time_gemv_layers()
+
+    @torch.inference_mode()
+    def _time_gemv_layers(self) -> bool:
+        """Every layer's one-row projections both ways, each in a CUDA graph. On the H200 the GEMVs win for the
+        code predictor (layer 20 vs 36 us) and narrowly for the 8B, and lose for 2048-wide layers (down
+        projection), so the choice is measured per model rather than fixed."""
+        w, attn = self.norm.weight, self.layers[0].self_attn
+        if not (w.is_cuda and attention_backend.gemv_enabled(w) and attn.qkv_bias is None
+                and attn.o_proj.bias is None and self.layers[0].is_fused()):
+            return False
+        x = torch.zeros(1, self.config.hidden_size, dtype=w.dtype, device=w.device)
+        a = torch.zeros(1, attn.num_heads * attn.head_dim, dtype=w.dtype, device=w.device)
+
+        def gemv():
+            for layer in self.layers:
+                n, post = layer.input_layernorm, layer.post_attention_layernorm
+                triton_gemv.rms_gemv(x, n.weight, n.eps, layer.self_attn.qkv_weight)
+                h = triton_gemv.gemv(a, layer.self_attn.o_proj.weight, residual=x)
+                gate_up = triton_gemv.rms_gemv(h, post.weight, post.eps, layer.gate_up_weight)
+                triton_gemv.silu_mul_gemv(gate_up, layer.mlp.down_proj.weight, residual=h)
+
+        def cublas():
+            for layer in self.layers:
+                n, post = layer.input_layernorm, layer.post_attention_layernorm
+                F.linear(triton_ops.add_rmsnorm(x, x, n.weight, n.eps)[1], layer.self_attn.qkv_weight)
+                h, hn = triton_ops.add_rmsnorm(x, F.linear(a, layer.self_attn.o_proj.weight), post.weight, post.eps)
+                layer.mlp.down_proj(triton_ops.silu_mul(F.linear(hn, layer.gate_up_weight)))
+
+        ours, theirs = (triton_gemv.graph_time_ms(fn, w.device) for fn in (gemv, cublas))
+        log.info("one-row projections of %d layers: Triton GEMVs %.3f ms, cuBLAS + kernels %.3f ms -> %s",
+                 len(self.layers), ours, theirs, "GEMVs" if ours < theirs else "cuBLAS")
+        return ours < theirs
 
     def _fast(self, x: torch.Tensor) -> bool:
         cfg = self.config
@@ -211,12 +249,9 @@ class Qwen3Model(nn.Module):
                 and x.dtype == self.norm.weight.dtype and x.is_contiguous() and self.layers[0].is_fused())
 
     def _gemv(self, x: torch.Tensor) -> bool:
-        """The GEMV layer for one row (shapes only, so each captured graph size keeps one choice). On the H200
-        (scripts/bench_gemv.py) it beats cuBLAS + separate kernels at one row (code predictor layer 20 vs 36 us,
-        8B layer 112 vs 115 us) but not yet at 2-16 rows (2-4x slower), so those stay on cuBLAS."""
-        attn = self.layers[0].self_attn
-        return (x.shape[0] == 1 and attention_backend.gemv_enabled(x)
-                and attn.qkv_bias is None and attn.o_proj.bias is None)
+        """The GEMV layer for one row where it measured faster (shapes only, so each captured graph size keeps one
+        choice). 2-16 rows stay on cuBLAS: the GEMVs were 2-4x slower there on the H200 (scripts/bench_gemv.py)."""
+        return x.shape[0] == 1 and self._gemv_wins
 
     def _fused_forward(self, x, cos, sin, meta, deepstack):
         """Same function as the plain loop; residual adds ride in the following norm's kernel (GEMV layer: in
