@@ -1,5 +1,6 @@
 """Talker generation behaviour on a tiny CustomVoice checkpoint (codes only): seeds, batching, stopping,
-preemption under a tiny KV budget, cancellation, request validation."""
+preemption under a tiny KV budget, cancellation, request validation; and on a tiny Base checkpoint with its
+codec, streamed audio joining into the whole utterance."""
 
 import pytest
 import torch
@@ -104,3 +105,21 @@ def test_bad_requests_raise_a_clear_error(tts, bad, message):
 def test_speaker_names_are_case_insensitive(tts):
     tts.validate(req(speaker="UNCLE_FU"))
     assert "vivian" in tts.speakers and "auto" in tts.languages and tts.model_type == "custom_voice"
+
+
+@pytest.mark.parametrize("icl", [True, False], ids=["icl", "x_vector"])
+def test_streamed_chunks_join_into_the_whole_utterance(tmp_path_factory, icl):
+    """/v1/audio/speech without streaming is served from `stream()` (so a client that leaves stops it): its
+    joined chunks must be the audio `synthesize()` decodes in one go, for any window sizes."""
+    import numpy as np
+
+    base = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "base", "base"))
+    sr = 16000
+    ref = (0.3 * np.sin(2 * np.pi * 200 * np.arange(sr) / sr)).astype(np.float32)
+    voice = base.create_voice_prompt(ref, sr, "A short reference line." if icl else None, x_vector_only=not icl)
+    request = TTSRequest(text="Joined chunks.", task_type="Base", voice=voice, max_new_tokens=9, seed=3)
+    whole = base.synthesize(request)
+    for first, steady in ((1, 3), (25, 25)):
+        joined = np.concatenate(list(base.stream(request, first, steady)))
+        assert joined.shape == whole.shape
+        np.testing.assert_allclose(joined, whole, atol=1e-5)
