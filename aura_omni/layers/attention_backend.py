@@ -12,7 +12,8 @@ Kernels (each checked the same way):
 - `paged_varlen`: flash straight from the pages (`block_table`, torch >= 2.13);
 - `triton_decode`, `fused_layers`: layers/triton_ops.py (paged decode in place; fused norm/RoPE/SiLU layers);
 - `gemv`: layers/triton_gemv.py (projections of at most 16 rows with their norm / SiLU*mul / residual fused),
-  on top of `fused_layers`; `AURA_OMNI_GEMV=0` leaves it off (A/B benchmarks).
+  on top of `fused_layers`; a model then uses them for one-row steps if they time faster (models/qwen3.py);
+  `AURA_OMNI_GEMV=0` leaves them off (A/B benchmarks).
 torch 2.11's varlen_attn takes no `enable_gqa`; its flash kernel still accepts unexpanded K/V heads, which a probe
 confirms once before the expansion (two copies of the keys per layer) is skipped.
 The choice is made once per (device, dtype, prefer_fast, AURA_OMNI_GEMV) per process.
