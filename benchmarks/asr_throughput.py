@@ -20,6 +20,7 @@ from aura_omni.asr.service import AsrService
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.testing.asr_reference import hf_asr_inputs
 
 SR = 16000
 
@@ -110,23 +111,11 @@ def run_reference(svc: AsrService, ref, clips, concurrency: int, new_tokens: int
     t0 = time.perf_counter()
     ttft = []
     for b in range(0, len(clips), concurrency):
-        pieces = svc.prepare([(c, SR) for c in clips[b:b + concurrency]])
-        width = max(len(p.input_ids) for p in pieces)
-        frames = -(-max(p.features.shape[1] for p in pieces) // 100) * 100
-        ids = torch.full((len(pieces), width), 151643)
-        mask = torch.zeros_like(ids)
-        feats = torch.zeros(len(pieces), 128, frames)
-        fmask = torch.zeros(len(pieces), frames, dtype=torch.long)
-        for i, p in enumerate(pieces):
-            ids[i, width - len(p.input_ids):] = torch.tensor(p.input_ids)
-            mask[i, width - len(p.input_ids):] = 1
-            feats[i, :, :p.features.shape[1]] = p.features
-            fmask[i, :p.features.shape[1]] = 1
+        inputs = hf_asr_inputs(svc.prepare([(c, SR) for c in clips[b:b + concurrency]]))
+        inputs = {k: v.to(device, ref.dtype) if k == "input_features" else v.to(device) for k, v in inputs.items()}
         tb = time.perf_counter()
         with torch.inference_mode():
-            ref.generate(input_ids=ids.to(device), attention_mask=mask.to(device), input_features=feats.to(device, ref.dtype),
-                         input_features_mask=fmask.to(device), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                         do_sample=False)
+            ref.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
         sync(device)
         ttft.append(time.perf_counter() - tb)  # a static batch returns everything at once
     wall = time.perf_counter() - t0

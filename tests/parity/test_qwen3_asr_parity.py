@@ -15,6 +15,7 @@ from safetensors import safe_open
 
 from aura_omni.asr.service import AsrService
 from aura_omni.media.asr_features import log_mel_spectrogram
+from aura_omni.testing.asr_reference import hf_asr_inputs
 from aura_omni.testing.tiny_asr import write_tiny_asr
 
 pytestmark = pytest.mark.parity
@@ -78,28 +79,11 @@ def pair(request, tmp_path_factory):
     return AsrService.from_pretrained(ckpt, dtype=torch.float32), reference_model(ckpt), request.param
 
 
-def hf_inputs(svc, pieces):
-    """Left-padded ids and zero-padded features (to a multiple of 100 frames) for the reference."""
-    width = max(len(p.input_ids) for p in pieces)
-    frames = max(p.features.shape[1] for p in pieces)
-    frames = -(-frames // 100) * 100
-    ids = torch.full((len(pieces), width), 151643)
-    mask = torch.zeros(len(pieces), width, dtype=torch.long)
-    feats = torch.zeros(len(pieces), 128, frames)
-    fmask = torch.zeros(len(pieces), frames, dtype=torch.long)
-    for i, p in enumerate(pieces):
-        ids[i, width - len(p.input_ids):] = torch.tensor(p.input_ids)
-        mask[i, width - len(p.input_ids):] = 1
-        feats[i, :, :p.features.shape[1]] = p.features
-        fmask[i, :p.features.shape[1]] = 1
-    return dict(input_ids=ids, attention_mask=mask, input_features=feats, input_features_mask=fmask)
-
-
 def check(svc, ref, clips):
     pieces = svc.prepare([(c, SR) for c in clips])
     with torch.no_grad():
         ours_audio = svc.model.encode_audio([p.features for p in pieces])
-        inputs = hf_inputs(svc, pieces)
+        inputs = hf_asr_inputs(pieces)
         ref_audio = ref.get_audio_features(inputs["input_features"], inputs["input_features_mask"]).pooler_output
         torch.testing.assert_close(torch.cat(ours_audio), ref_audio, atol=1e-4, rtol=0)
 
