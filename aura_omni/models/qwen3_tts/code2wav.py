@@ -17,9 +17,10 @@ from torch import nn
 
 from aura_omni.layers.mlp import SwiGLU
 from aura_omni.layers.rmsnorm import RMSNorm
-from aura_omni.layers.rotary import RotaryEmbedding, rotate_half
+from aura_omni.layers.rotary import RotaryEmbedding
 from aura_omni.models.loader import init_dummy, iter_tensors, load_into
 from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavStream
+from aura_omni.models.qwen3_tts.codec_attention import CodecAttention
 from aura_omni.models.qwen3_tts.codec_config import NUM_CODE_GROUPS, CodecConfig, Code2WavConfig
 
 # qwen-tts 0.1.1 Qwen3TTSTokenizerV2Decoder.chunked_decode defaults: 300 new frames per window, each
@@ -197,17 +198,12 @@ class LayerScale(nn.Module):
         return self.scale * x
 
 
-class WindowedAttention(nn.Module):
+class WindowedAttention(CodecAttention):
     """MHA without q/k norm, RoPE, causal sliding window; keeps the last window-1 keys/values per request."""
 
     def __init__(self, cfg: Code2WavConfig):
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        bias = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, self.heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
+        super().__init__(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+                         cfg.attention_bias)
         self.cache_len = cfg.sliding_window - 1
         self.state_key = ""
 
@@ -217,21 +213,12 @@ class WindowedAttention(nn.Module):
                                                                       self.head_dim)
 
     def forward(self, x, cos, sin, mask, state: Code2WavStream) -> torch.Tensor:
-        b, n, _ = x.shape
-        q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        q, k, v = self.project(x, cos, sin)
         k = torch.cat([state.tensors[f"{self.state_key}.k"], k], dim=2)
         v = torch.cat([state.tensors[f"{self.state_key}.v"], v], dim=2)
         state.tensors[f"{self.state_key}.k"] = k[:, :, -self.cache_len:].clone()
         state.tensors[f"{self.state_key}.v"] = v[:, :, -self.cache_len:].clone()
-        if self.kv_heads != self.heads:
-            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
-            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
-        return self.o_proj(o.transpose(1, 2).reshape(b, n, -1))
+        return self.attend(q, k, v, attn_mask=mask)
 
 
 class TransformerLayer(nn.Module):

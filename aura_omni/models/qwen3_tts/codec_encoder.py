@@ -18,10 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aura_omni.layers.rotary import RotaryEmbedding, rotate_half
+from aura_omni.layers.rotary import RotaryEmbedding
 from aura_omni.media.audio import resample
 from aura_omni.models.loader import iter_tensors, load_into
 from aura_omni.models.qwen3_tts.code2wav import CodecInputError, LayerScale
+from aura_omni.models.qwen3_tts.codec_attention import CodecAttention
 from aura_omni.models.qwen3_tts.codec_config import CodecConfig, CodecEncoderConfig
 
 
@@ -84,28 +85,14 @@ class SEANetEncoder(nn.Module):
         return x
 
 
-class MimiAttention(nn.Module):
+class MimiAttention(CodecAttention):
     def __init__(self, cfg: CodecEncoderConfig):
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        bias = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, self.heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
+        super().__init__(cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+                         cfg.attention_bias)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        b, n, _ = x.shape
-        q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        if self.kv_heads != self.heads:
-            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
-            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=n > 1, scale=self.head_dim ** -0.5)
-        return self.o_proj(o.transpose(1, 2).reshape(b, n, -1))
+        q, k, v = self.project(x, cos, sin)
+        return self.attend(q, k, v, is_causal=x.shape[1] > 1)
 
 
 class MimiMLP(nn.Module):
