@@ -16,22 +16,27 @@ from aura_omni.asr.service import AsrService
 _SAMPLING_KEYS = {"temperature": "temperature", "max_tokens": "max_new_tokens", "seed": "seed"}
 
 
+async def transcribe_cancellable(service: AsrService, call: Callable[..., Awaitable], audios, **options):
+    """`service.transcribe(audios, **options)` on a worker thread through `call` (Runtime.call, asyncio.to_thread);
+    if the awaiting task is cancelled, the worker stops at its next engine step (its requests aborted)."""
+    cancel = threading.Event()
+    try:
+        return await call(service.transcribe, audios, cancel=cancel, **options)
+    except asyncio.CancelledError:
+        cancel.set()
+        raise
+
+
 class AsrPipelineStage:
     def __init__(self, service: AsrService, call: Callable[..., Awaitable] | None = None):
         self.service = service
-        self._call = call  # e.g. server Runtime.call (the one model thread); default: a worker thread
+        self._call = call or asyncio.to_thread  # e.g. server Runtime.call (its worker pool)
 
     async def transcribe(self, samples: np.ndarray, sample_rate: int, *, request_id: str, language: str | None = None,
                          context: str | None = None, sampling: dict | None = None) -> str:
         options = {ours: sampling[key] for key, ours in _SAMPLING_KEYS.items() if sampling and sampling.get(key) is not None}
-        cancel = threading.Event()  # set when this turn is cancelled: the worker thread then stops the engine work
-        run = lambda: self.service.transcribe([(samples, sample_rate)], language=language, context=context,
-                                              cancel=cancel, **options)[0]
-        try:
-            transcript = await (self._call(run) if self._call else asyncio.to_thread(run))
-        except asyncio.CancelledError:
-            cancel.set()
-            raise
+        transcript = (await transcribe_cancellable(self.service, self._call, [(samples, sample_rate)], language=language,
+                                                   context=context, **options))[0]
         if not transcript.text:
             return ""
         return f"language {transcript.language or 'None'}<asr_text>{transcript.text}"

@@ -8,9 +8,7 @@ forced aligner, so srt/vtt and `timestamp_granularities` are refused rather than
 
 from __future__ import annotations
 
-import asyncio
 import math
-import threading
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
@@ -74,20 +72,12 @@ async def create_transcription(request: Request):
         raise APIError(f"file: {e}", param="file", code="invalid_audio") from None
     duration = wav.shape[0] / sr
 
+    from ..asr.stage import transcribe_cancellable
     from ..asr.transcript import UnsupportedLanguageError
 
-    cancel = threading.Event()  # a client that leaves stops the transcription at the next engine step
-
-    async def transcribe():
-        try:
-            return await state.runtime.call(asr.transcribe, [(wav, sr)], language=language, context=context,
-                                            temperature=temperature, cancel=cancel)
-        except asyncio.CancelledError:
-            cancel.set()
-            raise
-
-    try:
-        transcripts = await unless_client_leaves(request, transcribe())
+    try:  # a client that leaves stops the transcription at the next engine step
+        transcripts = await unless_client_leaves(request, transcribe_cancellable(
+            asr, state.runtime.call, [(wav, sr)], language=language, context=context, temperature=temperature))
     except UnsupportedLanguageError as e:
         raise APIError(f"language: {e}", param="language", code="unsupported_language") from None
     except AudioDecodeError as e:
