@@ -133,7 +133,7 @@ def test_kv_cached_code_predictor_equals_recomputing_the_whole_sequence(tts):
         seen.append(logits)
         return logits.argmax(-1)
 
-    with torch.no_grad():
+    with torch.inference_mode():  # as the engine runs it: the shared fixture's pages may be inference tensors
         codes = cp.predict(talker_hidden, code0, choose)
         seq = torch.stack([cp.small_to_mtp_projection(talker_hidden), cp.small_to_mtp_projection(code0)], 1)
         for group in range(1, cp.config.num_code_groups):
