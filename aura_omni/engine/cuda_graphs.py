@@ -16,6 +16,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from aura_omni.layers import cuda_graph
 from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.layers.device import on_device
 
@@ -85,12 +86,7 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def _capture(self) -> None:
-        with on_device(self.device):
-            self._capture_all()
-
-    def _capture_all(self) -> None:
         pool = None
-        capture = torch.cuda.Stream(self.device)
         for b in reversed(self.batch_sizes):  # largest first, so smaller graphs reuse its memory pool
             layout = self.layouts[b]
             self.host_blobs[b] = torch.zeros(layout.nbytes, dtype=torch.uint8).pin_memory()
@@ -101,14 +97,8 @@ class DecodeGraphs:
                 hidden, dtype = self.embeds_shape
                 self.embeds[b] = torch.zeros(b, hidden, dtype=dtype, device=self.device)
                 self.positions[b] = torch.zeros((3, b) if self.mrope else (b,), dtype=torch.long, device=self.device)
-            for _ in range(2):  # warm-up outside the graph (lazy inits, cuBLAS workspaces, Triton compiles)
-                self._run_step(b)
-            torch.cuda.synchronize(self.device)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, stream=capture):  # own stream: torch's default one is per process
-                self.outputs[b] = self._run_step(b)
-            pool = graph.pool()
-            self.graphs[b] = graph
+            self.graphs[b], self.outputs[b] = cuda_graph.capture(lambda: self._run_step(b), self.device, pool, warmups=2)
+            pool = self.graphs[b].pool()
         log.info("captured decode CUDA graphs for batch sizes %s (up to %d tokens of context)",
                  self.batch_sizes, self.max_blocks * self.block_size)
 

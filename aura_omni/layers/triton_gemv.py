@@ -26,7 +26,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from aura_omni.layers import triton_ops
+from aura_omni.layers import cuda_graph, triton_ops
 from aura_omni.layers.device import on_device, on_first_tensor_device
 
 try:
@@ -167,15 +167,8 @@ def silu_mul_gemv(gate_up: torch.Tensor, weight: torch.Tensor, residual: torch.T
 def graph_time_ms(fn, device: torch.device, reps: int = 5) -> float:
     """Mean ms of one replay of `fn()` captured in a CUDA graph: what it costs inside the decode graphs,
     launch gaps included (timing eager calls would mostly time Python)."""
+    graph, _ = cuda_graph.capture(fn, device)
     with on_device(device):
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            fn()  # compiles and warms up outside the graph
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side):
-            fn()
         graph.replay()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()

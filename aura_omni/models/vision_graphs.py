@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from aura_omni.layers import cuda_graph
 from aura_omni.layers.device import on_device
 from aura_omni.models.qwen3_vl_vision import Qwen3VLVisionEncoder, VisionLayout
 
@@ -62,14 +63,7 @@ class VisionGraphs:
         layout = self.encoder.prepare(list(grids))
         pixels = torch.empty(pixel_values.shape, dtype=pixel_values.dtype, device=self.device)
         pixels.copy_(pixel_values)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            self.encoder.run(pixels, layout)  # warm-up outside the graph (kernel choices, workspaces)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, stream=side):  # own stream: torch's default is per process
-            outputs = self.encoder.run(pixels, layout)
+        graph, outputs = cuda_graph.capture(lambda: self.encoder.run(pixels, layout), self.device, self._pool)
         self._pool = graph.pool()
         entry = self._graphs[key] = _Graph(graph, pixels, layout, outputs)
         while len(self._graphs) > self.max_graphs:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from aura_omni.engine.sequence import Sequence
-from aura_omni.layers import triton_sampling
+from aura_omni.layers import cuda_graph, triton_sampling
 from aura_omni.layers.device import on_device
 from aura_omni.models.qwen3_tts import sampling as S
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
@@ -190,15 +190,7 @@ class FrameDecoder:
         self._in_index[0, :b].fill_(self.scratch)
         self._in_index[1, :b].fill_(0)
         args = (self._in_hidden[:b], self._in_index[0, :b], self._in_index[1, :b])
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):  # warm-up outside the graph (lazy inits, compiled kernels, cuBLAS workspaces)
-                self.frame(*args)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool, stream=side):  # torch's default capture stream is per process, not per device
-            out = self.frame(*args)
+        graph, out = cuda_graph.capture(lambda: self.frame(*args), self.device, self._pool, warmups=2)
         self._pool = graph.pool()
         self.graphs[b] = (graph, out)
         log.debug("talker frame graph captured for batch %d", b)
