@@ -14,6 +14,9 @@ Workload (issue 5): a turn with 2 video frames at 640x480 plus ~200 text tokens.
 - decode ms/token at batch 1 and 4 (the engine's decode steps, after prefill);
 - one-time costs (first cold turn, first prefix-cached turn: kernel compiles, allocator growth) are run
   on a warm-up conversation first and reported on their own (`aura_one_time`), not inside the TTFTs;
+- session encode split (`--encode-reps R`): the warm session turn's encode repeated R times with new frames each
+  time; medians of the frame preprocessing, the vision encoder call (device work on a GPU) and the rest (host work:
+  content hashes, cache lookups, tokenising, MRoPE positions, prompt tensors);
 - `--profile N`: torch.profiler tables (CPU ops, CUDA kernels) of the warm session turn with N history turns;
 - reference: transformers' Qwen3VLForConditionalGeneration.generate on the same config and inputs
   (prefill = generate 1 token; decode = (generate N - generate 1) / (N - 1)).
@@ -97,6 +100,7 @@ def main() -> None:
     ap.add_argument("--history-turns", type=int, nargs="*", default=[4, 8, 16],
                     help="earlier turns of each session-turn row (none: skip them)")
     ap.add_argument("--session-text-tokens", type=int, default=40, help="user text per session turn")
+    ap.add_argument("--encode-reps", type=int, default=20, help="repeats of each session row's encode split (0: skip)")
     ap.add_argument("--profile", type=int, default=None, metavar="TURNS",
                     help="print profiler tables of the warm session turn with this many history turns")
     ap.add_argument("--reference", action="store_true", help="also time transformers' Qwen3-VL generate")
@@ -108,10 +112,12 @@ def main() -> None:
     tok = load_tokenizer(None if fmt == "dummy" else args.model)
     pixels = np.random.RandomState(0)
 
-    def fresh_video():
+    def new_frames():
         """New frames each call: nothing about them is in any cache."""
-        frames = pixels.randint(0, 256, (args.frames, args.height, args.width, 3), dtype=np.uint8)
-        return preprocess_video(frames, video_fps=2.0)
+        return pixels.randint(0, 256, (args.frames, args.height, args.width, 3), dtype=np.uint8)
+
+    def fresh_video():
+        return preprocess_video(new_frames(), video_fps=2.0)
 
     video = fresh_video()
     text1, text2 = user_text(tok, args.text_tokens), "And now? " + user_text(tok, args.text_tokens)
@@ -162,6 +168,8 @@ def main() -> None:
                      first_cold_extra_ms=(first_cold - cold1) * 1000, first_cached_extra_ms=(first_cached - warm2) * 1000))
     for turns in args.history_turns:
         rows.append(session_turn(turns, args, tok, encode, ttft, fresh_video, profile=args.profile == turns))
+        if args.encode_reps:
+            rows.append(session_encode_split(turns, args, tok, stage, new_frames))
 
     _, ids, mm = turn("System prompt A.", False)
 
@@ -195,6 +203,53 @@ def session_turn(turns: int, args, tok, encode, ttft, fresh_video, profile: bool
                 warm_ms=warm * 1000, cold_ms=cold * 1000, speedup=cold / warm, warm_encode_ms=enc_w * 1000,
                 cold_encode_ms=enc_c * 1000, engine_warm_ms=(warm - enc_w) * 1000,
                 engine_cold_ms=(cold - enc_c) * 1000)
+
+
+class TimedVisionEncoder:
+    """Stands in for the model's vision encoder (CUDA graphs or eager) and adds up the seconds of its calls."""
+
+    def __init__(self, inner, device):
+        self.inner, self.device, self.seconds = inner, device, 0.0
+
+    def __call__(self, pixel_values, grids):
+        sync(self.device)
+        t = time.perf_counter()
+        out = self.inner(pixel_values, grids)
+        sync(self.device)
+        self.seconds += time.perf_counter() - t
+        return out
+
+
+def session_encode_split(turns: int, args, tok, stage, new_frames) -> dict:
+    """Medians over `--encode-reps` warm encodes of session turn N+1 (history in the vision cache, the turn's own
+    frames new each time): preprocessing, the vision encoder call, and the host rest of `encode_prompt`."""
+    said = user_text(tok, args.session_text_tokens)
+    history = [t for _ in range(turns) for t in (("user", said, ["video"]), ("assistant", "<|silent|>"))]
+    prompt = asr2aura("", vision_items=["video"], text_parts=[said], history=history, system_prompt=f"Split {turns}.")
+    videos = [preprocess_video(new_frames(), video_fps=2.0) for _ in range(turns)]
+    stage.encode_prompt(prompt, videos + [preprocess_video(new_frames(), video_fps=2.0)])  # history now cached
+    model = stage.model
+    inner = model.vision_graphs
+    model.vision_graphs = timed = TimedVisionEncoder(inner or model.visual, args.device)
+    pre, enc, vis = [], [], []
+    try:
+        for _ in range(args.encode_reps):
+            frames = new_frames()
+            t = time.perf_counter()
+            video = preprocess_video(frames, video_fps=2.0)
+            pre.append(time.perf_counter() - t)
+            timed.seconds = 0.0
+            sync(args.device)
+            t = time.perf_counter()
+            stage.encode_prompt(prompt, videos + [video])
+            sync(args.device)
+            enc.append(time.perf_counter() - t)
+            vis.append(timed.seconds)
+    finally:
+        model.vision_graphs = inner
+    ms = lambda xs: float(np.median(xs) * 1000)  # noqa: E731
+    return dict(bench="aura_session_encode_split", history_turns=turns, reps=args.encode_reps, preprocess_ms=ms(pre),
+                encode_ms=ms(enc), vision_encoder_ms=ms(vis), encode_host_ms=ms([e - v for e, v in zip(enc, vis)]))
 
 
 def profiled(fn, device):
