@@ -24,6 +24,10 @@ class EngineConfig:
     # (~1 ms per weight shape on the H200), so an unpadded prefill pays that on almost every request.
     # None = on for CUDA. The padding rows form a dummy sequence whose K/V go to the scratch page.
     pad_prefill_tokens: bool | None = None
+    # Non-decode steps of up to this many tokens replay a CUDA graph of the backbone (engine/prefill_graphs.py):
+    # short prompts and prefix-cached turns are host-bound when eager. None = 512 on CUDA (where the Triton paged
+    # prefill passes its check and not enforce_eager); 0 = off. Set on CPU, the same path runs eagerly (tests).
+    prefill_graph_tokens: int | None = None
 
     def __post_init__(self):
         checks = [
@@ -34,6 +38,7 @@ class EngineConfig:
             (0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization must be in (0, 1]"),
             (self.kv_cache_bytes is None or self.kv_cache_bytes > 0, "kv_cache_bytes must be > 0"),
             (self.num_kv_blocks is None or self.num_kv_blocks > 0, "num_kv_blocks must be > 0"),
+            (self.prefill_graph_tokens is None or self.prefill_graph_tokens >= 0, "prefill_graph_tokens must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:

@@ -8,7 +8,9 @@ Per step the host does plain-int work only: the step's integer inputs (slots, ta
 offsets, and for a decode of a plain LM the token ids and positions) are packed with numpy and cross
 to the device in one copy; the sampled ids come back in one copy. On CUDA the backbone's projections
 are fused at start-up (models/qwen3.py), and a decode step of a plain LM replays one CUDA graph that
-embeds, runs the backbone, the LM head and the greedy argmax.
+embeds, runs the backbone, the LM head and the greedy argmax. Other steps of up to
+`prefill_graph_tokens` tokens (prefix-cached turns, short prompts, chunks beside decodes) replay a graph
+of the backbone captured at their padded token count (engine/prefill_graphs.py); longer ones run eagerly.
 """
 
 import logging
@@ -25,6 +27,7 @@ from aura_omni.engine.cuda_graphs import DecodeGraphs
 from aura_omni.engine.kv_cache import allocate_kv_cache, free_kv_cache
 from aura_omni.engine.memory import KVPlan, plan_kv_cache
 from aura_omni.engine.model_api import CausalLMAdapter, ModelAdapter, Piece, StepInputs
+from aura_omni.engine.prefill_graphs import PrefillGraphs
 from aura_omni.engine.scheduler import ScheduledSeq, SchedulerOutput
 from aura_omni.layers import attention_backend
 from aura_omni.layers.attention import AttentionMetadata
@@ -65,6 +68,12 @@ def upload(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]
     return out
 
 
+def _deepstack_layers(adapter: ModelAdapter) -> int:
+    """Layers that take DeepStack features (a vision LM: AURA), 0 for the other models."""
+    visual = getattr(getattr(adapter, "model", None), "visual", None)
+    return len(visual.config.deepstack_visual_indexes) if visual is not None else 0
+
+
 class ModelRunner:
     def __init__(self, adapter: ModelAdapter, config: EngineConfig, name: str = "stage"):
         self.adapter = adapter
@@ -98,6 +107,27 @@ class ModelRunner:
             embeds = None if self.plain_lm else (self.backbone.config.hidden_size, self.dtype)
             self.graphs = DecodeGraphs(self._graph_step, config.cuda_graph_batch_sizes, -(-max_len // self.block_size),
                                        self.pad_block, self.block_size, self.device, embeds, self.mrope)
+        self.prefill_graphs = self._prefill_graphs(name)
+
+    def _prefill_graphs(self, name: str) -> PrefillGraphs | None:
+        """Graphs for steps of up to `prefill_graph_tokens` tokens: on CUDA where the Triton paged prefill passed its
+        check (None = 512); elsewhere only when set, run eagerly over the same static buffers (tests)."""
+        limit, cuda = self.config.prefill_graph_tokens, self.device.type == "cuda"
+        if cuda:
+            probe = torch.empty(1, dtype=self.dtype, device=self.device)
+            if self.config.enforce_eager or not attention_backend.triton_prefill_enabled(probe, self.backbone.config.head_dim):
+                return None
+            limit = 512 if limit is None else limit
+        if not limit:
+            return None
+        sizes = sorted({token_bucket(n) for n in range(1, limit + 1)})
+        try:
+            return PrefillGraphs(self.backbone, sizes, self.config.max_num_seqs,
+                                 -(-self.config.max_model_len // self.block_size), self.pad_block, self.block_size,
+                                 self.dtype, self.device, _deepstack_layers(self.adapter), capture=cuda)
+        except Exception as e:  # noqa: BLE001 - a failed capture costs speed, never the stage
+            log.warning("%s: prefill graphs unavailable (%s: %s); prefill steps run eagerly", name, type(e).__name__, e)
+            return None
 
     @property
     def num_blocks(self) -> int:
@@ -152,8 +182,8 @@ class ModelRunner:
         log.info("%s: planned %d GEMM shapes at %d padded token counts in %.2f s", name, len(weights), len(sizes),
                  time.perf_counter() - t)
 
-    def _metadata(self, sched: list[ScheduledSeq], decode: bool, pad: int = 0) -> tuple[AttentionMetadata, torch.Tensor]:
-        """The step's attention metadata and the flat rows that sample, built with numpy, uploaded in one copy.
+    def _step_arrays(self, sched: list[ScheduledSeq], pad: int = 0) -> dict[str, np.ndarray]:
+        """The step's integer inputs (numpy): starts, ends, qlens, tables, cu, slots and the flat rows that sample.
         `pad` > 0 appends a dummy sequence of that many tokens on the scratch page (token_bucket padding)."""
         bs = self.block_size
         tables_in = [s.seq.block_table for s in sched] + ([[self.pad_block] * -(-pad // bs)] if pad else [])
@@ -171,8 +201,16 @@ class ModelRunner:
         pos = np.arange(int(cu[-1])) - np.repeat(cu[:-1].astype(np.int64) - starts, qlens)
         slots = tables[rows, pos // bs].astype(np.int64) * bs + pos % bs
         samples = np.fromiter([s.samples for s in sched] + [False] * bool(pad), bool, n)
-        ends_idx = (cu[1:].astype(np.int64) - 1)[samples]
-        arrays = [cu, slots, tables, ends.astype(np.int32), ends_idx]
+        return {"starts": starts, "ends": ends, "qlens": qlens, "tables": tables, "cu": cu, "slots": slots,
+                "sample_rows": (cu[1:].astype(np.int64) - 1)[samples]}
+
+    def _metadata(self, sched: list[ScheduledSeq], decode: bool, pad: int = 0) -> tuple[AttentionMetadata, torch.Tensor]:
+        """The step's attention metadata and the flat rows that sample, uploaded in one copy."""
+        a = self._step_arrays(sched, pad)
+        starts, ends, qlens, tables, cu = a["starts"], a["ends"], a["qlens"], a["tables"], a["cu"]
+        n = len(starts)
+        bs = self.block_size
+        arrays = [cu, a["slots"], tables, ends.astype(np.int32), a["sample_rows"]]
         has_context = bool(starts.any())
         if has_context and not decode:  # every key of every sequence, for one flash call over the batch
             krows = np.repeat(np.arange(n), ends)
@@ -228,17 +266,26 @@ class ModelRunner:
                 token_ids = self.sampler(self.adapter.compute_logits(last, seqs), seqs)
         else:
             tokens = sum(s.end - s.start for s in sched)
-            pad = token_bucket(tokens) - tokens if self.pad_tokens and not decode else 0
-            meta, ends = self._metadata(sched, decode, pad)
+            graph = None
+            if self.prefill_graphs is not None:
+                graph = self.prefill_graphs.size_for(tokens, len(sched), max(len(s.seq.block_table) for s in sched))
+            pad = token_bucket(tokens) - tokens if self.pad_tokens and not decode and graph is None else 0
             if decode:
                 inputs: StepInputs = self.adapter.decode_inputs([s.seq for s in sched], self.device)
             else:
                 inputs = self.adapter.build_inputs([Piece(s.seq, s.start, s.end) for s in sched], self.device)
             embeds, positions = inputs.embeds.to(self.dtype), inputs.positions
-            if pad:
-                embeds = torch.cat([embeds, embeds.new_zeros(pad, embeds.shape[1])])
-                positions = torch.cat([positions, positions.new_zeros(*positions.shape[:-1], pad)], -1)
-            hidden = self.backbone(embeds, positions, meta, inputs.deepstack)
+            if graph is not None:
+                a = self._step_arrays(sched)
+                hidden = self.prefill_graphs.run(graph, a["slots"], a["cu"], a["ends"].astype(np.int32), a["tables"],
+                                                 embeds, positions, inputs.deepstack)
+                ends = torch.from_numpy(a["sample_rows"]).to(self.device)
+            else:
+                meta, ends = self._metadata(sched, decode, pad)
+                if pad:
+                    embeds = torch.cat([embeds, embeds.new_zeros(pad, embeds.shape[1])])
+                    positions = torch.cat([positions, positions.new_zeros(*positions.shape[:-1], pad)], -1)
+                hidden = self.backbone(embeds, positions, meta, inputs.deepstack)
             sampling = [s for s in sched if s.samples]
             if not sampling:
                 return [], [], None
@@ -249,5 +296,5 @@ class ModelRunner:
         return sampling, token_ids.tolist(), extras
 
     def shutdown(self) -> None:
-        self.graphs = None
+        self.graphs = self.prefill_graphs = None
         free_kv_cache(self.backbone.attention_layers())

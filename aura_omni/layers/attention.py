@@ -19,7 +19,9 @@ Backends (chosen once per process by `set_attention_backend`, see aura_omni/laye
   without `block_table` (torch 2.11), a cached step that is not pure decode (prefix-cached turns,
   chunked prefill, prefill next to decodes) gathers every sequence's keys with one index (`kv_slots`,
   built once per step by the engine) and makes one flash call for the whole batch;
-- on CUDA with Triton, pure decode reads the pages in place (layers/triton_ops.py `paged_decode`).
+- on CUDA with Triton, pure decode reads the pages in place (layers/triton_ops.py `paged_decode`);
+- a step described by device tensors alone (`query_tiles` set: graph-captured prefill) runs
+  layers/triton_prefill.py, or its torch reference off CUDA.
 """
 
 from dataclasses import dataclass
@@ -44,10 +46,14 @@ class AttentionMetadata:
     # sequence after sequence, and their offsets [B+1] int32 (engine-built; None elsewhere)
     kv_slots: torch.Tensor | None = None
     cu_seqlens_k: torch.Tensor | None = None
+    # set for a step described by the device tensors alone (a graph-captured prefill, engine/prefill_graphs.py):
+    # its (sequence, tile) list for layers/triton_prefill.py; the host lists above then describe nothing
+    query_tiles: torch.Tensor | None = None
 
     def __post_init__(self):  # host facts asked by every layer: computed once per step
-        self._decode = all(q == 1 for q in self.query_lens)
-        self._has_context = any(self.context_lens)
+        static = self.query_tiles is not None
+        self._decode = not static and all(q == 1 for q in self.query_lens)
+        self._has_context = static or any(self.context_lens)
 
     @property
     def is_decode(self) -> bool:
@@ -94,6 +100,8 @@ class Attention(nn.Module):
                 kc.index_copy_(0, meta.slot_mapping, k.to(kc.dtype))
                 vc.index_copy_(0, meta.slot_mapping, v.to(vc.dtype))
             if meta.seq_lens is not None:
+                if meta.query_tiles is not None:
+                    return backend.paged_prefill(q, self.k_cache, self.v_cache, meta, self.scale).reshape(n, -1)
                 if backend.paged_varlen_enabled(q):
                     return backend.paged_varlen(q, self.k_cache, self.v_cache, meta, self.scale).reshape(n, -1)
                 if meta.is_decode:

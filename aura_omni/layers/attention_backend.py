@@ -11,6 +11,8 @@ Kernels (each checked the same way):
 - `varlen_cached`: flash over a cached step's gathered keys (query shorter than keys, causal from the end);
 - `paged_varlen`: flash straight from the pages (`block_table`, torch >= 2.13);
 - `triton_decode`, `fused_layers`: layers/triton_ops.py (paged decode in place; fused norm/RoPE/SiLU layers);
+- `triton_prefill`: layers/triton_prefill.py, any cached step from the pages with no host sync: the attention of
+  graph-captured prefill steps (engine/prefill_graphs.py);
 - `gemv`: layers/triton_gemv.py (projections of at most 16 rows with their norm / SiLU*mul / residual fused),
   on top of `fused_layers`; a model then uses them for one-row steps if they time faster (models/qwen3.py);
   `AURA_OMNI_GEMV=0` leaves them off (A/B benchmarks).
@@ -36,11 +38,11 @@ except ImportError:  # pragma: no cover - older torch
     _varlen_attn, _VARLEN_ARGS = None, set()
 
 from aura_omni.layers.device import on_device
-from aura_omni.layers import triton_gemv, triton_ops
+from aura_omni.layers import triton_gemv, triton_ops, triton_prefill
 
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_layers", "gemv")
+_KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_layers", "gemv", "triton_prefill")
 GEMV_ENV = "AURA_OMNI_GEMV"  # "0": keep cuBLAS + separate norm/SiLU kernels at small M (A/B benchmarks)
 _enabled = dict.fromkeys(_KERNELS, False)
 _enabled_dtypes: set[torch.dtype] = set()  # dtypes the Triton kernels were checked in
@@ -58,6 +60,7 @@ def available() -> dict[str, bool]:
         "triton_decode": triton_ops.AVAILABLE and torch.cuda.is_available(),
         "fused_layers": triton_ops.AVAILABLE and torch.cuda.is_available(),
         "gemv": triton_gemv.AVAILABLE and torch.cuda.is_available(),
+        "triton_prefill": triton_prefill.AVAILABLE and torch.cuda.is_available(),
     }
 
 
@@ -85,6 +88,10 @@ def fused_layers_enabled(x: torch.Tensor) -> bool:
     return _enabled["fused_layers"] and x.is_cuda and x.dtype in _enabled_dtypes
 
 
+def triton_prefill_enabled(x: torch.Tensor, head_dim: int) -> bool:
+    return _enabled["triton_prefill"] and x.is_cuda and x.dtype in _enabled_dtypes and triton_prefill.supports(head_dim)
+
+
 def gemv_enabled(x: torch.Tensor) -> bool:
     return _enabled["gemv"] and x.is_cuda and x.dtype in _enabled_dtypes
 
@@ -95,6 +102,15 @@ def _gemv_wanted() -> bool:
 
 def triton_paged_decode(q, k_cache, v_cache, meta, scale: float) -> torch.Tensor:
     return triton_ops.paged_decode(q, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale)
+
+
+def paged_prefill(q, k_cache, v_cache, meta, scale: float) -> torch.Tensor:
+    """A step described by device tensors only (`meta.query_tiles` set): Triton where checked, else the torch
+    reference (host syncs, so no graph; CPU runs of the graph path)."""
+    args = (q, k_cache, v_cache, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, scale)
+    if triton_prefill_enabled(q, q.shape[-1]):
+        return triton_prefill.paged_prefill(*args, meta.query_tiles)
+    return triton_prefill.ref_paged_prefill(*args)
 
 
 def varlen_cached(q, keys, values, meta, scale: float) -> torch.Tensor:
@@ -183,6 +199,9 @@ def _select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool)
             _enabled["triton_decode"] = errors["paged_decode"] <= tol
             _enabled["fused_layers"] = all(v <= tol for k, v in errors.items() if k != "paged_decode")
             _enabled_dtypes.add(dtype)
+            if offer["triton_prefill"]:
+                errors["paged_prefill"] = triton_prefill.self_check(device, dtype)
+                _enabled["triton_prefill"] = errors["paged_prefill"] <= tol
             log.info("triton kernels vs reference (%s): %s", dtype, {k: f"{v:.1e}" for k, v in errors.items()})
         except Exception as e:  # noqa: BLE001
             log.warning("triton kernels unusable here (%s: %s); using torch", type(e).__name__, e)

@@ -40,6 +40,34 @@ def test_engine_greedy_tokens_match_cpu(enforce_eager):
     assert outs["cuda"] == outs["cpu"]
 
 
+def test_prefill_graphs_replay_prefix_cached_turns_like_eager_steps():
+    """Prompts, prefix-cached continuations and chunks beside decodes through the captured prefill graphs (Triton
+    paged prefill) give the eager steps' tokens."""
+    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.llm_engine import LLMEngine
+    from aura_omni.engine.sampling_params import SamplingParams
+    from tests.unit.engine_tiny_lm import prompts, tiny_lm
+
+    system, turns = prompts([70])[0], prompts([5, 30, 90, 2], seed=4)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    outs, graph_steps = {}, []
+    for tokens in (0, 128):
+        model = tiny_lm().to("cuda")
+        engine = LLMEngine(model, EngineConfig(max_model_len=512, max_num_seqs=8, max_num_batched_tokens=64,
+                                               enable_prefix_caching=True, prefill_graph_tokens=tokens,
+                                               kv_cache_bytes=64 << 20, gpu_memory_utilization=0.05))
+        if tokens:
+            graphs = engine.runner.prefill_graphs
+            assert graphs is not None and graphs.graphs, "prefill graphs were not captured"
+            run = graphs.run
+            graphs.run = lambda t, *a: graph_steps.append(t) or run(t, *a)
+        first = engine.generate([system + t for t in turns[:2]], params)
+        outs[tokens] = first + engine.generate([system + t for t in turns[2:]], params)  # system prompt cached
+        assert engine.stats()["prefix_cache_hit_rate"] > 0
+    assert outs[128] == outs[0]
+    assert graph_steps
+
+
 def test_aura_greedy_tokens_match_cpu(tiny):
     from aura_omni.engine.config import EngineConfig
     from aura_omni.engine.llm_engine import LLMEngine

@@ -1,0 +1,175 @@
+"""Paged prefill attention in Triton: any cached step (prefix-cached prompts, chunks, decodes among them) read
+straight from the KV pages, with no host sync, so a CUDA graph can capture a whole prefill step.
+
+Sequence b's new queries are rows cu_seqlens_q[b]..cu_seqlens_q[b+1] of q; they sit at the end of its
+seq_lens[b] keys (already written to the pages) and attend causally. One program takes one tile, BLOCK_M query
+tokens of one sequence, times the query heads of one KV head (GQA groups share each K/V load), and runs the
+online softmax over BLOCK_N keys at a time up to its last query's position. The tiles come as a device list of
+(sequence, tile) pairs (`query_tiles`) whose length only bounds the step, so a graph captured at a padded token
+count replays any step that fits: entries past the step's tiles hold -1 and exit, and rows past
+cu_seqlens_q[-1] (padding) are not written.
+`ref_paged_prefill` is the torch reference (and the path off CUDA); `self_check` compares the two on a device.
+"""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from aura_omni.layers.device import on_first_tensor_device
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU machines and CI: the torch reference runs instead
+    triton = tl = None
+
+AVAILABLE = triton is not None
+_ROWS = 128  # query rows (tokens x heads of a group) per program
+_BLOCK_N = 64  # keys per inner iteration
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+if AVAILABLE:
+
+    @triton.jit
+    def _paged_prefill_kernel(q_ptr, kc_ptr, vc_ptr, out_ptr, cu_ptr, sl_ptr, bt_ptr, tiles_ptr, scale,
+                              stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_ot, stride_oh,
+                              stride_btb, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+                              D: tl.constexpr, BS: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr):
+        kvh = tl.program_id(1)
+        b = tl.load(tiles_ptr + 2 * tl.program_id(0)).to(tl.int64)
+        tile = tl.load(tiles_ptr + 2 * tl.program_id(0) + 1)
+        if b >= 0:
+            q_start = tl.load(cu_ptr + b).to(tl.int32)
+            q_len = tl.load(cu_ptr + b + 1).to(tl.int32) - q_start
+            seq_len = tl.load(sl_ptr + b).to(tl.int32)
+            context = seq_len - q_len
+            r = tl.arange(0, BLOCK_M * GROUP_PAD)
+            tok = tile * BLOCK_M + r // GROUP_PAD  # query token within the sequence
+            head = kvh * GROUP + r % GROUP_PAD
+            valid = (tok < q_len) & (r % GROUP_PAD < GROUP)
+            # a padded row attends like the sequence's last token, so its softmax stays finite; it is not stored
+            qpos = context + tl.minimum(tok, q_len - 1)
+            d = tl.arange(0, D)
+            rows = (q_start + tok).to(tl.int64)
+            q = tl.load(q_ptr + rows[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+                        mask=valid[:, None], other=0.0)
+            m_i = tl.full([BLOCK_M * GROUP_PAD], float("-inf"), tl.float32)
+            l_i = tl.zeros([BLOCK_M * GROUP_PAD], tl.float32)
+            acc = tl.zeros([BLOCK_M * GROUP_PAD, D], tl.float32)
+            end = tl.minimum(seq_len, context + (tile + 1) * BLOCK_M)  # the tile's last query sees keys < end
+            n0 = 0 * seq_len
+            while n0 < end:  # a while loop: dynamic bounds also run under TRITON_INTERPRET
+                t = n0 + tl.arange(0, BLOCK_N)
+                tmask = t < end
+                page = tl.load(bt_ptr + b * stride_btb + t // BS, mask=tmask, other=0).to(tl.int64)
+                at = page[:, None] * stride_kb + (t % BS)[:, None] * stride_kt + kvh * stride_kh + d[None, :]
+                k = tl.load(kc_ptr + at, mask=tmask[:, None], other=0.0).to(q.dtype)
+                if IEEE:
+                    s = tl.dot(q, tl.trans(k), input_precision="ieee")
+                else:
+                    s = tl.dot(q, tl.trans(k))
+                s = tl.where(tmask[None, :] & (t[None, :] <= qpos[:, None]), s * scale, float("-inf"))
+                m_new = tl.maximum(m_i, tl.max(s, 1))
+                alpha = tl.exp(m_i - m_new)
+                p = tl.exp(s - m_new[:, None])
+                l_i = l_i * alpha + tl.sum(p, 1)
+                v = tl.load(vc_ptr + at, mask=tmask[:, None], other=0.0).to(q.dtype)
+                if IEEE:
+                    pv = tl.dot(p.to(q.dtype), v, input_precision="ieee")
+                else:
+                    pv = tl.dot(p.to(q.dtype), v)
+                acc = acc * alpha[:, None] + pv
+                m_i = m_new
+                n0 += BLOCK_N
+            out = acc / l_i[:, None]
+            tl.store(out_ptr + rows[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
+                     out.to(out_ptr.dtype.element_ty), mask=valid[:, None])
+
+
+def block_m(num_heads: int, num_kv_heads: int) -> int:
+    """Query tokens per tile for this head layout (a tile holds _ROWS rows of tokens x padded GQA group)."""
+    return max(1, _ROWS // _pow2(num_heads // num_kv_heads))
+
+
+def query_tiles(query_lens: np.ndarray, tile_tokens: int, size: int) -> np.ndarray:
+    """[size, 2] int32 (sequence, tile) of every tile of `tile_tokens` queries, then (-1, 0) rows."""
+    per_seq = -(-query_lens // tile_tokens)
+    seqs = np.repeat(np.arange(len(query_lens)), per_seq)
+    out = np.full((size, 2), -1, dtype=np.int32)
+    out[:, 1] = 0
+    out[:len(seqs), 0] = seqs
+    out[:len(seqs), 1] = np.arange(len(seqs)) - np.repeat(np.cumsum(per_seq) - per_seq, per_seq)
+    return out
+
+
+def max_tiles(tokens: int, seqs: int, tile_tokens: int) -> int:
+    """Most tiles a step of `tokens` queries over `seqs` sequences can have."""
+    return tokens // tile_tokens + seqs
+
+
+@on_first_tensor_device
+def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                  seq_lens: torch.Tensor, block_tables: torch.Tensor, scale: float, tiles: torch.Tensor) -> torch.Tensor:
+    """q [N, Hq, D]; caches [blocks, bs, Hkv, D]; cu_seqlens_q [B+1], seq_lens [B], block_tables [B, W] and the
+    `query_tiles` of block_m(Hq, Hkv) tokens [T, 2], int32 on the device -> [N, Hq, D]."""
+    n, hq, d = q.shape
+    _, bs, hkv, _ = k_cache.shape
+    group = hq // hkv
+    out = torch.empty_like(q)
+    _paged_prefill_kernel[(tiles.shape[0], hkv)](
+        q, k_cache, v_cache, out, cu_seqlens_q, seq_lens, block_tables, tiles, scale,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0),
+        out.stride(1), block_tables.stride(0), GROUP=group, GROUP_PAD=_pow2(group), BLOCK_M=block_m(hq, hkv), D=d, BS=bs,
+        BLOCK_N=_BLOCK_N, IEEE=q.dtype == torch.float32, num_warps=8)
+    return out
+
+
+def supports(head_dim: int) -> bool:
+    """Power-of-two head_dim >= 16 (tl.arange / tl.dot)."""
+    return AVAILABLE and head_dim >= 16 and head_dim & (head_dim - 1) == 0
+
+
+def ref_paged_prefill(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale) -> torch.Tensor:
+    """The same semantics in torch, one sequence at a time (host syncs: CPU and checks only). Rows outside every
+    sequence come back as zeros."""
+    out = torch.zeros_like(q)
+    bs, hkv, d = k_cache.shape[1:]
+    cu, lens = cu_seqlens_q.tolist(), seq_lens.tolist()
+    for i, n in enumerate(lens):
+        s, e = cu[i], cu[i + 1]
+        if e == s:
+            continue
+        blocks = block_tables[i, :-(-n // bs)].long()
+        keys = k_cache[blocks].reshape(-1, hkv, d)[:n].transpose(0, 1)[None].to(q.dtype)
+        vals = v_cache[blocks].reshape(-1, hkv, d)[:n].transpose(0, 1)[None].to(q.dtype)
+        qpos = torch.arange(n - (e - s), n, device=q.device)
+        mask = torch.arange(n, device=q.device)[None, :] <= qpos[:, None]
+        o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1)[None], keys, vals, attn_mask=mask, scale=scale,
+                                           enable_gqa=True)
+        out[s:e] = o[0].transpose(0, 1)
+    return out
+
+
+def self_check(device: torch.device, dtype: torch.dtype, head_dim: int = 64, hq: int = 8, hkv: int = 2) -> float:
+    """Max |kernel - reference| relative to the reference's scale, over a ragged batch: a prefix-cached prompt
+    longer than one tile, a cold one, a decode row, a padded (empty) sequence and padding rows at the end."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    rnd = lambda *s: torch.randn(*s, generator=gen).to(device, dtype)
+    bs, blocks = 16, 40
+    kc, vc = rnd(blocks, bs, hkv, head_dim), rnd(blocks, bs, hkv, head_dim)
+    tables = torch.randperm(blocks, generator=gen)[:4 * 10].view(4, 10).to(device=device, dtype=torch.int32)
+    qlens, contexts = [37, 20, 1, 0], [100, 0, 129, 0]
+    cu = torch.tensor([0, 37, 57, 58, 58], dtype=torch.int32, device=device)
+    seq_lens = torch.tensor([c + n for c, n in zip(contexts, qlens)], dtype=torch.int32, device=device)
+    q = rnd(64, hq, head_dim)
+    tile = block_m(hq, hkv)
+    tiles = torch.from_numpy(query_tiles(np.array(qlens), tile, max_tiles(64, 4, tile))).to(device)
+    got = paged_prefill(q, kc, vc, cu, seq_lens, tables, head_dim ** -0.5, tiles)[:58].float()
+    want = ref_paged_prefill(q.float(), kc.float(), vc.float(), cu, seq_lens, tables, head_dim ** -0.5)[:58]
+    if not torch.isfinite(got).all():
+        return float("inf")
+    return float((got - want).abs().max() / want.abs().max().clamp_min(1e-6))

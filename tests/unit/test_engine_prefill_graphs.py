@@ -1,0 +1,90 @@
+"""Steps through the prefill graphs' static buffers (engine/prefill_graphs.py) give the eager engine's tokens.
+
+On CPU `prefill_graph_tokens` runs the graph path eagerly over the same buffers (padding rows, absent sequences,
+dense DeepStack, the paged prefill attention's torch reference): everything but the capture, which the GPU
+tests check. The Triton kernel itself is compared with its reference where Triton can run.
+"""
+
+import os
+
+import pytest
+import torch
+from engine_tiny_lm import prompts, tiny_lm
+from test_engine_aura import aura, image, image_prompt, run_all  # noqa: F401 - the module fixture
+
+from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.llm_engine import LLMEngine
+from aura_omni.engine.prompts import vl_request
+from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.engine.sequence import MultimodalPrompt
+from aura_omni.layers import triton_prefill
+
+GREEDY = SamplingParams(temperature=0, max_tokens=6)
+
+
+def count_graph_steps(eng: LLMEngine) -> list[int]:
+    graphs, sizes = eng.runner.prefill_graphs, []
+    run = graphs.run
+    graphs.run = lambda t, *a: sizes.append(t) or run(t, *a)
+    return sizes
+
+
+@pytest.mark.parametrize("chunk", [64, 20])  # whole prompts, or chunks cut mid-prompt (chunks with context)
+def test_graph_steps_equal_eager_with_prefix_hits_chunks_decodes_and_embedding_prompts(chunk):
+    model = tiny_lm()
+    system = prompts([13])[0]
+    ps = prompts([5, 19, 2, 9], seed=3)
+    with torch.no_grad():
+        embeds = model.embed_tokens(torch.tensor(ps[1]))
+    waves = [
+        [("a", system + ps[0], None), ("b", ps[1], None), ("c", ps[2], None)],
+        [("d", system + ps[3], None), ("e", [], MultimodalPrompt(embeds=embeds))],  # d hits a's cached blocks
+    ]
+    results = []
+    for tokens in (0, 24):  # 24: steps of <= 24 tokens take graph sizes 1..16 and 32 (padding rows); larger ones eager
+        eng = LLMEngine(model, EngineConfig(max_model_len=96, block_size=4, num_kv_blocks=96, max_num_seqs=4,
+                                            max_num_batched_tokens=chunk, enable_prefix_caching=True,
+                                            prefill_graph_tokens=tokens))
+        sizes = count_graph_steps(eng) if tokens else []
+        got = []
+        for wave in waves:
+            out = {rid: [] for rid, _, _ in wave}
+            for rid, ids, mm in wave:
+                eng.add_request(rid, ids, GREEDY, mm=mm)
+            while eng.has_unfinished():
+                for o in eng.step():
+                    out[o.request_id] += o.new_token_ids
+            got.append(out)
+        results.append(got)
+        assert eng.stats()["prefix_cache_hit_rate"] > 0
+    assert results[0] == results[1]
+    assert 32 in sizes and any(s < 16 for s in sizes), sizes  # padded and exact graph sizes both ran
+    assert all(len(toks) == GREEDY.max_tokens for wave in results[1] for toks in wave.values())
+
+
+def test_graph_steps_carry_deepstack_and_mrope_of_image_prompts(aura):  # noqa: F811
+    img_a, img_b = image(64, 96, 40), image(64, 64, 120)
+    prompts_ = {"img-a": image_prompt(aura, img_a, [3838, 374, 419, 30]), "img-b": image_prompt(aura, img_b, [74785, 13]),
+                "text": aura.build_prompt([151644, 872, 198, 9707, 1879, 151645, 198])}
+    media = {"img-a": [img_a], "img-b": [img_b], "text": None}
+    results = []
+    for tokens in (0, 64):
+        eng = LLMEngine(aura, EngineConfig(max_model_len=128, block_size=4, num_kv_blocks=96, max_num_batched_tokens=48,
+                                           enable_prefix_caching=True, prefill_graph_tokens=tokens))
+        sizes = count_graph_steps(eng) if tokens else []
+        got = run_all(eng, {rid: vl_request(p, media[rid]) for rid, p in prompts_.items()})
+        got.update(run_all(eng, {"text-after": vl_request(prompts_["text"], None)}))  # stale DeepStack rows cleared
+        got.update(run_all(eng, {"img-a2": vl_request(prompts_["img-a"], [img_a])}))  # prefix-cached image prompt
+        results.append(got)
+    assert results[0] == results[1]
+    assert eng.runner.prefill_graphs.deepstack.shape[0] == 3 and sizes
+
+
+@pytest.mark.skipif(not triton_prefill.AVAILABLE or (not torch.cuda.is_available()
+                                                     and os.environ.get("TRITON_INTERPRET") != "1"),
+                    reason="needs Triton with CUDA or TRITON_INTERPRET=1")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_paged_prefill_matches_reference(dtype):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert triton_prefill.self_check(device, dtype, head_dim=32, hq=6, hkv=2) < (1e-5 if dtype == torch.float32 else 2e-3)
+    assert triton_prefill.self_check(device, dtype, head_dim=64, hq=8, hkv=8) < (1e-5 if dtype == torch.float32 else 2e-3)
