@@ -6,51 +6,35 @@ different ones); an item's hash is attached at the offset of its first placehold
 hash: each clip is new audio, so `AsrService.engine_prompts` builds them directly.)
 """
 
-import hashlib
-
+import numpy as np
 import torch
 
 from aura_omni.engine.sequence import MultimodalPrompt
-
-
-def content_hash(*tensors: torch.Tensor) -> str:
-    """Digest of the exact values (dtype and shape included) of the tensors that define one media item."""
-    h = hashlib.sha256()
-    for t in tensors:
-        t = t.detach().contiguous().cpu()
-        h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-        if t.numel():
-            h.update(t.view(torch.uint8).numpy())  # the buffer itself: no copy of megabytes of pixels
-    return h.hexdigest()
+from aura_omni.media.vision_preprocess import content_hash
 
 
 def vision_key(item) -> str:
-    """content_hash of an image/video's preprocessed pixels and grid, computed once per item (the prefix cache
-    and the vision-embedding cache both key on it)."""
+    """An image/video's content key (the prefix cache and the vision-embedding cache both key on it): set by
+    preprocessing (`pixels_key`), else the content_hash of its pixels and grid, computed once per item."""
     if item.content_key is None:
         item.content_key = content_hash(item.pixel_values, torch.tensor(item.grid_thw))
     return item.content_key
 
 
-def placeholder_runs(token_ids: list[int], placeholder_ids: set[int], sizes: list[int]) -> list[int]:
+def placeholder_runs(token_ids, placeholder_ids: set[int], sizes: list[int]) -> list[int]:
     """Offset of the first placeholder of each media item, item k owning the next `sizes[k]` placeholder tokens.
 
     Placeholders are counted, not spanned: a video's temporal groups are separated by timestamp and
     vision start/end tokens, so its placeholders are not one contiguous run.
     """
-    starts, left = [], 0
-    for i, t in enumerate(token_ids):
-        if t not in placeholder_ids:
-            continue
-        if left == 0:
-            if len(starts) == len(sizes):
-                raise ValueError(f"prompt has more placeholder tokens than its {len(sizes)} media items need")
-            starts.append(i)
-            left = sizes[len(starts) - 1]
-        left -= 1
-    if len(starts) != len(sizes) or left:
-        raise ValueError(f"prompt has placeholders for {len(starts)} media items, {len(sizes)} given")
-    return starts
+    where = np.flatnonzero(np.isin(np.asarray(token_ids, dtype=np.int64), list(placeholder_ids)))
+    firsts = np.cumsum([0, *sizes], dtype=np.int64)[:-1]  # each item's first placeholder, counted among all
+    if len(where) > sum(sizes):
+        raise ValueError(f"prompt has more placeholder tokens than its {len(sizes)} media items need")
+    if len(where) < sum(sizes):
+        started = int((firsts < len(where)).sum())
+        raise ValueError(f"prompt has placeholders for {started} media items, {len(sizes)} given")
+    return where[firsts].tolist()
 
 
 def vl_request(prompt, vision_inputs: list | None = None, image_token_id: int = 151655,

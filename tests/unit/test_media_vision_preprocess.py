@@ -1,5 +1,7 @@
 """Qwen3-VL preprocessing pieces: smart_resize budgets, patch order, frame sampling, timestamps, limits."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -74,3 +76,17 @@ def test_config_reads_real_preprocessor_files():
     cfg = VisionPreprocessConfig.from_hf({"size": {"shortest_edge": 4096, "longest_edge": 25165824}, "fps": 2,
                                           "min_frames": 4, "max_frames": 768}, video=True)
     assert (cfg.min_pixels, cfg.max_pixels, cfg.fps, cfg.max_frames) == (4096, 25165824, 2.0, 768)
+
+
+def test_content_key_changes_with_any_pixel_and_with_the_normalisation():
+    frames = np.random.RandomState(0).randint(0, 256, (2, 50, 70, 3), dtype=np.uint8)  # resized to 64x64
+    video = preprocess_video(frames, video_fps=2.0)
+    again = preprocess_video(frames.copy(), video_fps=2.0)
+    assert video.content_key == again.content_key and torch.equal(video.pixel_values, again.pixel_values)
+    changed = frames.copy()
+    changed[1, 20, 30, 2] ^= 1
+    assert preprocess_video(changed, video_fps=2.0).content_key != video.content_key
+    other = dataclasses.replace(VisionPreprocessConfig.video_default(), mean=(0.4, 0.5, 0.5))
+    assert preprocess_video(frames, video_fps=2.0, cfg=other).content_key != video.content_key
+    image = preprocess_image(frames[0])
+    assert image.content_key == preprocess_image(frames[0].copy()).content_key != video.content_key
