@@ -17,49 +17,15 @@ from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.prompts import vl_request
 from aura_omni.media.vision_preprocess import VisionInput
 from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
-from aura_omni.models.qwen3_vl_prompt import pad_runs, render_vision
 from aura_omni.models.tokenizer import load_tokenizer
 from aura_omni.models.vision_graphs import VisionGraphs
 from aura_omni.pipeline.constants import AURA_STOP_TOKEN_IDS
-from aura_omni.pipeline.processors import VISION_PLACEHOLDER
+from aura_omni.pipeline.prompt_tokens import ChatMLTokens, prompt_token_ids
 from aura_omni.pipeline.stage_api import AuraDelta
 from aura_omni.pipeline.stage_engine import engine_config, sampling_params
 from aura_omni.pipeline.vision_cache import VisionEmbeddingCache
 
 log = logging.getLogger(__name__)
-
-
-def expand_vision_placeholders(prompt: str, vision: list[VisionInput], compact: bool = False) -> str:
-    """Replace each compact `<|vision_start|><|x_pad|><|vision_end|>` (asr2aura) by the item's tokens
-    (`compact`: one pad per group, for `prompt_token_ids`)."""
-    out, rest = [], prompt
-    for item in vision:
-        marker = VISION_PLACEHOLDER[item.kind]
-        head, found, rest = rest.partition(marker)
-        if not found:
-            raise ValueError(f"prompt has fewer {item.kind} placeholders than {item.kind} inputs")
-        out += [head, render_vision(item, compact)]
-    return "".join(out) + rest
-
-
-def prompt_token_ids(tokenizer, prompt: str, vision: list[VisionInput], pad_ids: tuple[int, int]) -> list[int]:
-    """Token ids of the prompt with every vision item expanded. The text is tokenised with one pad per group and
-    the pads are expanded in the id list: pads are special tokens, so the text around them tokenises the same,
-    and a long session does not re-tokenise thousands of pads every turn. pad_ids: (image pad, video pad)."""
-    ids = tokenizer.encode(expand_vision_placeholders(prompt, vision, compact=True), add_special_tokens=False)
-    runs = iter(pad_runs(vision))
-    out: list[int] = []
-    for t in ids:
-        if t in pad_ids:
-            n = next(runs, None)
-            if n is None:
-                raise ValueError("prompt has more vision placeholder tokens than its vision inputs")
-            out += [t] * n
-        else:
-            out.append(t)
-    if next(runs, None) is not None:
-        raise ValueError("prompt has fewer vision placeholder tokens than its vision inputs")
-    return out
 
 
 def stop_prefix_len(text: str, stops: list[str]) -> int:
@@ -73,6 +39,7 @@ class AuraPipelineStage:
         if model.device.type == "cuda" and not stage.enforce_eager:
             model.vision_graphs = VisionGraphs(model.visual)
         self.vision_cache = VisionEmbeddingCache(model.encode_vision)
+        self.prompt_tokens = ChatMLTokens(tokenizer)
 
     @classmethod
     def load(cls, stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> "AuraPipelineStage":
@@ -87,7 +54,7 @@ class AuraPipelineStage:
     def encode_prompt(self, prompt: str, vision: list[VisionInput]):
         """Token ids + engine prompt (embeddings, MRoPE positions, DeepStack). Runs the vision encoder."""
         cfg = self.model.config
-        ids = prompt_token_ids(self.tokenizer, prompt, vision, (cfg.image_token_id, cfg.video_token_id))
+        ids = prompt_token_ids(self.prompt_tokens, prompt, vision, (cfg.image_token_id, cfg.video_token_id))
         with torch.inference_mode():
             encoded = self.vision_cache(vision) if vision else None
             return vl_request(self.model.build_prompt(ids, vision, encoded), vision)

@@ -46,7 +46,7 @@ def test_prompt_ids_expand_pads_like_tokenising_the_expanded_prompt(stage):
     import numpy as np
 
     from aura_omni.media.vision_preprocess import preprocess_image, preprocess_video
-    from aura_omni.pipeline.aura_stage import expand_vision_placeholders, prompt_token_ids
+    from aura_omni.pipeline.prompt_tokens import expand_vision_placeholders, prompt_token_ids
 
     rng = np.random.RandomState(0)
     video = preprocess_video(rng.randint(0, 256, (4, 64, 96, 3), dtype=np.uint8), video_fps=2.0)
@@ -56,9 +56,9 @@ def test_prompt_ids_expand_pads_like_tokenising_the_expanded_prompt(stage):
                       history=[("user", "a <b ", ["video"]), ("assistant", "<|silent|>")], system_prompt="S <")
     pads = (151655, 151656)
     want = stage.tokenizer.encode(expand_vision_placeholders(prompt, vision), add_special_tokens=False)
-    assert prompt_token_ids(stage.tokenizer, prompt, vision, pads) == want
+    assert prompt_token_ids(stage.prompt_tokens, prompt, vision, pads) == want
     assert sum(t in pads for t in want) == 2 * video.num_tokens + image.num_tokens
     with pytest.raises(ValueError, match="fewer"):
-        prompt_token_ids(stage.tokenizer, prompt, vision + [image], pads)
+        prompt_token_ids(stage.prompt_tokens, prompt, vision + [image], pads)
     with pytest.raises(ValueError, match="more vision placeholder"):
-        prompt_token_ids(stage.tokenizer, prompt + "<|image_pad|>", vision, pads)
+        prompt_token_ids(stage.prompt_tokens, prompt + "<|image_pad|>", vision, pads)
