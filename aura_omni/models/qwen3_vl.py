@@ -101,13 +101,14 @@ def concat_prompts(prompts: list[VLPrompt]) -> tuple[torch.Tensor, torch.Tensor,
     return embeds, positions, DeepStack(flat_pos, feats)
 
 
-def mrope_positions(token_ids: list[int], vision_inputs: list[VisionInput], image_token_id: int = 151655,
+def mrope_positions(token_ids, vision_inputs: list[VisionInput], image_token_id: int = 151655,
                     video_token_id: int = 151656) -> tuple[torch.Tensor, int]:
     """[3, L] (t, h, w) positions and the decode rope delta, by Qwen3-VL's get_rope_index rules.
 
     Text advances all three by 1. A vision group (an image, or one temporal group of a video) starting at
     s puts token (row, col) of its merged grid at (s, s + row, s + col); the next token starts at
     s + max(rows, cols). Videos are one group per temporal pair; their time lives in the text timestamps.
+    Computed for all tokens at once in numpy: a long session's prompt is recomputed every turn.
     """
     groups = []  # (pad token id, rows, cols) in prompt order
     for vi in vision_inputs:
@@ -120,32 +121,33 @@ def mrope_positions(token_ids: list[int], vision_inputs: list[VisionInput], imag
         else:
             groups.extend([(video_token_id, rows, cols)] * t)
     ids = np.asarray(token_ids, dtype=np.int64)
-    kind = np.where((ids == image_token_id) | (ids == video_token_id), ids, -1)  # -1: text
-    bounds = np.concatenate([[0], np.flatnonzero(kind[1:] != kind[:-1]) + 1, [len(ids)]]) if len(ids) else [0]
-    pos = np.empty((3, len(ids)), dtype=np.int64)
-    cur, g = 0, 0
-    for i, end in zip(bounds[:-1], bounds[1:]):  # runs of text, or of one kind of pad (numpy per run, not token)
-        i, n, tok = int(i), int(end - i), int(kind[i])
-        if tok < 0:
-            pos[:, i:i + n] = np.arange(cur, cur + n)
-            cur += n
-            continue
-        while n > 0:  # a run of pads may hold several groups if nothing separates them
-            if g >= len(groups):
-                raise ValueError("the prompt has more vision placeholder tokens than the vision inputs provide")
-            pad, rows, cols = groups[g]
-            if pad != tok or rows * cols > n:
-                raise ValueError(f"vision placeholder run at token {i} does not match vision input {g} "
-                                 f"({'image' if pad == image_token_id else 'video'} group of {rows * cols} tokens)")
-            k = rows * cols
-            pos[0, i:i + k] = cur
-            pos[1, i:i + k] = cur + np.repeat(np.arange(rows), cols)
-            pos[2, i:i + k] = cur + np.tile(np.arange(cols), rows)
-            cur += max(rows, cols)
-            i, n, g = i + k, n - k, g + 1
-    if g != len(groups):
-        raise ValueError(f"the prompt has placeholders for {g} vision groups but the inputs provide {len(groups)}")
-    delta = int(pos.max()) + 1 - len(token_ids) if len(token_ids) else 0
+    pad, rows, cols = np.array(groups, dtype=np.int64).reshape(-1, 3).T
+    sizes = rows * cols
+    slots = np.flatnonzero((ids == image_token_id) | (ids == video_token_id))
+    if len(slots) > sizes.sum():
+        raise ValueError("the prompt has more vision placeholder tokens than the vision inputs provide")
+    if len(slots) < sizes.sum():
+        raise ValueError(f"the prompt has placeholders for {int((np.cumsum(sizes) <= len(slots)).sum())} vision "
+                         f"groups but the inputs provide {len(groups)}")
+    firsts = np.cumsum(sizes) - sizes  # each group's first slot, counted among the slots
+    starts_group = np.zeros(len(slots), dtype=bool)
+    starts_group[firsts] = True
+    bad = ids[slots] != np.repeat(pad, sizes)  # a group on pads of the other kind
+    bad[1:] |= (np.diff(slots) != 1) & ~starts_group[1:]  # or split by other tokens
+    if bad.any():
+        g = int(np.searchsorted(firsts, np.argmax(bad), side="right")) - 1
+        raise ValueError(f"vision placeholder run at token {int(slots[firsts[g]])} does not match vision input {g} "
+                         f"({'image' if pad[g] == image_token_id else 'video'} group of {int(sizes[g])} tokens)")
+    step = np.ones(len(ids), dtype=np.int64)  # how far each token moves the next start
+    step[slots] = 0
+    step[slots[firsts + sizes - 1]] = np.maximum(rows, cols)
+    start = np.cumsum(step) - step  # a text token's position; a group's start for each of its tokens
+    within = np.arange(len(slots)) - np.repeat(firsts, sizes)  # index inside its group, row-major
+    width = np.repeat(cols, sizes)
+    pos = np.stack([start, start, start])
+    pos[1, slots] += within // width
+    pos[2, slots] += within % width
+    delta = int(pos.max()) + 1 - len(ids) if len(ids) else 0
     return torch.from_numpy(pos), delta
 
 
@@ -224,7 +226,9 @@ class Qwen3VLForCausalLM(nn.Module):
 
     def encode_vision(self, vision_inputs: list[VisionInput]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """All items in one encoder pass -> (embeds [sum tokens, H], DeepStack features) in input order."""
-        pixels = torch.cat([v.pixel_values for v in vision_inputs]).to(self.device)
+        pixels = [v.pixel_values for v in vision_inputs]
+        # one item (a live turn's new frames): no host copy of its megabytes of patches before the upload
+        pixels = (pixels[0] if len(pixels) == 1 else torch.cat(pixels)).to(self.device)
         return (self.vision_graphs or self.visual)(pixels, [v.grid_thw for v in vision_inputs])
 
     def build_prompt(self, token_ids: list[int], vision_inputs: list[VisionInput] | None = None,
@@ -232,13 +236,13 @@ class Qwen3VLForCausalLM(nn.Module):
         """`vision_embeds`: `encode_vision(vision_inputs)` computed earlier (e.g. cached per media item)."""
         cfg = self.config
         vision_inputs = list(vision_inputs or [])
-        token_ids = [int(t) for t in token_ids]
-        positions, delta = mrope_positions(token_ids, vision_inputs, cfg.image_token_id, cfg.video_token_id)
-        ids = torch.tensor(token_ids, dtype=torch.long, device=self.device)
-        embeds = self.embed(ids)
+        ids = np.asarray(token_ids, dtype=np.int64)  # one conversion of a long session's ids, not one per use
+        positions, delta = mrope_positions(ids, vision_inputs, cfg.image_token_id, cfg.video_token_id)
+        embeds = self.embed(torch.from_numpy(ids).to(self.device))
+        token_ids = ids.tolist()
         if not vision_inputs:
             return VLPrompt(token_ids, embeds, positions.to(self.device), delta)
-        slots = ((ids == cfg.image_token_id) | (ids == cfg.video_token_id)).nonzero().squeeze(1)
+        slots = torch.from_numpy(np.flatnonzero(np.isin(ids, (cfg.image_token_id, cfg.video_token_id)))).to(self.device)
         visual, deepstack = vision_embeds if vision_embeds is not None else self.encode_vision(vision_inputs)
         if visual.shape[0] != slots.numel():  # mrope_positions already matched groups; this guards the count
             raise ValueError(f"{slots.numel()} vision placeholder tokens but {visual.shape[0]} visual embeddings")

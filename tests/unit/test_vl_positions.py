@@ -70,3 +70,45 @@ def test_slice_keeps_deepstack_rows_inside_the_range():
     assert len(part) == 3 and part.deepstack.positions.tolist() == [0, 2]
     assert part.positions[0].tolist() == [2, 3, 4] and part.rope_delta == -1
     assert _prompt(6, [1]).slice(2).deepstack is None
+
+
+def _walk(ids: list[int], media: list[VisionInput]) -> tuple[list[list[int]], int]:
+    """get_rope_index's rules one token at a time: the straightforward form of mrope_positions."""
+    groups = [(IMG if v.kind == "image" else VID, v.grid_thw[1] // 2, v.grid_thw[2] // 2)
+              for v in media for _ in range(v.grid_thw[0])]
+    pos, cur, i = [[], [], []], 0, 0
+    while i < len(ids):
+        if ids[i] not in (IMG, VID):
+            for axis in pos:
+                axis.append(cur)
+            cur, i = cur + 1, i + 1
+            continue
+        pad, rows, cols = groups.pop(0)
+        assert ids[i:i + rows * cols] == [pad] * (rows * cols)
+        for r in range(rows):
+            for c in range(cols):
+                pos[0].append(cur), pos[1].append(cur + r), pos[2].append(cur + c)
+        cur, i = cur + max(rows, cols), i + rows * cols
+    return pos, max(max(axis) for axis in pos) + 1 - len(ids)
+
+
+def test_session_positions_equal_a_token_by_token_walk():
+    """A session prompt: videos of two groups with timestamps between, adjacent groups, images of both shapes."""
+    tall, wide, clip = vision("image", 1, 6, 2), vision("image", 1, 2, 8), vision("video", 2, 4, 6, [0.25, 1.25])
+    ids, media = [TXT] * 3, []
+    for turn in range(5):
+        ids += [TXT] * (turn + 2) + [VID] * 6 + [TXT] * 2 + [VID] * 6 + [TXT] * 3  # timestamps and markers between
+        ids += [IMG] * 3 + [IMG] * 4 + [TXT]  # two images back to back: one run of pads, two groups
+        media += [clip, tall, wide]
+    pos, delta = mrope_positions(ids, media)
+    want, want_delta = _walk(ids, media)
+    assert pos.tolist() == want and delta == want_delta
+
+
+@pytest.mark.parametrize("ids", [
+    [TXT] + [VID] * 2 + [TXT] + [VID] * 2 + [TXT] * 2 + [VID] * 4,  # the first group split by a text token
+    [TXT] + [VID] * 3 + [IMG] + [TXT] + [VID] * 4,  # the first group ends on an image pad
+])
+def test_a_group_must_be_one_run_of_its_own_pads(ids):
+    with pytest.raises(ValueError, match="does not match vision input 0"):
+        mrope_positions(ids, [vision("video", 2, 4, 4, [0.25, 1.25])])
