@@ -1,4 +1,5 @@
-"""Check the fused Triton kernels (aura_omni/layers/triton_ops.py, triton_gemv.py) against their torch references,
+"""Check the fused Triton kernels (aura_omni/layers/triton_ops.py, triton_gemv.py, triton_prefill.py) against their
+torch references,
 and the Talker's sampling kernel (aura_omni/layers/triton_sampling.py) against `sampling.choose_batched`.
 
     TRITON_INTERPRET=1 python scripts/check_triton_ops.py --device cpu     # no GPU: Triton's interpreter
@@ -9,7 +10,7 @@ import argparse
 
 import torch
 
-from aura_omni.layers import triton_gemv, triton_ops, triton_sampling
+from aura_omni.layers import triton_gemv, triton_ops, triton_prefill, triton_sampling
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -30,6 +31,12 @@ for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
         err = triton_gemv.self_check(torch.device(args.device), dtype, **shape)
         print("gemv", str(dtype), shape, {k: f"{v:.2e}" for k, v in err.items()})
         bad |= any(not v <= tol for v in err.values())
+# paged prefill: the 8B's GQA (32/8 heads of 128) and the Talker's (16/8); bf16 not in the interpreter (its tl.dot)
+for dtype, tol in ((torch.float32, 1e-4),) + (((torch.bfloat16, 2e-2),) if args.device != "cpu" else ()):
+    for hq, hkv, d in ((32, 8, 128), (16, 8, 128)):
+        err = triton_prefill.self_check(torch.device(args.device), dtype, head_dim=d, hq=hq, hkv=hkv)
+        print("paged_prefill", str(dtype), dict(hq=hq, hkv=hkv, head_dim=d), f"{err:.2e}")
+        bad |= not err <= tol
 stats = triton_sampling.self_check(torch.device(args.device))
 print("sampling ids vs choose_batched", stats)  # differ: near-ties of race scores only; bad must be 0
 bad |= stats["bad"] > 0

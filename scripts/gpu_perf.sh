@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One H200 call for the speed work: kernel checks, CUDA-vs-CPU tests, GEMV bench, decode profile and Talker frames
-# with the small-M GEMVs on and off (AURA_OMNI_GEMV=0), AURA turns.
-#   bash scripts/gpu_perf.sh [check tests gemv decode talker aura]     (default: all; logs in $OUT)
+# with the small-M GEMVs on and off (AURA_OMNI_GEMV=0), AURA turns, live-session turns with the prefill graphs on and
+# off (AURA_OMNI_PREFILL_GRAPHS=0).
+#   bash scripts/gpu_perf.sh [check tests gemv decode talker aura prefill]     (default: all; logs in $OUT)
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT"
@@ -16,11 +17,11 @@ run() {  # run NAME SECONDS CMD...
   echo "=== $name: rc=$? in $((SECONDS - t0)) s"
   grep -v -e '^\s*$' -e Warning -e warn "$OUT/$name.log" | tail -n "${TAILN:-14}"
 }
-for s in ${*:-check tests gemv decode talker aura}; do
+for s in ${*:-check tests gemv decode talker aura prefill}; do
   case $s in
     check) TAILN=12 run triton_check 150 python3 scripts/check_triton_ops.py ;;
     tests) TAILN=8 run gpu_tests 240 python3 -m pytest -q -p no:cacheprovider tests/gpu tests/unit/test_triton_gemv.py \
-             tests/unit/test_triton_sampling.py tests/parity/test_qwen3_backbone.py ;;
+             tests/unit/test_triton_sampling.py tests/unit/test_engine_prefill_graphs.py tests/parity/test_qwen3_backbone.py ;;
     gemv) TAILN=40 run bench_gemv 90 python3 scripts/bench_gemv.py ;;
     decode) for g in 1 0; do
               AURA_OMNI_GEMV=$g TAILN=6 run "decode_gemv$g" 150 python3 scripts/profile_decode.py \
@@ -31,6 +32,10 @@ for s in ${*:-check tests gemv decode talker aura}; do
             done ;;
     engine) TAILN=14 run engine_bench 240 python3 benchmarks/engine_bench.py ;;
     aura) TAILN=12 run aura_bench 300 python3 benchmarks/aura_bench.py --new-tokens 24 --reference ;;
+    prefill) for g in 1 0; do
+               AURA_OMNI_PREFILL_GRAPHS=$g TAILN=12 run "aura_prefill_graphs$g" 240 python3 benchmarks/aura_bench.py \
+                 --new-tokens 8 --history-turns 4 16 24
+             done ;;
     *) echo "unknown section $s" ;;
   esac
 done

@@ -14,6 +14,7 @@ of the backbone captured at their padded token count (engine/prefill_graphs.py);
 """
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -34,6 +35,8 @@ from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.layers.sampler import Sampler, is_plain_greedy
 
 log = logging.getLogger(__name__)
+
+PREFILL_GRAPHS_ENV = "AURA_OMNI_PREFILL_GRAPHS"  # "0": prefill steps stay eager (A/B benchmarks)
 
 
 def _dtype_of(module: torch.nn.Module) -> torch.dtype:
@@ -111,8 +114,11 @@ class ModelRunner:
 
     def _prefill_graphs(self, name: str) -> PrefillGraphs | None:
         """Graphs for steps of up to `prefill_graph_tokens` tokens: on CUDA where the Triton paged prefill passed its
-        check (None = 512); elsewhere only when set, run eagerly over the same static buffers (tests)."""
+        check (None = 512); elsewhere only when set, run eagerly over the same static buffers (tests).
+        `AURA_OMNI_PREFILL_GRAPHS=0` turns them off (A/B benchmarks)."""
         limit, cuda = self.config.prefill_graph_tokens, self.device.type == "cuda"
+        if os.environ.get(PREFILL_GRAPHS_ENV, "1") == "0":
+            return None
         if cuda:
             probe = torch.empty(1, dtype=self.dtype, device=self.device)
             if self.config.enforce_eager or not attention_backend.triton_prefill_enabled(probe, self.backbone.config.head_dim):
