@@ -57,6 +57,8 @@ class ModelAdapter(Protocol):
 
     def compute_logits(self, hidden: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor: ...
 
+    # optional: `sample(hidden, seqs) -> token ids [B]` replaces compute_logits + the engine's sampler (the Talker)
+
     def after_sample(self, seqs: Seq[Sequence], hidden: torch.Tensor, token_ids: torch.Tensor) -> list[Any] | None:
         """Per-step hook; returns one `extra` per sequence (streamed with its token) or None."""
         ...

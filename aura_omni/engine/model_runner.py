@@ -251,6 +251,14 @@ class ModelRunner:
         inputs = self.adapter.decode_inputs(seqs, self.device)
         return len(seqs), self.graphs.run(g, inputs.embeds.to(self.dtype), inputs.positions)
 
+    def _sample(self, hidden: torch.Tensor, seqs) -> torch.Tensor:
+        """Token ids of the sampling rows: the adapter's own sampler if it has one (the Talker's frame decoder),
+        else the engine's over its logits."""
+        own = getattr(self.adapter, "sample", None)
+        if own is not None:
+            return own(hidden, seqs)
+        return self.sampler(self.adapter.compute_logits(hidden, seqs), seqs)
+
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> tuple[list[ScheduledSeq], list[int], list[Any] | None]:
         """Run one step. Returns the sequences that sampled, their new tokens and per-step extras."""
@@ -269,7 +277,7 @@ class ModelRunner:
                 else:
                     token_ids = self.sampler(logits, seqs)
             else:
-                token_ids = self.sampler(self.adapter.compute_logits(last, seqs), seqs)
+                token_ids = self._sample(last, seqs)
         else:
             tokens = sum(s.end - s.start for s in sched)
             graph = None
@@ -297,7 +305,7 @@ class ModelRunner:
                 return [], [], None
             last = hidden[ends]
             seqs = [s.seq for s in sampling]
-            token_ids = self.sampler(self.adapter.compute_logits(last, seqs), seqs)
+            token_ids = self._sample(last, seqs)
         extras = self.adapter.after_sample(seqs, last, token_ids)
         return sampling, token_ids.tolist(), extras
 

@@ -32,9 +32,9 @@ class TalkerAdapter:
     """`ModelAdapter` of the Talker for LLMEngine (engine/model_api.py).
 
     Prompt = the facade's prompt embeddings (`MultimodalPrompt`, never prefix-cached); the input of
-    output token j = embed_frame(its 16 codes) + trailing text row j (or <tts_pad>). `sample` runs the
-    frame decoder (code0 + codes 1..15 in one graph replay); `after_sample` hands each row's 16 codes
-    back as the token's `extra`.
+    output token j = embed_frame(its 16 codes) + trailing text row j (or <tts_pad>). `sample` replaces the
+    engine's sampler: the frame decoder picks code0 by the Talker's own rules and codes 1..15 in one graph
+    replay; `after_sample` hands each row's 16 codes back as the token's `extra`.
     """
 
     def __init__(self, talker: Talker, pad_embed: torch.Tensor, decoder: FrameDecoder | None = None):
@@ -67,14 +67,8 @@ class TalkerAdapter:
         return StepInputs(embeds, pos.to(device))
 
     def compute_logits(self, hidden: torch.Tensor, seqs) -> torch.Tensor:
-        """The Talker samples code0 itself (its rules, on device, in the frame graph together with the code
-        predictor) and hands the engine a one-hot row: its params are plain greedy, so the engine's argmax
-        takes exactly that code. Without sequences (the engine's start-up memory probe): the codec head."""
-        if not seqs:
-            return self.model.compute_logits(hidden)
-        code0 = self.sample(hidden, seqs)
-        return torch.full((code0.shape[0], self.model.config.vocab_size), float("-inf"), device=code0.device).scatter_(
-            1, code0[:, None], 0.0)
+        """The codec head (the engine's start-up memory probe; sampling goes through `sample`)."""
+        return self.model.compute_logits(hidden)
 
     def sample(self, hidden: torch.Tensor, seqs) -> torch.Tensor:
         """code0 [B] of every row; codes 1..15 wait in `_codes` for after_sample."""
@@ -114,7 +108,7 @@ class TalkerEngine:
 
     @staticmethod
     def _request(inp: TalkerInput):
-        """Engine-level request: plain greedy over the one-hot rows the frame decoder returns, up to the budget."""
+        """Engine-level request: stops at EOS or the budget (the frame decoder samples; these params never do)."""
         inp.sampling.validate()
         return None, SamplingParams(temperature=0, max_tokens=inp.sampling.max_new_tokens), MultimodalPrompt(inp.prompt_embeds)
 
