@@ -35,6 +35,8 @@ for s in ${*:-check tests gemv decode talker aura prefill}; do
     prefill) for g in 1 0; do
                AURA_OMNI_PREFILL_GRAPHS=$g TAILN=12 run "aura_prefill_graphs$g" 240 python3 benchmarks/aura_bench.py \
                  --new-tokens 8 --history-turns 4 16 24
+               AURA_OMNI_PREFILL_GRAPHS=$g TAILN=8 run "asr_prefill_graphs$g" 240 python3 benchmarks/asr_throughput.py \
+                 --model aura_omni/presets/Qwen__Qwen3-ASR-1.7B --load-format dummy --device cuda --concurrency 1 64
              done ;;
     *) echo "unknown section $s" ;;
   esac
