@@ -6,6 +6,12 @@
         for out in engine.step(): ...   # new tokens of every request that produced one this step
 
 Not thread-safe by itself; engine/async_engine.py drives it from a background thread under a lock.
+
+Async scheduling (`EngineConfig.async_scheduling`, for adapters whose decode inputs stay on the device: the
+Talker): `step` queues step k+1 before step k's tokens come back, then reads step k's, so the host's work
+between steps (scheduling, inputs, stop checks, streaming) overlaps the device's. A sampled token is a `PENDING`
+placeholder until its value arrives; a sequence that ends at step k already has a spare row in step k+1, which
+is dropped. Before a sequence would pass its length limit the engine reads the queued step first.
 """
 
 import logging
@@ -14,13 +20,15 @@ from typing import Any, Callable
 from aura_omni.engine.block_manager import BlockManager
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.model_api import CausalLMAdapter, EngineModel, ModelAdapter
-from aura_omni.engine.model_runner import ModelRunner
+from aura_omni.engine.model_runner import LaunchedStep, ModelRunner
 from aura_omni.engine.outputs import RequestOutput
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.scheduler import Scheduler
 from aura_omni.engine.sequence import MultimodalPrompt, Sequence
 
 log = logging.getLogger(__name__)
+
+PENDING = -1  # an output token queued on the device whose value has not come back yet
 
 
 class PromptTooLongError(ValueError):
@@ -39,6 +47,10 @@ class LLMEngine:
         self.blocks = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.blocks)
         self.requests: dict[str, Sequence] = {}
+        # prefix-cache hashes need every computed token's value, so async scheduling only runs without them
+        self.async_steps = (config.async_scheduling and getattr(adapter, "device_decode_inputs", False)
+                            and not config.enable_prefix_caching)
+        self._in_flight: tuple[LaunchedStep, list[int]] | None = None  # a queued step, its rows' output indexes
 
     # -- requests --------------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int] | None = None,
@@ -63,41 +75,74 @@ class LLMEngine:
         if seq is None:
             return None
         self.scheduler.finish(seq, "abort")
+        while seq.output_token_ids and seq.output_token_ids[-1] == PENDING:  # queued tokens it will never get
+            seq.output_token_ids.pop()
+            seq.output_extras.pop()
         return self._output(seq, [], [])
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work()
+        return self.scheduler.has_work() or self._in_flight is not None
 
     # -- the loop --------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        sched = self.scheduler.schedule()
-        if not sched.scheduled:
-            return []
-        sampled, token_ids, extras = self.runner.execute(sched)
-        for s in sched.scheduled:
-            s.seq.num_computed_tokens = s.end
-            self.blocks.commit(s.seq)
+        """Run one step; returns the new tokens of the step that finished (with async scheduling: the one before)."""
         outputs = []
-        for i, (s, token) in enumerate(zip(sampled, token_ids)):
-            seq = s.seq
-            extra = extras[i] if extras is not None else None
-            seq.output_token_ids.append(token)
-            seq.output_extras.append(extra)
-            if self._check_stop(seq, token):
-                self.scheduler.finish(seq, seq.finish_reason)
-                self.requests.pop(seq.request_id, None)
-            outputs.append(self._output(seq, [token], [extra] if extras is not None else []))
+        if self._in_flight is not None and self._reaches_length_limit(self._in_flight[0]):
+            outputs = self._collect(*self._in_flight)  # a sequence ends with it: no spare step past its limit
+            self._in_flight = None
+        sched = self.scheduler.schedule()
+        launched = None
+        if sched.scheduled:
+            step = self.runner.launch(sched)
+            for s in sched.scheduled:
+                s.seq.num_computed_tokens = s.end
+                self.blocks.commit(s.seq)
+            launched = step, [s.seq.num_output_tokens for s in step.sampling]
+            for s in step.sampling:
+                s.seq.output_token_ids.append(PENDING)
+                s.seq.output_extras.append(None)
+        if self._in_flight is not None:
+            outputs += self._collect(*self._in_flight)
+        self._in_flight = None
+        if launched is not None:
+            if self.async_steps:
+                self._in_flight = launched
+            else:
+                outputs += self._collect(*launched)
         return outputs
 
-    def _check_stop(self, seq: Sequence, token: int) -> bool:
+    @staticmethod
+    def _reaches_length_limit(step: LaunchedStep) -> bool:
+        return any(not s.seq.is_finished and s.seq.max_tokens is not None and s.seq.num_output_tokens >= s.seq.max_tokens
+                   for s in step.sampling)
+
+    def _collect(self, step: LaunchedStep, indexes: list[int]) -> list[RequestOutput]:
+        """A launched step's tokens into their sequences (stop checks, finishing); its outputs."""
+        sampled, token_ids, extras = step.result()
+        outputs = []
+        for i, (s, index, token) in enumerate(zip(sampled, indexes, token_ids)):
+            seq = s.seq
+            if seq.is_finished:
+                continue  # aborted, or ended at the step before (async scheduling): a spare row
+            extra = extras[i] if extras is not None else None
+            seq.output_token_ids[index] = token
+            seq.output_extras[index] = extra
+            if self._check_stop(seq, token, index + 1):
+                del seq.output_token_ids[index + 1:], seq.output_extras[index + 1:]  # a spare queued token
+                self.scheduler.finish(seq, seq.finish_reason)
+                self.requests.pop(seq.request_id, None)
+            outputs.append(self._output(seq, [token], [extra] if extras is not None else [], index + 1))
+        return outputs
+
+    def _check_stop(self, seq: Sequence, token: int, n: int) -> bool:
+        """Whether `token`, the sequence's n-th output, ends it (sets its finish and stop reasons)."""
         p = seq.params
-        n = seq.num_output_tokens
         if n >= p.min_tokens:
             if token in p.stop_token_ids or (token in seq.eos_token_ids and not p.ignore_eos):
                 seq.finish_reason, seq.stop_reason = "stop", token
                 return True
         if p.stop:
-            seq.text = self.detokenize(seq.output_token_ids)
+            seq.text = self.detokenize(seq.output_token_ids[:n])
             hits = [(seq.text.find(s), s) for s in p.stop]
             hits = [(at, s) for at, s in hits if at >= 0]
             if hits and n >= p.min_tokens:
@@ -112,9 +157,10 @@ class LLMEngine:
         return False
 
     @staticmethod
-    def _output(seq: Sequence, new: list[int], extras: list[Any]) -> RequestOutput:
+    def _output(seq: Sequence, new: list[int], extras: list[Any], num_output_tokens: int | None = None) -> RequestOutput:
         return RequestOutput(
-            request_id=seq.request_id, new_token_ids=new, num_output_tokens=seq.num_output_tokens,
+            request_id=seq.request_id, new_token_ids=new,
+            num_output_tokens=seq.num_output_tokens if num_output_tokens is None else num_output_tokens,
             finished=seq.is_finished, finish_reason=seq.finish_reason, stop_reason=seq.stop_reason,
             new_extras=extras, text=seq.text, num_prompt_tokens=seq.prompt_len, num_cached_tokens=seq.num_cached_tokens,
         )

@@ -11,7 +11,7 @@ positions, DeepStack and `rope_delta`; generated tokens through `embed_tokens`.
 """
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence as Seq, runtime_checkable
+from typing import Protocol, Sequence as Seq, runtime_checkable
 
 import torch
 
@@ -59,8 +59,8 @@ class ModelAdapter(Protocol):
 
     # optional: `sample(hidden, seqs) -> token ids [B]` replaces compute_logits + the engine's sampler (the Talker)
 
-    def after_sample(self, seqs: Seq[Sequence], hidden: torch.Tensor, token_ids: torch.Tensor) -> list[Any] | None:
-        """Per-step hook; returns one `extra` per sequence (streamed with its token) or None."""
+    def after_sample(self, seqs: Seq[Sequence], hidden: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor | None:
+        """Per-step hook; returns one row per sequence, its `extra` (streamed with its token, on the host), or None."""
         ...
 
 

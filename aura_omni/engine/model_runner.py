@@ -32,6 +32,7 @@ from aura_omni.engine.prefill_graphs import PrefillGraphs
 from aura_omni.engine.scheduler import ScheduledSeq, SchedulerOutput
 from aura_omni.layers import attention_backend
 from aura_omni.layers.attention import AttentionMetadata
+from aura_omni.layers.device import on_device
 from aura_omni.layers.sampler import Sampler, is_plain_greedy
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,28 @@ def upload(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]
         out.append(t)
         at += size
     return out
+
+
+class LaunchedStep:
+    """A step queued on the device. Its sampled ids and extras (one row per sampling sequence) start copying to
+    pinned host memory at once; `result` waits for that copy only, so the host can queue the next step first."""
+
+    def __init__(self, sampling: list[ScheduledSeq], token_ids: torch.Tensor | None, extras: torch.Tensor | None):
+        self.sampling = sampling
+        self._ids, self._extras, self._copied = token_ids, extras, None
+        if token_ids is not None and token_ids.is_cuda:
+            self._ids = token_ids.to("cpu", non_blocking=True)
+            self._extras = extras.to("cpu", non_blocking=True) if extras is not None else None
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+
+    def result(self) -> tuple[list[ScheduledSeq], list[int], list[Any] | None]:
+        """(sequences that sampled, their new token ids, their extras or None)."""
+        if self._ids is None:
+            return [], [], None
+        if self._copied is not None:
+            self._copied.synchronize()
+        return self.sampling, self._ids.tolist(), list(self._extras.unbind(0)) if self._extras is not None else None
 
 
 def _deepstack_layers(adapter: ModelAdapter) -> int:
@@ -260,9 +283,12 @@ class ModelRunner:
         return self.sampler(self.adapter.compute_logits(hidden, seqs), seqs)
 
     @torch.inference_mode()
-    def execute(self, out: SchedulerOutput) -> tuple[list[ScheduledSeq], list[int], list[Any] | None]:
-        """Run one step. Returns the sequences that sampled, their new tokens and per-step extras."""
-        sched = out.scheduled
+    def launch(self, out: SchedulerOutput) -> "LaunchedStep":
+        """Queue one step on the device; its sampled tokens (and extras) come back through the returned handle."""
+        with on_device(self.device):
+            return self._launch(out.scheduled)
+
+    def _launch(self, sched: list[ScheduledSeq]) -> "LaunchedStep":
         decode = all(s.num_tokens == 1 and s.start >= s.seq.prompt_len for s in sched)
         replayed = self._graph_decode(sched) if decode else None
         if replayed is not None:
@@ -302,12 +328,11 @@ class ModelRunner:
                 hidden = self.backbone(embeds, positions, meta, inputs.deepstack)
             sampling = [s for s in sched if s.samples]
             if not sampling:
-                return [], [], None
+                return LaunchedStep([], None, None)
             last = hidden[ends]
             seqs = [s.seq for s in sampling]
             token_ids = self._sample(last, seqs)
-        extras = self.adapter.after_sample(seqs, last, token_ids)
-        return sampling, token_ids.tolist(), extras
+        return LaunchedStep(sampling, token_ids, self.adapter.after_sample(seqs, last, token_ids))
 
     def shutdown(self) -> None:
         self.graphs = self.prefill_graphs = None

@@ -45,17 +45,25 @@ class TalkerAdapter:
         self.pad = pad_embed.reshape(-1).to(talker.codec_head.weight.device, self.dtype)
         self._codes: torch.Tensor | None = None
 
+    # decode inputs need no sampled value on the host (the frame decoder keeps each row's last frame embedding on
+    # the device), so the engine may queue a step before the previous one's codes are back (async scheduling)
+    device_decode_inputs = True
+
     def build_inputs(self, pieces, device: torch.device):
         rows, positions = [], []
         for piece in pieces:
             seq, s, e = piece.seq, piece.start, piece.end
             if s < seq.prompt_len:
                 rows.append(seq.mm.embeds[s:min(e, seq.prompt_len)].to(device, self.dtype))
-            if e > seq.prompt_len:  # recomputed outputs (after preemption): their frames + text
+            if e > seq.prompt_len:  # output frames (a decode beside a prompt; recomputed after preemption) + text
                 frames = range(max(s, seq.prompt_len) - seq.prompt_len, e - seq.prompt_len)
-                codes = torch.stack([seq.output_extras[j] for j in frames]).to(device)
                 text = torch.stack([seq.model_state.text_row(j, self.pad) for j in frames]).to(device, self.dtype)
-                rows.append(self.model.embed_frame(codes) + text)
+                last = seq.num_output_tokens - 1  # its codes may still be on their way: the decoder has its embedding
+                known = [j for j in frames if j != last]
+                parts = [self.model.embed_frame(torch.stack([seq.output_extras[j] for j in known]).to(device))] if known else []
+                if frames[-1] == last:
+                    parts.append(self.decoder.frame_embed[seq.model_state.slot][None])
+                rows.append(torch.cat(parts) + text)
             positions.append(torch.arange(s, e))
         return StepInputs(torch.cat(rows), torch.cat(positions).to(device))
 
@@ -81,8 +89,8 @@ class TalkerAdapter:
         return self._codes[:, 0]
 
     def after_sample(self, seqs, hidden, token_ids):
-        codes, self._codes = self._codes.cpu(), None
-        return list(codes.unbind(0))
+        codes, self._codes = self._codes, None
+        return codes
 
 
 class TalkerEngine:

@@ -167,3 +167,53 @@ def test_fused_codebooks_embed_a_frame_like_the_per_table_sum(tts):
         doubled = talker.embed_frame(codes)
         table.weight.data /= 2
     torch.testing.assert_close(doubled - want, table(codes[:, 4]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kv_blocks", [200, 12])  # roomy, or so tight that sequences are preempted and recomputed
+def test_async_scheduling_gives_the_frames_of_waiting_for_every_step(tmp_path_factory, kv_blocks):
+    """Queued steps (the next step launched before the last one's codes are back) with staggered arrivals, so new
+    prompts share steps with decodes whose last frame is still pending, sampled and greedy requests, EOS and length
+    stops: every request gets the tokens and frames of the synchronous engine, and no spare step leaks out."""
+    from aura_omni.engine.config import EngineConfig
+
+    ckpt = write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False)
+    reqs = [req(**GREEDY, max_new_tokens=12), req(seed=1, max_new_tokens=12), req(seed=2, max_new_tokens=12),
+            req(seed=0, max_new_tokens=12)]
+    rows = []
+
+    def drive(async_steps: bool, arrivals: dict[int, list[int]], kv_blocks: int) -> dict[int, list]:
+        """step -> requests added before it; returns each request's (token, frame) list."""
+        tts = Qwen3TTS.load(ckpt, engine_config=EngineConfig(max_model_len=40, block_size=4, num_kv_blocks=kv_blocks,
+                                                             max_num_seqs=4, async_scheduling=async_steps))
+        engine = tts.engine.engine
+        assert engine.async_steps is async_steps
+        tts.talker.codec_head.weight.data[2150] = 0.5 * tts.talker.codec_head.weight.data[0].sign()  # EOS at times
+        launch = engine.runner.launch
+        engine.runner.launch = lambda sched: rows.append(len(sched.scheduled)) or launch(sched)
+        got = {i: [] for ids in arrivals.values() for i in ids}
+        step = 0
+        while engine.has_unfinished() or step <= max(arrivals):
+            for i in arrivals.get(step, []):
+                tts.engine.add_request(str(i), tts._talker_input(reqs[i]))
+            for out in engine.step():
+                got[int(out.request_id)] += [(t, tuple(e.tolist())) for t, e in zip(out.new_token_ids, out.new_extras)]
+                assert out.num_output_tokens == len(got[int(out.request_id)])
+            step += 1
+        stats = engine.stats()
+        assert stats["free_blocks"] == stats["total_blocks"] and stats["running"] == stats["waiting"] == 0
+        if kv_blocks == 12 and len(got) > 1:
+            assert stats["preemptions"] > 0
+        return got
+
+    alone = {i: drive(False, {0: [i]}, 200)[i] for i in range(len(reqs))}  # prefill, then plain decode steps
+    staggered = {0: [0, 1], 2: [2], 5: [3]}  # new prompts join steps whose decodes wait for their last frame
+    results, launched = [], []
+    for async_steps in (False, True):
+        rows.clear()
+        results.append(drive(async_steps, staggered, kv_blocks))
+        launched.append(sum(rows))
+    assert results[0] == alone and results[1] == alone
+    eos_stops = sum(frames[-1][0] == 2150 and len(frames) < 12 for frames in alone.values())
+    assert 0 < eos_stops < len(reqs)  # both ways of ending are covered
+    if kv_blocks == 200:  # same schedule: one spare row per EOS stop, none past a length limit
+        assert launched[1] - launched[0] == eos_stops
