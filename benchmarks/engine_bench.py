@@ -167,7 +167,7 @@ def bench_talker(args, device: torch.device, dtype: torch.dtype) -> list[dict]:
         engine = TalkerEngine(talker, torch.zeros(h, device=device, dtype=dtype), EngineConfig(
             max_model_len=max_len, max_num_seqs=batch, max_num_batched_tokens=prompt * batch, block_size=args.block_size,
             num_kv_blocks=batch * -(-max_len // args.block_size) + 1, enforce_eager=args.eager,
-            cuda_graph_batch_sizes=[batch], cuda_graph_max_seq_len=max_len))
+            cuda_graph_batch_sizes=[batch], cuda_graph_max_seq_len=max_len, async_scheduling=not args.sync_talker))
         sampling = dict(greedy=dict(do_sample=False, subtalker_dosample=False),
                         sampled=dict(do_sample=True, subtalker_dosample=True))[args.talker_sampling]
         params = TalkerSampling(**sampling, min_new_tokens=10_000, max_new_tokens=10_000)  # never stops
@@ -196,7 +196,7 @@ def bench_talker(args, device: torch.device, dtype: torch.dtype) -> list[dict]:
         rows.append(dict(model="talker-1.7b" if not args.tiny else "talker-tiny", batch=batch,
                          frame_ms=round(frame_s * 1e3, 3), predictor_ms=round(predictor_s * 1e3, 3),
                          realtime_factor=round(frame_s / 0.080, 4), sampling=args.talker_sampling,
-                         graphs=decoder.use_graphs, predictor_layers="triton" if getattr(
+                         graphs=decoder.use_graphs, async_scheduling=engine.engine.async_steps, predictor_layers="triton" if getattr(
                              talker.code_predictor.model.layers[0], "is_fused", lambda: False)() else "torch",
                          device=str(device), dtype=str(dtype).removeprefix("torch.")))
         print(json.dumps(rows[-1]), flush=True)
@@ -216,6 +216,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--eager", action="store_true", help="no CUDA graphs")
     ap.add_argument("--no-talker", action="store_true")
     ap.add_argument("--talker-only", action="store_true", help="only the Talker rows")
+    ap.add_argument("--sync-talker", action="store_true",
+                    help="Talker steps wait for each frame's codes before queuing the next (no async scheduling)")
     ap.add_argument("--talker-batches", default=None, help="comma list, default 1,8,32")
     ap.add_argument("--talker-sampling", choices=["greedy", "sampled"], default="sampled")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

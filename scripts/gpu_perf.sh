@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call for the speed work: kernel checks, CUDA-vs-CPU tests, GEMV bench, decode profile and Talker frames
-# with the small-M GEMVs on and off (AURA_OMNI_GEMV=0), AURA turns, live-session turns with the prefill graphs on and
-# off (AURA_OMNI_PREFILL_GRAPHS=0).
+# with the small-M GEMVs on and off (AURA_OMNI_GEMV=0) and without async scheduling, AURA turns, live-session turns
+# with the prefill graphs on and off (AURA_OMNI_PREFILL_GRAPHS=0).
 #   bash scripts/gpu_perf.sh [check tests gemv decode talker aura prefill]     (default: all; logs in $OUT)
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
@@ -29,7 +29,8 @@ for s in ${*:-check tests gemv decode talker aura prefill}; do
             done ;;
     talker) for g in 1 0; do
               AURA_OMNI_GEMV=$g TAILN=4 run "talker_gemv$g" 150 python3 benchmarks/engine_bench.py --talker-only
-            done ;;
+            done
+            TAILN=4 run talker_sync 150 python3 benchmarks/engine_bench.py --talker-only --sync-talker ;;
     engine) TAILN=14 run engine_bench 240 python3 benchmarks/engine_bench.py ;;
     aura) TAILN=12 run aura_bench 300 python3 benchmarks/aura_bench.py --new-tokens 24 --reference ;;
     prefill) for g in 1 0; do

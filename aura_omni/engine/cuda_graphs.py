@@ -64,7 +64,10 @@ class DecodeGraphs:
         self.embeds_shape = embeds_shape
         self.layouts = {b: StepLayout(b, max_blocks) for b in self.batch_sizes}
         self.blobs: dict[int, torch.Tensor] = {}
-        self.host_blobs: dict[int, torch.Tensor] = {}
+        # two pinned host blobs per size, filled in turn: with async scheduling the previous step's upload may not have
+        # run yet when the next step is filled
+        self.host_blobs: dict[int, list[torch.Tensor]] = {}
+        self._turn: dict[int, int] = {}
         self.inputs: dict[int, dict[str, torch.Tensor]] = {}
         self.embeds: dict[int, torch.Tensor] = {}
         self.positions: dict[int, torch.Tensor] = {}
@@ -89,9 +92,10 @@ class DecodeGraphs:
         pool = None
         for b in reversed(self.batch_sizes):  # largest first, so smaller graphs reuse its memory pool
             layout = self.layouts[b]
-            self.host_blobs[b] = torch.zeros(layout.nbytes, dtype=torch.uint8).pin_memory()
+            self.host_blobs[b] = [torch.zeros(layout.nbytes, dtype=torch.uint8).pin_memory() for _ in range(2)]
+            self._turn[b] = 0
             self.fill(b, [], [], [], [], [])
-            self.blobs[b] = self.host_blobs[b].to(self.device)
+            self.blobs[b] = self.host_blobs[b][self._turn[b]].to(self.device)
             self.inputs[b] = layout.views(self.blobs[b])
             if self.embeds_shape is not None:
                 hidden, dtype = self.embeds_shape
@@ -111,7 +115,8 @@ class DecodeGraphs:
     def fill(self, g: int, ids: list[int], positions: list[int], slots: list[int], seq_lens: list[int],
              tables: list[list[int]]) -> None:
         """Write the first len(ids) rows of graph g's host inputs; the rest become padding rows."""
-        v = self.layouts[g].views(self.host_blobs[g].numpy())
+        self._turn[g] ^= 1
+        v = self.layouts[g].views(self.host_blobs[g][self._turn[g]].numpy())
         n = len(seq_lens)
         if ids:
             v["ids"][:n] = ids
@@ -134,7 +139,7 @@ class DecodeGraphs:
             return self._replay(g, embeds, positions)
 
     def _replay(self, g: int, embeds: torch.Tensor | None, positions: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-        self.blobs[g].copy_(self.host_blobs[g], non_blocking=True)
+        self.blobs[g].copy_(self.host_blobs[g][self._turn[g]], non_blocking=True)
         if embeds is not None:
             self.embeds[g][:embeds.shape[0]].copy_(embeds)
             self.positions[g][..., :embeds.shape[0]].copy_(positions)

@@ -23,6 +23,7 @@ from aura_omni.engine.model_api import StepInputs
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.engine.shared_engine import SharedEngine
+from aura_omni.layers.device import upload_async
 from aura_omni.models.qwen3_tts.generate import FrameDecoder, TalkerInput, TalkerRequestState
 from aura_omni.models.qwen3_tts.sampling import seed_key
 from aura_omni.models.qwen3_tts.talker import Talker
@@ -68,11 +69,10 @@ class TalkerAdapter:
         return StepInputs(torch.cat(rows), torch.cat(positions).to(device))
 
     def decode_inputs(self, seqs, device: torch.device):
-        slots = torch.tensor([s.model_state.slot for s in seqs], dtype=torch.long)
+        slots, pos = upload_async(torch.tensor([[s.model_state.slot for s in seqs], [s.num_tokens - 1 for s in seqs]]),
+                                  device)
         text = torch.stack([s.model_state.text_row(s.num_output_tokens - 1, self.pad) for s in seqs])
-        pos = torch.tensor([s.num_tokens - 1 for s in seqs], dtype=torch.long)
-        embeds = self.decoder.frame_embed[slots.to(device)] + text.to(device, self.dtype)
-        return StepInputs(embeds, pos.to(device))
+        return StepInputs(self.decoder.frame_embed[slots] + text.to(device, self.dtype), pos)
 
     def compute_logits(self, hidden: torch.Tensor, seqs) -> torch.Tensor:
         """The codec head (the engine's start-up memory probe; sampling goes through `sample`)."""
@@ -83,9 +83,8 @@ class TalkerAdapter:
         for s in seqs:
             if s.model_state.slot is None:
                 self.decoder.acquire(s)
-        index = torch.tensor([[s.model_state.slot for s in seqs], [s.num_output_tokens for s in seqs]],
-                             dtype=torch.long)
-        self._codes = self.decoder.run(hidden, index)
+        index = torch.tensor([[s.model_state.slot for s in seqs], [s.num_output_tokens for s in seqs]])
+        self._codes = self.decoder.run(hidden, upload_async(index, hidden.device))
         return self._codes[:, 0]
 
     def after_sample(self, seqs, hidden, token_ids):
