@@ -1,5 +1,5 @@
-"""Check the fused Triton kernels (aura_omni/layers/triton_ops.py, triton_gemv.py, triton_prefill.py) against their
-torch references,
+"""Check the fused Triton kernels (aura_omni/layers/triton_ops.py, triton_gemv.py, triton_prefill.py,
+triton_short_attention.py) against their torch references,
 and the Talker's sampling kernel (aura_omni/layers/triton_sampling.py) against `sampling.choose_batched`.
 
     TRITON_INTERPRET=1 python scripts/check_triton_ops.py --device cpu     # no GPU: Triton's interpreter
@@ -10,7 +10,7 @@ import argparse
 
 import torch
 
-from aura_omni.layers import triton_gemv, triton_ops, triton_prefill, triton_sampling
+from aura_omni.layers import triton_gemv, triton_ops, triton_prefill, triton_sampling, triton_short_attention
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -36,6 +36,9 @@ for dtype, tol in ((torch.float32, 1e-4),) + (((torch.bfloat16, 2e-2),) if args.
     for hq, hkv, d in ((32, 8, 128), (16, 8, 128)):
         err = triton_prefill.self_check(torch.device(args.device), dtype, head_dim=d, hq=hq, hkv=hkv)
         print("paged_prefill", str(dtype), dict(hq=hq, hkv=hkv, head_dim=d), f"{err:.2e}")
+        bad |= not err <= tol
+        err = triton_short_attention.self_check(torch.device(args.device), dtype, head_dim=d, hq=hq, hkv=hkv)
+        print("short_attention", str(dtype), dict(hq=hq, hkv=hkv, head_dim=d), f"{err:.2e}")
         bad |= not err <= tol
 stats = triton_sampling.self_check(torch.device(args.device))
 print("sampling ids vs choose_batched", stats)  # differ: near-ties of race scores only; bad must be 0

@@ -32,7 +32,7 @@ run() {  # run NAME CMD...: keep going after a failure, record its status
 for s in $sections; do
   case $s in
     tests) run gpu_tests python3 -m pytest -q -p no:cacheprovider tests/gpu tests/unit/test_triton_gemv.py \
-             tests/unit/test_triton_sampling.py tests/unit/test_engine_prefill_graphs.py tests/parity/test_qwen3_backbone.py ;;
+             tests/unit/test_triton_sampling.py tests/unit/test_engine_prefill_graphs.py tests/unit/test_triton_short_attention.py tests/parity/test_qwen3_backbone.py ;;
     engine) run engine_bench python3 benchmarks/engine_bench.py ;;
     aura) run aura_bench python3 benchmarks/aura_bench.py --reference ;;
     asr) run asr_bench python3 benchmarks/asr_throughput.py --model aura_omni/presets/Qwen__Qwen3-ASR-1.7B \

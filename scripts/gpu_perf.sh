@@ -21,7 +21,7 @@ for s in ${*:-check tests gemv decode talker aura prefill}; do
   case $s in
     check) TAILN=12 run triton_check 150 python3 scripts/check_triton_ops.py ;;
     tests) TAILN=8 run gpu_tests 240 python3 -m pytest -q -p no:cacheprovider tests/gpu tests/unit/test_triton_gemv.py \
-             tests/unit/test_triton_sampling.py tests/unit/test_engine_prefill_graphs.py tests/parity/test_qwen3_backbone.py ;;
+             tests/unit/test_triton_sampling.py tests/unit/test_engine_prefill_graphs.py tests/unit/test_triton_short_attention.py tests/parity/test_qwen3_backbone.py ;;
     gemv) TAILN=40 run bench_gemv 90 python3 scripts/bench_gemv.py ;;
     decode) for g in 1 0; do
               AURA_OMNI_GEMV=$g TAILN=6 run "decode_gemv$g" 150 python3 scripts/profile_decode.py \

@@ -11,6 +11,8 @@ Kernels (each checked the same way):
 - `varlen_cached`: flash over a cached step's gathered keys (query shorter than keys, causal from the end);
 - `paged_varlen`: flash straight from the pages (`block_table`, torch >= 2.13);
 - `triton_decode`, `fused_layers`: layers/triton_ops.py (paged decode in place; fused norm/RoPE/SiLU layers);
+- `short_attention`: layers/triton_short_attention.py, q/k norm + RoPE + KV write + attention of a decode step
+  over at most 64 tokens of context in one launch (the code predictor), on top of `fused_layers`;
 - `triton_prefill`: layers/triton_prefill.py, any cached step from the pages with no host sync: the attention of
   graph-captured prefill steps (engine/prefill_graphs.py);
 - `gemv`: layers/triton_gemv.py (projections of at most 16 rows with their norm / SiLU*mul / residual fused),
@@ -38,11 +40,12 @@ except ImportError:  # pragma: no cover - older torch
     _varlen_attn, _VARLEN_ARGS = None, set()
 
 from aura_omni.layers.device import on_device
-from aura_omni.layers import triton_gemv, triton_ops, triton_prefill
+from aura_omni.layers import triton_gemv, triton_ops, triton_prefill, triton_short_attention
 
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_layers", "gemv", "triton_prefill")
+_KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_layers", "gemv", "triton_prefill",
+            "short_attention")
 GEMV_ENV = "AURA_OMNI_GEMV"  # "0": keep cuBLAS + separate norm/SiLU kernels at small M (A/B benchmarks)
 _enabled = dict.fromkeys(_KERNELS, False)
 _enabled_dtypes: set[torch.dtype] = set()  # dtypes the Triton kernels were checked in
@@ -61,6 +64,7 @@ def available() -> dict[str, bool]:
         "fused_layers": triton_ops.AVAILABLE and torch.cuda.is_available(),
         "gemv": triton_gemv.AVAILABLE and torch.cuda.is_available(),
         "triton_prefill": triton_prefill.AVAILABLE and torch.cuda.is_available(),
+        "short_attention": triton_short_attention.AVAILABLE and torch.cuda.is_available(),
     }
 
 
@@ -90,6 +94,10 @@ def fused_layers_enabled(x: torch.Tensor) -> bool:
 
 def triton_prefill_enabled(x: torch.Tensor, head_dim: int) -> bool:
     return _enabled["triton_prefill"] and x.is_cuda and x.dtype in _enabled_dtypes and triton_prefill.supports(head_dim)
+
+
+def short_attention_enabled(x: torch.Tensor) -> bool:
+    return _enabled["short_attention"] and x.is_cuda and x.dtype in _enabled_dtypes
 
 
 def gemv_enabled(x: torch.Tensor) -> bool:
@@ -202,13 +210,15 @@ def _select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool)
             log.info("triton kernels vs reference (%s): %s", dtype, {k: f"{v:.1e}" for k, v in errors.items()})
         except Exception as e:  # noqa: BLE001
             log.warning("triton kernels unusable here (%s: %s); using torch", type(e).__name__, e)
-        if offer["triton_prefill"] and dtype in _enabled_dtypes:
-            try:
-                error = triton_prefill.self_check(device, dtype)
-                _enabled["triton_prefill"] = error <= tol
-                log.info("triton paged prefill vs reference (%s): %.1e", dtype, error)
-            except Exception as e:  # noqa: BLE001
-                log.warning("triton paged prefill unusable here (%s: %s); prefill steps stay eager", type(e).__name__, e)
+        for name, check in (("triton_prefill", triton_prefill.self_check),
+                            ("short_attention", triton_short_attention.self_check)):
+            if offer[name] and dtype in _enabled_dtypes and (name != "short_attention" or _enabled["fused_layers"]):
+                try:
+                    error = check(device, dtype)
+                    _enabled[name] = error <= tol
+                    log.info("triton %s vs reference (%s): %.1e", name, dtype, error)
+                except Exception as e:  # noqa: BLE001 - the kernels it would replace stay on
+                    log.warning("triton %s unusable here (%s: %s)", name, type(e).__name__, e)
         offer["gemv"] &= _enabled["fused_layers"]  # the GEMV layer runs inside the fused one
         if offer["gemv"]:
             try:

@@ -8,7 +8,9 @@ wrappers because their key names and shapes differ per checkpoint.
 Fast path (CUDA, set up by the engine's runner): `fuse_projections()` makes q/k/v and gate/up views of
 one weight each (checkpoint key names unchanged), and, where attention_backend enabled the fused Triton
 kernels, a layer runs as ~10 launches: norm, QKV GEMM, q/k norm + RoPE + KV-cache write, attention,
-o_proj, residual add + norm, gate/up GEMM, SiLU*mul, down GEMM (its residual add joins the next norm).
+o_proj, residual add + norm, gate/up GEMM, SiLU*mul, down GEMM (its residual add joins the next norm); a decode
+step over at most 64 tokens of context (the code predictor) does its q/k norm, RoPE, KV write and attention in
+one launch (layers/triton_short_attention.py).
 One token row (decode at batch 1, the code predictor's steps), where attention_backend enabled
 layers/triton_gemv.py and a start-up timing showed them faster for this model: the projections are Triton
 GEMVs with the norms and SiLU*mul fused in front and the residual adds behind.
@@ -22,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aura_omni.layers import attention_backend, triton_gemv, triton_ops
+from aura_omni.layers import attention_backend, triton_gemv, triton_ops, triton_short_attention
 from aura_omni.layers.attention import Attention, AttentionMetadata
 from aura_omni.layers.mlp import SwiGLU
 from aura_omni.layers.rmsnorm import RMSNorm
@@ -93,9 +95,16 @@ class Qwen3Attention(nn.Module):
         return self.o_proj(self.attend(F.linear(x, self.qkv_weight, self.qkv_bias), cos, sin, meta))
 
     def attend(self, qkv, cos, sin, meta: AttentionMetadata) -> torch.Tensor:
-        """Fused QKV output -> attention output before o_proj: q/k norm + RoPE + the K/V cache write in one kernel."""
+        """Fused QKV output -> attention output before o_proj: q/k norm + RoPE + the K/V cache write in one kernel
+        (and, for a decode step over a short context, the attention too)."""
         attn = self.attn
         cache = meta.slot_mapping is not None and attn.k_cache is not None
+        if (cache and meta.is_decode and meta.seq_lens is not None and attention_backend.short_attention_enabled(qkv)
+                and triton_short_attention.fits(meta.block_tables, attn.k_cache.shape[1])):
+            return triton_short_attention.short_attention(
+                qkv, cos, sin, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, self.num_heads,
+                self.num_kv_heads, self.head_dim, attn.k_cache, attn.v_cache, meta.slot_mapping, meta.block_tables,
+                meta.seq_lens, attn.scale).reshape(qkv.shape[0], -1)
         q, k, v = triton_ops.qk_norm_rope(qkv, cos, sin, self.q_norm.weight, self.k_norm.weight, self.q_norm.eps,
                                           self.num_heads, self.num_kv_heads, self.head_dim,
                                           attn.k_cache, attn.v_cache, meta.slot_mapping if cache else None)
