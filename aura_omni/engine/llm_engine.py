@@ -113,8 +113,8 @@ class LLMEngine:
 
     @staticmethod
     def _reaches_length_limit(step: LaunchedStep) -> bool:
-        return any(not s.seq.is_finished and s.seq.max_tokens is not None and s.seq.num_output_tokens >= s.seq.max_tokens
-                   for s in step.sampling)
+        seqs = [s.seq for s in step.sampling if not s.seq.is_finished]
+        return any(seq.max_tokens is not None and seq.num_output_tokens >= seq.max_tokens for seq in seqs)
 
     def _collect(self, step: LaunchedStep, indexes: list[int]) -> list[RequestOutput]:
         """A launched step's tokens into their sequences (stop checks, finishing); its outputs."""
@@ -157,7 +157,8 @@ class LLMEngine:
         return False
 
     @staticmethod
-    def _output(seq: Sequence, new: list[int], extras: list[Any], num_output_tokens: int | None = None) -> RequestOutput:
+    def _output(seq: Sequence, new: list[int], extras: list[Any], num_output_tokens: int | None = None
+                ) -> RequestOutput:
         return RequestOutput(
             request_id=seq.request_id, new_token_ids=new,
             num_output_tokens=seq.num_output_tokens if num_output_tokens is None else num_output_tokens,

@@ -144,7 +144,8 @@ class ModelRunner:
             return None
         if cuda:
             probe = torch.empty(1, dtype=self.dtype, device=self.device)
-            if self.config.enforce_eager or not attention_backend.triton_prefill_enabled(probe, self.backbone.config.head_dim):
+            head_dim = self.backbone.config.head_dim
+            if self.config.enforce_eager or not attention_backend.triton_prefill_enabled(probe, head_dim):
                 return None
             limit = 512 if limit is None else limit
         if not limit:

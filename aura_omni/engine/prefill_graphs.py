@@ -59,7 +59,8 @@ class PrefillGraphs:
         for name, (shape, dtype) in shapes.items():
             size = int(np.prod(shape)) * np.dtype(dtype).itemsize
             self._in[name] = self._host[offsets[name]:offsets[name] + size].view(dtype).reshape(shape)
-            dev[name] = self._blob[offsets[name]:offsets[name] + size].view(getattr(torch, np.dtype(dtype).name)).view(shape)
+            part = self._blob[offsets[name]:offsets[name] + size]
+            dev[name] = part.view(getattr(torch, np.dtype(dtype).name)).view(shape)
         self.slots, self.cu, self.seq_lens, self.tiles, self.tables = (dev[k] for k in shapes)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
@@ -89,7 +90,8 @@ class PrefillGraphs:
     def _fill_idle(self) -> None:
         """Inputs of a step with no sequences (what the captures run over): every row is padding."""
         self._in["slots"][:] = self.pad_slot
-        self._in["tiles"][:] = triton_prefill.query_tiles(np.zeros(0, np.int64), self.tile_tokens, len(self._in["tiles"]))
+        tiles = self._in["tiles"]
+        tiles[:] = triton_prefill.query_tiles(np.zeros(0, np.int64), self.tile_tokens, len(tiles))
         self._blob.copy_(torch.from_numpy(self._host))
 
     def size_for(self, tokens: int, seqs: int, width: int) -> int | None:

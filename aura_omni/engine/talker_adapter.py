@@ -60,8 +60,8 @@ class TalkerAdapter:
                 frames = range(max(s, seq.prompt_len) - seq.prompt_len, e - seq.prompt_len)
                 text = torch.stack([seq.model_state.text_row(j, self.pad) for j in frames]).to(device, self.dtype)
                 last = seq.num_output_tokens - 1  # its codes may still be on their way: the decoder has its embedding
-                known = [j for j in frames if j != last]
-                parts = [self.model.embed_frame(torch.stack([seq.output_extras[j] for j in known]).to(device))] if known else []
+                known = [seq.output_extras[j] for j in frames if j != last]
+                parts = [self.model.embed_frame(torch.stack(known).to(device))] if known else []
                 if frames[-1] == last:
                     parts.append(self.decoder.frame_embed[seq.model_state.slot][None])
                 rows.append(torch.cat(parts) + text)
