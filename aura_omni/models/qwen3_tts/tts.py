@@ -19,6 +19,7 @@ import torch
 
 from aura_omni.models.loader import (PRESETS_DIR, CheckpointError, dummy_config_dir, init_dummy, iter_tensors, load_into,
                                     resolve_checkpoint)
+from aura_omni.models.qwen3_tts.code2wav_batcher import Code2WavBatcher
 from aura_omni.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import PromptTooLongError
@@ -102,6 +103,7 @@ class Qwen3TTS:
         self.talker = talker.eval()
         self.tokenizer = tokenizer
         self.code2wav = code2wav
+        self.code2wav_batcher = Code2WavBatcher(code2wav) if code2wav is not None else None  # concurrent streams
         self.codec_encoder = codec_encoder
         self.speaker_encoder = speaker_encoder
         self.defaults = defaults or GenerationDefaults()
@@ -327,20 +329,20 @@ class Qwen3TTS:
         state = code2wav.new_stream()
         ref = self._reference_codes(req)
         if ref is not None and ref.shape[0]:
-            code2wav.decode_stream(state, ref.to(device))  # context only: its audio is the reference's
+            self.code2wav_batcher.decode(state, ref.to(device))  # context only: its audio is the reference's
         pending: list[torch.Tensor] = []
         want = initial_chunk_frames
         for _, frame in self.iter_frames([req]):
             pending.append(frame)
             if len(pending) >= want:
-                yield self._decode_chunk(code2wav, state, pending, device)
+                yield self._decode_chunk(state, pending, device)
                 pending, want = [], chunk_frames
         if pending:
-            yield self._decode_chunk(code2wav, state, pending, device)
+            yield self._decode_chunk(state, pending, device)
 
-    @staticmethod
-    def _decode_chunk(code2wav, state, frames: list[torch.Tensor], device) -> np.ndarray:
-        wav = code2wav.decode_stream(state, torch.stack(frames).to(device))
+    def _decode_chunk(self, state, frames: list[torch.Tensor], device) -> np.ndarray:
+        """One chunk of this stream, decoded together with other streams' chunks that are due at the same time."""
+        wav = self.code2wav_batcher.decode(state, torch.stack(frames).to(device))
         return wav.float().cpu().numpy().astype(np.float32)
 
 
