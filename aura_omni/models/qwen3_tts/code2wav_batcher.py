@@ -57,11 +57,12 @@ class Code2WavBatcher:
         return chunk.wav
 
     def _run(self, chunks: list[_Chunk]) -> None:
-        """Decode queued chunks: those of equal length together, up to max_batch rows a forward."""
+        """Decode queued chunks: those of equal length together, up to max_batch rows a forward, shortest first (a new
+        stream's first chunk is its first audio); each forward's streams are woken as soon as it is done."""
         by_length: dict[int, list[_Chunk]] = defaultdict(list)
         for c in chunks:
             by_length[c.codes.shape[0]].append(c)
-        for group in by_length.values():
+        for _, group in sorted(by_length.items()):
             for at in range(0, len(group), self.max_batch):
                 part = group[at:at + self.max_batch]
                 try:
@@ -75,5 +76,7 @@ class Code2WavBatcher:
                 except Exception as e:  # noqa: BLE001 - every stream of the failed forward gets the error
                     for c in part:
                         c.error = e
-                for c in part:
-                    c.done = True
+                with self._cv:
+                    for c in part:
+                        c.done = True
+                    self._cv.notify_all()
