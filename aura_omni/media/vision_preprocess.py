@@ -9,6 +9,10 @@ Steps (as transformers' Qwen2VLImageProcessor / Qwen3VLVideoProcessor do them):
      contiguous, each patch laid out (C, T, 16, 16).
 Videos also get one timestamp per temporal group (the mean time of its two frames) for the prompt, and every
 item a content key (what the prefix cache and the vision-embedding cache know it by).
+
+Steps 3-5 run where the patches are needed: a `VisionInput` keeps the resized uint8 frames, and `patches(device)`
+normalises and flattens them there (on a GPU: a quarter of the bytes to upload and no host arithmetic; the values
+are the same, IEEE fp32 on either side); `pixel_values` is the same on the host.
 """
 
 import hashlib
@@ -19,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from aura_omni.layers.device import upload_async
 from aura_omni.media.limits import MediaError
 
 PATCH_SIZE = 16  # Qwen3-VL vision_config.patch_size
@@ -87,14 +92,34 @@ class VisionPreprocessConfig:
 
 @dataclass
 class VisionInput:
-    """One image or video ready for the vision encoder, plus what the prompt needs to expand it."""
+    """One image or video ready for the vision encoder, plus what the prompt needs to expand it. Made by the
+    preprocessors from resized uint8 `frames` (patches computed on demand), or directly from patches."""
 
     kind: str  # "image" | "video"
-    pixel_values: torch.Tensor  # [t*h*w, C*T*P*P] float32
+    _pixels: torch.Tensor | None  # [t*h*w, C*T*P*P] float32 patches; None = from `frames` when asked
     grid_thw: tuple[int, int, int]  # patches (temporal groups, rows, cols)
     timestamps: list[float] = field(default_factory=list)  # video: seconds per temporal group
     merge_size: int = MERGE_SIZE
     content_key: str | None = field(default=None, compare=False, repr=False)  # pixels_key, or engine.prompts.vision_key
+    frames: torch.Tensor | None = field(default=None, compare=False, repr=False)  # uint8 [T, C, H, W], resized
+    preprocess: "VisionPreprocessConfig | None" = field(default=None, compare=False, repr=False)
+
+    @property
+    def pixel_values(self) -> torch.Tensor:
+        """The patches on the host (computed once)."""
+        if self._pixels is None:
+            self._pixels = self.patches(torch.device("cpu"))
+        return self._pixels
+
+    def patches(self, device: torch.device) -> torch.Tensor:
+        """The patches on `device`, normalised and flattened there from the uint8 frames unless already made."""
+        if self._pixels is not None:
+            return self._pixels.to(device)
+        cfg = self.preprocess
+        x = normalize(upload_async(self.frames, torch.device(device)), cfg.mean, cfg.std)
+        if self.kind == "image":  # an image is one temporal patch of identical frames
+            x = x.expand(cfg.temporal_patch_size, -1, -1, -1)
+        return patchify(x, cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size)[0]
 
     @property
     def tokens_per_group(self) -> int:
@@ -281,9 +306,9 @@ def preprocess_image(rgb, cfg: VisionPreprocessConfig | None = None) -> VisionIn
     frames = _to_frames(rgb, "image")[:1]
     h, w = smart_resize_image(frames.shape[-2], frames.shape[-1], cfg.factor, cfg.min_pixels, cfg.max_pixels)
     frames = resize_bicubic(frames, h, w, cfg.resample)
-    x = normalize(frames, cfg.mean, cfg.std).expand(cfg.temporal_patch_size, -1, -1, -1)
-    patches, grid = patchify(x, cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size)
-    return VisionInput("image", patches, grid, merge_size=cfg.merge_size, content_key=pixels_key(frames, cfg))
+    grid = (1, h // cfg.patch_size, w // cfg.patch_size)
+    return VisionInput("image", None, grid, merge_size=cfg.merge_size, content_key=pixels_key(frames, cfg),
+                       frames=frames, preprocess=cfg)
 
 
 def preprocess_video(frames, video_fps: float, frame_indices: list[int] | None = None,
@@ -309,7 +334,7 @@ def preprocess_video(frames, video_fps: float, frame_indices: list[int] | None =
     h, w = smart_resize_video(x.shape[0], x.shape[-2], x.shape[-1], cfg.factor, cfg.temporal_patch_size,
                               cfg.min_pixels, cfg.max_pixels)
     x = resize_bicubic(x, h, w, cfg.resample)
-    patches, grid = patchify(normalize(x, cfg.mean, cfg.std), cfg.patch_size, cfg.merge_size, cfg.temporal_patch_size)
+    grid = (-(-x.shape[0] // cfg.temporal_patch_size), h // cfg.patch_size, w // cfg.patch_size)
     stamps = group_timestamps(indices, video_fps, cfg.temporal_patch_size)
-    return VisionInput("video", patches, grid, timestamps=stamps, merge_size=cfg.merge_size,
-                       content_key=pixels_key(x, cfg))
+    return VisionInput("video", None, grid, timestamps=stamps, merge_size=cfg.merge_size,
+                       content_key=pixels_key(x, cfg), frames=x, preprocess=cfg)

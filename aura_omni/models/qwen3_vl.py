@@ -226,9 +226,9 @@ class Qwen3VLForCausalLM(nn.Module):
 
     def encode_vision(self, vision_inputs: list[VisionInput]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """All items in one encoder pass -> (embeds [sum tokens, H], DeepStack features) in input order."""
-        pixels = [v.pixel_values for v in vision_inputs]
-        # one item (a live turn's new frames): no host copy of its megabytes of patches before the upload
-        pixels = (pixels[0] if len(pixels) == 1 else torch.cat(pixels)).to(self.device)
+        # each item's patches are made on the model's device from its uint8 frames
+        pixels = [v.patches(self.device) for v in vision_inputs]
+        pixels = pixels[0] if len(pixels) == 1 else torch.cat(pixels)
         return (self.vision_graphs or self.visual)(pixels, [v.grid_thw for v in vision_inputs])
 
     def build_prompt(self, token_ids: list[int], vision_inputs: list[VisionInput] | None = None,

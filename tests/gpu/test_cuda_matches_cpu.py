@@ -68,6 +68,15 @@ def test_prefill_graphs_replay_prefix_cached_turns_like_eager_steps():
     assert graph_steps
 
 
+def test_patches_made_on_the_gpu_equal_the_host_ones():
+    from aura_omni.media.vision_preprocess import preprocess_image, preprocess_video
+
+    rng = np.random.RandomState(1)
+    for item in (preprocess_image(rng.randint(0, 256, (480, 640, 3), dtype=np.uint8)),
+                 preprocess_video(rng.randint(0, 256, (3, 480, 640, 3), dtype=np.uint8), video_fps=2.0)):
+        assert torch.equal(item.patches(torch.device("cuda")).cpu(), item.pixel_values)
+
+
 def test_aura_greedy_tokens_match_cpu(tiny):
     from aura_omni.engine.config import EngineConfig
     from aura_omni.engine.llm_engine import LLMEngine

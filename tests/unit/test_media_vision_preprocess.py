@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from aura_omni.media.limits import MediaError
-from aura_omni.media.vision_preprocess import (VisionPreprocessConfig, group_timestamps, patchify, preprocess_image,
-                                               preprocess_video, resize_bicubic, sample_frame_indices,
+from aura_omni.media.vision_preprocess import (VisionPreprocessConfig, group_timestamps, normalize, patchify,
+                                               preprocess_image, preprocess_video, resize_bicubic, sample_frame_indices,
                                                smart_resize_image, smart_resize_video)
 
 
@@ -90,3 +90,19 @@ def test_content_key_changes_with_any_pixel_and_with_the_normalisation():
     assert preprocess_video(frames, video_fps=2.0, cfg=other).content_key != video.content_key
     image = preprocess_image(frames[0])
     assert image.content_key == preprocess_image(frames[0].copy()).content_key != video.content_key
+
+
+def test_patches_made_on_demand_equal_normalising_and_flattening_the_frames():
+    """Items keep uint8 frames and make patches where they are needed: the grid is known up front and the patches
+    are steps 3-5 of the reference, for an image (two identical frames) and an odd-length video."""
+    rng = np.random.RandomState(3)
+    image = preprocess_image(rng.randint(0, 256, (70, 90, 3), dtype=np.uint8))
+    video = preprocess_video(rng.randint(0, 256, (5, 64, 96, 3), dtype=np.uint8), video_fps=2.0)
+    for item, repeat in ((image, 2), (video, 1)):
+        cfg = item.preprocess
+        x = normalize(item.frames, cfg.mean, cfg.std)
+        want, grid = patchify(x.expand(repeat, -1, -1, -1) if repeat > 1 else x, cfg.patch_size, cfg.merge_size,
+                              cfg.temporal_patch_size)
+        assert item.grid_thw == grid and item.frames.dtype == torch.uint8
+        assert torch.equal(item.patches(torch.device("cpu")), want) and torch.equal(item.pixel_values, want)
+    assert video.grid_thw[0] == 3  # 5 frames: the last one repeated into a third temporal group
