@@ -93,7 +93,7 @@ class LLMEngine:
         sched = self.scheduler.schedule()
         launched = None
         if sched.scheduled:
-            step = self.runner.launch(sched)
+            step = self.runner.launch(sched, ahead=self.async_steps)
             for s in sched.scheduled:
                 s.seq.num_computed_tokens = s.end
                 self.blocks.commit(s.seq)

@@ -73,13 +73,15 @@ def upload(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]
 
 
 class LaunchedStep:
-    """A step queued on the device. Its sampled ids and extras (one row per sampling sequence) start copying to
-    pinned host memory at once; `result` waits for that copy only, so the host can queue the next step first."""
+    """A step queued on the device, with its sampled ids and extras (one row per sampling sequence). `ahead` (the
+    engine queues the next step before reading this one): they start copying to pinned host memory at once and
+    `result` waits for that copy only; otherwise `result` reads them directly."""
 
-    def __init__(self, sampling: list[ScheduledSeq], token_ids: torch.Tensor | None, extras: torch.Tensor | None):
+    def __init__(self, sampling: list[ScheduledSeq], token_ids: torch.Tensor | None, extras: torch.Tensor | None,
+                 ahead: bool = False):
         self.sampling = sampling
         self._ids, self._extras, self._copied = token_ids, extras, None
-        if token_ids is not None and token_ids.is_cuda:
+        if ahead and token_ids is not None and token_ids.is_cuda:
             self._ids = token_ids.to("cpu", non_blocking=True)
             self._extras = extras.to("cpu", non_blocking=True) if extras is not None else None
             self._copied = torch.cuda.Event()
@@ -91,7 +93,8 @@ class LaunchedStep:
             return [], [], None
         if self._copied is not None:
             self._copied.synchronize()
-        return self.sampling, self._ids.tolist(), list(self._extras.unbind(0)) if self._extras is not None else None
+        extras = list(self._extras.cpu().unbind(0)) if self._extras is not None else None
+        return self.sampling, self._ids.tolist(), extras
 
 
 def _deepstack_layers(adapter: ModelAdapter) -> int:
@@ -284,12 +287,13 @@ class ModelRunner:
         return self.sampler(self.adapter.compute_logits(hidden, seqs), seqs)
 
     @torch.inference_mode()
-    def launch(self, out: SchedulerOutput) -> "LaunchedStep":
-        """Queue one step on the device; its sampled tokens (and extras) come back through the returned handle."""
+    def launch(self, out: SchedulerOutput, ahead: bool = False) -> LaunchedStep:
+        """Queue one step on the device; its sampled tokens (and extras) come back through the returned handle
+        (`ahead`: the caller queues another step before reading them)."""
         with on_device(self.device):
-            return self._launch(out.scheduled)
+            return self._launch(out.scheduled, ahead)
 
-    def _launch(self, sched: list[ScheduledSeq]) -> "LaunchedStep":
+    def _launch(self, sched: list[ScheduledSeq], ahead: bool) -> LaunchedStep:
         decode = all(s.num_tokens == 1 and s.start >= s.seq.prompt_len for s in sched)
         replayed = self._graph_decode(sched) if decode else None
         if replayed is not None:
@@ -333,7 +337,7 @@ class ModelRunner:
             last = hidden[ends]
             seqs = [s.seq for s in sampling]
             token_ids = self._sample(last, seqs)
-        return LaunchedStep(sampling, token_ids, self.adapter.after_sample(seqs, last, token_ids))
+        return LaunchedStep(sampling, token_ids, self.adapter.after_sample(seqs, last, token_ids), ahead)
 
     def shutdown(self) -> None:
         self.graphs = self.prefill_graphs = None

@@ -189,7 +189,7 @@ def test_async_scheduling_gives_the_frames_of_waiting_for_every_step(tmp_path_fa
         assert engine.async_steps is async_steps
         tts.talker.codec_head.weight.data[2150] = 0.5 * tts.talker.codec_head.weight.data[0].sign()  # EOS at times
         launch = engine.runner.launch
-        engine.runner.launch = lambda sched: rows.append(len(sched.scheduled)) or launch(sched)
+        engine.runner.launch = lambda sched, **kw: rows.append(len(sched.scheduled)) or launch(sched, **kw)
         got = {i: [] for ids in arrivals.values() for i in ids}
         step = 0
         while engine.has_unfinished() or step <= max(arrivals):
