@@ -29,8 +29,8 @@ def count_graph_steps(eng: LLMEngine) -> list[int]:
     return sizes
 
 
-@pytest.mark.parametrize("chunk", [64, 20])  # whole prompts, or chunks cut mid-prompt (chunks with context)
-def test_graph_steps_equal_eager_with_prefix_hits_chunks_decodes_and_embedding_prompts(chunk):
+@pytest.mark.parametrize("chunk,kv_blocks", [(64, 96), (20, 96), (64, 12)])  # chunks with context; preemption
+def test_graph_steps_equal_eager_with_prefix_hits_chunks_decodes_and_embedding_prompts(chunk, kv_blocks):
     model = tiny_lm()
     system = prompts([13])[0]
     ps = prompts([5, 19, 2, 9], seed=3)
@@ -42,7 +42,7 @@ def test_graph_steps_equal_eager_with_prefix_hits_chunks_decodes_and_embedding_p
     ]
     results = []
     for tokens in (0, 24):  # 24: steps of <= 24 tokens take graph sizes 1..16 and 32 (padding rows); larger ones eager
-        eng = LLMEngine(model, EngineConfig(max_model_len=96, block_size=4, num_kv_blocks=96, max_num_seqs=4,
+        eng = LLMEngine(model, EngineConfig(max_model_len=48, block_size=4, num_kv_blocks=kv_blocks, max_num_seqs=4,
                                             max_num_batched_tokens=chunk, enable_prefix_caching=True,
                                             prefill_graph_tokens=tokens))
         sizes = count_graph_steps(eng) if tokens else []
@@ -56,7 +56,9 @@ def test_graph_steps_equal_eager_with_prefix_hits_chunks_decodes_and_embedding_p
                     out[o.request_id] += o.new_token_ids
             got.append(out)
         results.append(got)
-        assert eng.stats()["prefix_cache_hit_rate"] > 0
+        stats = eng.stats()
+        assert stats["prefix_cache_hit_rate"] > 0 and stats["free_blocks"] == stats["total_blocks"]
+        assert (stats["preemptions"] > 0) == (kv_blocks < 96)
     assert results[0] == results[1]
     assert 32 in sizes and any(s < 16 for s in sizes), sizes  # padded and exact graph sizes both ran
     assert all(len(toks) == GREEDY.max_tokens for wave in results[1] for toks in wave.values())
