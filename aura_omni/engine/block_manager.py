@@ -120,11 +120,12 @@ class BlockManager:
         seq.num_computed_tokens = 0
 
     def commit(self, seq: Sequence) -> None:
-        """After a step: register the sequence's newly full, computed blocks in the prefix cache."""
+        """After a step: register the sequence's newly full, computed blocks in the prefix cache (those whose token
+        values are all known: a block holding a PENDING output waits for the next commit)."""
         if not self.enable_prefix_caching or not seq.cacheable:
             return
         parent = seq.block_hashes[-1] if seq.block_hashes else None
-        for k in range(len(seq.block_hashes), seq.num_computed_tokens // self.block_size):
+        for k in range(len(seq.block_hashes), min(seq.num_computed_tokens, seq.num_known_tokens) // self.block_size):
             h, ids = self._hash_of(seq, k, parent)
             block = seq.block_table[k]
             seq.block_hashes.append(h)

@@ -28,8 +28,8 @@ class EngineConfig:
     # short prompts and prefix-cached turns are host-bound when eager. None = 512 on CUDA (where the Triton paged
     # prefill passes its check and not enforce_eager); 0 = off. Set on CPU, the same path runs eagerly (tests).
     prefill_graph_tokens: int | None = None
-    # Queue each step before the previous one's tokens are back (engine/llm_engine.py), where the model's decode
-    # inputs stay on the device (the Talker): the host's work between steps then overlaps the device's.
+    # Queue each step before the previous one's tokens are back (engine/llm_engine.py): the host's work between
+    # steps then overlaps the device's (steps that need the tokens on the host still wait for them).
     async_scheduling: bool = True
 
     def __post_init__(self):

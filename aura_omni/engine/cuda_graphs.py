@@ -133,14 +133,18 @@ class DecodeGraphs:
         for i, row in enumerate(tables):
             t[i, :len(row)] = row
 
-    def run(self, g: int, embeds: torch.Tensor | None = None, positions: torch.Tensor | None = None
-            ) -> tuple[torch.Tensor, ...]:
-        """Upload graph g's filled host inputs (one copy) and replay it; returns its static outputs (g rows)."""
+    def run(self, g: int, embeds: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+            ids: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
+        """Upload graph g's filled host inputs (one copy) and replay it; returns its static outputs (g rows).
+        `ids`: (rows, token ids) on the device that replace the filled ids (inputs not yet known on the host)."""
         with on_device(self.device):
-            return self._replay(g, embeds, positions)
+            return self._replay(g, embeds, positions, ids)
 
-    def _replay(self, g: int, embeds: torch.Tensor | None, positions: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    def _replay(self, g: int, embeds: torch.Tensor | None, positions: torch.Tensor | None,
+                ids: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
         self.blobs[g].copy_(self.host_blobs[g][self._turn[g]], non_blocking=True)
+        if ids is not None:
+            self.inputs[g]["ids"].index_copy_(0, *ids)
         if embeds is not None:
             self.embeds[g][:embeds.shape[0]].copy_(embeds)
             self.positions[g][..., :embeds.shape[0]].copy_(positions)

@@ -7,11 +7,13 @@
 
 Not thread-safe by itself; engine/async_engine.py drives it from a background thread under a lock.
 
-Async scheduling (`EngineConfig.async_scheduling`, for adapters whose decode inputs stay on the device: the
-Talker): `step` queues step k+1 before step k's tokens come back, then reads step k's, so the host's work
-between steps (scheduling, inputs, stop checks, streaming) overlaps the device's. A sampled token is a `PENDING`
-placeholder until its value arrives; a sequence that ends at step k already has a spare row in step k+1, which
-is dropped. Before a sequence would pass its length limit the engine reads the queued step first.
+Async scheduling (`EngineConfig.async_scheduling`): `step` queues step k+1 before step k's tokens come back,
+then reads step k's, so the host's work between steps (scheduling, inputs, stop checks, streaming) overlaps the
+device's. A sampled token is a `PENDING` placeholder until its value arrives; step k+1 takes it from the device
+(`ModelRunner.can_run_ahead` says when it can: the Talker always, a causal LM for decode steps without
+penalties, which read the history on the host; otherwise step k is read first). A sequence that ends at step k
+already has a spare row in step k+1, which is dropped; before a sequence would pass its length limit the engine
+reads the queued step first; prefix-cache blocks are registered once their tokens are known.
 """
 
 import logging
@@ -24,11 +26,9 @@ from aura_omni.engine.model_runner import LaunchedStep, ModelRunner
 from aura_omni.engine.outputs import RequestOutput
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.scheduler import Scheduler
-from aura_omni.engine.sequence import MultimodalPrompt, Sequence
+from aura_omni.engine.sequence import PENDING, MultimodalPrompt, Sequence
 
 log = logging.getLogger(__name__)
-
-PENDING = -1  # an output token queued on the device whose value has not come back yet
 
 
 class PromptTooLongError(ValueError):
@@ -47,9 +47,7 @@ class LLMEngine:
         self.blocks = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.blocks)
         self.requests: dict[str, Sequence] = {}
-        # prefix-cache hashes need every computed token's value, so async scheduling only runs without them
-        self.async_steps = (config.async_scheduling and getattr(adapter, "device_decode_inputs", False)
-                            and not config.enable_prefix_caching)
+        self.async_steps = config.async_scheduling
         self._in_flight: tuple[LaunchedStep, list[int]] | None = None  # a queued step, its rows' output indexes
 
     # -- requests --------------------------------------------------------------------------------------
@@ -81,7 +79,10 @@ class LLMEngine:
         return self._output(seq, [], [])
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work() or self._in_flight is not None
+        """Requests still to run, or a queued step with tokens not yet read (rows of ended requests do not count)."""
+        if self.scheduler.has_work():
+            return True
+        return self._in_flight is not None and any(not s.seq.is_finished for s in self._in_flight[0].sampling)
 
     # -- the loop --------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -91,9 +92,14 @@ class LLMEngine:
             outputs = self._collect(*self._in_flight)  # a sequence ends with it: no spare step past its limit
             self._in_flight = None
         sched = self.scheduler.schedule()
+        if self._in_flight is not None and sched.scheduled and not self.runner.can_run_ahead(sched.scheduled):
+            outputs += self._collect(*self._in_flight)  # this step needs the queued step's tokens on the host
+            self._in_flight = None
+            sched.scheduled = [s for s in sched.scheduled if not s.seq.is_finished]  # ended just now: blocks freed
         launched = None
         if sched.scheduled:
-            step = self.runner.launch(sched, ahead=self.async_steps)
+            pending = self._in_flight[0] if self._in_flight is not None else None
+            step = self.runner.launch(sched, ahead=self.async_steps, pending=pending)
             for s in sched.scheduled:
                 s.seq.num_computed_tokens = s.end
                 self.blocks.commit(s.seq)
@@ -131,6 +137,8 @@ class LLMEngine:
                 del seq.output_token_ids[index + 1:], seq.output_extras[index + 1:]  # a spare queued token
                 self.scheduler.finish(seq, seq.finish_reason)
                 self.requests.pop(seq.request_id, None)
+            elif seq.num_computed_tokens:
+                self.blocks.commit(seq)  # blocks that waited for this token's value
             outputs.append(self._output(seq, [token], [extra] if extras is not None else [], index + 1))
         return outputs
 

@@ -16,6 +16,7 @@ from typing import Protocol, Sequence as Seq, runtime_checkable
 import torch
 
 from aura_omni.engine.sequence import Sequence
+from aura_omni.layers.device import upload_async
 from aura_omni.models.qwen3 import DeepStack, Qwen3Model
 
 
@@ -131,8 +132,12 @@ class CausalLMAdapter:
                                   [torch.cat([f[i] for f in ds_feats]).to(device) for i in range(layers)])
         return StepInputs(out, positions, deepstack)
 
-    def decode_inputs(self, seqs: Seq[Sequence], device: torch.device) -> StepInputs:
-        last = torch.tensor([s.token_id(s.num_tokens - 1) for s in seqs], dtype=torch.long, device=device)
+    def decode_inputs(self, seqs: Seq[Sequence], device: torch.device,
+                      known: tuple[torch.Tensor, torch.Tensor] | None = None) -> StepInputs:
+        """`known`: (rows, ids) on the device for rows whose input token is still PENDING on the host."""
+        last = upload_async(torch.tensor([s.token_id(s.num_tokens - 1) for s in seqs], dtype=torch.long), device)
+        if known is not None:
+            last = last.index_copy(0, *known)
         pos = torch.tensor([s.num_tokens - 1 + (s.mm.rope_delta if s.mm is not None else 0) for s in seqs],
                            dtype=torch.long, device=device)
         return StepInputs(self.model.embed_tokens(last), pos.expand(3, -1) if self.mrope else pos)

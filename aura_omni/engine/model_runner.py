@@ -30,9 +30,10 @@ from aura_omni.engine.memory import KVPlan, plan_kv_cache
 from aura_omni.engine.model_api import CausalLMAdapter, ModelAdapter, Piece, StepInputs
 from aura_omni.engine.prefill_graphs import PrefillGraphs
 from aura_omni.engine.scheduler import ScheduledSeq, SchedulerOutput
+from aura_omni.engine.sequence import PENDING
 from aura_omni.layers import attention_backend
 from aura_omni.layers.attention import AttentionMetadata
-from aura_omni.layers.device import on_device
+from aura_omni.layers.device import on_device, upload_async
 from aura_omni.layers.sampler import Sampler, is_plain_greedy
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class LaunchedStep:
     def __init__(self, sampling: list[ScheduledSeq], token_ids: torch.Tensor | None, extras: torch.Tensor | None,
                  ahead: bool = False):
         self.sampling = sampling
+        self.device_ids = token_ids  # what a step queued behind this one feeds its rows from
         self._ids, self._extras, self._copied = token_ids, extras, None
         if ahead and token_ids is not None and token_ids.is_cuda:
             self._ids = token_ids.to("cpu", non_blocking=True)
@@ -258,8 +260,32 @@ class ModelRunner:
             kv_slots=dev[5] if len(dev) > 5 else None, cu_seqlens_k=dev[6] if len(dev) > 5 else None)
         return meta, dev[4]
 
-    def _graph_decode(self, sched: list[ScheduledSeq]) -> tuple[int, tuple[torch.Tensor, ...]] | None:
-        """Replay a captured decode graph for this step if one fits; (batch, outputs) or None."""
+    def can_run_ahead(self, sched: list[ScheduledSeq]) -> bool:
+        """Whether this step can be queued while the previous step's tokens are still PENDING on the host: the Talker's
+        inputs never need them; a causal LM takes them from the device in a decode step, unless a penalty reads
+        the token history on the host."""
+        if getattr(self.adapter, "device_decode_inputs", False):
+            return True
+        return (self.plain_lm and all(s.num_tokens == 1 and s.start >= s.seq.prompt_len for s in sched)
+                and not any(s.seq.params.needs_penalties for s in sched))
+
+    def _pending_ids(self, sched: list[ScheduledSeq], pending: "LaunchedStep | None"
+                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(rows of this decode step, their input ids) for rows whose input token is still PENDING on the host: the
+        ids the queued step sampled, gathered on the device. None when every input is known."""
+        if pending is None:
+            return None
+        rows = [i for i, s in enumerate(sched) if s.seq.output_token_ids and s.seq.output_token_ids[-1] == PENDING]
+        if not rows:
+            return None
+        where = {id(s.seq): i for i, s in enumerate(pending.sampling)}
+        index = upload_async(torch.tensor([rows, [where[id(sched[i].seq)] for i in rows]]), self.device)
+        return index[0], pending.device_ids[index[1]]
+
+    def _graph_decode(self, sched: list[ScheduledSeq], known: tuple[torch.Tensor, torch.Tensor] | None = None
+                      ) -> tuple[int, tuple[torch.Tensor, ...]] | None:
+        """Replay a captured decode graph for this step if one fits; (batch, outputs) or None. `known`: the
+        device-side input ids of rows whose input is PENDING on the host (`_pending_ids`)."""
         if self.graphs is None:
             return None
         width = max(len(s.seq.block_table) for s in sched)
@@ -274,7 +300,7 @@ class ModelRunner:
         ids = [s.token_id(p) for p, s in zip(last, seqs)] if self.plain_lm else []
         self.graphs.fill(g, ids, positions, slots, [p + 1 for p in last], [s.block_table for s in seqs])
         if self.plain_lm:
-            return len(seqs), self.graphs.run(g)
+            return len(seqs), self.graphs.run(g, ids=known)
         inputs = self.adapter.decode_inputs(seqs, self.device)
         return len(seqs), self.graphs.run(g, inputs.embeds.to(self.dtype), inputs.positions)
 
@@ -287,15 +313,17 @@ class ModelRunner:
         return self.sampler(self.adapter.compute_logits(hidden, seqs), seqs)
 
     @torch.inference_mode()
-    def launch(self, out: SchedulerOutput, ahead: bool = False) -> LaunchedStep:
+    def launch(self, out: SchedulerOutput, ahead: bool = False, pending: LaunchedStep | None = None) -> LaunchedStep:
         """Queue one step on the device; its sampled tokens (and extras) come back through the returned handle
-        (`ahead`: the caller queues another step before reading them)."""
+        (`ahead`: the caller queues another step before reading them). `pending`: the step queued before this one,
+        whose tokens some rows here take as input (`can_run_ahead` must have said yes)."""
         with on_device(self.device):
-            return self._launch(out.scheduled, ahead)
+            return self._launch(out.scheduled, ahead, pending)
 
-    def _launch(self, sched: list[ScheduledSeq], ahead: bool) -> LaunchedStep:
+    def _launch(self, sched: list[ScheduledSeq], ahead: bool, pending: LaunchedStep | None) -> LaunchedStep:
         decode = all(s.num_tokens == 1 and s.start >= s.seq.prompt_len for s in sched)
-        replayed = self._graph_decode(sched) if decode else None
+        known = self._pending_ids(sched, pending) if self.plain_lm and decode else None
+        replayed = self._graph_decode(sched, known) if decode else None
         if replayed is not None:
             b, outputs = replayed
             sampling = sched
@@ -315,8 +343,10 @@ class ModelRunner:
             if self.prefill_graphs is not None:
                 graph = self.prefill_graphs.size_for(tokens, len(sched), max(len(s.seq.block_table) for s in sched))
             pad = token_bucket(tokens) - tokens if self.pad_tokens and not decode and graph is None else 0
-            if decode:
-                inputs: StepInputs = self.adapter.decode_inputs([s.seq for s in sched], self.device)
+            if decode and known is not None:
+                inputs: StepInputs = self.adapter.decode_inputs([s.seq for s in sched], self.device, known)
+            elif decode:
+                inputs = self.adapter.decode_inputs([s.seq for s in sched], self.device)
             else:
                 inputs = self.adapter.build_inputs([Piece(s.seq, s.start, s.end) for s in sched], self.device)
             embeds, positions = inputs.embeds.to(self.dtype), inputs.positions

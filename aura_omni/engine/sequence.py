@@ -4,7 +4,8 @@ A prompt is token ids, or precomputed `prompt_embeds` (multimodal prompts, the T
 positions; `prompt_token_ids` may then hold placeholder ids (used for prefix hashing and penalties)
 or be empty. Token i of the sequence is prompt token i for i < prompt_len, else output token
 i - prompt_len. `num_computed_tokens` counts tokens whose K/V are in the cache; a step feeds tokens
-[num_computed_tokens, num_computed_tokens + n).
+[num_computed_tokens, num_computed_tokens + n). With async scheduling the last one or two outputs can be
+`PENDING`: sampled on the device, their values not yet on the host.
 """
 
 import enum
@@ -40,6 +41,8 @@ class MultimodalPrompt:
 
 
 _ids = itertools.count()
+
+PENDING = -1  # an output token queued on the device whose value has not come back yet
 
 
 class Sequence:
@@ -80,6 +83,15 @@ class Sequence:
     @property
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids)
+
+    @property
+    def num_known_tokens(self) -> int:
+        """Tokens whose values are on the host: all but the trailing PENDING outputs."""
+        out = self.output_token_ids
+        n = len(out)
+        while n and out[n - 1] == PENDING:
+            n -= 1
+        return self.prompt_len + n
 
     @property
     def is_finished(self) -> bool:

@@ -1,5 +1,6 @@
 """Continuous batching gives each request exactly what it would get alone (greedy, fp32)."""
 
+import pytest
 import torch
 from engine_tiny_lm import VOCAB, prompts, tiny_lm, tiny_reference
 
@@ -49,10 +50,15 @@ def test_chunked_prefill_and_requests_joining_mid_flight_change_nothing():
     assert [got[i] for i in range(len(ps))] == alone
 
 
-def test_outputs_stream_one_token_per_step():
-    eng = engine()
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_outputs_stream_one_token_per_step(async_scheduling):
+    """Each step returns the token it sampled; with async scheduling the one the step before sampled (step k+1 is
+    queued before step k's token is read), and the step that reaches the length limit reads it at once."""
+    eng = engine(async_scheduling=async_scheduling)
     eng.add_request("a", prompts([4])[0], SamplingParams(temperature=0, max_tokens=3))
-    per_step = [eng.step() for _ in range(3)]
+    per_step = [eng.step() for _ in range(4 if async_scheduling else 3)]
+    if async_scheduling:
+        assert per_step.pop(0) == []
     assert [len(outs) for outs in per_step] == [1, 1, 1]
     assert [o[0].num_output_tokens for o in per_step] == [1, 2, 3]
     assert per_step[-1][0].finished and per_step[-1][0].finish_reason == "length"
