@@ -91,7 +91,8 @@ def bench_lm(name: str, args, device: torch.device, dtype: torch.dtype) -> list[
         engine = LLMEngine(model, EngineConfig(
             max_model_len=max_len, max_num_seqs=max(batch, 1), max_num_batched_tokens=max(args.context * batch, 64),
             block_size=args.block_size, num_kv_blocks=blocks, enforce_eager=args.eager,
-            cuda_graph_batch_sizes=[batch], cuda_graph_max_seq_len=max_len), name=name)
+            cuda_graph_batch_sizes=[batch], cuda_graph_max_seq_len=max_len, async_scheduling=not args.sync_steps),
+            name=name)
         params = SamplingParams(temperature=0, max_tokens=args.steps + 4, ignore_eos=True)
         gen = torch.Generator().manual_seed(batch)
         for i in range(batch):
@@ -115,6 +116,7 @@ def bench_lm(name: str, args, device: torch.device, dtype: torch.dtype) -> list[
                          floor_ms=round(floor * 1e3, 5), vs_floor=round(step_s / floor, 2),
                          floor_with_kv_ms=round((weights + kv) / H200_BANDWIDTH * 1e3, 5),
                          tokens_per_s=round(batch / step_s, 1), graphs=engine.runner.graphs is not None,
+                         async_scheduling=engine.async_steps,
                          device=str(device), dtype=str(dtype).removeprefix("torch.")))
         print(json.dumps(rows[-1]), flush=True)
         engine.runner.shutdown()
@@ -167,7 +169,7 @@ def bench_talker(args, device: torch.device, dtype: torch.dtype) -> list[dict]:
         engine = TalkerEngine(talker, torch.zeros(h, device=device, dtype=dtype), EngineConfig(
             max_model_len=max_len, max_num_seqs=batch, max_num_batched_tokens=prompt * batch, block_size=args.block_size,
             num_kv_blocks=batch * -(-max_len // args.block_size) + 1, enforce_eager=args.eager,
-            cuda_graph_batch_sizes=[batch], cuda_graph_max_seq_len=max_len, async_scheduling=not args.sync_talker))
+            cuda_graph_batch_sizes=[batch], cuda_graph_max_seq_len=max_len, async_scheduling=not args.sync_steps))
         sampling = dict(greedy=dict(do_sample=False, subtalker_dosample=False),
                         sampled=dict(do_sample=True, subtalker_dosample=True))[args.talker_sampling]
         params = TalkerSampling(**sampling, min_new_tokens=10_000, max_new_tokens=10_000)  # never stops
@@ -216,8 +218,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--eager", action="store_true", help="no CUDA graphs")
     ap.add_argument("--no-talker", action="store_true")
     ap.add_argument("--talker-only", action="store_true", help="only the Talker rows")
-    ap.add_argument("--sync-talker", action="store_true",
-                    help="Talker steps wait for each frame's codes before queuing the next (no async scheduling)")
+    ap.add_argument("--sync-steps", action="store_true",
+                    help="each step's tokens are read before the next step is queued (no async scheduling)")
     ap.add_argument("--talker-batches", default=None, help="comma list, default 1,8,32")
     ap.add_argument("--talker-sampling", choices=["greedy", "sampled"], default="sampled")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

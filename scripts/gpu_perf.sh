@@ -30,8 +30,9 @@ for s in ${*:-check tests gemv decode talker aura prefill}; do
     talker) for g in 1 0; do
               AURA_OMNI_GEMV=$g TAILN=4 run "talker_gemv$g" 150 python3 benchmarks/engine_bench.py --talker-only
             done
-            TAILN=4 run talker_sync 150 python3 benchmarks/engine_bench.py --talker-only --sync-talker ;;
-    engine) TAILN=14 run engine_bench 240 python3 benchmarks/engine_bench.py ;;
+            TAILN=4 run talker_sync 150 python3 benchmarks/engine_bench.py --talker-only --sync-steps ;;
+    engine) TAILN=14 run engine_bench 240 python3 benchmarks/engine_bench.py --no-talker
+            TAILN=14 run engine_bench_sync 240 python3 benchmarks/engine_bench.py --no-talker --sync-steps ;;
     aura) TAILN=12 run aura_bench 300 python3 benchmarks/aura_bench.py --new-tokens 24 --reference ;;
     prefill) for g in 1 0; do
                AURA_OMNI_PREFILL_GRAPHS=$g TAILN=12 run "aura_prefill_graphs$g" 240 python3 benchmarks/aura_bench.py \
