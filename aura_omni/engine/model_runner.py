@@ -269,7 +269,7 @@ class ModelRunner:
         return (self.plain_lm and all(s.num_tokens == 1 and s.start >= s.seq.prompt_len for s in sched)
                 and not any(s.seq.params.needs_penalties for s in sched))
 
-    def _pending_ids(self, sched: list[ScheduledSeq], pending: "LaunchedStep | None"
+    def _pending_ids(self, sched: list[ScheduledSeq], pending: LaunchedStep | None
                      ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(rows of this decode step, their input ids) for rows whose input token is still PENDING on the host: the
         ids the queued step sampled, gathered on the device. None when every input is known."""
