@@ -16,6 +16,7 @@ def engine_config(stage: Stage, *, cpu_kv_cache_bytes: int | None = None) -> Eng
         enable_prefix_caching=stage.enable_prefix_caching,
         gpu_memory_utilization=stage.gpu_memory_utilization,
         enforce_eager=stage.enforce_eager,
+        async_scheduling=stage.async_scheduling,
         kv_cache_bytes=cpu_kv_cache_bytes,
     )
     if stage.max_model_len is not None:

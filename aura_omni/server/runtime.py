@@ -44,7 +44,7 @@ def load_qwen3_tts(stage: Stage, device: str, dtype: Any, load_format: str):
 
     # the Talker's engine: TTS defaults, with the deploy stage's concurrency and share of the GPU
     config = dataclasses.replace(default_engine_config(device), max_num_seqs=stage.max_num_seqs,
-                                 enforce_eager=stage.enforce_eager)
+                                 enforce_eager=stage.enforce_eager, async_scheduling=stage.async_scheduling)
     if device.startswith("cuda"):
         config = dataclasses.replace(config, kv_cache_bytes=None, gpu_memory_utilization=stage.gpu_memory_utilization)
     return Qwen3TTS.load(stage.model, device=device, dtype=dtype, load_format=load_format, engine_config=config)

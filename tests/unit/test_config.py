@@ -137,3 +137,13 @@ def test_not_yaml_and_missing_file_are_clear(tmp_path):
         load_deploy_config(bad)
     with pytest.raises(DeployConfigError, match="nope.yaml: cannot read deploy file"):
         load_deploy_config(tmp_path / "nope.yaml")
+
+
+def test_stage_engine_settings_reach_the_engine_config():
+    from aura_omni.pipeline.stage_engine import engine_config
+
+    cfg = load_deploy_config(CONFIGS / "aura_omni.yaml")
+    aura = engine_config(cfg.stage(AURA))
+    assert aura.async_scheduling and aura.enable_prefix_caching == cfg.stage(AURA).enable_prefix_caching
+    plain = parse_deploy_config(_aura())
+    assert not engine_config(plain.stage(AURA)).async_scheduling  # the deploy field's default: off
