@@ -50,6 +50,9 @@ class Code2WavBatcher:
                     self._run(batch)
                 finally:
                     self._cv.acquire()
+                    for c in batch:  # an interrupted run must not leave its streams waiting forever
+                        if not c.done:
+                            c.error, c.done = RuntimeError("Code2Wav decode was interrupted"), True
                     self._decoding = False
                     self._cv.notify_all()
         if chunk.error is not None:
