@@ -99,12 +99,12 @@ class LLMEngine:
         launched = None
         if sched.scheduled:
             pending = self._in_flight[0] if self._in_flight is not None else None
-            step = self.runner.launch(sched, ahead=self.async_steps, pending=pending)
+            queued = self.runner.launch(sched, ahead=self.async_steps, pending=pending)
             for s in sched.scheduled:
                 s.seq.num_computed_tokens = s.end
                 self.blocks.commit(s.seq)
-            launched = step, [s.seq.num_output_tokens for s in step.sampling]
-            for s in step.sampling:
+            launched = queued, [s.seq.num_output_tokens for s in queued.sampling]
+            for s in queued.sampling:
                 s.seq.output_token_ids.append(PENDING)
                 s.seq.output_extras.append(None)
         if self._in_flight is not None:
