@@ -28,7 +28,7 @@ from aura_omni.engine.cuda_graphs import DecodeGraphs
 from aura_omni.engine.kv_cache import allocate_kv_cache, free_kv_cache
 from aura_omni.engine.memory import KVPlan, plan_kv_cache
 from aura_omni.engine.model_api import CausalLMAdapter, ModelAdapter, Piece, StepInputs
-from aura_omni.engine.prefill_graphs import PrefillGraphs
+from aura_omni.engine.prefill_graphs import PrefillGraphs, graph_sizes
 from aura_omni.engine.scheduler import ScheduledSeq, SchedulerOutput
 from aura_omni.engine.sequence import PENDING
 from aura_omni.layers import attention_backend
@@ -155,9 +155,8 @@ class ModelRunner:
             limit = 512 if limit is None else limit
         if not limit:
             return None
-        sizes = sorted({token_bucket(n) for n in range(1, limit + 1)})
         try:
-            return PrefillGraphs(self.backbone, sizes, self.config.max_num_seqs,
+            return PrefillGraphs(self.backbone, graph_sizes(limit), self.config.max_num_seqs,
                                  -(-self.config.max_model_len // self.block_size), self.pad_block, self.block_size,
                                  self.dtype, self.device, _deepstack_layers(self.adapter), capture=cuda)
         except Exception as e:  # noqa: BLE001 - a failed capture costs speed, never the stage

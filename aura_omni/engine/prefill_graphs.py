@@ -27,6 +27,17 @@ from aura_omni.models.qwen3 import DeepStack, Qwen3Model
 log = logging.getLogger(__name__)
 
 
+def graph_sizes(limit: int) -> list[int]:
+    """Token counts that get a graph, up to `limit`: 1, 2, 4, 8, 16, every 32 up to 256, every 64 above. A step
+    pads to the next one: at most 31 rows up to 256 tokens (steps that small are host-bound anyway), under 25%
+    above; 17 graphs for 512 tokens."""
+    sizes = [n for n in (1, 2, 4, 8, 16) if n < limit]
+    sizes += list(range(32, min(limit, 256) + 1, 32)) + list(range(320, limit + 1, 64))
+    if not sizes or sizes[-1] < limit:
+        sizes.append(limit)
+    return sizes
+
+
 class PrefillGraphs:
     def __init__(self, backbone: Qwen3Model, sizes: list[int], max_seqs: int, max_blocks: int, pad_block: int,
                  block_size: int, dtype: torch.dtype, device: torch.device, deepstack_layers: int = 0,

@@ -14,6 +14,7 @@ from test_engine_aura import aura, image, image_prompt, run_all  # noqa: F401 - 
 
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
+from aura_omni.engine.prefill_graphs import graph_sizes
 from aura_omni.engine.prompts import vl_request
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
@@ -29,6 +30,15 @@ def count_graph_steps(eng: LLMEngine) -> list[int]:
     return sizes
 
 
+def test_graph_sizes_cover_every_count_with_bounded_padding():
+    sizes = graph_sizes(512)
+    assert len(sizes) == 17 and sizes[-1] == 512
+    for n in range(1, 513):
+        t = next(t for t in sizes if t >= n)
+        assert t - n < 32 if n <= 256 else (t - n) / n < 0.25
+    assert graph_sizes(24)[-1] == 24 and graph_sizes(1) == [1]
+
+
 @pytest.mark.parametrize("chunk,kv_blocks", [(64, 96), (20, 96), (64, 12)])  # chunks with context; preemption
 def test_graph_steps_equal_eager_with_prefix_hits_chunks_decodes_and_embedding_prompts(chunk, kv_blocks):
     model = tiny_lm()
@@ -41,7 +51,7 @@ def test_graph_steps_equal_eager_with_prefix_hits_chunks_decodes_and_embedding_p
         [("d", system + ps[3], None), ("e", [], MultimodalPrompt(embeds=embeds))],  # d hits a's cached blocks
     ]
     results = []
-    for tokens in (0, 24):  # 24: steps of <= 24 tokens take graph sizes 1..16 and 32 (padding rows); larger ones eager
+    for tokens in (0, 32):  # steps of <= 32 tokens take graphs of 1, 2, 4, 8, 16 or 32 tokens (padding rows)
         eng = LLMEngine(model, EngineConfig(max_model_len=48, block_size=4, num_kv_blocks=kv_blocks, max_num_seqs=4,
                                             max_num_batched_tokens=chunk, enable_prefix_caching=True,
                                             prefill_graph_tokens=tokens))
