@@ -5,12 +5,11 @@ dense DeepStack, the paged prefill attention's torch reference): everything but 
 tests check. The Triton kernel itself is compared with its reference where Triton can run.
 """
 
-import os
-
 import pytest
 import torch
 from engine_tiny_lm import prompts, tiny_lm
 from test_engine_aura import aura, image, image_prompt, run_all  # noqa: F401 - the module fixture
+from triton_env import DEVICE, needs_triton
 
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
@@ -92,11 +91,9 @@ def test_graph_steps_carry_deepstack_and_mrope_of_image_prompts(aura):  # noqa: 
     assert eng.runner.prefill_graphs.deepstack.shape[0] == 3 and sizes
 
 
-@pytest.mark.skipif(not triton_prefill.AVAILABLE or (not torch.cuda.is_available()
-                                                     and os.environ.get("TRITON_INTERPRET") != "1"),
-                    reason="needs Triton with CUDA or TRITON_INTERPRET=1")
+@needs_triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_triton_paged_prefill_matches_reference(dtype):
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    assert triton_prefill.self_check(device, dtype, head_dim=32, hq=6, hkv=2) < (1e-5 if dtype == torch.float32 else 2e-3)
-    assert triton_prefill.self_check(device, dtype, head_dim=64, hq=8, hkv=8) < (1e-5 if dtype == torch.float32 else 2e-3)
+    tol = 1e-5 if dtype == torch.float32 else 2e-3
+    assert triton_prefill.self_check(DEVICE, dtype, head_dim=32, hq=6, hkv=2) < tol
+    assert triton_prefill.self_check(DEVICE, dtype, head_dim=64, hq=8, hkv=8) < tol

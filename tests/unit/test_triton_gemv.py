@@ -1,24 +1,18 @@
 """The small-M Triton GEMVs (layers/triton_gemv.py) match their torch references, and the fused decoder layers
 (GEMV and triton_ops) compute the plain layer's function.
 
-Needs Triton and either CUDA or Triton's interpreter on the CPU:
-    TRITON_INTERPRET=1 python -m pytest -q tests/unit/test_triton_gemv.py
+Needs Triton and either CUDA or Triton's interpreter on the CPU (triton_env.py).
 """
-
-import os
 
 import pytest
 import torch
+from triton_env import DEVICE, needs_triton
 
-pytest.importorskip("triton")
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="needs CUDA or TRITON_INTERPRET=1")
+from aura_omni.layers import triton_gemv
+from aura_omni.layers.attention import AttentionMetadata
+from aura_omni.models.qwen3 import DeepStack, Qwen3Config, Qwen3Model
 
-from aura_omni.layers import triton_gemv  # noqa: E402
-from aura_omni.layers.attention import AttentionMetadata  # noqa: E402
-from aura_omni.models.qwen3 import DeepStack, Qwen3Config, Qwen3Model  # noqa: E402
-
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+pytestmark = needs_triton
 SHAPES = [(1, 272, 208), (16, 272, 208), (3, 100, 37), (1, 1040, 24)]  # (M, K, N): tile edges, one or many K steps
 
 

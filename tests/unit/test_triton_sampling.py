@@ -1,24 +1,16 @@
 """The Triton sampling kernel (layers/triton_sampling.py) picks what `sampling.choose_batched` picks.
 
-Needs Triton: on a GPU it runs compiled; on a CPU only under `TRITON_INTERPRET=1` (set before the run):
-    TRITON_INTERPRET=1 PYTHONPATH=/path/to/triton python -m pytest -q tests/unit/test_triton_sampling.py
+Needs Triton: on a GPU it runs compiled; on a CPU only under Triton's interpreter (triton_env.py).
 """
-
-import os
 
 import pytest
 import torch
+from triton_env import DEVICE, needs_triton
 
-pytest.importorskip("triton")
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-if not (INTERPRET or torch.cuda.is_available()):
-    pytest.skip("needs CUDA or TRITON_INTERPRET=1", allow_module_level=True)
+from aura_omni.layers import triton_sampling
+from aura_omni.models.qwen3_tts import sampling as S
 
-from aura_omni.layers import triton_sampling  # noqa: E402 - after the skip
-from aura_omni.models.qwen3_tts import sampling as S  # noqa: E402
-
-DEVICE = torch.device("cpu" if INTERPRET else "cuda")
-pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered")  # the interpreter's uint32 hash wraps, by design
+pytestmark = [needs_triton, pytest.mark.filterwarnings("ignore:overflow encountered")]  # the interpreter's hash wraps
 
 
 def both(logits, temperature=1.0, top_k=0, top_p=1.0, greedy=False, group=3):

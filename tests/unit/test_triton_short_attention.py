@@ -1,25 +1,19 @@
 """The one-launch attention of short decode steps (layers/triton_short_attention.py) equals q/k norm + RoPE + KV write
 followed by paged decode, alone and inside the fused decoder layer over a real paged cache.
 
-Needs Triton and either CUDA or Triton's interpreter on the CPU:
-    TRITON_INTERPRET=1 python -m pytest -q tests/unit/test_triton_short_attention.py
+Needs Triton and either CUDA or Triton's interpreter on the CPU (triton_env.py).
 """
-
-import os
 
 import pytest
 import torch
+from triton_env import DEVICE, needs_triton
 
-pytest.importorskip("triton")
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="needs CUDA or TRITON_INTERPRET=1")
+from aura_omni.engine.kv_cache import allocate_kv_cache
+from aura_omni.layers import attention_backend, triton_short_attention
+from aura_omni.layers.attention import AttentionMetadata
+from aura_omni.models.qwen3 import Qwen3Config, Qwen3Model
 
-from aura_omni.engine.kv_cache import allocate_kv_cache  # noqa: E402
-from aura_omni.layers import attention_backend, triton_short_attention  # noqa: E402
-from aura_omni.layers.attention import AttentionMetadata  # noqa: E402
-from aura_omni.models.qwen3 import Qwen3Config, Qwen3Model  # noqa: E402
-
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+pytestmark = needs_triton
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
