@@ -108,6 +108,24 @@ if AVAILABLE:
         tl.store(out_ptr + row * stride_o + cols, (s * u).to(dt), mask=mask)
 
     @triton.jit
+    def attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE: tl.constexpr):
+        """One block of keys of an online softmax (flash order): q [R, D] against k, v [N, D] where `valid` ([R, N] or
+        broadcastable); returns the updated running max [R], sum [R] and weighted values [R, D], all fp32."""
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = tl.where(valid, s * scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        if IEEE:
+            pv = tl.dot(p.to(q.dtype), v, input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(q.dtype), v)
+        return m_new, l_i * alpha + tl.sum(p, 1), acc * alpha[:, None] + pv
+
+    @triton.jit
     def _paged_decode_part_kernel(q_ptr, kc_ptr, vc_ptr, bt_ptr, sl_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, scale,
                                   stride_qb, stride_qh, stride_kb, stride_kt, stride_kh, stride_btb, stride_ob,
                                   stride_oh, num_parts, part_len,
@@ -135,22 +153,8 @@ if AVAILABLE:
             page = tl.load(bt_ptr + b * stride_btb + t // BS, mask=tmask, other=0).to(tl.int64)
             at = page[:, None] * stride_kb + (t % BS)[:, None] * stride_kt + kvh * stride_kh + d[None, :]
             k = tl.load(kc_ptr + at, mask=tmask[:, None], other=0.0).to(q.dtype)
-            if IEEE:
-                s = tl.dot(q, tl.trans(k), input_precision="ieee")
-            else:
-                s = tl.dot(q, tl.trans(k))
-            s = tl.where(tmask[None, :], s * scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(vc_ptr + at, mask=tmask[:, None], other=0.0).to(q.dtype)
-            if IEEE:
-                pv = tl.dot(p.to(q.dtype), v, input_precision="ieee")
-            else:
-                pv = tl.dot(p.to(q.dtype), v)
-            acc = acc * alpha[:, None] + pv
-            m_i = m_new
+            m_i, l_i, acc = attend_block(q, k, v, tmask[None, :], m_i, l_i, acc, scale, IEEE)
             n0 += BLOCK_N
         if SINGLE:  # one partition holds the whole context: normalise here, no reduce launch
             out = acc / l_i[:, None]

@@ -33,6 +33,7 @@ def _pow2(n: int) -> int:
 
 
 if AVAILABLE:
+    from aura_omni.layers.triton_ops import attend_block
 
     @triton.jit
     def _paged_prefill_kernel(q_ptr, kc_ptr, vc_ptr, out_ptr, cu_ptr, sl_ptr, bt_ptr, tiles_ptr, scale,
@@ -68,22 +69,9 @@ if AVAILABLE:
                 page = tl.load(bt_ptr + b * stride_btb + t // BS, mask=tmask, other=0).to(tl.int64)
                 at = page[:, None] * stride_kb + (t % BS)[:, None] * stride_kt + kvh * stride_kh + d[None, :]
                 k = tl.load(kc_ptr + at, mask=tmask[:, None], other=0.0).to(q.dtype)
-                if IEEE:
-                    s = tl.dot(q, tl.trans(k), input_precision="ieee")
-                else:
-                    s = tl.dot(q, tl.trans(k))
-                s = tl.where(tmask[None, :] & (t[None, :] <= qpos[:, None]), s * scale, float("-inf"))
-                m_new = tl.maximum(m_i, tl.max(s, 1))
-                alpha = tl.exp(m_i - m_new)
-                p = tl.exp(s - m_new[:, None])
-                l_i = l_i * alpha + tl.sum(p, 1)
                 v = tl.load(vc_ptr + at, mask=tmask[:, None], other=0.0).to(q.dtype)
-                if IEEE:
-                    pv = tl.dot(p.to(q.dtype), v, input_precision="ieee")
-                else:
-                    pv = tl.dot(p.to(q.dtype), v)
-                acc = acc * alpha[:, None] + pv
-                m_i = m_new
+                causal = tmask[None, :] & (t[None, :] <= qpos[:, None])
+                m_i, l_i, acc = attend_block(q, k, v, causal, m_i, l_i, acc, scale, IEEE)
                 n0 += BLOCK_N
             out = acc / l_i[:, None]
             tl.store(out_ptr + rows[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],

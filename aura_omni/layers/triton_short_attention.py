@@ -32,6 +32,7 @@ def _pow2(n: int) -> int:
 
 
 if AVAILABLE:
+    from aura_omni.layers.triton_ops import attend_block
 
     @triton.jit
     def _norm_rope(src, w_ptr, cos_row, sin_row, eps, rows, d, GROUP: tl.constexpr, D: tl.constexpr, dt):
@@ -83,22 +84,8 @@ if AVAILABLE:
             page = tl.load(bt_ptr + b * stride_btb + t // BS, mask=tmask, other=0).to(tl.int64)
             kat = page[:, None] * stride_kb + (t % BS)[:, None] * stride_kt + kvh * stride_kh + d[None, :]
             keys = tl.load(kc_ptr + kat, mask=tmask[:, None], other=0.0).to(dt)
-            if IEEE:
-                s = tl.dot(q, tl.trans(keys), input_precision="ieee")
-            else:
-                s = tl.dot(q, tl.trans(keys))
-            s = tl.where(tmask[None, :], s * scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
             vals = tl.load(vc_ptr + kat, mask=tmask[:, None], other=0.0).to(dt)
-            if IEEE:
-                pv = tl.dot(p.to(dt), vals, input_precision="ieee")
-            else:
-                pv = tl.dot(p.to(dt), vals)
-            acc = acc * alpha[:, None] + pv
-            m_i = m_new
+            m_i, l_i, acc = attend_block(q, keys, vals, tmask[None, :], m_i, l_i, acc, scale, IEEE)
             n0 += BLOCK_N
         heads = kvh * GROUP + g
         tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :], (acc / l_i[:, None]).to(dt),
