@@ -45,3 +45,27 @@ def tiny_lm(seed: int = 0, mrope_section: list[int] | None = None) -> TinyLM:
 def prompts(lengths, seed: int = 1) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in lengths]
+
+
+def prefix_waves(model) -> list[list[tuple]]:
+    """Two waves of (id, prompt ids, MultimodalPrompt or None): mixed lengths, then a prompt whose system prefix
+    the first wave cached and a prompt given as embeddings."""
+    from aura_omni.engine.sequence import MultimodalPrompt
+
+    system = prompts([13])[0]
+    ps = prompts([5, 19, 2, 9], seed=3)
+    with torch.no_grad():
+        embeds = model.embed_tokens(torch.tensor(ps[1]))
+    return [[("a", system + ps[0], None), ("b", ps[1], None), ("c", ps[2], None)],
+            [("d", system + ps[3], None), ("e", [], MultimodalPrompt(embeds=embeds))]]
+
+
+def drive(engine, wave, params) -> dict[str, list[int]]:
+    """Run one wave to completion; each request's output tokens."""
+    got = {rid: [] for rid, _, _ in wave}
+    for rid, ids, mm in wave:
+        engine.add_request(rid, ids, params, mm=mm)
+    while engine.has_unfinished():
+        for o in engine.step():
+            got[o.request_id] += o.new_token_ids
+    return got

@@ -1,14 +1,12 @@
 """Eager steps padded to a bucketed token count (EngineConfig.pad_prefill_tokens) give the same tokens."""
 
 import pytest
-import torch
-from engine_tiny_lm import prompts, tiny_lm
+from engine_tiny_lm import drive, prefix_waves, tiny_lm
 
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.model_runner import token_bucket
 from aura_omni.engine.sampling_params import SamplingParams
-from aura_omni.engine.sequence import MultimodalPrompt
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6)
 
@@ -20,16 +18,6 @@ def engine(model, pad: bool, **kw) -> LLMEngine:
     return LLMEngine(model, EngineConfig(**cfg))
 
 
-def drive(eng: LLMEngine, requests: list[tuple[str, list[int], MultimodalPrompt | None]]) -> dict[str, list[int]]:
-    got = {rid: [] for rid, _, _ in requests}
-    for rid, ids, mm in requests:
-        eng.add_request(rid, ids, GREEDY, mm=mm)
-    while eng.has_unfinished():
-        for o in eng.step():
-            got[o.request_id] += o.new_token_ids
-    return got
-
-
 def test_token_bucket_is_exact_when_small_then_coarser():
     assert [token_bucket(n) for n in (1, 16, 17, 250, 257, 1000, 1025, 4097)] == [1, 16, 32, 256, 320, 1024, 1280, 4608]
     assert all(token_bucket(n) >= n and token_bucket(token_bucket(n)) == token_bucket(n) for n in range(1, 9000, 7))
@@ -38,20 +26,13 @@ def test_token_bucket_is_exact_when_small_then_coarser():
 @pytest.mark.parametrize("chunk", [64, 20])  # whole prompts, or chunks cut mid-prompt (chunks with context)
 def test_padded_steps_equal_unpadded_with_prefix_hits_chunks_and_embedding_prompts(chunk):
     model = tiny_lm()
-    system = prompts([13])[0]
-    ps = prompts([5, 19, 2, 9], seed=3)
-    with torch.no_grad():
-        embeds = model.embed_tokens(torch.tensor(ps[1]))
-    waves = [
-        [("a", system + ps[0], None), ("b", ps[1], None), ("c", ps[2], None)],
-        [("d", system + ps[3], None), ("e", [], MultimodalPrompt(embeds=embeds))],  # d hits a's cached blocks
-    ]
+    waves = prefix_waves(model)
     results, pads = [], []
     for pad in (False, True):
         eng = engine(model, pad, max_num_batched_tokens=chunk)
         metadata = eng.runner._metadata
         eng.runner._metadata = lambda sched, decode, pad=0: pads.append(pad) or metadata(sched, decode, pad)
-        results.append([drive(eng, wave) for wave in waves])
+        results.append([drive(eng, wave, GREEDY) for wave in waves])
         assert eng.stats()["prefix_cache_hit_rate"] > 0
     assert results[0] == results[1]
     assert any(pads), "no step was padded: the test would not test padding"

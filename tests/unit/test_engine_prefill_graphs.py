@@ -7,7 +7,7 @@ tests check. The Triton kernel itself is compared with its reference where Trito
 
 import pytest
 import torch
-from engine_tiny_lm import prompts, tiny_lm
+from engine_tiny_lm import drive, prefix_waves, tiny_lm
 from test_engine_aura import aura, image, image_prompt, run_all  # noqa: F401 - the module fixture
 from triton_env import DEVICE, needs_triton
 
@@ -16,7 +16,6 @@ from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.prefill_graphs import graph_sizes
 from aura_omni.engine.prompts import vl_request
 from aura_omni.engine.sampling_params import SamplingParams
-from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.layers import triton_prefill
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6)
@@ -41,30 +40,14 @@ def test_graph_sizes_cover_every_count_with_bounded_padding():
 @pytest.mark.parametrize("chunk,kv_blocks", [(64, 96), (20, 96), (64, 12)])  # chunks with context; preemption
 def test_graph_steps_equal_eager_with_prefix_hits_chunks_decodes_and_embedding_prompts(chunk, kv_blocks):
     model = tiny_lm()
-    system = prompts([13])[0]
-    ps = prompts([5, 19, 2, 9], seed=3)
-    with torch.no_grad():
-        embeds = model.embed_tokens(torch.tensor(ps[1]))
-    waves = [
-        [("a", system + ps[0], None), ("b", ps[1], None), ("c", ps[2], None)],
-        [("d", system + ps[3], None), ("e", [], MultimodalPrompt(embeds=embeds))],  # d hits a's cached blocks
-    ]
+    waves = prefix_waves(model)
     results = []
     for tokens in (0, 32):  # steps of <= 32 tokens take graphs of 1, 2, 4, 8, 16 or 32 tokens (padding rows)
         eng = LLMEngine(model, EngineConfig(max_model_len=48, block_size=4, num_kv_blocks=kv_blocks, max_num_seqs=4,
                                             max_num_batched_tokens=chunk, enable_prefix_caching=True,
                                             prefill_graph_tokens=tokens))
         sizes = count_graph_steps(eng) if tokens else []
-        got = []
-        for wave in waves:
-            out = {rid: [] for rid, _, _ in wave}
-            for rid, ids, mm in wave:
-                eng.add_request(rid, ids, GREEDY, mm=mm)
-            while eng.has_unfinished():
-                for o in eng.step():
-                    out[o.request_id] += o.new_token_ids
-            got.append(out)
-        results.append(got)
+        results.append([drive(eng, wave, GREEDY) for wave in waves])
         stats = eng.stats()
         assert stats["prefix_cache_hit_rate"] > 0 and stats["free_blocks"] == stats["total_blocks"]
         assert (stats["preemptions"] > 0) == (kv_blocks < 96)
