@@ -108,9 +108,19 @@ if AVAILABLE:
         tl.store(out_ptr + row * stride_o + cols, (s * u).to(dt), mask=mask)
 
     @triton.jit
+    def kv_block(kc_ptr, vc_ptr, table_ptr, t, tmask, head, d, stride_kb, stride_kt, stride_kh, BS: tl.constexpr):
+        """K and V [N, D] of token positions `t` (where `tmask`) of one KV head, read through a page table row."""
+        page = tl.load(table_ptr + t // BS, mask=tmask, other=0).to(tl.int64)
+        at = page[:, None] * stride_kb + (t % BS)[:, None] * stride_kt + head * stride_kh + d[None, :]
+        k = tl.load(kc_ptr + at, mask=tmask[:, None], other=0.0)
+        return k, tl.load(vc_ptr + at, mask=tmask[:, None], other=0.0)
+
+    @triton.jit
     def attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE: tl.constexpr):
-        """One block of keys of an online softmax (flash order): q [R, D] against k, v [N, D] where `valid` ([R, N] or
-        broadcastable); returns the updated running max [R], sum [R] and weighted values [R, D], all fp32."""
+        """One block of keys of an online softmax (flash order): q [R, D] against k, v [N, D] (cast to q's dtype) where
+        `valid` ([R, N] or broadcastable); returns the updated running max [R], sum [R] and weighted values [R, D],
+        all fp32."""
+        k, v = k.to(q.dtype), v.to(q.dtype)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -150,10 +160,8 @@ if AVAILABLE:
         while n0 < end:  # a while loop: dynamic bounds also run under TRITON_INTERPRET
             t = n0 + tl.arange(0, BLOCK_N)
             tmask = t < end
-            page = tl.load(bt_ptr + b * stride_btb + t // BS, mask=tmask, other=0).to(tl.int64)
-            at = page[:, None] * stride_kb + (t % BS)[:, None] * stride_kt + kvh * stride_kh + d[None, :]
-            k = tl.load(kc_ptr + at, mask=tmask[:, None], other=0.0).to(q.dtype)
-            v = tl.load(vc_ptr + at, mask=tmask[:, None], other=0.0).to(q.dtype)
+            k, v = kv_block(kc_ptr, vc_ptr, bt_ptr + b * stride_btb, t, tmask, kvh, d, stride_kb, stride_kt,
+                            stride_kh, BS)
             m_i, l_i, acc = attend_block(q, k, v, tmask[None, :], m_i, l_i, acc, scale, IEEE)
             n0 += BLOCK_N
         if SINGLE:  # one partition holds the whole context: normalise here, no reduce launch

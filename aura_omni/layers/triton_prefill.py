@@ -33,7 +33,7 @@ def _pow2(n: int) -> int:
 
 
 if AVAILABLE:
-    from aura_omni.layers.triton_ops import attend_block
+    from aura_omni.layers.triton_ops import attend_block, kv_block
 
     @triton.jit
     def _paged_prefill_kernel(q_ptr, kc_ptr, vc_ptr, out_ptr, cu_ptr, sl_ptr, bt_ptr, tiles_ptr, scale,
@@ -66,10 +66,8 @@ if AVAILABLE:
             while n0 < end:  # a while loop: dynamic bounds also run under TRITON_INTERPRET
                 t = n0 + tl.arange(0, BLOCK_N)
                 tmask = t < end
-                page = tl.load(bt_ptr + b * stride_btb + t // BS, mask=tmask, other=0).to(tl.int64)
-                at = page[:, None] * stride_kb + (t % BS)[:, None] * stride_kt + kvh * stride_kh + d[None, :]
-                k = tl.load(kc_ptr + at, mask=tmask[:, None], other=0.0).to(q.dtype)
-                v = tl.load(vc_ptr + at, mask=tmask[:, None], other=0.0).to(q.dtype)
+                k, v = kv_block(kc_ptr, vc_ptr, bt_ptr + b * stride_btb, t, tmask, kvh, d, stride_kb, stride_kt,
+                                stride_kh, BS)
                 causal = tmask[None, :] & (t[None, :] <= qpos[:, None])
                 m_i, l_i, acc = attend_block(q, k, v, causal, m_i, l_i, acc, scale, IEEE)
                 n0 += BLOCK_N
@@ -101,7 +99,8 @@ def max_tiles(tokens: int, seqs: int, tile_tokens: int) -> int:
 
 @on_first_tensor_device
 def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                  seq_lens: torch.Tensor, block_tables: torch.Tensor, scale: float, tiles: torch.Tensor) -> torch.Tensor:
+                  seq_lens: torch.Tensor, block_tables: torch.Tensor, scale: float, tiles: torch.Tensor
+                  ) -> torch.Tensor:
     """q [N, Hq, D]; caches [blocks, bs, Hkv, D]; cu_seqlens_q [B+1], seq_lens [B], block_tables [B, W] and the
     `query_tiles` of block_m(Hq, Hkv) tokens [T, 2], int32 on the device -> [N, Hq, D]."""
     n, hq, d = q.shape
@@ -111,8 +110,8 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     _paged_prefill_kernel[(tiles.shape[0], hkv)](
         q, k_cache, v_cache, out, cu_seqlens_q, seq_lens, block_tables, tiles, scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0),
-        out.stride(1), block_tables.stride(0), GROUP=group, GROUP_PAD=_pow2(group), BLOCK_M=block_m(hq, hkv), D=d, BS=bs,
-        BLOCK_N=_BLOCK_N, IEEE=q.dtype == torch.float32, num_warps=8)
+        out.stride(1), block_tables.stride(0), GROUP=group, GROUP_PAD=_pow2(group), BLOCK_M=block_m(hq, hkv), D=d,
+        BS=bs, BLOCK_N=_BLOCK_N, IEEE=q.dtype == torch.float32, num_warps=8)
     return out
 
 

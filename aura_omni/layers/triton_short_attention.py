@@ -32,7 +32,7 @@ def _pow2(n: int) -> int:
 
 
 if AVAILABLE:
-    from aura_omni.layers.triton_ops import attend_block
+    from aura_omni.layers.triton_ops import attend_block, kv_block
 
     @triton.jit
     def _norm_rope(src, w_ptr, cos_row, sin_row, eps, rows, d, GROUP: tl.constexpr, D: tl.constexpr, dt):
@@ -81,10 +81,8 @@ if AVAILABLE:
         while n0 < seq_len:  # as paged_decode's single partition: the same key blocks, the same order
             t = n0 + tl.arange(0, BLOCK_N)
             tmask = t < seq_len
-            page = tl.load(bt_ptr + b * stride_btb + t // BS, mask=tmask, other=0).to(tl.int64)
-            kat = page[:, None] * stride_kb + (t % BS)[:, None] * stride_kt + kvh * stride_kh + d[None, :]
-            keys = tl.load(kc_ptr + kat, mask=tmask[:, None], other=0.0).to(dt)
-            vals = tl.load(vc_ptr + kat, mask=tmask[:, None], other=0.0).to(dt)
+            keys, vals = kv_block(kc_ptr, vc_ptr, bt_ptr + b * stride_btb, t, tmask, kvh, d, stride_kb, stride_kt,
+                                  stride_kh, BS)
             m_i, l_i, acc = attend_block(q, keys, vals, tmask[None, :], m_i, l_i, acc, scale, IEEE)
             n0 += BLOCK_N
         heads = kvh * GROUP + g
