@@ -6,11 +6,11 @@ Needs Triton and either CUDA or Triton's interpreter on the CPU (triton_env.py).
 
 import pytest
 import torch
-from triton_env import DEVICE, needs_triton
+from triton_env import DEVICE, fused_layer_model, needs_triton
 
 from aura_omni.layers import triton_gemv
 from aura_omni.layers.attention import AttentionMetadata
-from aura_omni.models.qwen3 import DeepStack, Qwen3Config, Qwen3Model
+from aura_omni.models.qwen3 import DeepStack
 
 pytestmark = needs_triton
 SHAPES = [(1, 272, 208), (16, 272, 208), (3, 100, 37), (1, 1040, 24)]  # (M, K, N): tile edges, one or many K steps
@@ -47,12 +47,8 @@ def test_silu_mul_gemv_matches_swiglu_down(m, k, n):
 
 @pytest.mark.parametrize("gemv", [True, False], ids=["gemv", "triton_ops"])
 def test_fused_layers_match_plain_layer(gemv):
-    cfg = Qwen3Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                      intermediate_size=96)
-    torch.manual_seed(0)
-    model = Qwen3Model(cfg).to(DEVICE)
-    for p in model.parameters():  # non-trivial norm weights
-        p.data.normal_(1.0 if p.dim() == 1 else 0.0, 0.5 if p.dim() == 1 else 0.1)
+    model = fused_layer_model()
+    cfg = model.config
     lens = [1] if gemv else [3, 4]  # the model takes the GEMV layer for one row only
     x, positions = _rand(sum(lens), cfg.hidden_size), torch.cat([torch.arange(n) for n in lens]).to(DEVICE)
     meta = AttentionMetadata.prefill(lens, DEVICE)

@@ -6,12 +6,11 @@ Needs Triton and either CUDA or Triton's interpreter on the CPU (triton_env.py).
 
 import pytest
 import torch
-from triton_env import DEVICE, needs_triton
+from triton_env import DEVICE, fused_layer_model, needs_triton
 
 from aura_omni.engine.kv_cache import allocate_kv_cache
 from aura_omni.layers import attention_backend, triton_short_attention
 from aura_omni.layers.attention import AttentionMetadata
-from aura_omni.models.qwen3 import Qwen3Config, Qwen3Model
 
 pytestmark = needs_triton
 
@@ -26,12 +25,8 @@ def test_kernel_matches_the_two_kernel_references(dtype, hq, hkv, d):
 def test_decode_steps_of_the_fused_layer_match_the_unfused_attention(monkeypatch):
     """Prefill 3 sequences, then 4 decode steps through the fused layers, short attention on and off: same hidden
     states and the same KV pages."""
-    cfg = Qwen3Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                      intermediate_size=96)
-    torch.manual_seed(0)
-    model = Qwen3Model(cfg).to(DEVICE)
-    for p in model.parameters():  # non-trivial norm weights
-        p.data.normal_(1.0 if p.dim() == 1 else 0.0, 0.5 if p.dim() == 1 else 0.1)
+    model = fused_layer_model()
+    cfg = model.config
     model.fuse_projections()
     bs, lens = 4, [5, 1, 9]
     tables = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]], dtype=torch.int32, device=DEVICE)
