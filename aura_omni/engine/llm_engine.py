@@ -73,9 +73,8 @@ class LLMEngine:
         if seq is None:
             return None
         self.scheduler.finish(seq, "abort")
-        while seq.output_token_ids and seq.output_token_ids[-1] == PENDING:  # queued tokens it will never get
-            seq.output_token_ids.pop()
-            seq.output_extras.pop()
+        known = seq.num_known_tokens - seq.prompt_len
+        del seq.output_token_ids[known:], seq.output_extras[known:]  # queued tokens it will never get
         return self._output(seq, [], [])
 
     def has_unfinished(self) -> bool:

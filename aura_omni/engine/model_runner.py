@@ -30,7 +30,6 @@ from aura_omni.engine.memory import KVPlan, plan_kv_cache
 from aura_omni.engine.model_api import CausalLMAdapter, ModelAdapter, Piece, StepInputs
 from aura_omni.engine.prefill_graphs import PrefillGraphs, graph_sizes
 from aura_omni.engine.scheduler import ScheduledSeq, SchedulerOutput
-from aura_omni.engine.sequence import PENDING
 from aura_omni.layers import attention_backend
 from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.layers.device import on_device, upload_async
@@ -274,7 +273,7 @@ class ModelRunner:
         ids the queued step sampled, gathered on the device. None when every input is known."""
         if pending is None:
             return None
-        rows = [i for i, s in enumerate(sched) if s.seq.output_token_ids and s.seq.output_token_ids[-1] == PENDING]
+        rows = [i for i, s in enumerate(sched) if s.seq.num_known_tokens < s.seq.num_tokens]
         if not rows:
             return None
         where = {id(s.seq): i for i, s in enumerate(pending.sampling)}
