@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One H200 call for the speed work: kernel checks, CUDA-vs-CPU tests, GEMV bench, decode profile and Talker frames
 # with the small-M GEMVs on and off (AURA_OMNI_GEMV=0) and without async scheduling, AURA turns, live-session turns
-# with the prefill graphs on and off (AURA_OMNI_PREFILL_GRAPHS=0).
-#   bash scripts/gpu_perf.sh [check tests gemv decode talker aura prefill]     (default: all; logs in $OUT)
+# with the prefill graphs on and off (AURA_OMNI_PREFILL_GRAPHS=0), decode steps and Talker frames with programmatic
+# dependent launch on and off (AURA_OMNI_PDL=0), profiler tables of a prefix-cached turn after 24 history turns.
+#   bash scripts/gpu_perf.sh [check tests gemv decode talker engine aura prefill pdl profile]   (default: the first
+#   seven; logs in $OUT)
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT"
@@ -40,6 +42,12 @@ for s in ${*:-check tests gemv decode talker aura prefill}; do
                AURA_OMNI_PREFILL_GRAPHS=$g TAILN=8 run "asr_prefill_graphs$g" 240 python3 benchmarks/asr_throughput.py \
                  --model aura_omni/presets/Qwen__Qwen3-ASR-1.7B --load-format dummy --device cuda --concurrency 1 64
              done ;;
+    pdl) for p in 1 0; do
+           AURA_OMNI_PDL=$p TAILN=8 run "engine_pdl$p" 200 python3 benchmarks/engine_bench.py --no-talker --batches 1,8,32
+           AURA_OMNI_PDL=$p TAILN=4 run "talker_pdl$p" 150 python3 benchmarks/engine_bench.py --talker-only
+         done ;;
+    profile) TAILN=70 run aura_profile 200 python3 benchmarks/aura_bench.py --new-tokens 2 --history-turns 24 \
+               --encode-reps 0 --profile 24 ;;
     *) echo "unknown section $s" ;;
   esac
 done

@@ -26,7 +26,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from aura_omni.layers import cuda_graph, triton_ops
+from aura_omni.layers import cuda_graph, pdl, triton_ops
 from aura_omni.layers.device import on_device, on_first_tensor_device
 
 try:
@@ -41,10 +41,36 @@ MAX_M = 16  # token rows the kernels take (one tensor-core row tile); models/qwe
 if AVAILABLE:
 
     @triton.jit
+    def _gemv_step(acc, ssq, a_ptr, nw_ptr, w, rows, rmask, ks, stride_a, K: tl.constexpr, NORM: tl.constexpr,
+                   SILU: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr, dt: tl.constexpr):
+        """One BLOCK_K slice: the activation slice (normed or SiLU*mul'ed) times the weight tile `w`."""
+        kmask = ks < K
+        amask = rmask[:, None] & kmask[None, :]
+        a_at = rows[:, None] * stride_a + ks[None, :]
+        a = tl.load(a_ptr + a_at, mask=amask, other=0.0).to(tl.float32)
+        if NORM:
+            ssq += tl.sum(a * a, 1)
+            a = a * tl.load(nw_ptr + ks, mask=kmask, other=0.0).to(tl.float32)[None, :]
+        if SILU:  # gate in columns [0, K), up in [K, 2K)
+            u = tl.load(a_ptr + a_at + K, mask=amask, other=0.0).to(tl.float32)
+            a = (a / (1.0 + tl.exp(-a))).to(dt).to(tl.float32) * u
+        a = a.to(dt)  # the GEMV input in the activation dtype, as F.linear sees it
+        if DOT:
+            if IEEE:
+                acc = tl.dot(a, tl.trans(w), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a, tl.trans(w), acc)
+        else:
+            acc += w.to(tl.float32) * a.to(tl.float32)
+        return acc, ssq
+
+    @triton.jit
     def _gemv_kernel(a_ptr, nw_ptr, w_ptr, res_ptr, out_ptr, M, N, stride_a, stride_w, stride_res, stride_o, eps,
                      K: tl.constexpr, NORM: tl.constexpr, SILU: tl.constexpr, HAS_RES: tl.constexpr,
                      DOT: tl.constexpr, IEEE: tl.constexpr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr):
+                     BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
         pid_n = tl.program_id(0)
         rows = tl.program_id(1) * M_PAD + tl.arange(0, M_PAD)
         rmask = rows < M
@@ -57,27 +83,17 @@ if AVAILABLE:
         else:  # one row: per-thread partial sums, reduced across K once at the end
             acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
         ssq = tl.zeros([M_PAD], tl.float32)
-        for k0 in range(0, K, BLOCK_K):  # K constexpr: a static trip count (and the interpreter needs it)
+        # the first weight tile is loaded before waiting for the previous kernel (pdl.py): the weights are constant
+        ks = tl.arange(0, BLOCK_K)
+        w = tl.load(w_rows + ks[None, :], mask=cmask[:, None] & (ks < K)[None, :], other=0.0)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+        acc, ssq = _gemv_step(acc, ssq, a_ptr, nw_ptr, w, rows, rmask, ks, stride_a, K, NORM, SILU, DOT, IEEE, dt)
+        for k0 in range(BLOCK_K, K, BLOCK_K):  # K constexpr: a static trip count (and the interpreter needs it)
             ks = k0 + tl.arange(0, BLOCK_K)
-            kmask = ks < K
-            amask = rmask[:, None] & kmask[None, :]
-            a_at = rows[:, None] * stride_a + ks[None, :]
-            a = tl.load(a_ptr + a_at, mask=amask, other=0.0).to(tl.float32)
-            if NORM:
-                ssq += tl.sum(a * a, 1)
-                a = a * tl.load(nw_ptr + ks, mask=kmask, other=0.0).to(tl.float32)[None, :]
-            if SILU:  # gate in columns [0, K), up in [K, 2K)
-                u = tl.load(a_ptr + a_at + K, mask=amask, other=0.0).to(tl.float32)
-                a = (a / (1.0 + tl.exp(-a))).to(dt).to(tl.float32) * u
-            a = a.to(dt)  # the GEMV input in the activation dtype, as F.linear sees it
-            w = tl.load(w_rows + ks[None, :], mask=cmask[:, None] & kmask[None, :], other=0.0)
-            if DOT:
-                if IEEE:
-                    acc = tl.dot(a, tl.trans(w), acc, input_precision="ieee")
-                else:
-                    acc = tl.dot(a, tl.trans(w), acc)
-            else:
-                acc += w.to(tl.float32) * a.to(tl.float32)
+            w = tl.load(w_rows + ks[None, :], mask=cmask[:, None] & (ks < K)[None, :], other=0.0)
+            acc, ssq = _gemv_step(acc, ssq, a_ptr, nw_ptr, w, rows, rmask, ks, stride_a, K, NORM, SILU, DOT, IEEE,
+                                  dt)
         if DOT:
             y = acc
         else:
@@ -139,7 +155,8 @@ def _launch(a: torch.Tensor, weight: torch.Tensor, k: int, *, norm_weight=None, 
         a, a if norm_weight is None else norm_weight, weight, out if residual is None else residual, out, m, n,
         a.stride(0), weight.stride(0), 0 if residual is None else residual.stride(0), out.stride(0), eps,
         K=k, NORM=norm_weight is not None, SILU=silu, HAS_RES=residual is not None, DOT=dot,
-        IEEE=a.dtype == torch.float32, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+        IEEE=a.dtype == torch.float32, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
+        **pdl.flags(a.device))
     return out
 
 

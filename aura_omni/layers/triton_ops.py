@@ -19,6 +19,7 @@ matches its reference. `TRITON_INTERPRET=1` runs the same kernels on the CPU (sc
 import torch
 import torch.nn.functional as F
 
+from aura_omni.layers import pdl
 from aura_omni.layers.device import on_first_tensor_device
 
 try:
@@ -35,10 +36,12 @@ def _pow2(n: int) -> int:
 
 
 if AVAILABLE:
+    from aura_omni.layers.pdl import begin
 
     @triton.jit
     def _rmsnorm_kernel(x_ptr, r_ptr, w_ptr, out_ptr, res_ptr, stride_x, stride_r, stride_o, stride_res, n_cols, eps,
-                        HAS_RES: tl.constexpr, BLOCK: tl.constexpr):
+                        HAS_RES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        begin(PDL)
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
         mask = cols < n_cols
@@ -56,7 +59,9 @@ if AVAILABLE:
     @triton.jit
     def _qk_norm_rope_kernel(qkv_ptr, stride_tok, cos_ptr, sin_ptr, stride_cs, qw_ptr, kw_ptr,
                              q_out, k_out, v_out, kc_ptr, vc_ptr, slot_ptr, eps,
-                             HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HAS_CACHE: tl.constexpr):
+                             HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, HAS_CACHE: tl.constexpr,
+                             PDL: tl.constexpr):
+        begin(PDL)
         tok = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
         half = tl.arange(0, D // 2)
@@ -97,7 +102,8 @@ if AVAILABLE:
                 tl.store(vc_ptr + at + full, v.to(vc_ptr.dtype.element_ty))
 
     @triton.jit
-    def _silu_mul_kernel(gu_ptr, out_ptr, stride_gu, stride_o, n_cols, BLOCK: tl.constexpr):
+    def _silu_mul_kernel(gu_ptr, out_ptr, stride_gu, stride_o, n_cols, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        begin(PDL)
         row = tl.program_id(0).to(tl.int64)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         mask = cols < n_cols
@@ -141,7 +147,8 @@ if AVAILABLE:
                                   stride_oh, num_parts, part_len,
                                   HQ: tl.constexpr, GROUP: tl.constexpr,
                                   GROUP_PAD: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-                                  BLOCK_N: tl.constexpr, IEEE: tl.constexpr, SINGLE: tl.constexpr):
+                                  BLOCK_N: tl.constexpr, IEEE: tl.constexpr, SINGLE: tl.constexpr, PDL: tl.constexpr):
+        begin(PDL)
         b = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1)
         part = tl.program_id(2)
@@ -176,7 +183,8 @@ if AVAILABLE:
 
     @triton.jit
     def _paged_decode_reduce_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, num_parts,
-                                    HQ: tl.constexpr, D: tl.constexpr, PARTS_PAD: tl.constexpr):
+                                    HQ: tl.constexpr, D: tl.constexpr, PARTS_PAD: tl.constexpr, PDL: tl.constexpr):
+        begin(PDL)
         b = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
         p = tl.arange(0, PARTS_PAD)
@@ -197,7 +205,8 @@ if AVAILABLE:
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     out = torch.empty_like(x)
     _rmsnorm_kernel[(x.shape[0],)](x, x, weight, out, out, x.stride(0), 0, out.stride(0), 0, x.shape[1], eps,
-                                   HAS_RES=False, BLOCK=_pow2(x.shape[1]), num_warps=8 if x.shape[1] >= 2048 else 4)
+                                   HAS_RES=False, BLOCK=_pow2(x.shape[1]), num_warps=8 if x.shape[1] >= 2048 else 4,
+                                   **pdl.flags(x.device))
     return out
 
 
@@ -208,7 +217,7 @@ def add_rmsnorm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor, eps:
     out, res = torch.empty_like(x), torch.empty_like(x)
     _rmsnorm_kernel[(x.shape[0],)](x, delta, weight, out, res, x.stride(0), delta.stride(0), out.stride(0),
                                    res.stride(0), x.shape[1], eps, HAS_RES=True, BLOCK=_pow2(x.shape[1]),
-                                   num_warps=8 if x.shape[1] >= 2048 else 4)
+                                   num_warps=8 if x.shape[1] >= 2048 else 4, **pdl.flags(x.device))
     return res, out
 
 
@@ -226,7 +235,7 @@ def qk_norm_rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_weig
     _qk_norm_rope_kernel[(n, hq + hkv)](
         qkv, qkv.stride(0), cos, sin, cos.stride(0), q_weight, k_weight, q, k, v,
         k_cache if has_cache else q, v_cache if has_cache else q, slots if has_cache else q, eps,
-        HQ=hq, HKV=hkv, D=d, HAS_CACHE=has_cache, num_warps=1 if d <= 128 else 2)
+        HQ=hq, HKV=hkv, D=d, HAS_CACHE=has_cache, num_warps=1 if d <= 128 else 2, **pdl.flags(qkv.device))
     return q, k, v
 
 
@@ -237,7 +246,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty(n, inter, dtype=gate_up.dtype, device=gate_up.device)
     block = min(1024, _pow2(inter))
     _silu_mul_kernel[(n, triton.cdiv(inter, block))](gate_up, out, gate_up.stride(0), out.stride(0), inter,
-                                                     BLOCK=block, num_warps=4)
+                                                     BLOCK=block, num_warps=4, **pdl.flags(gate_up.device))
     return out
 
 
@@ -269,10 +278,11 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         q, k_cache, v_cache, block_tables, seq_lens, m, l_, acc, out, scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), parts, part, HQ=hq, GROUP=group, GROUP_PAD=max(16, _pow2(group)), D=d, BS=bs,
-        BLOCK_N=_BLOCK_N, IEEE=q.dtype == torch.float32, SINGLE=single, num_warps=4)
+        BLOCK_N=_BLOCK_N, IEEE=q.dtype == torch.float32, SINGLE=single, num_warps=4, **pdl.flags(q.device))
     if not single:
         _paged_decode_reduce_kernel[(b, hq)](m, l_, acc, out, out.stride(0), out.stride(1), parts, HQ=hq, D=d,
-                                             PARTS_PAD=_pow2(parts), num_warps=1)
+                                             PARTS_PAD=_pow2(parts), num_warps=1,
+                                             **pdl.flags(q.device))
     return out
 
 

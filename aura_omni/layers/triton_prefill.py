@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from aura_omni.layers import pdl
 from aura_omni.layers.device import on_first_tensor_device
 
 try:
@@ -33,13 +34,16 @@ def _pow2(n: int) -> int:
 
 
 if AVAILABLE:
+    from aura_omni.layers.pdl import begin
     from aura_omni.layers.triton_ops import attend_block, kv_block
 
     @triton.jit
     def _paged_prefill_kernel(q_ptr, kc_ptr, vc_ptr, out_ptr, cu_ptr, sl_ptr, bt_ptr, tiles_ptr, scale,
                               stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_ot, stride_oh,
                               stride_btb, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-                              D: tl.constexpr, BS: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr):
+                              D: tl.constexpr, BS: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+                              PDL: tl.constexpr):
+        begin(PDL)
         kvh = tl.program_id(1)
         b = tl.load(tiles_ptr + 2 * tl.program_id(0)).to(tl.int64)
         tile = tl.load(tiles_ptr + 2 * tl.program_id(0) + 1)
@@ -111,7 +115,7 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         q, k_cache, v_cache, out, cu_seqlens_q, seq_lens, block_tables, tiles, scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0),
         out.stride(1), block_tables.stride(0), GROUP=group, GROUP_PAD=_pow2(group), BLOCK_M=block_m(hq, hkv), D=d,
-        BS=bs, BLOCK_N=_BLOCK_N, IEEE=q.dtype == torch.float32, num_warps=8)
+        BS=bs, BLOCK_N=_BLOCK_N, IEEE=q.dtype == torch.float32, num_warps=8, **pdl.flags(q.device))
     return out
 
 

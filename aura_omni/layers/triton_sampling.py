@@ -19,6 +19,7 @@ import logging
 
 import torch
 
+from aura_omni.layers import pdl
 from aura_omni.layers.device import on_first_tensor_device
 from aura_omni.models.qwen3_tts import sampling as S
 
@@ -35,6 +36,8 @@ MAX_VOCAB = 4096  # one row in registers (Talker codec head 3072, code predictor
 NEAR_TIE = 1e-5  # relative gap of race scores that float rounding may swap (ulps are ~1e-7)
 
 if AVAILABLE:
+    from aura_omni.layers.pdl import begin
+
     _HASH_MUL = tl.constexpr(S._HASH_MUL)
     _ID_SALT = tl.constexpr(S._ID_SALT)
     _GROUP_STRIDE = tl.constexpr(S._GROUP_STRIDE)
@@ -55,7 +58,8 @@ if AVAILABLE:
     @triton.jit
     def _choose_kernel(logits_ptr, stride_lr, stride_lc, greedy_ptr, stride_g, temp_ptr, stride_t, top_k_ptr,
                        stride_k, top_p_ptr, stride_p, keys_ptr, stride_key, steps_ptr, stride_step, out_ptr, vocab,
-                       group, BLOCK: tl.constexpr):
+                       group, BLOCK: tl.constexpr, PDL: tl.constexpr):
+        begin(PDL)
         row = tl.program_id(0).to(tl.int64)
         ids = tl.arange(0, BLOCK)
         x = tl.load(logits_ptr + row * stride_lr + ids * stride_lc, mask=ids < vocab,
@@ -118,7 +122,7 @@ def choose(logits: torch.Tensor, greedy: torch.Tensor, temperature: torch.Tensor
     _choose_kernel[(rows,)](logits, logits.stride(0), logits.stride(1), greedy, greedy.stride(0), temperature,
                             temperature.stride(0), top_k, top_k.stride(0), top_p, top_p.stride(0), keys,
                             keys.stride(0), steps, steps.stride(0), out, vocab, group,
-                            BLOCK=triton.next_power_of_2(vocab), num_warps=8)
+                            BLOCK=triton.next_power_of_2(vocab), num_warps=8, **pdl.flags(logits.device))
     return out
 
 

@@ -14,7 +14,7 @@ One program per (sequence, KV head) takes the KV head's whole GQA group of query
 
 import torch
 
-from aura_omni.layers import triton_ops
+from aura_omni.layers import pdl, triton_ops
 from aura_omni.layers.device import on_first_tensor_device
 
 try:
@@ -32,6 +32,7 @@ def _pow2(n: int) -> int:
 
 
 if AVAILABLE:
+    from aura_omni.layers.pdl import begin
     from aura_omni.layers.triton_ops import attend_block, kv_block
 
     @triton.jit
@@ -55,7 +56,8 @@ if AVAILABLE:
                                 slot_ptr, bt_ptr, sl_ptr, out_ptr, eps, scale, stride_kb, stride_kt, stride_kh,
                                 stride_btb, stride_ob, stride_oh, HQ: tl.constexpr, HKV: tl.constexpr,
                                 GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-                                BLOCK_N: tl.constexpr, IEEE: tl.constexpr):
+                                BLOCK_N: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
+        begin(PDL)
         b = tl.program_id(0).to(tl.int64)
         kvh = tl.program_id(1)
         dt = out_ptr.dtype.element_ty
@@ -108,7 +110,8 @@ def short_attention(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, q_w
         qkv, qkv.stride(0), cos, sin, cos.stride(0), q_weight, k_weight, k_cache, v_cache, slots, block_tables,
         seq_lens, out, eps, scale, k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), HQ=hq, HKV=hkv, GROUP=group, GROUP_PAD=max(16, _pow2(group)), D=d,
-        BS=k_cache.shape[1], BLOCK_N=MAX_CONTEXT, IEEE=qkv.dtype == torch.float32, num_warps=4)
+        BS=k_cache.shape[1], BLOCK_N=MAX_CONTEXT, IEEE=qkv.dtype == torch.float32, num_warps=4,
+        **pdl.flags(qkv.device))
     return out
 
 
