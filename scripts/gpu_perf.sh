@@ -4,7 +4,7 @@
 # with the prefill graphs on and off (AURA_OMNI_PREFILL_GRAPHS=0), decode steps and Talker frames with programmatic
 # dependent launch on and off (AURA_OMNI_PDL=0), profiler tables of a prefix-cached turn after 24 history turns.
 #   bash scripts/gpu_perf.sh [check tests gemv decode talker engine aura prefill pdl profile]   (default: the first
-#   seven; logs in $OUT)
+#   seven; logs in $OUT; PREFILL_GRAPHS="1", GEMV="1", DECODE_MODELS=aura-8b narrow those sections)
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT"
@@ -25,9 +25,10 @@ for s in ${*:-check tests gemv decode talker aura prefill}; do
     tests) TAILN=8 run gpu_tests 240 python3 -m pytest -q -p no:cacheprovider tests/gpu tests/unit/test_triton_gemv.py \
              tests/unit/test_triton_sampling.py tests/unit/test_engine_prefill_graphs.py tests/unit/test_triton_short_attention.py tests/parity/test_qwen3_backbone.py ;;
     gemv) TAILN=40 run bench_gemv 90 python3 scripts/bench_gemv.py ;;
-    decode) for g in 1 0; do
-              AURA_OMNI_GEMV=$g TAILN=6 run "decode_gemv$g" 150 python3 scripts/profile_decode.py \
-                --models aura-8b,qwen3-1.7b --batches 1,8 --variants fast --steps 20 --out "$OUT/decode_gemv$g.jsonl"
+    decode) for g in ${GEMV:-1 0}; do
+              AURA_OMNI_GEMV=$g TAILN=${TAILN:-6} run "decode_gemv$g" 150 python3 scripts/profile_decode.py \
+                --models ${DECODE_MODELS:-aura-8b,qwen3-1.7b} --batches 1,8 --variants fast --steps 20 \
+                --out "$OUT/decode_gemv$g.jsonl"
             done ;;
     talker) for g in 1 0; do
               AURA_OMNI_GEMV=$g TAILN=4 run "talker_gemv$g" 150 python3 benchmarks/engine_bench.py --talker-only
@@ -36,7 +37,7 @@ for s in ${*:-check tests gemv decode talker aura prefill}; do
     engine) TAILN=14 run engine_bench 240 python3 benchmarks/engine_bench.py --no-talker
             TAILN=14 run engine_bench_sync 240 python3 benchmarks/engine_bench.py --no-talker --sync-steps ;;
     aura) TAILN=12 run aura_bench 300 python3 benchmarks/aura_bench.py --new-tokens 24 --reference ;;
-    prefill) for g in 1 0; do
+    prefill) for g in ${PREFILL_GRAPHS:-1 0}; do
                AURA_OMNI_PREFILL_GRAPHS=$g TAILN=12 run "aura_prefill_graphs$g" 240 python3 benchmarks/aura_bench.py \
                  --new-tokens 8 --history-turns 4 16 24
                AURA_OMNI_PREFILL_GRAPHS=$g TAILN=8 run "asr_prefill_graphs$g" 240 python3 benchmarks/asr_throughput.py \

@@ -16,6 +16,8 @@ attention_backend.select_backend runs `self_check` on the real device and enable
 matches its reference. `TRITON_INTERPRET=1` runs the same kernels on the CPU (scripts/check_triton_ops.py).
 """
 
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -29,6 +31,7 @@ except ImportError:  # CPU machines and CI: the torch paths run instead
     triton = tl = None
 
 AVAILABLE = triton is not None
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"  # kernels run on the CPU interpreter (checks, tests)
 
 
 def _pow2(n: int) -> int:
@@ -175,11 +178,11 @@ if AVAILABLE:
             out = acc / l_i[:, None]
             tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
                      out.to(out_ptr.dtype.element_ty), mask=gmask[:, None])
-        else:
+        else:  # a partition past the row's length only marks itself empty (max -inf): the reduce skips its values
             row = (b * HQ + heads) * num_parts + part
             tl.store(m_ptr + row, m_i, mask=gmask)
             tl.store(l_ptr + row, l_i, mask=gmask)
-            tl.store(acc_ptr + row[:, None] * D + d[None, :], acc, mask=gmask[:, None])
+            tl.store(acc_ptr + row[:, None] * D + d[None, :], acc, mask=gmask[:, None] & (start < end))
 
     @triton.jit
     def _paged_decode_reduce_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, stride_ob, stride_oh, num_parts,
@@ -194,8 +197,9 @@ if AVAILABLE:
         m = tl.load(m_ptr + rows, mask=pmask, other=float("-inf"))
         l = tl.load(l_ptr + rows, mask=pmask, other=0.0)
         big = tl.max(m, 0)  # partition 0 always holds token 0, so this is finite
-        w = tl.where(pmask & (m > float("-inf")), tl.exp(m - big), 0.0)
-        acc = tl.load(acc_ptr + rows[:, None] * D + d[None, :], mask=pmask[:, None], other=0.0)
+        used = pmask & (m > float("-inf"))
+        w = tl.where(used, tl.exp(m - big), 0.0)
+        acc = tl.load(acc_ptr + rows[:, None] * D + d[None, :], mask=used[:, None], other=0.0)
         out = tl.sum(acc * w[:, None], 0) / tl.sum(l * w, 0)
         tl.store(out_ptr + b * stride_ob + h * stride_oh + d, out.to(out_ptr.dtype.element_ty))
 
@@ -279,10 +283,15 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         out.stride(0), out.stride(1), parts, part, HQ=hq, GROUP=group, GROUP_PAD=max(16, _pow2(group)), D=d, BS=bs,
         BLOCK_N=_BLOCK_N, IEEE=q.dtype == torch.float32, SINGLE=single, num_warps=4, **pdl.flags(q.device))
-    if not single:
-        _paged_decode_reduce_kernel[(b, hq)](m, l_, acc, out, out.stride(0), out.stride(1), parts, HQ=hq, D=d,
-                                             PARTS_PAD=_pow2(parts), num_warps=1,
-                                             **pdl.flags(q.device))
+    return out if single else reduce_parts(m, l_, acc, out, parts)
+
+
+def reduce_parts(m: torch.Tensor, l_: torch.Tensor, acc: torch.Tensor, out: torch.Tensor, parts: int) -> torch.Tensor:
+    """Combine per-part softmax partials into out [R, Hq, D]: m, l [R*Hq*parts] (max, sum; an empty part has max
+    -inf and unwritten values) and acc [R*Hq*parts*D] (values weighted by exp(score - max)), part fastest."""
+    rows, hq, d = out.shape
+    _paged_decode_reduce_kernel[(rows, hq)](m, l_, acc, out, out.stride(0), out.stride(1), parts, HQ=hq, D=d,
+                                            PARTS_PAD=_pow2(parts), num_warps=1, **pdl.flags(out.device))
     return out
 
 

@@ -3,11 +3,16 @@ straight from the KV pages, with no host sync, so a CUDA graph can capture a who
 
 Sequence b's new queries are rows cu_seqlens_q[b]..cu_seqlens_q[b+1] of q; they sit at the end of its
 seq_lens[b] keys (already written to the pages) and attend causally. One program takes one tile, BLOCK_M query
-tokens of one sequence, times the query heads of one KV head (GQA groups share each K/V load), and runs the
-online softmax over BLOCK_N keys at a time up to its last query's position. The tiles come as a device list of
-(sequence, tile) pairs (`query_tiles`) whose length only bounds the step, so a graph captured at a padded token
-count replays any step that fits: entries past the step's tiles hold -1 and exit, and rows past
-cu_seqlens_q[-1] (padding) are not written.
+tokens of one sequence, times the query heads of one KV head (GQA groups share each K/V load), and one of
+SPLIT parts of the keys the tile sees: a turn of a long conversation has few tiles (a few hundred new tokens)
+over many keys (the whole history), and one program per tile would leave most SMs idle. A part is at least
+_MIN_PART keys, so short contexts use one part and the other programs exit; every part writes its softmax
+partials (running max, sum, weighted values), which `triton_ops`' decode reduce combines (empty parts carry a
+-inf max and are skipped). Keys every query of the tile sees (all but the last blocks) are read with no mask.
+
+The tiles come as a device list of (sequence, tile) pairs (`query_tiles`) whose length only bounds the step, so
+a graph captured at a padded token count replays any step that fits: entries past the step's tiles hold -1 and
+exit, and rows past cu_seqlens_q[-1] (padding) hold garbage that no real row reads.
 `ref_paged_prefill` is the torch reference (and the path off CUDA); `self_check` compares the two on a device.
 """
 
@@ -15,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aura_omni.layers import pdl
+from aura_omni.layers import pdl, triton_ops
 from aura_omni.layers.device import on_first_tensor_device
 
 try:
@@ -27,6 +32,8 @@ except ImportError:  # CPU machines and CI: the torch reference runs instead
 AVAILABLE = triton is not None
 _ROWS = 128  # query rows (tokens x heads of a group) per program
 _BLOCK_N = 64  # keys per inner iteration
+_SPLIT = 4  # key parts per tile
+_MIN_PART = 256  # keys: shorter parts cost more in partials than they gain in parallelism
 
 
 def _pow2(n: int) -> int:
@@ -38,13 +45,42 @@ if AVAILABLE:
     from aura_omni.layers.triton_ops import attend_block, kv_block
 
     @triton.jit
-    def _paged_prefill_kernel(q_ptr, kc_ptr, vc_ptr, out_ptr, cu_ptr, sl_ptr, bt_ptr, tiles_ptr, scale,
-                              stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_ot, stride_oh,
-                              stride_btb, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-                              D: tl.constexpr, BS: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
-                              PDL: tl.constexpr):
+    def _key_block(n0, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale, stride_kb, stride_kt,
+                   stride_kh, BS: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, MASK: tl.constexpr):
+        t = n0 + tl.arange(0, BLOCK_N)
+        if MASK:
+            tmask = t < end
+            k, v = kv_block(kc_ptr, vc_ptr, table_ptr, t, tmask, kvh, d, stride_kb, stride_kt, stride_kh, BS)
+            return attend_block(q, k, v, tmask[None, :] & (t[None, :] <= qpos[:, None]), m_i, l_i, acc, scale, IEEE)
+        k, v = kv_block(kc_ptr, vc_ptr, table_ptr, t, t >= 0, kvh, d, stride_kb, stride_kt, stride_kh, BS)
+        return attend_block(q, k, v, True, m_i, l_i, acc, scale, IEEE)
+
+    @triton.jit
+    def _key_range(lo, hi, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale, stride_kb,
+                   stride_kt, stride_kh, BS: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+                   MASK: tl.constexpr, PIPELINE: tl.constexpr):
+        """Keys [lo, hi) in blocks of BLOCK_N into the running softmax."""
+        if PIPELINE:  # compiled: the next blocks' page lookups and K/V loads overlap this block's math
+            for n0 in tl.range(lo, hi, BLOCK_N, num_stages=3):  # 3 x 32 KB of K/V in shared memory
+                m_i, l_i, acc = _key_block(n0, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale,
+                                           stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, MASK)
+        else:  # the interpreter takes no loaded bound in a range
+            n0 = lo
+            while n0 < hi:
+                m_i, l_i, acc = _key_block(n0, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale,
+                                           stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, MASK)
+                n0 += BLOCK_N
+        return m_i, l_i, acc
+
+    @triton.jit
+    def _paged_prefill_kernel(q_ptr, kc_ptr, vc_ptr, m_ptr, l_ptr, acc_ptr, cu_ptr, sl_ptr, bt_ptr, tiles_ptr, scale,
+                              stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_btb,
+                              HQ: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+                              D: tl.constexpr, BS: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+                              MIN_PART: tl.constexpr, IEEE: tl.constexpr, PIPELINE: tl.constexpr, PDL: tl.constexpr):
         begin(PDL)
         kvh = tl.program_id(1)
+        part = tl.program_id(2)
         b = tl.load(tiles_ptr + 2 * tl.program_id(0)).to(tl.int64)
         tile = tl.load(tiles_ptr + 2 * tl.program_id(0) + 1)
         if b >= 0:
@@ -60,24 +96,27 @@ if AVAILABLE:
             qpos = context + tl.minimum(tok, q_len - 1)
             d = tl.arange(0, D)
             rows = (q_start + tok).to(tl.int64)
-            q = tl.load(q_ptr + rows[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
-                        mask=valid[:, None], other=0.0)
+            end = tl.minimum(seq_len, context + (tile + 1) * BLOCK_M)  # the tile's last query sees keys < end
+            part_len = tl.maximum(MIN_PART, tl.cdiv(tl.cdiv(end, SPLIT), BLOCK_N) * BLOCK_N)
+            lo = part * part_len
+            hi = tl.minimum(lo + part_len, end)
+            # keys below the tile's first query are seen by all its rows: whole blocks of them need no mask
+            bulk = tl.maximum(lo, tl.minimum(hi, (context + tile * BLOCK_M) // BLOCK_N * BLOCK_N))
             m_i = tl.full([BLOCK_M * GROUP_PAD], float("-inf"), tl.float32)
             l_i = tl.zeros([BLOCK_M * GROUP_PAD], tl.float32)
             acc = tl.zeros([BLOCK_M * GROUP_PAD, D], tl.float32)
-            end = tl.minimum(seq_len, context + (tile + 1) * BLOCK_M)  # the tile's last query sees keys < end
-            n0 = 0 * seq_len
-            while n0 < end:  # a while loop: dynamic bounds also run under TRITON_INTERPRET
-                t = n0 + tl.arange(0, BLOCK_N)
-                tmask = t < end
-                k, v = kv_block(kc_ptr, vc_ptr, bt_ptr + b * stride_btb, t, tmask, kvh, d, stride_kb, stride_kt,
-                                stride_kh, BS)
-                causal = tmask[None, :] & (t[None, :] <= qpos[:, None])
-                m_i, l_i, acc = attend_block(q, k, v, causal, m_i, l_i, acc, scale, IEEE)
-                n0 += BLOCK_N
-            out = acc / l_i[:, None]
-            tl.store(out_ptr + rows[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :],
-                     out.to(out_ptr.dtype.element_ty), mask=valid[:, None])
+            at = (rows * HQ + head) * SPLIT + part
+            if lo < end:
+                q = tl.load(q_ptr + rows[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+                            mask=valid[:, None], other=0.0)
+                table = bt_ptr + b * stride_btb
+                m_i, l_i, acc = _key_range(lo, bulk, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table, end, kvh, d,
+                                           scale, stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, False, PIPELINE)
+                m_i, l_i, acc = _key_range(bulk, hi, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table, end, kvh, d,
+                                           scale, stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, True, PIPELINE)
+                tl.store(acc_ptr + at[:, None] * D + d[None, :], acc, mask=valid[:, None])
+            tl.store(m_ptr + at, m_i, mask=valid)  # an empty part: max -inf, sum 0; the reduce skips its values
+            tl.store(l_ptr + at, l_i, mask=valid)
 
 
 def block_m(num_heads: int, num_kv_heads: int) -> int:
@@ -110,13 +149,16 @@ def paged_prefill(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     n, hq, d = q.shape
     _, bs, hkv, _ = k_cache.shape
     group = hq // hkv
-    out = torch.empty_like(q)
-    _paged_prefill_kernel[(tiles.shape[0], hkv)](
-        q, k_cache, v_cache, out, cu_seqlens_q, seq_lens, block_tables, tiles, scale,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0),
-        out.stride(1), block_tables.stride(0), GROUP=group, GROUP_PAD=_pow2(group), BLOCK_M=block_m(hq, hkv), D=d,
-        BS=bs, BLOCK_N=_BLOCK_N, IEEE=q.dtype == torch.float32, num_warps=8, **pdl.flags(q.device))
-    return out
+    m = torch.empty(n * hq * _SPLIT, dtype=torch.float32, device=q.device)
+    l_ = torch.empty_like(m)
+    acc = torch.empty(n * hq * _SPLIT * d, dtype=torch.float32, device=q.device)
+    _paged_prefill_kernel[(tiles.shape[0], hkv, _SPLIT)](
+        q, k_cache, v_cache, m, l_, acc, cu_seqlens_q, seq_lens, block_tables, tiles, scale,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
+        HQ=hq, GROUP=group, GROUP_PAD=_pow2(group), BLOCK_M=block_m(hq, hkv), D=d, BS=bs, BLOCK_N=_BLOCK_N,
+        SPLIT=_SPLIT, MIN_PART=_MIN_PART, IEEE=q.dtype == torch.float32, PIPELINE=not triton_ops.INTERPRETED,
+        num_warps=8, **pdl.flags(q.device))
+    return triton_ops.reduce_parts(m, l_, acc, torch.empty_like(q), _SPLIT)
 
 
 def supports(head_dim: int) -> bool:
@@ -147,13 +189,14 @@ def ref_paged_prefill(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables,
 
 def self_check(device: torch.device, dtype: torch.dtype, head_dim: int = 64, hq: int = 8, hkv: int = 2) -> float:
     """Max |kernel - reference| relative to the reference's scale, over a ragged batch: a prefix-cached prompt
-    longer than one tile, a cold one, a decode row, a padded (empty) sequence and padding rows at the end."""
+    longer than one tile over a context split into parts, a cold one, a decode row, a padded (empty) sequence and
+    padding rows at the end."""
     gen = torch.Generator(device="cpu").manual_seed(0)
     rnd = lambda *s: torch.randn(*s, generator=gen).to(device, dtype)
-    bs, blocks = 16, 40
+    bs, blocks = 16, 64
     kc, vc = rnd(blocks, bs, hkv, head_dim), rnd(blocks, bs, hkv, head_dim)
-    tables = torch.randperm(blocks, generator=gen)[:4 * 10].view(4, 10).to(device=device, dtype=torch.int32)
-    qlens, contexts = [37, 20, 1, 0], [100, 0, 129, 0]
+    tables = torch.randint(0, blocks, (4, 48), generator=gen).to(device=device, dtype=torch.int32)
+    qlens, contexts = [37, 20, 1, 0], [700, 0, 129, 0]
     cu = torch.tensor([0, 37, 57, 58, 58], dtype=torch.int32, device=device)
     seq_lens = torch.tensor([c + n for c, n in zip(contexts, qlens)], dtype=torch.int32, device=device)
     q = rnd(64, hq, head_dim)
