@@ -24,6 +24,7 @@ from torch import nn
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.layers import pdl
 from aura_omni.models.qwen3 import Qwen3Config, Qwen3Model
 
 H200_BANDWIDTH = 4.8e12  # bytes/s, NVIDIA H200 SXM spec (HBM3e)
@@ -116,8 +117,8 @@ def bench_lm(name: str, args, device: torch.device, dtype: torch.dtype) -> list[
                          floor_ms=round(floor * 1e3, 5), vs_floor=round(step_s / floor, 2),
                          floor_with_kv_ms=round((weights + kv) / H200_BANDWIDTH * 1e3, 5),
                          tokens_per_s=round(batch / step_s, 1), graphs=engine.runner.graphs is not None,
-                         async_scheduling=engine.async_steps,
-                         device=str(device), dtype=str(dtype).removeprefix("torch.")))
+                         async_scheduling=engine.async_steps, one_row_gemv=model.backbone._gemv_wins,
+                         pdl=pdl.enabled(device), device=str(device), dtype=str(dtype).removeprefix("torch.")))
         print(json.dumps(rows[-1]), flush=True)
         engine.runner.shutdown()
         del engine
