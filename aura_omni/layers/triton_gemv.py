@@ -88,21 +88,12 @@ if AVAILABLE:
         w = tl.load(w_rows + ks[None, :], mask=cmask[:, None] & (ks < K)[None, :], other=0.0)
         if PDL:
             tl.extra.cuda.gdc_wait()
-        if DOT:  # the tensor-core loop stages its weight tiles through shared memory (num_stages)
-            acc, ssq = _gemv_step(acc, ssq, a_ptr, nw_ptr, w, rows, rmask, ks, stride_a, K, NORM, SILU, DOT, IEEE, dt)
-            for k0 in range(BLOCK_K, K, BLOCK_K):  # K constexpr: a static trip count (and the interpreter needs it)
-                ks = k0 + tl.arange(0, BLOCK_K)
-                w = tl.load(w_rows + ks[None, :], mask=cmask[:, None] & (ks < K)[None, :], other=0.0)
-                acc, ssq = _gemv_step(acc, ssq, a_ptr, nw_ptr, w, rows, rmask, ks, stride_a, K, NORM, SILU, DOT,
-                                      IEEE, dt)
-        else:  # one row, no shared-memory pipeline: the next tile is loaded into registers before this one is used
-            for k0 in range(BLOCK_K, K, BLOCK_K):
-                ks_next = k0 + tl.arange(0, BLOCK_K)
-                w_next = tl.load(w_rows + ks_next[None, :], mask=cmask[:, None] & (ks_next < K)[None, :], other=0.0)
-                acc, ssq = _gemv_step(acc, ssq, a_ptr, nw_ptr, w, rows, rmask, ks, stride_a, K, NORM, SILU, DOT,
-                                      IEEE, dt)
-                w, ks = w_next, ks_next
-            acc, ssq = _gemv_step(acc, ssq, a_ptr, nw_ptr, w, rows, rmask, ks, stride_a, K, NORM, SILU, DOT, IEEE, dt)
+        acc, ssq = _gemv_step(acc, ssq, a_ptr, nw_ptr, w, rows, rmask, ks, stride_a, K, NORM, SILU, DOT, IEEE, dt)
+        for k0 in range(BLOCK_K, K, BLOCK_K):  # K constexpr: a static trip count (and the interpreter needs it)
+            ks = k0 + tl.arange(0, BLOCK_K)
+            w = tl.load(w_rows + ks[None, :], mask=cmask[:, None] & (ks < K)[None, :], other=0.0)
+            acc, ssq = _gemv_step(acc, ssq, a_ptr, nw_ptr, w, rows, rmask, ks, stride_a, K, NORM, SILU, DOT, IEEE,
+                                  dt)
         if DOT:
             y = acc
         else:
