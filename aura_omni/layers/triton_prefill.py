@@ -47,6 +47,8 @@ if AVAILABLE:
     @triton.jit
     def _key_block(n0, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale, stride_kb, stride_kt,
                    stride_kh, BS: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, MASK: tl.constexpr):
+        """Keys n0..n0+BLOCK_N into the running softmax; MASK: the length and causal masks (a block that every
+        query of the tile sees needs neither)."""
         t = n0 + tl.arange(0, BLOCK_N)
         if MASK:
             tmask = t < end
