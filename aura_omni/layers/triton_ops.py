@@ -117,7 +117,7 @@ if AVAILABLE:
         tl.store(out_ptr + row * stride_o + cols, (s * u).to(dt), mask=mask)
 
     @triton.jit
-    def kv_block(kc_ptr, vc_ptr, table_ptr, t, tmask, head, d, stride_kb, stride_kt, stride_kh, BS: tl.constexpr):
+    def _kv_block(kc_ptr, vc_ptr, table_ptr, t, tmask, head, d, stride_kb, stride_kt, stride_kh, BS: tl.constexpr):
         """K and V [N, D] of token positions `t` (where `tmask`) of one KV head, read through a page table row."""
         page = tl.load(table_ptr + t // BS, mask=tmask, other=0).to(tl.int64)
         at = page[:, None] * stride_kb + (t % BS)[:, None] * stride_kt + head * stride_kh + d[None, :]
@@ -125,7 +125,7 @@ if AVAILABLE:
         return k, tl.load(vc_ptr + at, mask=tmask[:, None], other=0.0)
 
     @triton.jit
-    def attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE: tl.constexpr):
+    def _attend_block(q, k, v, valid, m_i, l_i, acc, scale, IEEE: tl.constexpr):
         """One block of keys of an online softmax (flash order): q [R, D] against k, v [N, D] (cast to q's dtype) where
         `valid` ([R, N] or broadcastable); returns the updated running max [R], sum [R] and weighted values [R, D],
         all fp32."""
@@ -143,6 +143,38 @@ if AVAILABLE:
         else:
             pv = tl.dot(p.to(q.dtype), v)
         return m_new, l_i * alpha + tl.sum(p, 1), acc * alpha[:, None] + pv
+
+    @triton.jit
+    def _key_block(n0, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale, stride_kb, stride_kt,
+                   stride_kh, BS: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, MASK: tl.constexpr):
+        t = n0 + tl.arange(0, BLOCK_N)
+        if MASK:
+            tmask = t < end
+            k, v = _kv_block(kc_ptr, vc_ptr, table_ptr, t, tmask, kvh, d, stride_kb, stride_kt, stride_kh, BS)
+            return _attend_block(q, k, v, tmask[None, :] & (t[None, :] <= qpos[:, None]), m_i, l_i, acc, scale, IEEE)
+        k, v = _kv_block(kc_ptr, vc_ptr, table_ptr, t, t >= 0, kvh, d, stride_kb, stride_kt, stride_kh, BS)
+        return _attend_block(q, k, v, True, m_i, l_i, acc, scale, IEEE)
+
+    @triton.jit
+    def attend_keys(lo, hi, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale, stride_kb,
+                    stride_kt, stride_kh, BS: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+                    MASK: tl.constexpr, PIPELINE: tl.constexpr):
+        """Keys [lo, hi) of KV head `kvh`, read BLOCK_N at a time through the page-table row `table_ptr`, into the
+        online softmax (flash order) of q [R, D] at positions qpos [R]; returns the running max [R], sum [R] and
+        weighted values [R, D], fp32. MASK: keys at or past `end` or past a row's position are left out (a block
+        that every row sees needs neither). PIPELINE: a software-pipelined loop (compiled kernels only: the
+        interpreter takes no loaded bound in a range)."""
+        if PIPELINE:  # the next blocks' page lookups and K/V loads overlap this block's math
+            for n0 in tl.range(lo, hi, BLOCK_N, num_stages=3):  # 3 x 32 KB of K/V (D 128) in shared memory
+                m_i, l_i, acc = _key_block(n0, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale,
+                                           stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, MASK)
+        else:
+            n0 = lo + 0 * hi  # a tensor even for a constant `lo`: the loop carries it
+            while n0 < hi:
+                m_i, l_i, acc = _key_block(n0, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale,
+                                           stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, MASK)
+                n0 += BLOCK_N
+        return m_i, l_i, acc
 
     @triton.jit
     def _paged_decode_part_kernel(q_ptr, kc_ptr, vc_ptr, bt_ptr, sl_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, scale,
@@ -166,14 +198,9 @@ if AVAILABLE:
         acc = tl.zeros([GROUP_PAD, D], tl.float32)
         start = part * part_len
         end = tl.minimum(start + part_len, seq_len)
-        n0 = start + 0 * seq_len
-        while n0 < end:  # a while loop: dynamic bounds also run under TRITON_INTERPRET
-            t = n0 + tl.arange(0, BLOCK_N)
-            tmask = t < end
-            k, v = kv_block(kc_ptr, vc_ptr, bt_ptr + b * stride_btb, t, tmask, kvh, d, stride_kb, stride_kt,
-                            stride_kh, BS)
-            m_i, l_i, acc = attend_block(q, k, v, tmask[None, :], m_i, l_i, acc, scale, IEEE)
-            n0 += BLOCK_N
+        qpos = tl.zeros([GROUP_PAD], tl.int32) + seq_len - 1  # the new token sees every key
+        m_i, l_i, acc = attend_keys(start, end, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, bt_ptr + b * stride_btb, end,
+                                    kvh, d, scale, stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, True, False)
         if SINGLE:  # one partition holds the whole context: normalise here, no reduce launch
             out = acc / l_i[:, None]
             tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],

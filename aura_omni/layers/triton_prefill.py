@@ -42,37 +42,7 @@ def _pow2(n: int) -> int:
 
 if AVAILABLE:
     from aura_omni.layers.pdl import begin
-    from aura_omni.layers.triton_ops import attend_block, kv_block
-
-    @triton.jit
-    def _key_block(n0, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale, stride_kb, stride_kt,
-                   stride_kh, BS: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, MASK: tl.constexpr):
-        """Keys n0..n0+BLOCK_N into the running softmax; MASK: the length and causal masks (a block that every
-        query of the tile sees needs neither)."""
-        t = n0 + tl.arange(0, BLOCK_N)
-        if MASK:
-            tmask = t < end
-            k, v = kv_block(kc_ptr, vc_ptr, table_ptr, t, tmask, kvh, d, stride_kb, stride_kt, stride_kh, BS)
-            return attend_block(q, k, v, tmask[None, :] & (t[None, :] <= qpos[:, None]), m_i, l_i, acc, scale, IEEE)
-        k, v = kv_block(kc_ptr, vc_ptr, table_ptr, t, t >= 0, kvh, d, stride_kb, stride_kt, stride_kh, BS)
-        return attend_block(q, k, v, True, m_i, l_i, acc, scale, IEEE)
-
-    @triton.jit
-    def _key_range(lo, hi, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale, stride_kb,
-                   stride_kt, stride_kh, BS: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
-                   MASK: tl.constexpr, PIPELINE: tl.constexpr):
-        """Keys [lo, hi) in blocks of BLOCK_N into the running softmax."""
-        if PIPELINE:  # compiled: the next blocks' page lookups and K/V loads overlap this block's math
-            for n0 in tl.range(lo, hi, BLOCK_N, num_stages=3):  # 3 x 32 KB of K/V in shared memory
-                m_i, l_i, acc = _key_block(n0, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale,
-                                           stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, MASK)
-        else:  # the interpreter takes no loaded bound in a range
-            n0 = lo
-            while n0 < hi:
-                m_i, l_i, acc = _key_block(n0, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table_ptr, end, kvh, d, scale,
-                                           stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, MASK)
-                n0 += BLOCK_N
-        return m_i, l_i, acc
+    from aura_omni.layers.triton_ops import attend_keys
 
     @triton.jit
     def _paged_prefill_kernel(q_ptr, kc_ptr, vc_ptr, m_ptr, l_ptr, acc_ptr, cu_ptr, sl_ptr, bt_ptr, tiles_ptr, scale,
@@ -112,10 +82,10 @@ if AVAILABLE:
                 q = tl.load(q_ptr + rows[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
                             mask=valid[:, None], other=0.0)
                 table = bt_ptr + b * stride_btb
-                m_i, l_i, acc = _key_range(lo, bulk, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table, end, kvh, d,
-                                           scale, stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, False, PIPELINE)
-                m_i, l_i, acc = _key_range(bulk, hi, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table, end, kvh, d,
-                                           scale, stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, True, PIPELINE)
+                m_i, l_i, acc = attend_keys(lo, bulk, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table, end, kvh, d,
+                                            scale, stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, False, PIPELINE)
+                m_i, l_i, acc = attend_keys(bulk, hi, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, table, end, kvh, d,
+                                            scale, stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, True, PIPELINE)
                 tl.store(acc_ptr + at[:, None] * D + d[None, :], acc, mask=valid[:, None])
             tl.store(m_ptr + at, m_i, mask=valid)  # an empty part: max -inf, sum 0; the reduce skips its values
             tl.store(l_ptr + at, l_i, mask=valid)

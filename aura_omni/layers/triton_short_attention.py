@@ -33,7 +33,7 @@ def _pow2(n: int) -> int:
 
 if AVAILABLE:
     from aura_omni.layers.pdl import begin
-    from aura_omni.layers.triton_ops import attend_block, kv_block
+    from aura_omni.layers.triton_ops import attend_keys
 
     @triton.jit
     def _norm_rope(src, w_ptr, cos_row, sin_row, eps, rows, d, GROUP: tl.constexpr, D: tl.constexpr, dt):
@@ -79,14 +79,11 @@ if AVAILABLE:
         m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
         l_i = tl.zeros([GROUP_PAD], tl.float32)
         acc = tl.zeros([GROUP_PAD, D], tl.float32)
-        n0 = 0 * seq_len
-        while n0 < seq_len:  # as paged_decode's single partition: the same key blocks, the same order
-            t = n0 + tl.arange(0, BLOCK_N)
-            tmask = t < seq_len
-            keys, vals = kv_block(kc_ptr, vc_ptr, bt_ptr + b * stride_btb, t, tmask, kvh, d, stride_kb, stride_kt,
-                                  stride_kh, BS)
-            m_i, l_i, acc = attend_block(q, keys, vals, tmask[None, :], m_i, l_i, acc, scale, IEEE)
-            n0 += BLOCK_N
+        qpos = tl.zeros([GROUP_PAD], tl.int32) + seq_len - 1  # the new token sees every key
+        # as paged_decode's single partition: the same key blocks in the same order
+        m_i, l_i, acc = attend_keys(0, seq_len, q, qpos, m_i, l_i, acc, kc_ptr, vc_ptr, bt_ptr + b * stride_btb,
+                                    seq_len, kvh, d, scale, stride_kb, stride_kt, stride_kh, BS, BLOCK_N, IEEE, True,
+                                    False)
         heads = kvh * GROUP + g
         tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :], (acc / l_i[:, None]).to(dt),
                  mask=g[:, None] < GROUP)
