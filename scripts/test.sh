@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Fresh machine -> every test: installs the project venv, the isolated qwen-tts reference venv (TTS
-# parity tests), then runs pytest over tests/. Extra arguments go to pytest.
+# parity tests), runs pytest over tests/ (extra arguments go to it), then the Triton kernels on the CPU
+# (scripts/test_triton.sh: interpreter runs and sm_90 compiles).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 bash scripts/setup_qwen_tts_reference.sh
 VENV=${VENV:-.venv}
-exec "$VENV/bin/python" -m pytest -q tests/ "$@"
+"$VENV/bin/python" -m pytest -q tests/ "$@"
+VENV="$VENV" bash scripts/test_triton.sh
