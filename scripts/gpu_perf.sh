@@ -3,8 +3,8 @@
 # with the small-M GEMVs on and off (AURA_OMNI_GEMV=0) and without async scheduling, AURA turns, live-session turns
 # with the prefill graphs on and off (AURA_OMNI_PREFILL_GRAPHS=0), decode steps and Talker frames with programmatic
 # dependent launch on and off (AURA_OMNI_PDL=0), profiler tables of a prefix-cached turn after 24 history turns.
-#   bash scripts/gpu_perf.sh [check tests gemv decode talker engine aura prefill pdl profile]   (default: the first
-#   seven; logs in $OUT; PREFILL_GRAPHS="1", GEMV="1", DECODE_MODELS=aura-8b narrow those sections)
+#   bash scripts/gpu_perf.sh [check tests gemv decode talker engine aura prefill pdl profile]   (default: check tests
+#   gemv decode talker aura prefill; logs in $OUT; PREFILL_GRAPHS="1", GEMV="1", DECODE_MODELS=aura-8b narrow those)
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT"
