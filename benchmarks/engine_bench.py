@@ -70,7 +70,7 @@ class BenchLM(nn.Module):
         return self.embed(ids)
 
     def compute_logits(self, hidden):
-        return self.lm_head(hidden)
+        return self.backbone.logits(hidden, self.lm_head.weight)
 
     def decode_weight_bytes(self) -> int:
         params = list(self.backbone.parameters()) + list(self.lm_head.parameters())

@@ -3,8 +3,12 @@
 # with the small-M GEMVs on and off (AURA_OMNI_GEMV=0) and without async scheduling, AURA turns, live-session turns
 # with the prefill graphs on and off (AURA_OMNI_PREFILL_GRAPHS=0), decode steps and Talker frames with programmatic
 # dependent launch on and off (AURA_OMNI_PDL=0), profiler tables of a prefix-cached turn after 24 history turns.
-#   bash scripts/gpu_perf.sh [check tests gemv decode talker engine aura prefill pdl profile]   (default: check tests
-#   gemv decode talker aura prefill; logs in $OUT; PREFILL_GRAPHS="1", GEMV="1", DECODE_MODELS=aura-8b narrow those)
+#   bash scripts/gpu_perf.sh [check tests gemv sweep tiles bench asr pipeline decode talker engine aura prefill pdl
+#   profile]
+#   (default: check tests gemv decode talker aura prefill; logs in $OUT; PREFILL_GRAPHS="1", GEMV="1",
+#   DECODE_MODELS=aura-8b narrow those). `sweep` times ~130 one-row GEMV tiles per shape and runs the engine with the
+#   fastest; `tiles` writes them into layers/gemv_tiles.json (copied to $OUT); `bench` is the engine, Talker and ASR
+#   figures of docs/benchmarks.md.
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT"
@@ -25,6 +29,26 @@ for s in ${*:-check tests gemv decode talker aura prefill}; do
     tests) TAILN=8 run gpu_tests 240 python3 -m pytest -q -p no:cacheprovider tests/gpu tests/unit/test_triton_gemv.py \
              tests/unit/test_triton_sampling.py tests/unit/test_engine_prefill_graphs.py tests/unit/test_triton_short_attention.py tests/parity/test_qwen3_backbone.py ;;
     gemv) TAILN=40 run bench_gemv 90 python3 scripts/bench_gemv.py ;;
+    sweep) TAILN=60 run gemv_sweep 300 python3 scripts/bench_gemv.py --rows 1 --sweep --out "$OUT/gemv_sweep.jsonl"
+           tiles="python3 scripts/with_gemv_sweep.py $OUT/gemv_sweep.jsonl"
+           TAILN=8 run engine_sweep_tiles 120 $tiles benchmarks/engine_bench.py --no-talker --models aura-8b,qwen3-1.7b \
+             --batches 1,8
+           TAILN=4 run talker_sweep_tiles 90 $tiles benchmarks/engine_bench.py --talker-only --talker-batches 1,32 ;;
+    tiles) TAILN=30 run gemv_tiles 300 python3 scripts/bench_gemv.py --rows 1 --sweep --write-table \
+             --out "$OUT/gemv_sweep.jsonl"
+           cp aura_omni/layers/gemv_tiles.json "$OUT/" ;;
+    bench) TAILN=14 run engine_bench 240 python3 benchmarks/engine_bench.py --no-talker
+           TAILN=4 run talker_frames 120 python3 benchmarks/engine_bench.py --talker-only
+           TAILN=8 run decode_profile 90 python3 scripts/profile_decode.py --models aura-8b --batches 1 \
+             --variants fast,eager --steps 20
+           TAILN=8 run asr_bench 150 python3 benchmarks/asr_throughput.py --model aura_omni/presets/Qwen__Qwen3-ASR-1.7B \
+             --load-format dummy --device cuda --concurrency 1 64 ;;
+    asr) for g in ${GEMV:-1 0}; do
+           AURA_OMNI_GEMV=$g TAILN=4 run "asr_gemv$g" 150 python3 benchmarks/asr_throughput.py \
+             --model aura_omni/presets/Qwen__Qwen3-ASR-1.7B --load-format dummy --device cuda --concurrency 1 64
+         done ;;
+    pipeline) TAILN=6 run pipeline_one 300 python3 benchmarks/pipeline_bench.py --layout one --concurrency 1 4 8 \
+                --repeats 2 --tts-frames 40 ;;
     decode) for g in ${GEMV:-1 0}; do
               AURA_OMNI_GEMV=$g TAILN=${TAILN:-6} run "decode_gemv$g" 150 python3 scripts/profile_decode.py \
                 --models ${DECODE_MODELS:-aura-8b,qwen3-1.7b} --batches 1,8 --variants fast --steps 20 \

@@ -53,7 +53,7 @@ def kernel_profile(eng) -> dict:
         torch.cuda.synchronize()
     events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
     total = sum(e.self_device_time_total for e in events)
-    top = sorted(events, key=lambda e: -e.self_device_time_total)[:6]
+    top = sorted(events, key=lambda e: -e.self_device_time_total)[:12]
     return dict(kernels=sum(e.count for e in events), device_ms=round(total / 1e3, 3),
                 top=[(e.key[:60], e.count, round(e.self_device_time_total / 1e3, 3)) for e in top])
 

@@ -120,6 +120,9 @@ class ModelRunner:
         attention_backend.select_backend(self.device, self.dtype, config.fast_attention)
         if self.device.type == "cuda":
             self.backbone.fuse_projections()
+            with torch.inference_mode():  # a one-row LM head may be a Triton GEMV: compile it now, not in a request
+                adapter.compute_logits(torch.zeros(1, self.backbone.config.hidden_size, dtype=self.dtype,
+                                                   device=self.device), [])
         pad = config.pad_prefill_tokens
         self.pad_tokens = self.device.type == "cuda" if pad is None else pad
         if self.pad_tokens and self.device.type == "cuda":

@@ -12,16 +12,21 @@ The norm's scale is applied to the dot product, so x is read once: the GEMV inpu
 dtype instead of the reference's (x*r)*w rounded twice -- the same in fp32, within bf16 rounding otherwise.
 fp16 normalises first (x*w unnormalised could leave its range).
 
-N is split over about two programs per SM and never K: N >= 1024 gives 128+ programs at the narrow tiles,
-and split-K would need a second pass or atomics plus zeroing -- a launch more, or results that vary run to
-run. One row runs on FMA units; 2..16 rows on tensor cores (rows padded to 16, the padding never loaded),
-the weights through a cp.async pipeline. The tile table (`_config`) is static, so CUDA-graph capture never
-autotunes; scripts/bench_gemv.py --sweep shows how it compares with its neighbours on the GPU.
+One row runs on FMA units. Its tile (BLOCK_N rows by BLOCK_K along K, warps, pipeline depth) comes from
+gemv_tiles.json: the fastest of ~130 tiles per projection shape, measured on that GPU model (`scripts/bench_gemv.py
+--rows 1 --sweep --write-table`; on the H200 the 8B's projections and LM head then stream at 3.6-4.6 TB/s, 12-45%
+faster than with the earlier 16 KB tiles). Shapes or GPUs the table lacks take `_one_row_tile`'s rule. N is split,
+never K: split-K would need a second pass or atomics plus zeroing -- a launch more, or results that vary run to
+run. 2..16 rows run on tensor cores (rows padded to 16, the padding never loaded), the weights through a cp.async
+pipeline. Tiles depend on shapes only, so CUDA-graph capture never autotunes and a model computes the same on
+every start.
 
 attention_backend enables these where `self_check` matches the references on the device at start-up.
 """
 
 import functools
+import json
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +41,7 @@ except ImportError:  # CPU machines and CI: the torch paths run instead
     triton = tl = None
 
 AVAILABLE = triton is not None
+TILES_FILE = Path(__file__).with_name("gemv_tiles.json")
 MAX_M = 16  # token rows the kernels take (one tensor-core row tile); models/qwen3.py uses them for one row
 
 if AVAILABLE:
@@ -68,7 +74,7 @@ if AVAILABLE:
     def _gemv_kernel(a_ptr, nw_ptr, w_ptr, res_ptr, out_ptr, M, N, stride_a, stride_w, stride_res, stride_o, eps,
                      K: tl.constexpr, NORM: tl.constexpr, SILU: tl.constexpr, HAS_RES: tl.constexpr,
                      DOT: tl.constexpr, IEEE: tl.constexpr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+                     BLOCK_K: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
         if PDL:
             tl.extra.cuda.gdc_launch_dependents()
         pid_n = tl.program_id(0)
@@ -89,7 +95,8 @@ if AVAILABLE:
         if PDL:
             tl.extra.cuda.gdc_wait()
         acc, ssq = _gemv_step(acc, ssq, a_ptr, nw_ptr, w, rows, rmask, ks, stride_a, K, NORM, SILU, DOT, IEEE, dt)
-        for k0 in range(BLOCK_K, K, BLOCK_K):  # K constexpr: a static trip count (and the interpreter needs it)
+        # K constexpr: a static trip count (the interpreter needs it); STAGES > 1 streams the tiles through cp.async
+        for k0 in tl.range(BLOCK_K, K, BLOCK_K, num_stages=STAGES):
             ks = k0 + tl.arange(0, BLOCK_K)
             w = tl.load(w_rows + ks[None, :], mask=cmask[:, None] & (ks < K)[None, :], other=0.0)
             acc, ssq = _gemv_step(acc, ssq, a_ptr, nw_ptr, w, rows, rmask, ks, stride_a, K, NORM, SILU, DOT, IEEE,
@@ -120,24 +127,49 @@ def _widest(n: int, block_ns: tuple[int, ...], programs: float) -> int:
     return next((bn for bn in block_ns if -(-n // bn) >= programs), block_ns[-1])
 
 
-def _config(m: int, n: int, k: int, itemsize: int, sms: int) -> tuple[bool, int, int, int, int, int]:
-    """(DOT, M_PAD, BLOCK_N, BLOCK_K, num_warps, num_stages) from shapes only (static per captured graph).
+@functools.lru_cache(maxsize=None)
+def _device_name(device: torch.device) -> str | None:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
 
-    The widest tile that gives about two programs per SM (power-of-two N gives 1.94 on 132 SMs)."""
-    if m == 1:  # FMA units; no smem staging, the two programs per SM keep the loads in flight
-        return _tile(False, _widest(n, (64, 32, 16, 8, 4), 1.9 * sms), k, itemsize)
+
+@functools.lru_cache(maxsize=None)
+def tuned_tiles(device_name: str | None) -> dict[tuple[int, int], tuple[int, int, int, int]]:
+    """(N, K) -> (BLOCK_N, BLOCK_K, num_warps, num_stages) measured fastest for one bf16/fp16 row on this GPU model
+    (gemv_tiles.json, written by `scripts/bench_gemv.py --rows 1 --sweep --write-table`)."""
+    table = json.loads(TILES_FILE.read_text()).get(device_name, {}).get("one_row", {})
+    return {tuple(map(int, shape.split("x"))): tuple(tile) for shape, tile in table.items()}
+
+
+def _one_row_tile(n: int, k: int, itemsize: int, sms: int) -> tuple[int, int, int, int]:
+    """Shapes the table lacks: 32 KB weight tiles of whole rows up to 8 KB (the H200 sweep favours long runs along
+    K; a power of two dividing K, so that no step is half masked), narrowed to at least 3 programs per SM."""
+    block_k = min(k & -k, 8192 // itemsize)
+    if block_k < 64:
+        block_k = min(_pow2(k), 1024)
+    block_n = max(2, min(32, 32768 // itemsize // block_k))
+    while block_n > 2 and -(-n // block_n) < 3 * sms:
+        block_n //= 2
+    return block_n, block_k, 4, 1
+
+
+def _config(m: int, n: int, k: int, itemsize: int, device: torch.device) -> tuple[bool, int, int, int, int, int]:
+    """(DOT, M_PAD, BLOCK_N, BLOCK_K, num_warps, num_stages) from shapes only (static per captured graph)."""
+    sms = _sm_count(device)
+    if m == 1:  # FMA units
+        tile = tuned_tiles(_device_name(device)).get((n, k)) if itemsize == 2 else None
+        return (False, 1, *(tile or _one_row_tile(n, k, itemsize, sms)))
+    # the widest tile that gives about two programs per SM (power-of-two N gives 1.94 on 132 SMs)
     bn = _widest(n, (64, 32, 16, 8), 1.9 * sms)
     if m > 8 and bn < 64 and -(-n // (2 * bn)) >= 0.9 * sms:
         bn *= 2  # each program re-reads x (M*K): at M > 8 that is over half its weight bytes; one program per SM
-    return _tile(True, bn, k, itemsize)
+    return _tile(bn, k, itemsize)
 
 
-def _tile(dot: bool, block_n: int, k: int, itemsize: int, stages: int = 4) -> tuple[bool, int, int, int, int, int]:
-    """FMA: 16 KB weight tiles per iteration; tensor cores: 8 KB weight stages through a `stages`-deep pipeline,
-    BLOCK_K <= 256 so that the [16, BLOCK_K] activation tile also fits in registers."""
-    block_k = 16384 // itemsize // block_n if not dot else min(256, 8192 // itemsize // block_n)
-    block_k = min(block_k, max(16, _pow2(k)))
-    return dot, MAX_M if dot else 1, block_n, block_k, 4, stages if dot else 1
+def _tile(block_n: int, k: int, itemsize: int, stages: int = 4) -> tuple[bool, int, int, int, int, int]:
+    """Tensor cores: 8 KB weight stages through a `stages`-deep pipeline, BLOCK_K <= 256 so that the [16, BLOCK_K]
+    activation tile also fits in registers."""
+    block_k = min(256, 8192 // itemsize // block_n, max(16, _pow2(k)))
+    return True, MAX_M, block_n, block_k, 4, stages
 
 
 def _rows(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -150,13 +182,13 @@ def _launch(a: torch.Tensor, weight: torch.Tensor, k: int, *, norm_weight=None, 
     a, residual = _rows(a), _rows(residual)
     m, n = a.shape[0], weight.shape[0]
     out = torch.empty(m, n, dtype=a.dtype, device=a.device)
-    dot, m_pad, bn, bk, warps, stages = _config(m, n, k, weight.element_size(), _sm_count(a.device))
+    dot, m_pad, bn, bk, warps, stages = _config(m, n, k, weight.element_size(), a.device)
     _gemv_kernel[(triton.cdiv(n, bn), triton.cdiv(m, m_pad))](
         a, a if norm_weight is None else norm_weight, weight, out if residual is None else residual, out, m, n,
         a.stride(0), weight.stride(0), 0 if residual is None else residual.stride(0), out.stride(0), eps,
         K=k, NORM=norm_weight is not None, SILU=silu, HAS_RES=residual is not None, DOT=dot,
-        IEEE=a.dtype == torch.float32, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
-        **pdl.flags(a.device))
+        IEEE=a.dtype == torch.float32, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, num_warps=warps,
+        num_stages=stages, **pdl.flags(a.device))
     return out
 
 

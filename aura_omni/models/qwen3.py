@@ -252,6 +252,13 @@ class Qwen3Model(nn.Module):
                  len(self.layers), ours, theirs, "GEMVs" if ours < theirs else "cuBLAS")
         return ours < theirs
 
+    def logits(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """hidden @ weight.T for an LM head: one row takes the Triton GEMV where the layers do (a tuned tile streams
+        the 8B's 1.2 GB head at 4.5 TB/s on the H200, cuBLAS at 4.3)."""
+        if self._gemv(hidden):
+            return triton_gemv.gemv(hidden, weight)
+        return F.linear(hidden, weight)
+
     def _fast(self, x: torch.Tensor) -> bool:
         cfg = self.config
         return (attention_backend.fused_layers_enabled(x) and triton_ops.supports(cfg.head_dim, cfg.hidden_size)

@@ -158,7 +158,7 @@ class Qwen3ASR(nn.Module):
         return embeds, torch.arange(input_ids.shape[0], device=self.device)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden)
+        return self.backbone.logits(hidden, self.lm_head.weight)
 
 
 def preset_config_path(model: str | Path) -> Path:

@@ -221,8 +221,7 @@ class Qwen3VLForCausalLM(nn.Module):
         return self.embed(ids.to(self.device))
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.embed.weight if self.lm_head is None else self.lm_head.weight
-        return hidden @ weight.t()
+        return self.backbone.logits(hidden, self.embed.weight if self.lm_head is None else self.lm_head.weight)
 
     def encode_vision(self, vision_inputs: list[VisionInput]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """All items in one encoder pass -> (embeds [sum tokens, H], DeepStack features) in input order."""

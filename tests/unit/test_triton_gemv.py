@@ -25,6 +25,17 @@ def _close(got, want):
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
 
 
+@pytest.mark.parametrize("tile", [(2, 64, 4, 3), (8, 128, 8, 1), (4, 512, 4, 2)])  # (BLOCK_N, BLOCK_K, warps, stages)
+def test_every_one_row_tile_computes_the_same_fused_gemvs(tile, monkeypatch):
+    monkeypatch.setattr(triton_gemv, "_config", lambda *_: (False, 1, *tile))
+    k, n = 272, 208  # several K steps (one of them partial) and a partial last column tile for each tile
+    x, w, residual = _rand(1, k), _rand(n, k, scale=k ** -0.5), _rand(1, n, seed=1)
+    nw, gate_up = _rand(k, scale=0.5, seed=2) + 1, _rand(1, 2 * k, seed=3)
+    _close(triton_gemv.gemv(x, w, residual), triton_gemv.ref_gemv(x, w, residual))
+    _close(triton_gemv.rms_gemv(x, nw, 1e-6, w), triton_gemv.ref_rms_gemv(x, nw, 1e-6, w))
+    _close(triton_gemv.silu_mul_gemv(gate_up, w, residual), triton_gemv.ref_silu_mul_gemv(gate_up, w, residual))
+
+
 @pytest.mark.parametrize("m,k,n", SHAPES)
 def test_gemv_matches_linear(m, k, n):
     x, w, residual = _rand(m, k), _rand(n, k, scale=k ** -0.5), _rand(m, n, seed=1)

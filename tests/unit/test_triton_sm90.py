@@ -9,14 +9,17 @@ given explicitly: 16-byte divisible pointers and strides.
 """
 
 import importlib.util
+import json
 import os
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None or os.environ.get("TRITON_INTERPRET") == "1",
                                 reason="needs Triton, compiling (not TRITON_INTERPRET=1)")
 
 BF16, F32, I32, I64 = "*bf16", "*fp32", "*i32", "*i64"
+CPU = torch.device("cpu")  # no tuned tiles: the shape rule
 
 
 def compile_sm90(kernel, pointers: dict[str, str], constexprs: dict, num_warps: int = 4, num_stages: int = 3,
@@ -41,15 +44,26 @@ def ptx_lines(compiled, *needles: str) -> list[tuple[int, str]]:
             if any(n in line for n in needles)]
 
 
-@pytest.mark.parametrize("pdl", [True, False])
-def test_one_row_gemv_loads_its_first_weight_tile_before_waiting_for_the_previous_kernel(pdl):
+def _one_row_tiles() -> dict[str, tuple[int, int, tuple]]:
+    """id -> (N, K, tile): every tuned H200 tile (layers/gemv_tiles.json) and the untuned rule's for the 8B gate/up."""
     from aura_omni.layers import triton_gemv
 
-    dot, m_pad, bn, bk, warps, stages = triton_gemv._config(1, 24576, 4096, 2, 132)  # the 8B gate/up projection
+    h200 = json.loads(triton_gemv.TILES_FILE.read_text())["NVIDIA H200"]["one_row"]
+    tiles = {f"h200-{shape}": (*map(int, shape.split("x")), tuple(tile)) for shape, tile in h200.items()}
+    return tiles | {"untuned-24576x4096": (24576, 4096, triton_gemv._config(1, 24576, 4096, 2, CPU)[2:])}
+
+
+@pytest.mark.parametrize("pdl", [True, False])
+@pytest.mark.parametrize("tile", _one_row_tiles().values(), ids=_one_row_tiles().keys())
+def test_one_row_gemv_loads_its_first_weight_tile_before_waiting_for_the_previous_kernel(tile, pdl):
+    from aura_omni.layers import triton_gemv
+
+    n, k, (bn, bk, warps, stages) = tile
     compiled = compile_sm90(triton_gemv._gemv_kernel, dict(a_ptr=BF16, nw_ptr=BF16, w_ptr=BF16, res_ptr=BF16,
                                                            out_ptr=BF16),
-                            dict(K=4096, NORM=True, SILU=False, HAS_RES=False, DOT=dot, IEEE=False, M_PAD=m_pad,
-                                 BLOCK_N=bn, BLOCK_K=bk, PDL=pdl), warps, stages)
+                            dict(K=k, NORM=True, SILU=False, HAS_RES=False, DOT=False, IEEE=False, M_PAD=1,
+                                 BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, PDL=pdl), warps, stages)
+    assert compiled.metadata.shared <= 227 * 1024
     marks = ptx_lines(compiled, "griddepcontrol", "ld.global.v4")
     kinds = [text.split()[0] if "griddepcontrol" in text else "load" for _, text in marks]
     if not pdl:
@@ -59,15 +73,18 @@ def test_one_row_gemv_loads_its_first_weight_tile_before_waiting_for_the_previou
     wait = kinds.index("griddepcontrol.wait;")
     assert kinds.count("griddepcontrol.wait;") == 1
     assert kinds[1:wait] and set(kinds[1:wait]) == {"load"}  # the weight tile is in flight while waiting
+    if stages > 1 and k > bk * 2:  # two or more steps after the first: the weights stream through cp.async
+        assert "cp.async" in compiled.asm["ptx"]
 
 
 def test_the_tensor_core_gemv_and_the_elementwise_kernels_compile_with_pdl():
     from aura_omni.layers import triton_gemv, triton_ops
 
-    dot, m_pad, bn, bk, warps, stages = triton_gemv._config(8, 6144, 4096, 2, 132)
+    dot, m_pad, bn, bk, warps, stages = triton_gemv._config(8, 6144, 4096, 2, CPU)
     kernels = [
         (triton_gemv._gemv_kernel, dict(a_ptr=BF16, nw_ptr=BF16, w_ptr=BF16, res_ptr=BF16, out_ptr=BF16),
-         dict(K=4096, NORM=False, SILU=True, HAS_RES=True, DOT=dot, IEEE=False, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=bk),
+         dict(K=4096, NORM=False, SILU=True, HAS_RES=True, DOT=dot, IEEE=False, M_PAD=m_pad, BLOCK_N=bn, BLOCK_K=bk,
+              STAGES=stages),
          warps, stages),
         (triton_ops._rmsnorm_kernel, dict(x_ptr=BF16, r_ptr=BF16, w_ptr=BF16, out_ptr=BF16, res_ptr=BF16),
          dict(HAS_RES=True, BLOCK=4096), 8, 3),
