@@ -4,11 +4,10 @@
 # with the prefill graphs on and off (AURA_OMNI_PREFILL_GRAPHS=0), decode steps and Talker frames with programmatic
 # dependent launch on and off (AURA_OMNI_PDL=0), profiler tables of a prefix-cached turn after 24 history turns.
 #   bash scripts/gpu_perf.sh [check tests gemv sweep tiles bench asr pipeline decode talker engine aura prefill pdl
-#   profile]
-#   (default: check tests gemv decode talker aura prefill; logs in $OUT; PREFILL_GRAPHS="1", GEMV="1",
-#   DECODE_MODELS=aura-8b narrow those). `sweep` times ~130 one-row GEMV tiles per shape and runs the engine with the
-#   fastest; `tiles` writes them into layers/gemv_tiles.json (copied to $OUT); `bench` is the engine, Talker and ASR
-#   figures of docs/benchmarks.md.
+#   profile]   (default: check tests gemv decode talker aura prefill; logs in $OUT)
+# PREFILL_GRAPHS="1", GEMV="1", DECODE_MODELS=aura-8b, STAGE_STREAMS="1 0" set the A/B variants those sections run.
+# `sweep` times ~130 one-row GEMV tiles per shape and runs the engine with the fastest; `tiles` writes them into
+# layers/gemv_tiles.json (copied to $OUT); `bench` is the engine, Talker and ASR figures of docs/benchmarks.md.
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT"
@@ -47,8 +46,10 @@ for s in ${*:-check tests gemv decode talker aura prefill}; do
            AURA_OMNI_GEMV=$g TAILN=4 run "asr_gemv$g" 150 python3 benchmarks/asr_throughput.py \
              --model aura_omni/presets/Qwen__Qwen3-ASR-1.7B --load-format dummy --device cuda --concurrency 1 64
          done ;;
-    pipeline) TAILN=6 run pipeline_one 300 python3 benchmarks/pipeline_bench.py --layout one --concurrency 1 4 8 \
-                --repeats 2 --tts-frames 40 ;;
+    pipeline) for st in ${STAGE_STREAMS:-1}; do
+                AURA_OMNI_STAGE_STREAMS=$st TAILN=6 run "pipeline_one_streams$st" 300 python3 benchmarks/pipeline_bench.py \
+                  --layout one --concurrency 1 4 8 --repeats 4 --tts-frames 40
+              done ;;
     decode) for g in ${GEMV:-1 0}; do
               AURA_OMNI_GEMV=$g TAILN=${TAILN:-6} run "decode_gemv$g" 150 python3 scripts/profile_decode.py \
                 --models ${DECODE_MODELS:-aura-8b,qwen3-1.7b} --batches 1,8 --variants fast --steps 20 \

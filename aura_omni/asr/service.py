@@ -21,6 +21,7 @@ from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.engine.shared_engine import SharedEngine
 from aura_omni.media.asr_features import SAMPLE_RATE, log_mel_spectrogram, pad_to_min_length
+from aura_omni.layers.device import on_stream, stage_stream
 from aura_omni.media.audio import AudioDecodeError, resample
 from aura_omni.models.loader import resolve_checkpoint
 from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos, preset_config_path
@@ -78,6 +79,9 @@ class AsrService:
         self.engine_config = engine_config or EngineConfig(max_model_len=8192, max_num_seqs=16, gpu_memory_utilization=0.1)
         self._engine: SharedEngine | None = None
         self._engine_lock = threading.Lock()
+        # the head of the voice chain: on a shared GPU its steps run on a high-priority stream of their own instead of
+        # queueing behind the AURA and Talker steps already issued (audio in, token ids out: nothing crosses on device)
+        self.stream = stage_stream(model.device, priority=-1)
         self.languages = tuple(model.config.support_languages) or None
 
     @classmethod
@@ -147,10 +151,11 @@ class AsrService:
         UnsupportedLanguageError / ValueError (bad options): both are client errors. Setting `cancel` (from
         another thread) stops the work at the next engine step with TranscriptionCancelled."""
         params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens or self.max_new_tokens, seed=seed)
-        pieces = self.prepare(audios, language, context)
-        live = [p for p in pieces if p.features is not None]
-        generated = iter(self.generate(live, params, cancel) if live else [])
-        outputs = [next(generated) if p.features is not None else [] for p in pieces]
+        with on_stream(self.stream):
+            pieces = self.prepare(audios, language, context)
+            live = [p for p in pieces if p.features is not None]
+            generated = iter(self.generate(live, params, cancel) if live else [])
+            outputs = [next(generated) if p.features is not None else [] for p in pieces]
         return self.finish(pieces, outputs, len(audios))
 
     def stats(self) -> dict[str, float] | None:

@@ -133,15 +133,33 @@ def test_vision_graphs_replay_equals_the_eager_encoder(tiny):
         assert len(graphs._graphs) == 1
 
 
+def _speech_like(seconds: float = 2.0) -> np.ndarray:
+    t = np.arange(int(16000 * seconds)) / 16000
+    return (0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * np.random.RandomState(0).randn(t.size)).astype(np.float32)
+
+
 def test_asr_transcript_tokens_match_cpu(tiny):
     from aura_omni.asr.service import AsrService
 
-    t = np.arange(16000 * 2) / 16000
-    wav = (0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * np.random.RandomState(0).randn(t.size)).astype(np.float32)
-    outs = {d: AsrService.from_pretrained(tiny["asr"], device=d, dtype=torch.float32).transcribe([(wav, 16000)],
-                                                                                                max_new_tokens=16)
-            for d in ("cpu", "cuda")}
+    outs = {d: AsrService.from_pretrained(tiny["asr"], device=d, dtype=torch.float32).transcribe(
+        [(_speech_like(), 16000)], max_new_tokens=16) for d in ("cpu", "cuda")}
     assert outs["cuda"] == outs["cpu"]
+
+
+def test_asr_does_not_wait_for_other_stages_work_on_the_gpu(tiny):
+    """The ASR stage runs on its own stream: a transcription finishes while earlier work of the other stages (here a
+    long spin on the default stream) is still running, with the same tokens."""
+    from aura_omni.asr.service import AsrService
+
+    service = AsrService.from_pretrained(tiny["asr"], device="cuda", dtype=torch.float32)
+    want = service.transcribe([(_speech_like(), 16000)], max_new_tokens=16)  # builds the engine, captures graphs
+    torch.cuda._sleep(4_000_000_000)  # ~2 s of GPU clock cycles on the default stream
+    busy = torch.cuda.Event()
+    busy.record()
+    got = service.transcribe([(_speech_like(), 16000)], max_new_tokens=16)
+    assert not busy.query()  # the spin has not finished: the transcription never waited for it
+    assert got == want
+    torch.cuda.synchronize()
 
 
 def test_tts_greedy_codes_and_audio_match_cpu(tiny):
