@@ -1,5 +1,5 @@
 """Run a benchmark script with the one-row GEMV tiles that a sweep measured fastest (instead of `_config`'s picks):
-how a retuned tile table would do end to end, before it is written into layers/triton_gemv.py.
+how a retuned tile table would do end to end, before `bench_gemv.py --write-table` stores it in layers/gemv_tiles.json.
 
     python scripts/bench_gemv.py --rows 1 --sweep --out sweep.jsonl
     python scripts/with_gemv_sweep.py sweep.jsonl benchmarks/engine_bench.py --no-talker --batches 1

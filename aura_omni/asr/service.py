@@ -20,8 +20,8 @@ from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.engine.shared_engine import SharedEngine
-from aura_omni.media.asr_features import SAMPLE_RATE, log_mel_spectrogram, pad_to_min_length
 from aura_omni.layers.device import on_stream, stage_stream
+from aura_omni.media.asr_features import SAMPLE_RATE, log_mel_spectrogram, pad_to_min_length
 from aura_omni.media.audio import AudioDecodeError, resample
 from aura_omni.models.loader import resolve_checkpoint
 from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos, preset_config_path
