@@ -57,8 +57,16 @@ def test_the_rule_for_untuned_shapes_keeps_32kb_tiles_without_half_masked_steps(
             assert block_n == 2 or -(-n // block_n) >= 3 * sms, (n, k)  # enough programs to fill the SMs
 
 
-def test_one_row_config_uses_the_table_only_for_its_gpu_and_16_bit_weights():
+def test_one_row_config_uses_the_table_only_for_its_gpu_and_16_bit_weights(monkeypatch):
+    gpu = torch.device("cuda", 0)  # never touched: the device's name and SM count are stubbed
+    monkeypatch.setattr(triton_gemv, "_sm_count", lambda device: 132)
+    for name in (H200, "NVIDIA H100 80GB HBM3"):
+        monkeypatch.setattr(triton_gemv, "_device_name", lambda device, name=name: name)
+        for itemsize in (2, 4):
+            tile = triton_gemv._config(1, 6144, 4096, itemsize, gpu)[2:]
+            tuned = name == H200 and itemsize == 2
+            assert tile == (triton_gemv.tuned_tiles(H200)[6144, 4096] if tuned
+                            else triton_gemv._one_row_tile(6144, 4096, itemsize, 132))
     cpu = torch.device("cpu")
     assert triton_gemv._config(1, 6144, 4096, 2, cpu)[2:] == triton_gemv._one_row_tile(6144, 4096, 2, 132)
-    assert triton_gemv.tuned_tiles("no such GPU") == {}
     assert triton_gemv._config(8, 6144, 4096, 2, cpu)[0]  # several rows: tensor cores
