@@ -9,7 +9,6 @@ given explicitly: 16-byte divisible pointers and strides.
 """
 
 import importlib.util
-import json
 import os
 
 import pytest
@@ -48,13 +47,15 @@ def _one_row_tiles() -> dict[str, tuple[int, int, tuple]]:
     """id -> (N, K, tile): every tuned H200 tile (layers/gemv_tiles.json) and the untuned rule's for the 8B gate/up."""
     from aura_omni.layers import triton_gemv
 
-    h200 = json.loads(triton_gemv.TILES_FILE.read_text())["NVIDIA H200"]["one_row"]
-    tiles = {f"h200-{shape}": (*map(int, shape.split("x")), tuple(tile)) for shape, tile in h200.items()}
+    tiles = {f"h200-{n}x{k}": (n, k, tile) for (n, k), tile in triton_gemv.tuned_tiles("NVIDIA H200").items()}
     return tiles | {"untuned-24576x4096": (24576, 4096, triton_gemv._config(1, 24576, 4096, 2, CPU)[2:])}
 
 
+ONE_ROW_TILES = _one_row_tiles()
+
+
 @pytest.mark.parametrize("pdl", [True, False])
-@pytest.mark.parametrize("tile", _one_row_tiles().values(), ids=_one_row_tiles().keys())
+@pytest.mark.parametrize("tile", ONE_ROW_TILES.values(), ids=ONE_ROW_TILES.keys())
 def test_one_row_gemv_loads_its_first_weight_tile_before_waiting_for_the_previous_kernel(tile, pdl):
     from aura_omni.layers import triton_gemv
 
