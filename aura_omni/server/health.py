@@ -7,22 +7,11 @@ from .protocol import ModelCard
 router = APIRouter()
 
 
-def _engine_stats(model) -> dict | None:
-    """running / waiting requests, free / total KV blocks, prefix-cache hit rate of a stage's engine."""
-    for owner in (model, getattr(model, "engine", None)):
-        stats = getattr(owner, "stats", None)
-        if callable(stats):
-            return stats()
-    return None
-
-
 @router.get("/health")
 async def health(request: Request):
     state = request.app.state.server
-    models = state.runtime.models
-    engines = {role: s for role, m in sorted(models.items()) if (s := _engine_stats(m)) is not None}
-    return {"status": "ok", "pipeline": state.runtime.deploy.pipeline,
-            "stages": sorted(state.runtime.deploy.roles), "loaded": sorted(models), "engines": engines}
+    return {"status": "ok", "pipeline": state.runtime.deploy.pipeline, "stages": sorted(state.runtime.deploy.roles),
+            "loaded": sorted(state.runtime.models), "engines": state.runtime.stage_stats()}
 
 
 @router.get("/v1/models")

@@ -145,6 +145,36 @@ class Runtime:
                        f"{self.deploy.pipeline!r}, stages {sorted(self.deploy.roles)}) lacks {ROLE_NAMES[role]}",
                        400, code="stage_not_deployed")
 
+    # ---- the async surfaces endpoints use (stable while the stage loops underneath change) ----------------
+    def speak(self, tts_request, initial_chunk_frames: int, chunk_frames: int) -> AsyncIterator:
+        """24 kHz float32 chunks of one Talker + Code2Wav request; closing the iterator cancels it in both stages."""
+        tts = self.models[TALKER]
+        return self.iterate(lambda: tts.stream(tts_request, initial_chunk_frames, chunk_frames))
+
+    async def transcribe(self, samples, sample_rate: int, *, language: str | None = None, context: str | None = None,
+                         temperature: float = 0.0):
+        """One clip's Transcript; cancelling the awaiting task aborts its ASR work."""
+        from ..asr.stage import transcribe_cancellable
+
+        return (await transcribe_cancellable(self.models[ASR], self.call, [(samples, sample_rate)], language=language,
+                                             context=context, temperature=temperature))[0]
+
+    async def voice_prompt(self, wav, sample_rate: int, ref_text: str | None, x_vector_only: bool):
+        """A cloned voice (x-vector, and reference codes for in-context cloning) from reference audio."""
+        return await self.call(self.models[TALKER].create_voice_prompt, wav, sample_rate, ref_text, x_vector_only)
+
+    def stage_stats(self) -> dict[str, dict[str, float]]:
+        """Per role: running, waiting, free_blocks, total_blocks, prefix_cache_hit_rate, ... (stages with an engine)."""
+        out = {}
+        for role, model in sorted(self.models.items()):
+            for owner in (model, getattr(model, "engine", None)):
+                stats = getattr(owner, "stats", None)
+                if callable(stats):
+                    if (value := stats()) is not None:
+                        out[role] = value
+                    break
+        return out
+
     async def call(self, fn: Callable, *args, **kwargs):
         """Run blocking model work on a worker thread."""
         loop = asyncio.get_running_loop()

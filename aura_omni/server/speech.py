@@ -76,7 +76,7 @@ async def build_tts_request(state, req: SpeechRequest, tts) -> Any:
                                "or set x_vector_only_mode: true", param="ref_text", code="missing_ref_text")
             wav, sr = decode_ref_audio(req.ref_audio, state.allowed_local_media_path)
             try:
-                voice_prompt = await state.runtime.call(tts.create_voice_prompt, wav, sr, ref_text, x_vector_only)
+                voice_prompt = await state.runtime.voice_prompt(wav, sr, ref_text, x_vector_only)
             except _tts_module().TTSRequestError as e:  # unusable reference audio (NaN, too short, ...)
                 raise APIError(f"ref_audio: {e}", param="ref_audio", code="invalid_audio") from None
         elif req.voice_name and state.voices.get(req.voice_name) is not None:
@@ -154,7 +154,7 @@ async def create_speech(req: SpeechRequest, request: Request):
 
     initial, steady, left = _stream_windows(state, req)
     if stream_format is None:  # streamed inside (frame-exact, same audio) so a client that leaves stops the Talker
-        chunks = state.runtime.iterate(lambda: tts.stream(tts_req, steady, steady, left))
+        chunks = state.runtime.speak(tts_req, steady, steady)
         try:
             parts = await unless_client_leaves(request, _collect(chunks))
         except mod.TTSRequestError as e:
@@ -165,7 +165,7 @@ async def create_speech(req: SpeechRequest, request: Request):
         data = encode_audio(np.asarray(wav, dtype=np.float32), SAMPLE_RATE, req.response_format)
         return Response(content=data, media_type=media_type(req.response_format))
 
-    chunks = state.runtime.iterate(lambda: tts.stream(tts_req, initial, steady, left))
+    chunks = state.runtime.speak(tts_req, initial, steady)
     try:  # pull the first chunk before answering so request errors still become 4xx
         first = await anext(chunks)
     except StopAsyncIteration:

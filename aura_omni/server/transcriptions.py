@@ -42,7 +42,7 @@ def _form_float(form, name: str, default: float, lo: float, hi: float) -> float:
 @router.post("/v1/audio/transcriptions")
 async def create_transcription(request: Request):
     state = request.app.state.server
-    asr = state.runtime.require(ASR, "/v1/audio/transcriptions")
+    state.runtime.require(ASR, "/v1/audio/transcriptions")
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise APIError("send the audio as multipart/form-data with a `file` field", code="invalid_request_body")
     form = await request.form()
@@ -72,21 +72,19 @@ async def create_transcription(request: Request):
         raise APIError(f"file: {e}", param="file", code="invalid_audio") from None
     duration = wav.shape[0] / sr
 
-    from ..asr.stage import transcribe_cancellable
     from ..asr.transcript import UnsupportedLanguageError
 
     try:  # a client that leaves stops the transcription at the next engine step
-        transcripts = await unless_client_leaves(request, transcribe_cancellable(
-            asr, state.runtime.call, [(wav, sr)], language=language, context=context, temperature=temperature))
+        transcript = await unless_client_leaves(request, state.runtime.transcribe(
+            wav, sr, language=language, context=context, temperature=temperature))
     except UnsupportedLanguageError as e:
         raise APIError(f"language: {e}", param="language", code="unsupported_language") from None
     except AudioDecodeError as e:
         raise APIError(f"file: {e}", param="file", code="invalid_audio") from None
     except ValueError as e:  # PromptTooLongError (a long `prompt`), a prompt with the model's special tokens, ...
         raise APIError(str(e), param="prompt" if context else None, code="invalid_request") from None
-    if isinstance(transcripts, Response):
-        return transcripts  # the client left
-    transcript = transcripts[0]
+    if isinstance(transcript, Response):
+        return transcript  # the client left
 
     if response_format == "text":
         return PlainTextResponse(transcript.text)

@@ -113,7 +113,7 @@ class TurnBuilder:
                     raise PipelineRequestError(f"tts_ref_audio: reference audio is {len(wav) / sr:.1f} s; at most "
                                                f"{MAX_REF_AUDIO_SECONDS:.0f} s")
                 try:
-                    voice = await self.runtime.call(tts.create_voice_prompt, wav, sr, opts.ref_text, opts.x_vector_only)
+                    voice = await self.runtime.voice_prompt(wav, sr, opts.ref_text, opts.x_vector_only)
                 except TTSRequestError as e:
                     raise PipelineRequestError(f"tts_ref_audio: {e}") from None
             else:

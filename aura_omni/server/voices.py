@@ -186,7 +186,7 @@ async def create_voice(request: Request):
     ref_text = (body.ref_text or "").strip() or None
     x_vector_only = ref_text is None  # without a transcript only the speaker embedding can be used
     try:
-        prompt = await state.runtime.call(tts.create_voice_prompt, wav, sr, ref_text, x_vector_only)
+        prompt = await state.runtime.voice_prompt(wav, sr, ref_text, x_vector_only)
     except _tts_error_types() as e:
         raise APIError(str(e), param="ref_audio", code="invalid_audio") from None
     card = VoiceCard(id=body.name, name=body.name, type="audio_sample", ref_text=ref_text,
