@@ -8,13 +8,15 @@ import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI
+from starlette.requests import HTTPConnection
 
 from .. import __version__
 from ..config import DeployConfig
 from .errors import APIError, install_error_handlers
 from .runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .state import ServerState
+from .websocket_auth import presented_api_key
 
 log = logging.getLogger("aura_omni.server")
 
@@ -23,22 +25,22 @@ ENDPOINT_MODULES = [
     "chat",
     "health",
     "speech",
+    "speech_stream",
     "transcriptions",
     "voices",
 ]
 OPEN_PATHS = {"/health"}  # answered without an API key
 
 
-async def check_api_key(request: Request) -> None:
-    """`Authorization: Bearer <key>` when the server was started with --api-key."""
-    key = request.app.state.server.api_key
-    if key is None or request.url.path in OPEN_PATHS:
+async def check_api_key(conn: HTTPConnection) -> None:
+    """`Authorization: Bearer <key>` when the server was started with --api-key (WebSockets: websocket_auth.py)."""
+    key = conn.app.state.server.api_key
+    if key is None or conn.url.path in OPEN_PATHS:
         return
-    auth = request.headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
-    if not auth:
+    token = presented_api_key(conn)
+    if token is None:
         raise APIError("missing API key: send `Authorization: Bearer <key>`", 401, code="missing_api_key")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+    if not hmac.compare_digest(token.encode(), key.encode()):
         raise APIError("incorrect API key", 401, code="invalid_api_key")
 
 
