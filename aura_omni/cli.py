@@ -79,7 +79,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.trust_remote_code or any(s.trust_remote_code for s in deploy.stages):
         log.info("--trust-remote-code accepted for compatibility: aura-omni runs its own model code and never "
                  "executes code shipped inside a checkpoint")
-    name = args.served_model_name or args.model or args.model_flag or deploy.stages[0].model
+    name = args.served_model_name or args.model or args.model_flag  # None: the AURA (or Talker) stage's model
     try:
         app = create_app(deploy, name, args.api_key, device=args.device, dtype=args.dtype,
                          load_format=args.load_format, allowed_local_media_path=args.allowed_local_media_path,

@@ -14,6 +14,7 @@ from starlette.requests import HTTPConnection
 from .. import __version__
 from ..config import DeployConfig
 from .errors import APIError, install_error_handlers
+from .health import main_model
 from .runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .state import ServerState
 from .websocket_auth import presented_api_key
@@ -24,18 +25,20 @@ log = logging.getLogger("aura_omni.server")
 ENDPOINT_MODULES = [
     "chat",
     "health",
+    "page",
     "speech",
     "speech_stream",
     "transcriptions",
     "voices",
 ]
-OPEN_PATHS = {"/health"}  # answered without an API key
+OPEN_PATHS = {"/health", "/"}  # answered without an API key (and the page's assets, OPEN_PREFIX)
+OPEN_PREFIX = "/web/"
 
 
 async def check_api_key(conn: HTTPConnection) -> None:
     """`Authorization: Bearer <key>` when the server was started with --api-key (WebSockets: websocket_auth.py)."""
     key = conn.app.state.server.api_key
-    if key is None or conn.url.path in OPEN_PATHS:
+    if key is None or conn.url.path in OPEN_PATHS or conn.url.path.startswith(OPEN_PREFIX):
         return
     token = presented_api_key(conn)
     if token is None:
@@ -53,7 +56,7 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | None = None
     `request_timeout_s`: a chat turn running longer is cancelled in every stage and answered 504 (None: no limit)."""
     runtime = runtime or Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
     runtime.request_timeout_s = request_timeout_s
-    name = served_model_name or deploy_config.stages[0].model
+    name = served_model_name or main_model(deploy_config)
     state = ServerState(runtime=runtime, served_model_name=name, api_key=api_key or None,
                         allowed_local_media_path=Path(allowed_local_media_path) if allowed_local_media_path else None)
 
@@ -62,7 +65,9 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | None = None
         yield
         runtime.close()
 
-    app = FastAPI(title="aura-omni", version=__version__, lifespan=lifespan, dependencies=[Depends(check_api_key)])
+    # /docs and /redoc load their assets from a CDN (blank offline): off; the schema stays at /openapi.json
+    app = FastAPI(title="aura-omni", version=__version__, lifespan=lifespan, dependencies=[Depends(check_api_key)],
+                  docs_url=None, redoc_url=None)
     app.state.server = state
     app.state.allowed_media_domains = allowed_media_domains  # remote chat media hosts; None: $AURA_OMNI_ALLOWED_MEDIA_DOMAINS
     install_error_handlers(app)

@@ -2,9 +2,18 @@
 
 from fastapi import APIRouter, Request
 
+from ..config import AURA, TALKER, DeployConfig
 from .protocol import ModelCard
 
 router = APIRouter()
+
+
+def main_model(deploy: DeployConfig) -> str:
+    """The checkpoint the served name stands for: AURA's, else the Talker's (a TTS-only deploy), else stage 0's."""
+    for role in (AURA, TALKER):
+        if (stage := deploy.stage(role)) is not None:
+            return stage.model
+    return deploy.stages[0].model
 
 
 @router.get("/health")
@@ -17,7 +26,7 @@ async def health(request: Request):
 @router.get("/v1/models")
 async def list_models(request: Request):
     state = request.app.state.server
-    root = state.runtime.deploy.stages[0].model
+    root = main_model(state.runtime.deploy)
     return {"object": "list", "data": [ModelCard(id=state.served_model_name, root=root).model_dump()]}
 
 
@@ -25,4 +34,4 @@ async def list_models(request: Request):
 async def get_model(model_id: str, request: Request):
     state = request.app.state.server
     state.check_model(model_id)
-    return ModelCard(id=model_id, root=state.runtime.deploy.stages[0].model).model_dump()
+    return ModelCard(id=model_id, root=main_model(state.runtime.deploy)).model_dump()
