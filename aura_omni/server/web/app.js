@@ -34,6 +34,7 @@ const page = {
   current: null, // response_id whose audio is playing or expected
   users: new Map(), // user item_id -> li
   deltaFamily: null, // "ga" | "beta": the server sends deltas under both names; use the first seen
+  stats: { appends: 0, frames: 0 },
 };
 window.auraPage = page; // for tests and the console
 
@@ -170,6 +171,8 @@ function flushAppend() { // everything captured since the last append, as one ap
   const frame = takeFrame();
   if (frame) event.video_frames = [frame];
   send(event);
+  page.stats.appends += 1;
+  page.stats.frames += frame ? 1 : 0;
   return true;
 }
 
@@ -187,9 +190,9 @@ function enqueueAudio(responseId, samples) {
     page.current = responseId;
     r.start = page.enqueuedSamples;
   }
-  page.playNode.port.postMessage(samples, [samples.buffer]);
   r.samples += samples.length;
   page.enqueuedSamples += samples.length;
+  page.playNode.port.postMessage(samples, [samples.buffer]); // transferred: `samples` is empty after this
   setState("speaking");
   ui.stop.disabled = false;
 }
@@ -300,8 +303,8 @@ async function connect() {
   }
   await loadServerInfo();
   const key = ui.apiKey.value.trim();
-  const url = `${location.protocol === "https:" ? "wss:" : "ws:"}//${location.host}/v1/realtime` +
-              (page.model ? `?model=${encodeURIComponent(page.model)}` : "");
+  const url = `${location.protocol === "https:" ? "wss:" : "ws:"}//${location.host}/v1/realtime?duplex=1` +
+              (page.model ? `&model=${encodeURIComponent(page.model)}` : "");
   // a browser cannot set headers on a WebSocket: the key rides as a subprotocol (OpenAI's convention)
   const ws = key ? new WebSocket(url, ["realtime", `openai-insecure-api-key.${key}`]) : new WebSocket(url);
   page.ws = ws;
