@@ -1,6 +1,6 @@
 """`aura-omni` command line, with vLLM's spellings.
 
-  aura-omni serve [MODEL] --omni --deploy-config PATH --served-model-name NAME --trust-remote-code
+  aura-omni serve [MODEL] --omni --deploy-config PATH --served-model-name NAME [NAME ...] --trust-remote-code
                   --host H --port P --api-key KEY --device cpu --dtype auto --load-format {auto,dummy}
   aura-omni make-tiny DIR [--seed N]
 """
@@ -25,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "without --deploy-config it must be a Qwen3-TTS checkpoint (TTS-only serving)")
     serve.add_argument("--model", dest="model_flag", default=None, help=argparse.SUPPRESS)
     serve.add_argument("--deploy-config", default=None, help="deploy YAML (pipeline, stages, connectors)")
-    serve.add_argument("--served-model-name", default=None, help="name clients send as `model` (default: MODEL)")
+    serve.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                       help="names clients may send as `model`; the first is the one reported (default: MODEL, else "
+                            "the AURA or Talker stage's checkpoint)")
     serve.add_argument("--omni", action="store_true", help="accepted for vLLM-Omni compatibility (always on)")
     serve.add_argument("--trust-remote-code", action="store_true",
                        help="accepted for compatibility; code inside checkpoints is never executed")

@@ -47,17 +47,21 @@ async def check_api_key(conn: HTTPConnection) -> None:
         raise APIError("incorrect API key", 401, code="invalid_api_key")
 
 
-def create_app(deploy_config: DeployConfig, served_model_name: str | None = None, api_key: str | None = None, *,
+def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] | None = None,
+               api_key: str | None = None, *,
                runtime: Runtime | None = None, device: str | None = None, dtype: str | None = None,
                load_format: str | None = None, allowed_local_media_path: str | Path | None = None,
                allowed_media_domains: list[str] | None = None,
                request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S) -> FastAPI:
     """Build the server; loads the deploy's stage models unless a ready `runtime` is given (tests).
+    `served_model_name`: the name (or names, the first reported, as vLLM's) requests may send as `model`.
     `request_timeout_s`: a chat turn running longer is cancelled in every stage and answered 504 (None: no limit)."""
     runtime = runtime or Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
     runtime.request_timeout_s = request_timeout_s
-    name = served_model_name or main_model(deploy_config)
-    state = ServerState(runtime=runtime, served_model_name=name, api_key=api_key or None,
+    names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name or [])
+    names = names or [main_model(deploy_config)]
+    state = ServerState(runtime=runtime, served_model_name=names[0], model_aliases=tuple(names[1:]),
+                        api_key=api_key or None,
                         allowed_local_media_path=Path(allowed_local_media_path) if allowed_local_media_path else None)
 
     @asynccontextmanager

@@ -27,7 +27,8 @@ async def health(request: Request):
 async def list_models(request: Request):
     state = request.app.state.server
     root = main_model(state.runtime.deploy)
-    return {"object": "list", "data": [ModelCard(id=state.served_model_name, root=root).model_dump()]}
+    names = [state.served_model_name, *state.model_aliases]
+    return {"object": "list", "data": [ModelCard(id=name, root=root).model_dump() for name in names]}
 
 
 @router.get("/v1/models/{model_id:path}")

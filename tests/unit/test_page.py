@@ -63,3 +63,12 @@ def test_models_root_is_the_main_stage_checkpoint(deploy, root):
     assert card["id"] == "served" and card["root"] == root
     assert client.get("/v1/models/served", headers=AUTH).json()["root"] == root
     assert _client(deploy, None).get("/v1/models", headers=AUTH).json()["data"][0]["id"] == root  # default name
+
+
+def test_several_served_names_are_all_accepted_and_listed():
+    cfg = parse_deploy_config(FULL, "d.yaml")
+    client = TestClient(create_app(cfg, ["aura-omni-tiny", "aurateam/AURA", "qwen3-tts"], "k", runtime=Runtime(cfg, {})))
+    cards = client.get("/v1/models", headers=AUTH).json()["data"]
+    assert [c["id"] for c in cards] == ["aura-omni-tiny", "aurateam/AURA", "qwen3-tts"]
+    assert client.get("/v1/models/qwen3-tts", headers=AUTH).status_code == 200
+    assert client.get("/v1/models/other", headers=AUTH).status_code == 404
