@@ -592,9 +592,9 @@ class RealtimeSession:
             return
         resp.cancelled = True  # from here on its deltas are dropped, even those already on their way
         self.epoch += 1
-        if resp.task is not None and not resp.task.done():
-            resp.task.cancel()
-            await asyncio.gather(resp.task, return_exceptions=True)
+        while resp.task is not None and not resp.task.done():
+            resp.task.cancel()  # again if a wait_for inside swallowed it (its result arrived in the same tick)
+            await asyncio.wait({resp.task}, timeout=0.01)
         self._finish(resp)
         if announce and resp.started:
             self.emit("response.done", response=self._response_json(resp, "cancelled", {"type": "cancelled",
@@ -713,6 +713,8 @@ class RealtimeSession:
         events = self.pipeline.turn(req)
         try:
             async for ev in events:
+                if resp.cancelled:  # a cancel the turn's wait_for swallowed (Python 3.11) still ends it here
+                    break
                 if isinstance(ev, TranscriptReady):
                     p = next((p for p in resp.inputs if p.audio is not None), None)
                     if p is not None:

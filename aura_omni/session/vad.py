@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import io
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,9 @@ def _model_bytes() -> bytes:
 
 def load_silero() -> torch.jit.ScriptModule:
     """A fresh Silero model (its recurrent state is per instance: one per session)."""
-    model = torch.jit.load(io.BytesIO(_model_bytes()), map_location="cpu")
+    with warnings.catch_warnings():  # torch >= 2.9 marks torch.jit deprecated; Silero ships only this and ONNX
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model = torch.jit.load(io.BytesIO(_model_bytes()), map_location="cpu")
     model.eval()
     return model
 
