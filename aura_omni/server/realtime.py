@@ -86,9 +86,10 @@ def api_key_ok(ws: WebSocket, key: str | None, offered: list[str]) -> bool:
 
 
 def chosen_subprotocol(offered: list[str]) -> str | None:
-    """Browsers fail a handshake that offered subprotocols and got none back: answer one (never the key)."""
+    """Browsers fail a handshake that offered subprotocols and got none back: answer one, the key's only when the
+    client offered nothing else."""
     plain = [p for p in offered if not p.startswith(KEY_SUBPROTOCOL)]
-    return "realtime" if "realtime" in plain else (plain[0] if plain else None)
+    return "realtime" if "realtime" in plain else (plain or offered or [None])[0]
 
 
 async def refuse(ws: WebSocket, code: str, message: str, close_code: int = POLICY_VIOLATION) -> None:

@@ -196,6 +196,12 @@ async def test_session_limit_from_the_deploy_file(ws_url):
             with pytest.raises(websockets.ConnectionClosed) as closed:
                 await asyncio.wait_for(c.ws.recv(), 10)
             assert closed.value.rcvd.code == 1013
+        await a.send("no.such.event")  # sessions are isolated: a's error and voice stay in a
+        await a.send("session.update", session={"voice": "ryan"})
+        await b.send("session.heartbeat")
+        assert [e["type"] for e in await b.until("session.heartbeat_ack")] == ["session.heartbeat_ack"]
+        assert (await a.until("session.updated"))[-1]["session"]["voice"] == "ryan"
+        assert "error" in [e["type"] for e in a.log]
         await b.send("session.close")
         await b.until("session.closed")
     async with connect(ws_url) as d:  # a closed session gave its slot back
@@ -297,3 +303,59 @@ async def test_server_vad_commits_when_the_user_stops(ws_url):
             < types.index("response.created")
         committed = next(e for e in events if e["type"] == "input_audio_buffer.committed")
         assert committed["item_id"] == started["item_id"] == stopped["item_id"]
+
+
+# ------------------------------------------------------------------------------------------------ in process
+# Omni.session() drives the same handler on this test's event loop, so the stages' engines can be watched.
+
+@pytest.fixture(scope="module")
+def omni(tiny_dir):
+    from aura_omni import Omni
+
+    with Omni(deploy_config=tiny_dir / realtime_deploy(tiny_dir, 2), device="cpu") as omni:
+        yield omni
+
+
+async def test_barge_in_stops_every_stage_within_100ms(omni):
+    async with omni.session(audio={"output": {"voice": "vivian"}},
+                            extra_body={**SPEAK, "tts_max_new_tokens": 200}) as s:
+        await s.send("input_audio_buffer.append", audio=pcm16())
+        await s.send("input_audio_buffer.commit", create_response=True)
+        async for event in s:
+            if event.type == "response.output_audio.delta":
+                rid = event.response_id
+                break
+        assert omni.runtime.stage_stats()["qwen3_tts"]["running"] == 1  # the Talker is mid-reply
+        t0 = time.monotonic()
+        await s.send("response.cancel", response_id=rid)
+        while any(stats["running"] for stats in omni.runtime.stage_stats().values()):
+            assert time.monotonic() - t0 < 0.1, omni.runtime.stage_stats()
+            await asyncio.sleep(0.002)
+        after = []
+        while s.pending_events():
+            after.append(await s.next_event())
+        done = [e for e in after if e.type == "response.done"]
+        assert done and done[0]["response"]["status"] == "cancelled"
+        assert not [e for e in after[after.index(done[0]):] if e.response_id == rid and e.type != "response.done"]
+
+
+async def test_turn_two_prefills_only_its_new_tokens(omni):
+    from aura_omni.config import AURA
+
+    blocks = omni.runtime.models[AURA].engine.engine.blocks
+    async with omni.session(instructions="You watch a live camera and answer briefly. " * 8,
+                            output_modalities=["text"], extra_body=SPEAK) as s:
+        prompts, hits = [], []
+        for question in ("what is on the table?", "and what colour is it?"):
+            before = blocks.prefix_hit_tokens
+            await s.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                           "content": [{"type": "input_text", "text": question}]})
+            await s.send("response.create")
+            async for event in s:
+                if event.type == "response.done":
+                    assert event["response"]["status"] == "completed"
+                    prompts.append(event["response"]["usage"]["input_tokens"])
+                    break
+            hits.append(blocks.prefix_hit_tokens - before)
+    # turn 2's prompt extends turn 1's (system, question, reply): all of turn 1's full blocks come from the cache
+    assert prompts[1] > prompts[0] and hits[1] >= prompts[0] - blocks.block_size
