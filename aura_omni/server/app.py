@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import importlib
 import logging
 from contextlib import asynccontextmanager
@@ -13,11 +12,11 @@ from starlette.requests import HTTPConnection
 
 from .. import __version__
 from ..config import DeployConfig
-from .errors import APIError, install_error_handlers
+from .errors import install_error_handlers
 from .health import main_model
 from .runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .state import ServerState
-from .websocket_auth import presented_api_key
+from .websocket_auth import check_api_key as check_key
 
 log = logging.getLogger("aura_omni.server")
 
@@ -26,6 +25,7 @@ ENDPOINT_MODULES = [
     "chat",
     "health",
     "page",
+    "realtime",
     "speech",
     "speech_stream",
     "transcriptions",
@@ -36,15 +36,11 @@ OPEN_PREFIX = "/web/"
 
 
 async def check_api_key(conn: HTTPConnection) -> None:
-    """`Authorization: Bearer <key>` when the server was started with --api-key (WebSockets: websocket_auth.py)."""
-    key = conn.app.state.server.api_key
-    if key is None or conn.url.path in OPEN_PATHS or conn.url.path.startswith(OPEN_PREFIX):
-        return
-    token = presented_api_key(conn)
-    if token is None:
-        raise APIError("missing API key: send `Authorization: Bearer <key>`", 401, code="missing_api_key")
-    if not hmac.compare_digest(token.encode(), key.encode()):
-        raise APIError("incorrect API key", 401, code="invalid_api_key")
+    """`Authorization: Bearer <key>` when the server was started with --api-key. WebSocket endpoints check the key
+    themselves (browsers cannot set headers; websocket_auth.py takes `?api_key=` and a subprotocol too)."""
+    path = conn.url.path
+    if conn.scope["type"] != "websocket" and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIX):
+        check_key(conn, conn.app.state.server.api_key)
 
 
 def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] | None = None,

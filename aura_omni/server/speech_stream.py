@@ -34,7 +34,7 @@ from ..pipeline.sentences import SentenceSplitter
 from .errors import APIError, validation_error
 from .protocol import SpeechRequest
 from .speech import SAMPLE_RATE, _stream_windows, _tts_module, build_tts_request
-from .websocket_auth import accepted_subprotocol
+from .websocket_auth import accept_with_key
 
 log = logging.getLogger("aura_omni.server")
 router = APIRouter()
@@ -256,5 +256,5 @@ class SpeechStreamSession:
 
 @router.websocket("/v1/audio/speech/stream")
 async def speech_stream(ws: WebSocket):
-    await ws.accept(subprotocol=accepted_subprotocol(ws))
-    await SpeechStreamSession(ws).run()
+    if await accept_with_key(ws):
+        await SpeechStreamSession(ws).run()

@@ -8,8 +8,13 @@ WebSocket endpoints accept with `accepted_subprotocol`, which never echoes the k
 
 from __future__ import annotations
 
+import hmac
+
+from fastapi.responses import JSONResponse
 from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocket
+
+from .errors import APIError, error_response
 
 KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."  # OpenAI Realtime's browser convention
 PREFERRED_SUBPROTOCOL = "realtime"  # what OpenAI's server answers to `["realtime", "openai-insecure-api-key.K"]`
@@ -27,6 +32,29 @@ def presented_api_key(conn: HTTPConnection) -> str | None:
         if proto.startswith(KEY_SUBPROTOCOL_PREFIX):
             return proto[len(KEY_SUBPROTOCOL_PREFIX):]
     return conn.query_params.get("api_key")
+
+
+def check_api_key(conn: HTTPConnection, key: str | None) -> None:
+    """APIError 401 unless the connection presents `key` (any key passes when the server has none)."""
+    if key is None:
+        return
+    token = presented_api_key(conn)
+    if token is None:
+        raise APIError("missing API key: send `Authorization: Bearer <key>`", 401, code="missing_api_key")
+    if not hmac.compare_digest(token.encode(), key.encode()):
+        raise APIError("incorrect API key", 401, code="invalid_api_key")
+
+
+async def accept_with_key(ws: WebSocket) -> bool:
+    """Accept a WebSocket that presents the server's key; else answer the handshake 401 (OpenAI-style body)."""
+    try:
+        check_api_key(ws, ws.app.state.server.api_key)
+    except APIError as e:
+        response: JSONResponse = error_response(e)
+        await ws.send_denial_response(response)
+        return False
+    await ws.accept(subprotocol=accepted_subprotocol(ws))
+    return True
 
 
 def accepted_subprotocol(ws: WebSocket) -> str | None:
