@@ -35,21 +35,22 @@ EXTRA_BODY = {"tts_language": "English", "sampling_params_list": [
     {"max_tokens": 6}]}  # a short reply and a short utterance keep the turn fast
 
 
-def _spoken_wav(path: Path) -> Path:
-    """The fake microphone's input: espeak-ng's sentence at 16 kHz, or a voiced pulse train without it."""
+def _spoken_wav(path: Path, trailing_silence_s: float = 0.0) -> Path:
+    """The fake microphone's input (Chromium loops it): espeak-ng's sentence at 16 kHz, or a voiced pulse train
+    without espeak-ng; `trailing_silence_s` of silence after it lets server VAD see the turn end."""
     espeak, sox = shutil.which("espeak-ng"), shutil.which("sox")
+    sr = 16000
     if espeak and sox:
         raw = path.with_suffix(".raw.wav")
         subprocess.run([espeak, "-v", "en-us", "-s", "150", "-w", str(raw), SAY], check=True, timeout=30)
-        subprocess.run([sox, str(raw), "-r", "16000", "-c", "1", "-b", "16", str(path)], check=True, timeout=30)
-        return path
-    sr = 16000
-    t = np.arange(3 * sr) / sr
-    phase = 2 * np.pi * np.cumsum(140 + 10 * np.sin(2 * np.pi * 3 * t)) / sr
-    wav = sum(np.sin(k * phase) / k for k in range(1, 8)) * 0.2
-    buf = io.BytesIO()
-    sf.write(buf, wav.astype(np.float32), sr, format="WAV", subtype="PCM_16")
-    path.write_bytes(buf.getvalue())
+        subprocess.run([sox, str(raw), "-r", str(sr), "-c", "1", "-b", "16", str(path)], check=True, timeout=30)
+        wav, _ = sf.read(path, dtype="float32")
+    else:
+        t = np.arange(3 * sr) / sr
+        phase = 2 * np.pi * np.cumsum(140 + 10 * np.sin(2 * np.pi * 3 * t)) / sr
+        wav = (sum(np.sin(k * phase) / k for k in range(1, 8)) * 0.2).astype(np.float32)
+    wav = np.concatenate([wav, np.zeros(int(trailing_silence_s * sr), np.float32)])
+    sf.write(path, wav, sr, subtype="PCM_16")
     return path
 
 
@@ -68,63 +69,137 @@ def omni_server(tiny_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    wav = _spoken_wav(tmp_path_factory.mktemp("mic") / "speech16k.wav")
+def launch(tmp_path_factory):
+    """`launch(wav)`: a headless Debian chromium whose fake microphone loops `wav` (fake camera on)."""
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--autoplay-policy=no-user-gesture-required",
-            "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-            f"--use-file-for-fake-audio-capture={wav}"])
-        yield browser
-        browser.close()
+        browsers = []
+
+        def start(wav: Path):
+            browsers.append(p.chromium.launch(executable_path=CHROMIUM, args=[
+                "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--autoplay-policy=no-user-gesture-required",
+                "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={wav}"]))
+            return browsers[-1]
+
+        yield start
+        for b in browsers:
+            b.close()
 
 
-def test_push_to_talk_turn_is_transcribed_answered_and_played(omni_server, browser, tmp_path):
-    page = browser.new_page()
-    console = []
-    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
-    shot = Path(os.environ.get("AURA_OMNI_SCREENSHOT_DIR") or tmp_path) / "web_page.png"
-    try:
-        page.goto(omni_server.url + "/")
+@pytest.fixture(scope="module")
+def mic_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("mic")
+
+
+class PageUnderTest:
+    """The page in a browser tab, with the console watched and a screenshot (event log open) at the end."""
+
+    def __init__(self, browser, url: str, shot: Path):
+        self.page, self.url, self.shot, self.console = browser.new_page(), url, shot, []
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+
+    def connect(self, mode: str = "ptt", extra_body: dict | None = None) -> None:
+        page = self.page
+        page.goto(self.url + "/")
         page.fill("#api-key", API_KEY)
         page.dispatch_event("#api-key", "change")  # loads the voices with the key
         page.wait_for_function("document.querySelectorAll('#voice option').length > 1")
         voices = page.eval_on_selector_all("#voice option", "os => os.map(o => o.value)")
         assert "vivian" in [v.lower() for v in voices]
         page.select_option("#voice", next(v for v in voices if v.lower() == "vivian"))
+        page.check(f"input[name=mode][value={mode}]")
         page.check("#camera")
-        page.click("summary")
-        page.fill("#extra-body", json.dumps(EXTRA_BODY))
+        page.click("summary >> text=Advanced")
+        page.fill("#extra-body", json.dumps(extra_body or EXTRA_BODY))
         page.click("#connect")
         page.wait_for_selector("body[data-state=ready]", timeout=30_000)
         page.wait_for_function("window.auraPage.newestFrame !== null", timeout=10_000)  # the fake camera runs
 
-        page.hover("#talk")
-        page.mouse.down()
-        page.wait_for_timeout(2500)  # ~12 appends of the fake microphone
-        page.mouse.up()
+    def talk(self, seconds: float) -> None:
+        self.page.hover("#talk")
+        self.page.mouse.down()
+        self.page.wait_for_timeout(int(seconds * 1000))
+        self.page.mouse.up()
 
-        page.wait_for_selector("#conversation li.user:not(.pending)", timeout=TURN_TIMEOUT_MS)
-        page.wait_for_selector("#conversation li.assistant:not(.pending)", timeout=TURN_TIMEOUT_MS)
-        page.wait_for_function("Number(document.getElementById('played').dataset.ms) > 0", timeout=TURN_TIMEOUT_MS)
-        page.wait_for_function("document.getElementById('log').textContent.includes('→ {\"type\":\"playback.ack\"')",
-                               timeout=TURN_TIMEOUT_MS)
+    def wait_for_answer(self) -> None:
+        self.page.wait_for_selector("#conversation li.user:not(.pending)", timeout=TURN_TIMEOUT_MS)
+        self.page.wait_for_selector("#conversation li.assistant:not(.pending)", timeout=TURN_TIMEOUT_MS)
+        self.page.wait_for_function("Number(document.getElementById('played').dataset.ms) > 0",
+                                    timeout=TURN_TIMEOUT_MS)
 
-        stats = page.evaluate("window.auraPage.stats")
-        assert stats["appends"] >= 5 and stats["frames"] >= 1  # 200 ms appends, camera frames riding on them
-        user = page.inner_text("#conversation li.user")
-        assert user.strip() and user != "…"
-        assistant = page.locator("#conversation li.assistant").first
-        assert "silent" not in (assistant.get_attribute("class") or "") and assistant.inner_text().strip()
-        log = page.text_content("#log")
-        assert '"type":"input_audio_buffer.commit","create_response":true' in log
-        ack = json.loads(next(line for line in log.splitlines() if '"type":"playback.ack"' in line).split("→ ", 1)[1])
-        assert ack["played_ms"] > 0 and ack["committed_ms"] == ack["played_ms"]
+    def sent(self, event_type: str) -> list[dict]:
+        """The client events of `event_type` the page logged (appends are counted, not logged)."""
+        lines = self.page.text_content("#log").splitlines()
+        return [json.loads(line.split(" → ", 1)[1]) for line in lines
+                if " → " in line and f'"type":"{event_type}"' in line]
+
+    def received(self, event_type: str) -> bool:
+        return f'← {{"type":"{event_type}"' in self.page.text_content("#log")
+
+    def close(self) -> None:
+        self.page.click("summary >> text=Events")
+        self.page.screenshot(path=str(self.shot), full_page=True)
         unauthorized = "status of 401"  # the page's first look at /v1/models and the voices, before the key was typed
-        assert not [c for c in console if c.startswith(("error", "pageerror")) and unauthorized not in c], console
-    finally:
-        page.click("summary >> text=Events")  # the event log is in the picture when a step failed
-        page.screenshot(path=str(shot), full_page=True)
-        page.close()
+        errors = [c for c in self.console if c.startswith(("error", "pageerror")) and unauthorized not in c]
+        self.page.close()
+        assert not errors, errors
+
+
+@pytest.fixture
+def tab(request, omni_server, launch, mic_dir, tmp_path):
+    """A tab of a browser whose microphone says SAY (then `request.param` s of silence, for server VAD)."""
+    silence = getattr(request, "param", 0.0)
+    wav = _spoken_wav(mic_dir / f"speech_{silence}.wav", silence)
+    shots = Path(os.environ.get("AURA_OMNI_SCREENSHOT_DIR") or tmp_path)
+    t = PageUnderTest(launch(wav), omni_server.url, shots / f"{request.node.name}.png")
+    yield t
+    t.close()
+
+
+def test_push_to_talk_turn_is_transcribed_answered_and_played(tab):
+    tab.connect("ptt")
+    tab.talk(2.5)  # ~12 appends of the fake microphone
+    tab.wait_for_answer()
+    tab.page.wait_for_function("document.getElementById('log').textContent.includes('→ {\"type\":\"playback.ack\"')",
+                               timeout=TURN_TIMEOUT_MS)
+    stats = tab.page.evaluate("window.auraPage.stats")
+    assert stats["appends"] >= 5 and stats["frames"] >= 1  # 200 ms appends, camera frames riding on them
+    user = tab.page.inner_text("#conversation li.user")
+    assert user.strip() and user != "…"
+    assistant = tab.page.locator("#conversation li.assistant").first
+    assert "silent" not in (assistant.get_attribute("class") or "") and assistant.inner_text().strip()
+    assert tab.sent("input_audio_buffer.commit") == [{"type": "input_audio_buffer.commit", "create_response": True}]
+    [update] = tab.sent("session.update")
+    assert update["session"]["audio"]["input"] == {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}
+    [ack] = tab.sent("playback.ack")
+    assert ack["played_ms"] > 0 and ack["committed_ms"] == ack["played_ms"] and "truncate" not in ack
+
+
+def test_stop_cuts_the_reply_and_acknowledges_only_what_was_heard(tab):
+    long_reply = {**EXTRA_BODY, "sampling_params_list": [*EXTRA_BODY["sampling_params_list"][:2], {"max_tokens": 60}]}
+    tab.connect("ptt", long_reply)  # up to 60 codec frames: 4.8 s of speech
+    tab.talk(1.5)
+    tab.page.wait_for_function("Number(document.getElementById('played').dataset.ms) >= 300", timeout=TURN_TIMEOUT_MS)
+    tab.page.click("#stop")
+    tab.page.wait_for_function("document.getElementById('log').textContent.includes('→ {\"type\":\"playback.ack\"')",
+                               timeout=10_000)
+    [ack] = tab.sent("playback.ack")
+    assert ack["truncate"] is True and 0 < ack["played_ms"] < 4800
+    played = tab.page.get_attribute("#played", "data-ms")
+    tab.page.wait_for_timeout(1000)
+    assert tab.page.get_attribute("#played", "data-ms") == played  # nothing more is played
+    assert "cancelled" in tab.page.locator("#conversation li.assistant").first.get_attribute("class")
+    assert tab.page.evaluate("document.body.dataset.state") == "ready"
+
+
+@pytest.mark.parametrize("tab", [3.0], indirect=True)  # 3 s of silence after the sentence ends each turn
+def test_hands_free_turn_is_ended_by_server_vad(tab):
+    tab.connect("vad")
+    tab.wait_for_answer()
+    assert tab.received("input_audio_buffer.speech_started") and tab.received("input_audio_buffer.speech_stopped")
+    assert tab.sent("input_audio_buffer.commit") == []  # the server ends the turn, not the page
+    [update] = tab.sent("session.update")
+    assert update["session"]["audio"]["input"]["turn_detection"]["type"] == "server_vad"
+    assert tab.page.is_disabled("#talk")

@@ -30,7 +30,7 @@ const page = {
   mic: null, captureCtx: null, captureNode: null, pending: [], held: false, turnHasFrame: false, timer: null,
   cam: null, camTimer: null, newestFrame: null, frameFresh: false, canvas: document.createElement("canvas"),
   playCtx: null, playNode: null, playedSamples: 0, enqueuedSamples: 0,
-  responses: new Map(), // response_id -> {item, li, start, samples, audioDone, done, acked}
+  responses: new Map(), // response_id -> {item, li, text, start, samples, audioDone, done, acked, stopped}
   current: null, // response_id whose audio is playing or expected
   users: new Map(), // user item_id -> li
   deltaFamily: null, // "ga" | "beta": the server sends deltas under both names; use the first seen
@@ -185,7 +185,7 @@ function takeFrame() { // a new camera frame, or the newest one if this turn has
 
 function enqueueAudio(responseId, samples) {
   const r = page.responses.get(responseId);
-  if (!r || r.done === "cancelled") return; // a late delta of a cancelled reply is never played
+  if (!r || r.stopped || r.done === "cancelled") return; // a late delta of a stopped reply is never played
   if (page.current !== responseId) { // a new reply starts where the queue ends now
     page.current = responseId;
     r.start = page.enqueuedSamples;
@@ -226,8 +226,10 @@ function maybeAck(responseId, truncated = false) { // playback.ack once the repl
   }
 }
 
-function stopPlayback() { // barge-in: drop queued audio; the "cleared" report sends the ack
-  if (page.playNode && page.current) page.playNode.port.postMessage("clear");
+function stopPlayback() { // barge-in: drop queued audio and what still arrives; the "cleared" report sends the ack
+  if (!page.current) return;
+  page.responses.get(page.current).stopped = true;
+  if (page.playNode) page.playNode.port.postMessage("clear");
 }
 
 // ------------------------------------------------------------------------------------------ camera
@@ -382,9 +384,12 @@ function releaseTalk() {
   setState(page.current ? "speaking" : "ready");
 }
 
-function bargeIn() {
-  if (!page.current) return;
-  send({ type: "response.cancel", response_id: page.current });
+function bargeIn() { // Stop, or talking over AURA: the server stops the reply if it still runs; we stop hearing it
+  const id = page.current;
+  if (!id) return;
+  const r = page.responses.get(id);
+  if (!r.done) send({ type: "response.cancel", response_id: id });
+  r.li.classList.add("cancelled");
   stopPlayback();
 }
 
@@ -396,7 +401,7 @@ function responseOf(event) {
   if (!page.responses.has(id)) {
     const li = addEntry("assistant", "…", "pending");
     page.responses.set(id, { item: `item_${id}`, li, text: "", start: page.enqueuedSamples, samples: 0,
-                             audioDone: false, done: null, acked: false });
+                             audioDone: false, done: null, acked: false, stopped: false });
   }
   return [id, page.responses.get(id)];
 }
@@ -428,7 +433,10 @@ function onServerEvent(event) {
       }
       break;
     case "input_audio_buffer.speech_started":
-      if (page.current) stopPlayback(); // the server cancels the reply (interrupt_response); stop hearing it now
+      if (page.current) { // the server cancels the reply (interrupt_response); stop hearing it now
+        page.responses.get(page.current).li.classList.add("cancelled");
+        stopPlayback();
+      }
       page.turnHasFrame = false;
       userEntry(event.item_id);
       setState("talking");
