@@ -203,3 +203,32 @@ def test_hands_free_turn_is_ended_by_server_vad(tab):
     [update] = tab.sent("session.update")
     assert update["session"]["audio"]["input"]["turn_detection"]["type"] == "server_vad"
     assert tab.page.is_disabled("#talk")
+
+
+def test_silent_turn_is_shown_as_listening(tab):
+    silent = {**EXTRA_BODY, "sampling_params_list": [{}, {"logit_bias": {str(AURA_SILENT_ID): 100}}, {}]}
+    tab.connect("ptt", silent)
+    tab.talk(1.0)
+    tab.page.wait_for_selector("#conversation li.assistant.silent", timeout=TURN_TIMEOUT_MS)
+    assert tab.received("response.listen")
+    assert "listening" in tab.page.inner_text("#conversation li.assistant.silent")
+    assert tab.page.get_attribute("#played", "data-ms") == "0" and tab.sent("playback.ack") == []
+    tab.page.wait_for_selector("body[data-state=ready]")
+
+
+def test_vision_follow_sends_frame_only_turns_while_aura_speaks(tab):
+    long_reply = {**EXTRA_BODY, "sampling_params_list": [*EXTRA_BODY["sampling_params_list"][:2], {"max_tokens": 60}]}
+    tab.connect("ptt", long_reply)
+    tab.page.check("#follow")
+    tab.talk(1.5)
+    tab.page.wait_for_selector("#conversation li.user.frame", timeout=TURN_TIMEOUT_MS)  # "(camera frame)"
+    assert tab.page.evaluate("window.auraPage.stats.followTurns") >= 1
+    # the frame-only turn is answered (aloud or silently) as a reply of its own
+    tab.page.wait_for_function("document.querySelectorAll('#conversation li.assistant:not(.pending)').length >= 2",
+                               timeout=TURN_TIMEOUT_MS)
+    tab.page.uncheck("#follow")
+    tab.page.wait_for_selector("body[data-state=ready]", timeout=TURN_TIMEOUT_MS)
+    acks = tab.sent("playback.ack")
+    assert acks and len({a["response_id"] for a in acks}) == len(acks)  # one ack per reply heard
+    assert all(c == {"type": "input_audio_buffer.commit", "create_response": True}
+               for c in tab.sent("input_audio_buffer.commit"))

@@ -11,6 +11,7 @@ const OUTPUT_RATE = 24000; // Qwen3-TTS Code2Wav output
 const APPEND_MS = 200; // aura-ptt: one append every 200 ms
 const JPEG_QUALITY = 0.7; // aura-ptt camera frames
 const FRAME_MAX_WIDTH = 640;
+const FOLLOW_SAMPLES = 160; // aura-ptt vision-follow: 10 ms of silence carries the frame
 const SPEECH_RMS = 0.01; // local level above which an append is marked is_speech in hands-free mode
 const READY_TIMEOUT_MS = 15000; // aura-ptt: wait this long for session.updated
 const CLOSE_WAIT_MS = 1000; // aura-ptt: wait this long for session.closed
@@ -19,7 +20,7 @@ const SERVER_VAD = { type: "server_vad", threshold: 0.5, prefix_padding_ms: 300,
 
 const $ = (id) => document.getElementById(id);
 const ui = {
-  status: $("status"), apiKey: $("api-key"), voice: $("voice"), camera: $("camera"), fps: $("fps"),
+  status: $("status"), apiKey: $("api-key"), voice: $("voice"), camera: $("camera"), fps: $("fps"), follow: $("follow"),
   instructions: $("instructions"), extraBody: $("extra-body"), connect: $("connect"), talk: $("talk"),
   stop: $("stop"), level: $("level"), played: $("played"), hint: $("hint"), preview: $("preview"),
   conversation: $("conversation"), log: $("log"),
@@ -30,11 +31,13 @@ const page = {
   mic: null, captureCtx: null, captureNode: null, pending: [], held: false, turnHasFrame: false, timer: null,
   cam: null, camTimer: null, newestFrame: null, frameFresh: false, canvas: document.createElement("canvas"),
   playCtx: null, playNode: null, playedSamples: 0, enqueuedSamples: 0,
-  responses: new Map(), // response_id -> {item, li, text, start, samples, audioDone, done, acked, stopped}
-  current: null, // response_id whose audio is playing or expected
+  responses: new Map(), // response_id -> {item, li, text, pending, start, samples, audioDone, done, stopped}
+  order: [], // response_ids whose audio is queued for the player, oldest first
+  unacked: [], // response_ids fed to the player and not yet acknowledged (playback.ack)
+  followCommits: 0, // vision-follow commits whose committed event has not come back yet
   users: new Map(), // user item_id -> li
   deltaFamily: null, // "ga" | "beta": the server sends deltas under both names; use the first seen
-  stats: { appends: 0, frames: 0 },
+  stats: { appends: 0, frames: 0, followTurns: 0 },
 };
 window.auraPage = page; // for tests and the console
 
@@ -49,7 +52,9 @@ function setState(s) { document.body.dataset.state = s; }
 
 function log(direction, event) {
   const line = `${new Date().toISOString().slice(11, 23)} ${direction} ${summarize(event)}\n`;
-  ui.log.textContent = (ui.log.textContent + line).slice(-40000);
+  const atEnd = ui.log.scrollTop + ui.log.clientHeight >= ui.log.scrollHeight - 4;
+  ui.log.textContent = (ui.log.textContent + line).slice(-200000);
+  if (atEnd) ui.log.scrollTop = ui.log.scrollHeight; // follow new events unless the user scrolled back
 }
 
 function summarize(event) { // audio and images are long: log their size instead
@@ -186,15 +191,36 @@ function takeFrame() { // a new camera frame, or the newest one if this turn has
 function enqueueAudio(responseId, samples) {
   const r = page.responses.get(responseId);
   if (!r || r.stopped || r.done === "cancelled") return; // a late delta of a stopped reply is never played
-  if (page.current !== responseId) { // a new reply starts where the queue ends now
-    page.current = responseId;
-    r.start = page.enqueuedSamples;
+  r.pending.push(samples);
+  if (!page.order.includes(responseId)) page.order.push(responseId);
+  pump();
+}
+
+function pump() { // feed the player reply by reply: an overlapped reply waits until the one before it is complete
+  while (page.order.length) {
+    const id = page.order[0];
+    const r = page.responses.get(id);
+    if (r.pending.length && r.start === null) {
+      r.start = page.enqueuedSamples;
+      page.unacked.push(id);
+    }
+    for (const chunk of r.pending) {
+      r.samples += chunk.length;
+      page.enqueuedSamples += chunk.length;
+      page.playNode.port.postMessage(chunk, [chunk.buffer]); // transferred: `chunk` is empty after this
+    }
+    r.pending = [];
+    if (!r.audioDone && !r.stopped) break; // more of this reply may come
+    page.order.shift();
   }
-  r.samples += samples.length;
-  page.enqueuedSamples += samples.length;
-  page.playNode.port.postMessage(samples, [samples.buffer]); // transferred: `samples` is empty after this
-  setState("speaking");
-  ui.stop.disabled = false;
+  showSpeaking();
+}
+
+function speaking() { return page.order.length > 0 || page.unacked.length > 0; }
+
+function showSpeaking() {
+  ui.stop.disabled = !speaking();
+  setState(page.held ? "talking" : speaking() ? "speaking" : "ready");
 }
 
 function playedMs(r) {
@@ -207,29 +233,46 @@ function onPlayback(msg) {
   ui.played.textContent = `${Math.round(msg.played * 1000 / OUTPUT_RATE)} ms`;
   ui.played.dataset.ms = String(Math.round(msg.played * 1000 / OUTPUT_RATE));
   if (msg.type === "cleared") page.enqueuedSamples = msg.played;
-  if (msg.type === "drained" || msg.type === "cleared") maybeAck(page.current, msg.type === "cleared");
+  ackHeard(msg.type === "cleared");
 }
 
-function maybeAck(responseId, truncated = false) { // playback.ack once the reply's audio has been heard (or cut)
-  const r = responseId && page.responses.get(responseId);
-  if (!r || r.acked || !r.samples) return;
-  const drained = page.playedSamples >= r.start + r.samples;
-  if (!truncated && !(r.audioDone && drained)) return;
-  r.acked = true;
-  const ms = playedMs(r);
-  send({ type: "playback.ack", response_id: responseId, item_id: r.item, played_ms: ms, committed_ms: ms,
-         ...(truncated ? { truncate: true } : {}) });
-  if (page.current === responseId) {
-    page.current = null;
-    ui.stop.disabled = true;
-    setState(page.held ? "talking" : "ready");
+function ackHeard(truncated = false) { // playback.ack for each reply heard to its end (or cut short by a stop)
+  for (const id of [...page.unacked]) {
+    const r = page.responses.get(id);
+    if (!truncated && !(r.audioDone && page.playedSamples >= r.start + r.samples)) continue;
+    page.unacked.splice(page.unacked.indexOf(id), 1);
+    const ms = playedMs(r);
+    send({ type: "playback.ack", response_id: id, item_id: r.item, played_ms: ms, committed_ms: ms,
+           ...(truncated ? { truncate: true } : {}) });
   }
+  showSpeaking();
 }
 
-function stopPlayback() { // barge-in: drop queued audio and what still arrives; the "cleared" report sends the ack
-  if (!page.current) return;
-  page.responses.get(page.current).stopped = true;
+function stopPlayback(cancel) { // barge-in: drop what is queued or still arrives; the "cleared" report acks
+  for (const id of new Set([...page.order, ...page.unacked])) {
+    const r = page.responses.get(id);
+    if (cancel && !r.done) send({ type: "response.cancel", response_id: id });
+    r.stopped = true;
+    r.li.classList.add("cancelled");
+  }
+  page.order = [];
   if (page.playNode) page.playNode.port.postMessage("clear");
+}
+
+function visionFollow() { // aura-ptt: while AURA's finished reply plays, a new camera frame is a frame-only turn
+  send({ type: "input_audio_buffer.append", audio: pcm16Base64(new Float32Array(FOLLOW_SAMPLES)), format: "pcm16",
+         sample_rate_hz: INPUT_RATE, is_speech: false, video_frames: [page.newestFrame] });
+  page.frameFresh = false;
+  page.followCommits += 1;
+  page.stats.appends += 1;
+  page.stats.frames += 1;
+  page.stats.followTurns += 1;
+  send({ type: "input_audio_buffer.commit", create_response: true });
+}
+
+function followDue() {
+  if (!ui.follow.checked || page.mode !== "ptt" || page.held || !page.frameFresh || !page.unacked.length) return false;
+  return [...page.responses.values()].every((r) => r.done); // the server is free: every reply has been generated
 }
 
 // ------------------------------------------------------------------------------------------ camera
@@ -325,7 +368,10 @@ async function connect() {
       teardown();
     }
   };
-  page.timer = setInterval(() => { if (page.mode === "vad" || page.held) flushAppend(); }, APPEND_MS);
+  page.timer = setInterval(() => {
+    if (page.mode === "vad" || page.held) flushAppend();
+    else if (followDue()) visionFollow();
+  }, APPEND_MS);
   ui.connect.textContent = "Disconnect";
   ui.connect.disabled = false;
 }
@@ -353,7 +399,9 @@ function teardown() {
   if (page.mic) page.mic.getTracks().forEach((t) => t.stop());
   for (const ctx of [page.captureCtx, page.playCtx]) if (ctx) ctx.close();
   page.mic = page.captureCtx = page.playCtx = page.captureNode = page.playNode = null;
-  page.current = null;
+  page.order = [];
+  page.unacked = [];
+  page.followCommits = 0;
   page.playedSamples = page.enqueuedSamples = 0;
   ui.talk.disabled = ui.stop.disabled = true;
   ui.talk.classList.remove("held");
@@ -367,7 +415,7 @@ function teardown() {
 
 function pressTalk() {
   if (!page.ready || page.mode !== "ptt" || page.held) return;
-  if (page.current) bargeIn(); // talking over AURA interrupts it
+  if (speaking()) bargeIn(); // talking over AURA interrupts it
   page.held = true;
   page.pending = [];
   page.turnHasFrame = false;
@@ -381,16 +429,11 @@ function releaseTalk() {
   ui.talk.classList.remove("held");
   flushAppend();
   send({ type: "input_audio_buffer.commit", create_response: true });
-  setState(page.current ? "speaking" : "ready");
+  showSpeaking();
 }
 
-function bargeIn() { // Stop, or talking over AURA: the server stops the reply if it still runs; we stop hearing it
-  const id = page.current;
-  if (!id) return;
-  const r = page.responses.get(id);
-  if (!r.done) send({ type: "response.cancel", response_id: id });
-  r.li.classList.add("cancelled");
-  stopPlayback();
+function bargeIn() { // Stop, or talking over AURA: the server stops replies still running; we stop hearing them
+  stopPlayback(true);
 }
 
 // ------------------------------------------------------------------------------------------ server events
@@ -400,8 +443,8 @@ function responseOf(event) {
   if (!id) return null;
   if (!page.responses.has(id)) {
     const li = addEntry("assistant", "…", "pending");
-    page.responses.set(id, { item: `item_${id}`, li, text: "", start: page.enqueuedSamples, samples: 0,
-                             audioDone: false, done: null, acked: false, stopped: false });
+    page.responses.set(id, { item: `item_${id}`, li, text: "", pending: [], start: null, samples: 0,
+                             audioDone: false, done: null, stopped: false });
   }
   return [id, page.responses.get(id)];
 }
@@ -433,19 +476,23 @@ function onServerEvent(event) {
       }
       break;
     case "input_audio_buffer.speech_started":
-      if (page.current) { // the server cancels the reply (interrupt_response); stop hearing it now
-        page.responses.get(page.current).li.classList.add("cancelled");
-        stopPlayback();
-      }
+      if (speaking()) stopPlayback(false); // the server cancels the reply (interrupt_response); stop hearing it now
       page.turnHasFrame = false;
       userEntry(event.item_id);
       setState("talking");
       break;
     case "input_audio_buffer.speech_stopped":
-      setState(page.current ? "speaking" : "ready");
+      showSpeaking();
       break;
     case "input_audio_buffer.committed":
-      userEntry(event.item_id);
+      if (page.followCommits > 0) { // a frame-only turn of ours: there is no speech to transcribe
+        page.followCommits -= 1;
+        const li = userEntry(event.item_id);
+        li.textContent = "(camera frame)";
+        li.classList.replace("pending", "frame");
+      } else {
+        userEntry(event.item_id);
+      }
       page.turnHasFrame = false;
       break;
     case "conversation.item.input_audio_transcription.delta": {
@@ -500,7 +547,7 @@ function onServerEvent(event) {
     case "response.output_audio.done":
     case "response.audio.done": {
       const found = responseOf(event);
-      if (found) { found[1].audioDone = true; maybeAck(found[0]); }
+      if (found) { found[1].audioDone = true; pump(); ackHeard(); }
       break;
     }
     case "response.listen": { // AURA chose <|silent|>: nothing to say, nothing to play
@@ -508,8 +555,8 @@ function onServerEvent(event) {
       found[1].li.textContent = "(silent: AURA is listening)";
       found[1].li.classList.remove("pending");
       found[1].li.classList.add("silent");
-      if (found[0]) found[1].done = "listening";
-      if (!page.current) setState(page.held ? "talking" : "ready");
+      if (found[0]) { found[1].done = "listening"; found[1].audioDone = true; pump(); }
+      showSpeaking();
       break;
     }
     case "response.done": {
@@ -521,14 +568,14 @@ function onServerEvent(event) {
       r.audioDone = true;
       if (status === "cancelled") {
         r.li.classList.add("cancelled");
-        if (page.current === id) stopPlayback();
+        if (page.order.includes(id) || page.unacked.includes(id)) stopPlayback(false);
       }
       if (r.li.classList.contains("pending")) {
         r.li.classList.remove("pending");
         if (!r.text) { r.li.textContent = "(silent: AURA is listening)"; r.li.classList.add("silent"); }
       }
-      if (!r.samples && page.current !== id) setState(page.held ? "talking" : "ready");
-      maybeAck(id);
+      pump();
+      ackHeard();
       break;
     }
     case "session.closed":
