@@ -4,7 +4,9 @@ in pieces, audio out sentence by sentence, sticky config, bad input answered wit
 import asyncio
 import io
 import json
+import time
 
+import httpx
 import numpy as np
 import pytest
 import soundfile as sf
@@ -202,3 +204,22 @@ def test_api_key_by_query_subprotocol_or_header(customvoice_server):
     assert (missing, wrong) == (401, 401)
     assert chosen == "realtime"  # never the key
     assert done[-1]["total_sentences"] == 0
+
+
+def test_leaving_mid_sentence_stops_the_talker(customvoice_server):
+    async def go():
+        async with websockets.connect(_url(customvoice_server)) as ws:
+            await _send(ws, {**CONFIG, "stream_audio": True, "max_new_tokens": 256, "initial_codec_chunk_frames": 1},
+                        {"type": "input.text", "text": "A long sentence that the client will not wait for."},
+                        {"type": "input.done"})
+            assert json.loads(await ws.recv())["type"] == "audio.start"
+            assert isinstance(await ws.recv(), bytes)  # speaking has begun; now the client goes away
+
+    run(go())
+    deadline = time.monotonic() + 2  # the whole sentence takes ~6 s on 2 CPU cores: only a cancel ends it this soon
+    while time.monotonic() < deadline:
+        talker = httpx.get(customvoice_server.url + "/health").json()["engines"]["qwen3_tts"]
+        if talker["running"] == 0 and talker["waiting"] == 0:
+            break
+        time.sleep(0.1)
+    assert talker["running"] == 0 and talker["waiting"] == 0, talker
