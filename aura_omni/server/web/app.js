@@ -582,7 +582,8 @@ function onServerEvent(event) {
       if (page.onClosed) page.onClosed();
       break;
     case "error": {
-      const err = typeof event.error === "object" && event.error ? event.error : { message: event.error };
+      // OpenAI's {error: {type, code, message}}, or a handshake refusal's flat {error: "<text>", code}
+      const err = typeof event.error === "object" && event.error ? event.error : { message: event.error, code: event.code };
       addEntry("error", `${err.code ? err.code + ": " : ""}${err.message}`);
       setStatus(err.message || "error", true);
       break;
