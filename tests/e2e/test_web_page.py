@@ -232,3 +232,32 @@ def test_vision_follow_sends_frame_only_turns_while_aura_speaks(tab):
     assert acks and len({a["response_id"] for a in acks}) == len(acks)  # one ack per reply heard
     assert all(c == {"type": "input_audio_buffer.commit", "create_response": True}
                for c in tab.sent("input_audio_buffer.commit"))
+
+
+def test_downsampler_of_browsers_that_capture_at_the_device_rate(tab):
+    """Firefox cannot capture into a 16 kHz context: the page resamples 48 kHz blocks itself, span-averaged."""
+    tab.page.goto(tab.url + "/")
+    got = tab.page.evaluate("""() => {
+        const down = downsampler(48000, 16000), out = [];
+        for (let b = 0; b < 100; b++) {  // 100 blocks of 128 samples of a 440 Hz tone, as a worklet posts them
+            const block = new Float32Array(128);
+            for (let i = 0; i < 128; i++) block[i] = 0.5 * Math.sin(2 * Math.PI * 440 * (b * 128 + i) / 48000);
+            out.push(...down(block));
+        }
+        return out;
+    }""")
+    assert abs(len(got) - 100 * 128 // 3) <= 1
+    t = np.arange(len(got)) / 16000
+    expected = 0.5 * np.sin(2 * np.pi * 440 * (t + 1 / 48000))  # each output is centred one input sample later
+    assert np.max(np.abs(np.array(got) - expected)) < 0.01
+    assert tab.page.evaluate("downsampler(16000, 16000)(new Float32Array([1, 2])).length") == 2
+
+
+def test_a_tts_only_server_says_live_sessions_need_aura(customvoice_server, launch, mic_dir):
+    page = launch(_spoken_wav(mic_dir / "speech_0.0.wav")).new_page()
+    try:
+        page.goto(customvoice_server.url + "/")
+        page.wait_for_selector("#status.error")
+        assert "no AURA stage" in page.inner_text("#status") and page.is_disabled("#connect")
+    finally:
+        page.close()

@@ -28,7 +28,8 @@ const ui = {
 
 const page = {
   ws: null, model: null, mode: "ptt", ready: false,
-  mic: null, captureCtx: null, captureNode: null, pending: [], held: false, turnHasFrame: false, timer: null,
+  mic: null, captureCtx: null, captureNode: null, downsample: null, pending: [], held: false, turnHasFrame: false,
+  timer: null,
   cam: null, camTimer: null, newestFrame: null, frameFresh: false, canvas: document.createElement("canvas"),
   playCtx: null, playNode: null, playedSamples: 0, enqueuedSamples: 0,
   responses: new Map(), // response_id -> {item, li, text, pending, start, samples, audioDone, done, stopped}
@@ -110,6 +111,13 @@ function addEntry(kind, text, cls = "") {
 
 async function loadServerInfo() {
   try {
+    const health = await fetch("/health"); // open: says whether this deployment has AURA at all
+    const stages = health.ok ? (await health.json()).stages : null;
+    if (Array.isArray(stages) && !stages.includes("aura")) {
+      ui.connect.disabled = true;
+      setStatus("this server has no AURA stage (text-to-speech only): live sessions need the full pipeline", true);
+      return;
+    }
     const models = await fetch("/v1/models", { headers: authHeaders() });
     if (models.ok) page.model = (await models.json()).data[0].id;
     const r = await fetch("/v1/audio/voices", { headers: authHeaders() });
@@ -135,11 +143,19 @@ async function loadServerInfo() {
 async function startAudio() {
   page.mic = await navigator.mediaDevices.getUserMedia({
     audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true } });
-  page.captureCtx = new AudioContext({ sampleRate: INPUT_RATE });
+  let source;
+  try {
+    page.captureCtx = new AudioContext({ sampleRate: INPUT_RATE });
+    source = page.captureCtx.createMediaStreamSource(page.mic);
+  } catch (e) { // Firefox: a stream cannot feed a context at another rate; capture at the device's, resample here
+    if (page.captureCtx) page.captureCtx.close();
+    page.captureCtx = new AudioContext();
+    source = page.captureCtx.createMediaStreamSource(page.mic);
+  }
+  page.downsample = downsampler(page.captureCtx.sampleRate, INPUT_RATE);
   page.playCtx = new AudioContext({ sampleRate: OUTPUT_RATE });
   await Promise.all([page.captureCtx.audioWorklet.addModule("/web/audio-worklet.js"),
                      page.playCtx.audioWorklet.addModule("/web/audio-worklet.js")]);
-  const source = page.captureCtx.createMediaStreamSource(page.mic);
   page.captureNode = new AudioWorkletNode(page.captureCtx, "capture");
   const mute = page.captureCtx.createGain(); // keeps the capture node pulled without playing the mic back
   mute.gain.value = 0;
@@ -152,7 +168,32 @@ async function startAudio() {
   await Promise.all([page.captureCtx.resume(), page.playCtx.resume()]);
 }
 
-function onMicBlock(block) {
+function downsampler(inRate, outRate) { // stateful: each output sample averages the input samples of its span
+  if (inRate === outRate) return (block) => block;
+  const step = inRate / outRate;
+  let carry = new Float32Array(0);
+  let pos = 0; // where the next output span starts, within carry + the new block
+  return (block) => {
+    const x = new Float32Array(carry.length + block.length);
+    x.set(carry);
+    x.set(block, carry.length);
+    const out = [];
+    for (; pos + step <= x.length; pos += step) {
+      const a = Math.floor(pos), b = Math.floor(pos + step);
+      let sum = 0;
+      for (let i = a; i < b; i++) sum += x[i];
+      out.push(b > a ? sum / (b - a) : x[a]);
+    }
+    const keep = Math.floor(pos);
+    carry = x.slice(keep);
+    pos -= keep;
+    return Float32Array.from(out);
+  };
+}
+
+function onMicBlock(raw) {
+  const block = page.downsample(raw);
+  if (!block.length) return;
   let sum = 0;
   for (let i = 0; i < block.length; i++) sum += block[i] * block[i];
   const rms = Math.sqrt(sum / block.length);
