@@ -359,3 +359,26 @@ async def test_turn_two_prefills_only_its_new_tokens(omni):
             hits.append(blocks.prefix_hit_tokens - before)
     # turn 2's prompt extends turn 1's (system, question, reply): all of turn 1's full blocks come from the cache
     assert prompts[1] > prompts[0] and hits[1] >= prompts[0] - blocks.block_size
+
+
+async def test_realtime_client_example_saves_the_reply(server, tmp_path):
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples/online_serving/aura_omni/realtime_client.py"
+    image = tmp_path / "frame.jpg"
+    image.write_bytes(base64.b64decode(jpeg()))
+    out = tmp_path / "reply.wav"
+    help_text = " ".join(subprocess.run([sys.executable, str(example), "--help"], capture_output=True,
+                                        text=True).stdout.split())
+    assert "default: ws://127.0.0.1:8000" in help_text and "default: reply.wav" in help_text
+    run = await asyncio.to_thread(subprocess.run, [sys.executable, str(example), "--url", server.url.replace("http", "ws"), "--api-key",
+                          API_KEY, "--audio", str(SPEECH_WAV), "--image", str(image), "--duplex",
+                          "--extra-body", json.dumps(SPEAK), "--output", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for kind in ("session.created", "input_audio_buffer.committed", "response.created", "response.done",
+                 "playback.acknowledged", "session.closed"):
+        assert kind in run.stdout
+    wav, sr = sf.read(out)
+    assert sr == 24000 and len(wav) > 0
