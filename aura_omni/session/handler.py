@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator
 
 import numpy as np
 
-from ..config import AURA
+from ..config import AURA, TALKER
 from ..media.audio import resample
 from ..media.image import decode_base64, decode_data_url, decode_image
 from ..media.limits import MediaError
@@ -126,7 +126,8 @@ class RealtimeSession:
         self.runtime, self.builder, self.model, self.duplex = runtime, builder, model, duplex
         self.id = f"duplex-{uuid.uuid4().hex}" if duplex else new_id("sess")
         self.max_sessions = max_sessions
-        self.config = SessionConfig(input_sample_rate=ASR_SAMPLE_RATE if duplex else 24000,
+        self.config = SessionConfig(speak=TALKER in runtime.models,  # text-only deployments answer in text
+                                    input_sample_rate=ASR_SAMPLE_RATE if duplex else 24000,
                                     playback_commit_policy="ack_only" if duplex else "commit_all_on_done")
         self.pipeline, self._watch = session_pipeline(runtime)
         self._events: asyncio.Queue[ServerEvent] = asyncio.Queue()

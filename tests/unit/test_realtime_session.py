@@ -99,7 +99,7 @@ class FakeRuntime:
     def __init__(self, aura=None, speech=None):
         self.aura, self.speech = aura or ScriptedAura(), speech or ScriptedSpeech()
         self.pipeline = AuraOmniPipeline(ScriptedAsr(), self.aura, self.speech, sentence_min_chars=5)
-        self.models = {}
+        self.models = {"qwen3_tts": None}  # a Talker is deployed: sessions speak by default
 
     async def transcribe(self, samples, sample_rate, **kw):
         return "what is this"
@@ -381,3 +381,20 @@ async def test_close_stops_everything_and_is_last():
     assert events[-1]["reason"] == "client_close" and rt.speech.running == 0
     await s.send("session.heartbeat")
     assert drain(s)[0]["error"]["code"] == "session_closed"
+
+
+@pytest.mark.asyncio
+async def test_truncate_cuts_history_and_clamps_past_the_audio():
+    s = new_session()
+    await s.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                   "content": [{"type": "input_text", "text": "hi"}]})
+    await s.send("response.create")
+    rid = (await until(s, "response.done"))[-1].response_id
+    item = s.history.get(f"item_{rid}")
+    assert item.audio_ms > 0 and s.history.turns("commit_all_on_done")[-1] == ("assistant", item.text)
+    await s.send("conversation.item.truncate", item_id=item.id, content_index=0, audio_end_ms=10 ** 9)
+    assert (await until(s, "conversation.item.truncated"))[-1]["audio_end_ms"] == int(item.audio_ms)
+    await s.send("conversation.item.truncate", item_id=item.id, content_index=0, audio_end_ms=item.audio_ms / 2)
+    await until(s, "conversation.item.truncated")
+    heard = s.history.turns("commit_all_on_done")[-1][1]
+    assert 0 < len(heard) < len(item.text) and item.text.startswith(heard)
