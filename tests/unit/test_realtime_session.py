@@ -140,6 +140,16 @@ def new_session(runtime=None, duplex=False) -> RealtimeSession:
     return s
 
 
+async def mid_reply() -> tuple[FakeRuntime, RealtimeSession]:
+    """A session whose reply has started speaking and would go on for 4 s."""
+    rt = FakeRuntime(speech=ScriptedSpeech(chunks=200, step_s=0.01))
+    s = new_session(rt)
+    await s.send("input_audio_buffer.append", audio=pcm_b64())
+    await s.send("input_audio_buffer.commit", create_response=True)
+    await until(s, "response.output_audio.delta")
+    return rt, s
+
+
 # ------------------------------------------------------------------------------------------------ pure pieces
 
 def test_session_update_ga_and_beta_shapes_mean_the_same():
@@ -273,11 +283,7 @@ async def test_silent_reply_is_response_listen_without_audio():
 
 @pytest.mark.asyncio
 async def test_cancel_stops_stages_and_no_delta_follows_done():
-    rt = FakeRuntime(speech=ScriptedSpeech(chunks=200, step_s=0.01))
-    s = new_session(rt)
-    await s.send("input_audio_buffer.append", audio=pcm_b64())
-    await s.send("input_audio_buffer.commit", create_response=True)
-    await until(s, "response.output_audio.delta")
+    rt, s = await mid_reply()
     t0 = time.monotonic()
     await s.send("response.cancel")
     stopped = time.monotonic()
@@ -354,11 +360,7 @@ async def test_bad_events_get_errors_and_the_session_carries_on():
 
 @pytest.mark.asyncio
 async def test_server_vad_barge_in_cancels_the_reply():
-    rt = FakeRuntime(speech=ScriptedSpeech(chunks=200, step_s=0.01))
-    s = new_session(rt)
-    await s.send("input_audio_buffer.append", audio=pcm_b64())
-    await s.send("input_audio_buffer.commit", create_response=True)
-    await until(s, "response.output_audio.delta")
+    rt, s = await mid_reply()
     s.vad = ServerVad(0.5, 100, model=StubVadModel([0.9] * 5 + [0.0] * 10))  # the user starts talking
     s.config = s.config.with_update({"turn_detection": {"type": "server_vad", "silence_duration_ms": 100}})
     await s.send("input_audio_buffer.append", audio=pcm_b64(seconds=0.48, rate=24000))
@@ -371,11 +373,7 @@ async def test_server_vad_barge_in_cancels_the_reply():
 
 @pytest.mark.asyncio
 async def test_close_stops_everything_and_is_last():
-    rt = FakeRuntime(speech=ScriptedSpeech(chunks=200, step_s=0.01))
-    s = new_session(rt)
-    await s.send("input_audio_buffer.append", audio=pcm_b64())
-    await s.send("input_audio_buffer.commit", create_response=True)
-    await until(s, "response.output_audio.delta")
+    rt, s = await mid_reply()
     await s.send("session.close")
     events = await until(s, "session.closed")
     assert events[-1]["reason"] == "client_close" and rt.speech.running == 0
