@@ -245,8 +245,11 @@ class RealtimeSession:
             self.error(e.code, str(e), client_id, param=e.param)
         except SessionConfigError as e:
             self.error(e.code, str(e), client_id, param=e.param)
-        except (ValueError, TypeError, KeyError) as e:  # a field of the wrong shape
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # a field of the wrong shape
             self.error("invalid_event", f"{event.get('type')}: {e}", client_id)
+        except Exception as e:  # noqa: BLE001 - a bug must not end the session either
+            log.exception("realtime session %s: %s failed", self.id, event.get("type"))
+            self.error("server_error", f"{event.get('type')} failed: {e}", client_id, kind="server_error")
 
     async def _session_update(self, event: dict) -> None:
         new = self.config.with_update(event.get("session", {}))
@@ -274,7 +277,7 @@ class RealtimeSession:
 
     async def _append(self, event: dict) -> None:
         fmt = event.get("format", event.get("input_audio_format", "pcm16"))
-        if fmt not in DUPLEX_AUDIO_FORMATS:
+        if not isinstance(fmt, str) or fmt not in DUPLEX_AUDIO_FORMATS:
             raise ClientError("unsupported_audio_format", f"audio format {fmt!r} is not supported; send one of "
                               f"{sorted(DUPLEX_AUDIO_FORMATS)}", "format")
         rate = event.get("sample_rate_hz")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 import soundfile as sf
 from PIL import Image
 
@@ -396,3 +398,27 @@ async def test_truncate_cuts_history_and_clamps_past_the_audio():
     await until(s, "conversation.item.truncated")
     heard = s.history.turns("commit_all_on_done")[-1][1]
     assert 0 < len(heard) < len(item.text) and item.text.startswith(heard)
+
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.floats(allow_nan=True), st.text(max_size=8),
+                    st.lists(st.text(max_size=4), max_size=2), st.dictionaries(st.text(max_size=6), st.integers(),
+                                                                               max_size=2))
+_fields = ["audio", "sample_rate_hz", "is_speech", "video_frames", "format", "create_response", "item", "item_id",
+           "audio_end_ms", "response", "response_id", "session", "played_ms", "committed_ms", "event"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(sorted(set(RealtimeSession.HANDLERS) - {"session.close"}) + ["x.y", ""]),
+                          st.dictionaries(st.sampled_from(_fields), _values, max_size=3)), min_size=1, max_size=6))
+def test_any_sequence_of_malformed_events_leaves_the_session_serving(events):
+    async def run():
+        s = new_session()
+        for kind, fields in events:
+            await s.send({"type": kind, **fields})
+        for resp in list(s.responses):
+            await s._cancel(resp, "client_cancelled")
+        await s.send("session.heartbeat")
+        got = await until(s, "session.heartbeat_ack")
+        assert not s.closed and got[-1]["session_id"] == s.id
+
+    asyncio.run(run())
