@@ -111,7 +111,7 @@ class _AuraWatch:
 def session_pipeline(runtime) -> tuple[Any, _AuraWatch | None]:
     """The runtime's orchestrator over the same stages, with AURA watched for text finality."""
     base = runtime.pipeline
-    if not all(hasattr(base, a) for a in ("asr", "aura", "speech")) or base.aura is None:
+    if not isinstance(base, AuraOmniPipeline) or base.aura is None:  # another orchestrator: replies end at TurnDone
         return base, None
     watch = _AuraWatch(base.aura)
     return AuraOmniPipeline(base.asr, watch, base.speech, sentence_min_chars=base.sentence_min_chars,
@@ -631,9 +631,9 @@ class RealtimeSession:
             for p in resp.inputs:
                 if p.transcription is not None:
                     await asyncio.gather(p.transcription, return_exceptions=True)
-            resp.started = True
-            self.emit("response.created", response=self._response_json(resp, "in_progress"))
             req = await self._turn_request(resp)
+            if req.audio is None:  # with audio, after its transcript (vLLM-Omni's order)
+                self._created(resp)
             done = await self._stream(resp, req)
         except asyncio.CancelledError:
             raise
@@ -647,9 +647,7 @@ class RealtimeSession:
             self._finish(resp)
             if not resp.cancelled:
                 self.error(code, str(e), kind=kind)
-                if not resp.started:
-                    resp.started = True
-                    self.emit("response.created", response=self._response_json(resp, "in_progress"))
+                self._created(resp)
                 self.emit("response.done", response=self._response_json(
                     resp, "failed", {"type": "failed", "error": {"type": kind, "code": code, "message": str(e)}}))
             return
@@ -665,6 +663,11 @@ class RealtimeSession:
             "usage": {"input_tokens": done.prompt_tokens, "output_tokens": done.completion_tokens,
                       "total_tokens": done.prompt_tokens + done.completion_tokens}})
         self.emit("rate_limits.updated", rate_limits=[])
+
+    def _created(self, resp: Response) -> None:
+        if not resp.started and not resp.cancelled:
+            resp.started = True
+            self.emit("response.created", response=self._response_json(resp, "in_progress"))
 
     def _spec(self, config: SessionConfig, inputs: list[PendingInput], texts: list[str], images: list[str],
               audio: np.ndarray | None, instructions: str | None, speak: bool | None = None,
@@ -723,7 +726,10 @@ class RealtimeSession:
                     p = next((p for p in resp.inputs if p.audio is not None), None)
                     if p is not None:
                         self._transcribed(p, ev.text)
-                elif isinstance(ev, TextDelta):
+                    self._created(resp)
+                    continue
+                self._created(resp)
+                if isinstance(ev, TextDelta):
                     self._start_item(resp)
                     resp.text += ev.text
                     name = "response.output_audio_transcript.delta" if resp.speak else "response.output_text.delta"
