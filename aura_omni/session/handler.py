@@ -63,13 +63,16 @@ class PendingInput:
     transcription: asyncio.Task | None = None  # ASR run at commit when no response follows at once
 
 
+RESPONSE_OPTIONS = ("instructions", "output_modalities", "modalities", "voice", "audio", "temperature",
+                    "max_output_tokens", "max_response_output_tokens")  # response.create may set these for one reply
+
+
 @dataclass
 class Response:
     id: str
     epoch: int
-    speak: bool
+    config: SessionConfig  # the session's, with this response's overrides
     metadata: dict | None
-    instructions: str | None
     inputs: list[PendingInput]
     item: Item | None = None  # the assistant item, once AURA says something
     task: asyncio.Task | None = None
@@ -78,6 +81,10 @@ class Response:
     started: bool = False  # response.created sent
     text: str = ""
     samples: int = 0  # 24 kHz samples sent
+
+    @property
+    def speak(self) -> bool:
+        return self.config.speak
 
     @property
     def item_id(self) -> str:
@@ -271,7 +278,7 @@ class RealtimeSession:
     async def _probe(self, config: SessionConfig) -> None:
         """Refuse a voice, TTS option or sampling value now rather than at the first turn."""
         try:
-            await self.builder.build(self._spec(config, [], ["probe"], [], None, None, config.speak), f"{self.id}-probe")
+            await self.builder.build(self._spec(config, ["probe"], [], None), f"{self.id}-probe")
         except ValueError as e:
             raise ClientError("invalid_session_config", str(e), "session") from None
 
@@ -546,11 +553,8 @@ class RealtimeSession:
 
     def _create_response(self, opts: dict | None) -> Response:
         opts = opts or {}
-        modalities = opts.get("output_modalities", opts.get("modalities"))
-        speak = self.config.speak if modalities is None else "audio" in modalities
-        instructions = opts.get("instructions")
-        resp = Response(new_id("resp"), self.epoch, speak, opts.get("metadata"),
-                        instructions if isinstance(instructions, str) else None, self.pending)
+        config = self.config.with_update({k: v for k, v in opts.items() if k in RESPONSE_OPTIONS})
+        resp = Response(new_id("resp"), self.epoch, config, opts.get("metadata"), self.pending)
         self.pending = []
         if self._watch is not None:
             self._watch.final[f"{resp.id}-aura"] = resp.aura_final
@@ -669,8 +673,7 @@ class RealtimeSession:
             resp.started = True
             self.emit("response.created", response=self._response_json(resp, "in_progress"))
 
-    def _spec(self, config: SessionConfig, inputs: list[PendingInput], texts: list[str], images: list[str],
-              audio: np.ndarray | None, instructions: str | None, speak: bool | None = None,
+    def _spec(self, config: SessionConfig, texts: list[str], images: list[str], audio: np.ndarray | None,
               exclude: set[str] = frozenset()) -> TurnSpec:
         sampling = {}
         if config.temperature is not None:
@@ -682,8 +685,8 @@ class RealtimeSession:
             info["is_speech"] = False  # frames only (vision-follow): AURA decides whether to comment
         return TurnSpec(audio=(audio, ASR_SAMPLE_RATE) if audio is not None else None,
                         vision=[("image", url) for url in images], text_parts=texts,
-                        system_prompt=instructions or config.system_prompt,
-                        history=self.history.turns(config.playback_commit_policy, exclude), speak=speak, info=info,
+                        system_prompt=config.system_prompt,
+                        history=self.history.turns(config.playback_commit_policy, exclude), speak=config.speak, info=info,
                         voice=config.voice, stage_sampling=config.stage_sampling, aura_sampling=sampling)
 
     async def _turn_request(self, resp: Response):
@@ -691,7 +694,7 @@ class RealtimeSession:
         texts = [p.item.text for p in resp.inputs if p.item.text and p.audio is None]
         images = [url for p in resp.inputs for url in p.images]
         exclude = {p.item.id for p in resp.inputs} | {resp.item_id}
-        spec = self._spec(self.config, resp.inputs, texts, images, audio, resp.instructions, resp.speak, exclude)
+        spec = self._spec(resp.config, texts, images, audio, exclude)
         req = await self.builder.build(spec, resp.id)
         clip = self.frames.clip()
         if clip is not None:

@@ -424,3 +424,28 @@ def test_any_sequence_of_malformed_events_leaves_the_session_serving(events):
         assert not s.closed and got[-1]["session_id"] == s.id
 
     asyncio.run(run())
+
+
+@pytest.mark.asyncio
+async def test_response_create_overrides_apply_to_that_reply_only():
+    rt = FakeRuntime()
+    s = new_session(rt)
+    for options in ({"instructions": "Answer in French.", "output_modalities": ["text"],
+                     "metadata": {"client_event_id": "c1"}}, None):
+        await s.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                       "content": [{"type": "input_text", "text": "hi"}]})
+        await s.send("response.create", **({"response": options} if options else {}))
+        events = await until(s, "response.done")
+        types = [e.type for e in events]
+        if options:
+            assert rt.aura.prompts[-1].startswith("<|im_start|>system\nAnswer in French.<|im_end|>")
+            assert "response.output_text.delta" in types and "response.output_audio.delta" not in types
+            assert next(e for e in events if e.type == "response.created")["response"]["metadata"] == {
+                "client_event_id": "c1"}  # LiveKit matches its response.create by this echo
+        else:
+            assert "Answer in French." not in rt.aura.prompts[-1] and "response.output_audio.delta" in types
+    await s.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                   "content": [{"type": "input_text", "text": "and now?"}]})
+    await s.send("response.create", response={"output_modalities": ["video"]})
+    assert (await until(s, "error"))[-1]["error"]["param"] == "session.output_modalities"
+    assert not s.responses and len(s.pending) == 1  # refused before anything started; the item still waits
