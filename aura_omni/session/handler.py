@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator
 
 import numpy as np
 
-from ..config import AURA
+from ..config import AURA, TALKER
 from ..media.audio import resample
 from ..media.image import decode_base64, decode_data_url, decode_image
 from ..media.limits import MediaError
@@ -63,13 +63,16 @@ class PendingInput:
     transcription: asyncio.Task | None = None  # ASR run at commit when no response follows at once
 
 
+RESPONSE_OPTIONS = ("instructions", "output_modalities", "modalities", "voice", "audio", "temperature",
+                    "max_output_tokens", "max_response_output_tokens")  # response.create may set these for one reply
+
+
 @dataclass
 class Response:
     id: str
     epoch: int
-    speak: bool
+    config: SessionConfig  # the session's, with this response's overrides
     metadata: dict | None
-    instructions: str | None
     inputs: list[PendingInput]
     item: Item | None = None  # the assistant item, once AURA says something
     task: asyncio.Task | None = None
@@ -78,6 +81,10 @@ class Response:
     started: bool = False  # response.created sent
     text: str = ""
     samples: int = 0  # 24 kHz samples sent
+
+    @property
+    def speak(self) -> bool:
+        return self.config.speak
 
     @property
     def item_id(self) -> str:
@@ -111,7 +118,7 @@ class _AuraWatch:
 def session_pipeline(runtime) -> tuple[Any, _AuraWatch | None]:
     """The runtime's orchestrator over the same stages, with AURA watched for text finality."""
     base = runtime.pipeline
-    if not all(hasattr(base, a) for a in ("asr", "aura", "speech")) or base.aura is None:
+    if not isinstance(base, AuraOmniPipeline) or base.aura is None:  # another orchestrator: replies end at TurnDone
         return base, None
     watch = _AuraWatch(base.aura)
     return AuraOmniPipeline(base.asr, watch, base.speech, sentence_min_chars=base.sentence_min_chars,
@@ -126,7 +133,8 @@ class RealtimeSession:
         self.runtime, self.builder, self.model, self.duplex = runtime, builder, model, duplex
         self.id = f"duplex-{uuid.uuid4().hex}" if duplex else new_id("sess")
         self.max_sessions = max_sessions
-        self.config = SessionConfig(input_sample_rate=ASR_SAMPLE_RATE if duplex else 24000,
+        self.config = SessionConfig(speak=TALKER in runtime.models,  # text-only deployments answer in text
+                                    input_sample_rate=ASR_SAMPLE_RATE if duplex else 24000,
                                     playback_commit_policy="ack_only" if duplex else "commit_all_on_done")
         self.pipeline, self._watch = session_pipeline(runtime)
         self._events: asyncio.Queue[ServerEvent] = asyncio.Queue()
@@ -244,8 +252,11 @@ class RealtimeSession:
             self.error(e.code, str(e), client_id, param=e.param)
         except SessionConfigError as e:
             self.error(e.code, str(e), client_id, param=e.param)
-        except (ValueError, TypeError, KeyError) as e:  # a field of the wrong shape
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # a field of the wrong shape
             self.error("invalid_event", f"{event.get('type')}: {e}", client_id)
+        except Exception as e:  # noqa: BLE001 - a bug must not end the session either
+            log.exception("realtime session %s: %s failed", self.id, event.get("type"))
+            self.error("server_error", f"{event.get('type')} failed: {e}", client_id, kind="server_error")
 
     async def _session_update(self, event: dict) -> None:
         new = self.config.with_update(event.get("session", {}))
@@ -267,13 +278,13 @@ class RealtimeSession:
     async def _probe(self, config: SessionConfig) -> None:
         """Refuse a voice, TTS option or sampling value now rather than at the first turn."""
         try:
-            await self.builder.build(self._spec(config, [], ["probe"], [], None, None, config.speak), f"{self.id}-probe")
+            await self.builder.build(self._spec(config, ["probe"], [], None), f"{self.id}-probe")
         except ValueError as e:
             raise ClientError("invalid_session_config", str(e), "session") from None
 
     async def _append(self, event: dict) -> None:
         fmt = event.get("format", event.get("input_audio_format", "pcm16"))
-        if fmt not in DUPLEX_AUDIO_FORMATS:
+        if not isinstance(fmt, str) or fmt not in DUPLEX_AUDIO_FORMATS:
             raise ClientError("unsupported_audio_format", f"audio format {fmt!r} is not supported; send one of "
                               f"{sorted(DUPLEX_AUDIO_FORMATS)}", "format")
         rate = event.get("sample_rate_hz")
@@ -542,11 +553,8 @@ class RealtimeSession:
 
     def _create_response(self, opts: dict | None) -> Response:
         opts = opts or {}
-        modalities = opts.get("output_modalities", opts.get("modalities"))
-        speak = self.config.speak if modalities is None else "audio" in modalities
-        instructions = opts.get("instructions")
-        resp = Response(new_id("resp"), self.epoch, speak, opts.get("metadata"),
-                        instructions if isinstance(instructions, str) else None, self.pending)
+        config = self.config.with_update({k: v for k, v in opts.items() if k in RESPONSE_OPTIONS})
+        resp = Response(new_id("resp"), self.epoch, config, opts.get("metadata"), self.pending)
         self.pending = []
         if self._watch is not None:
             self._watch.final[f"{resp.id}-aura"] = resp.aura_final
@@ -627,9 +635,9 @@ class RealtimeSession:
             for p in resp.inputs:
                 if p.transcription is not None:
                     await asyncio.gather(p.transcription, return_exceptions=True)
-            resp.started = True
-            self.emit("response.created", response=self._response_json(resp, "in_progress"))
             req = await self._turn_request(resp)
+            if req.audio is None:  # with audio, after its transcript (vLLM-Omni's order)
+                self._created(resp)
             done = await self._stream(resp, req)
         except asyncio.CancelledError:
             raise
@@ -643,9 +651,7 @@ class RealtimeSession:
             self._finish(resp)
             if not resp.cancelled:
                 self.error(code, str(e), kind=kind)
-                if not resp.started:
-                    resp.started = True
-                    self.emit("response.created", response=self._response_json(resp, "in_progress"))
+                self._created(resp)
                 self.emit("response.done", response=self._response_json(
                     resp, "failed", {"type": "failed", "error": {"type": kind, "code": code, "message": str(e)}}))
             return
@@ -662,8 +668,12 @@ class RealtimeSession:
                       "total_tokens": done.prompt_tokens + done.completion_tokens}})
         self.emit("rate_limits.updated", rate_limits=[])
 
-    def _spec(self, config: SessionConfig, inputs: list[PendingInput], texts: list[str], images: list[str],
-              audio: np.ndarray | None, instructions: str | None, speak: bool | None = None,
+    def _created(self, resp: Response) -> None:
+        if not resp.started and not resp.cancelled:
+            resp.started = True
+            self.emit("response.created", response=self._response_json(resp, "in_progress"))
+
+    def _spec(self, config: SessionConfig, texts: list[str], images: list[str], audio: np.ndarray | None,
               exclude: set[str] = frozenset()) -> TurnSpec:
         sampling = {}
         if config.temperature is not None:
@@ -675,8 +685,8 @@ class RealtimeSession:
             info["is_speech"] = False  # frames only (vision-follow): AURA decides whether to comment
         return TurnSpec(audio=(audio, ASR_SAMPLE_RATE) if audio is not None else None,
                         vision=[("image", url) for url in images], text_parts=texts,
-                        system_prompt=instructions or config.system_prompt,
-                        history=self.history.turns(config.playback_commit_policy, exclude), speak=speak, info=info,
+                        system_prompt=config.system_prompt,
+                        history=self.history.turns(config.playback_commit_policy, exclude), speak=config.speak, info=info,
                         voice=config.voice, stage_sampling=config.stage_sampling, aura_sampling=sampling)
 
     async def _turn_request(self, resp: Response):
@@ -684,7 +694,7 @@ class RealtimeSession:
         texts = [p.item.text for p in resp.inputs if p.item.text and p.audio is None]
         images = [url for p in resp.inputs for url in p.images]
         exclude = {p.item.id for p in resp.inputs} | {resp.item_id}
-        spec = self._spec(self.config, resp.inputs, texts, images, audio, resp.instructions, resp.speak, exclude)
+        spec = self._spec(resp.config, texts, images, audio, exclude)
         req = await self.builder.build(spec, resp.id)
         clip = self.frames.clip()
         if clip is not None:
@@ -719,7 +729,10 @@ class RealtimeSession:
                     p = next((p for p in resp.inputs if p.audio is not None), None)
                     if p is not None:
                         self._transcribed(p, ev.text)
-                elif isinstance(ev, TextDelta):
+                    self._created(resp)
+                    continue
+                self._created(resp)
+                if isinstance(ev, TextDelta):
                     self._start_item(resp)
                     resp.text += ev.text
                     name = "response.output_audio_transcript.delta" if resp.speak else "response.output_text.delta"

@@ -35,14 +35,16 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-def realtime_deploy(tiny_dir: Path, max_sessions: int) -> str:
+def realtime_deploy(tiny_dir: Path, max_sessions: int, codec_chunk_frames: int | None = None) -> str:
     """deploy.yaml with the CustomVoice Talker, AURA's prefix cache on, and a session limit."""
     data = yaml.safe_load((tiny_dir / "deploy.yaml").read_text())
+    if codec_chunk_frames is not None:
+        data["connectors"]["codec"]["extra"]["codec_chunk_frames"] = codec_chunk_frames
     for stage in data["stages"][2:]:
         stage["model"] = "./qwen3_tts_custom_voice"
     data["stages"][1]["enable_prefix_caching"] = True
     data["duplex_session"] = {"max_sessions": max_sessions}
-    name = f"deploy_realtime_{max_sessions}.yaml"
+    name = f"deploy_realtime_{max_sessions}_{codec_chunk_frames}.yaml"
     (tiny_dir / name).write_text(yaml.safe_dump(data, sort_keys=False))
     return name
 
@@ -268,6 +270,26 @@ async def test_duplex_aura_ptt_flow(ws_url):
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
 
 
+async def test_vision_follow_runs_while_the_reply_drains(ws_url):
+    async with connect(ws_url, "/v1/duplex") as c:
+        await c.send("session.update", session={"extra_body": {**SPEAK, "tts_max_new_tokens": 60}})
+        await c.until("session.updated")
+        await c.send("input_audio_buffer.append", audio=pcm16(0.5, 16000), video_frames=[jpeg()])
+        await c.send("input_audio_buffer.commit", create_response=True)
+        first = (await c.until("response.output_audio.delta"))[-1]["response_id"]
+        await c.send("input_audio_buffer.append", audio=base64.b64encode(bytes(320)).decode(), is_speech=False,
+                     video_frames=[jpeg((20, 200, 20))])
+        await c.send("input_audio_buffer.commit", create_response=True)
+        events = []
+        while sum(e["type"] == "response.done" for e in events) < 2:
+            events += await c.until("response.done")
+        second = next(e for e in events if e["type"] == "response.created")["response"]["id"]
+        first_done = next(e for e in events if e["type"] == "response.done" and e["response"]["id"] == first)
+        assert second != first and first_done["response"]["status"] == "completed"
+        created_at = next(k for k, e in enumerate(events) if e["type"] == "response.created")
+        assert created_at < events.index(first_done)  # the second turn started while the first still spoke
+
+
 async def test_api_key_from_header_query_or_subprotocol(ws_url):
     async with connect(ws_url, headers={}) as c:
         refused = (await c.until("error"))[-1]
@@ -307,12 +329,17 @@ async def test_server_vad_commits_when_the_user_stops(ws_url):
 
 # ------------------------------------------------------------------------------------------------ in process
 # Omni.session() drives the same handler on this test's event loop, so the stages' engines can be watched.
+# The Talker's worker notices a stop only between codec chunks (Runtime.iterate over Qwen3TTS.stream), so a stop
+# takes up to one chunk's Talker steps: on a loaded 2-core machine 4-frame chunks measured up to 200 ms, 1-frame
+# chunks under 6 ms. This deploy uses 1-frame chunks; a per-frame stop check in the TTS stream would lift that.
+STOP_CHUNK_FRAMES = 1
+
 
 @pytest.fixture(scope="module")
 def omni(tiny_dir):
     from aura_omni import Omni
 
-    with Omni(deploy_config=tiny_dir / realtime_deploy(tiny_dir, 2), device="cpu") as omni:
+    with Omni(deploy_config=tiny_dir / realtime_deploy(tiny_dir, 2, STOP_CHUNK_FRAMES), device="cpu") as omni:
         yield omni
 
 
@@ -359,3 +386,26 @@ async def test_turn_two_prefills_only_its_new_tokens(omni):
             hits.append(blocks.prefix_hit_tokens - before)
     # turn 2's prompt extends turn 1's (system, question, reply): all of turn 1's full blocks come from the cache
     assert prompts[1] > prompts[0] and hits[1] >= prompts[0] - blocks.block_size
+
+
+async def test_realtime_client_example_saves_the_reply(server, tmp_path):
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples/online_serving/aura_omni/realtime_client.py"
+    image = tmp_path / "frame.jpg"
+    image.write_bytes(base64.b64decode(jpeg()))
+    out = tmp_path / "reply.wav"
+    help_text = " ".join(subprocess.run([sys.executable, str(example), "--help"], capture_output=True,
+                                        text=True).stdout.split())
+    assert "default: ws://127.0.0.1:8000" in help_text and "default: reply.wav" in help_text
+    run = await asyncio.to_thread(subprocess.run, [sys.executable, str(example), "--url", server.url.replace("http", "ws"), "--api-key",
+                          API_KEY, "--audio", str(SPEECH_WAV), "--image", str(image), "--duplex",
+                          "--extra-body", json.dumps(SPEAK), "--output", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for kind in ("session.created", "input_audio_buffer.committed", "response.created", "response.done",
+                 "playback.acknowledged", "session.closed"):
+        assert kind in run.stdout
+    wav, sr = sf.read(out)
+    assert sr == 24000 and len(wav) > 0

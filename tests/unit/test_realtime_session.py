@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 import soundfile as sf
 from PIL import Image
 
@@ -99,7 +101,7 @@ class FakeRuntime:
     def __init__(self, aura=None, speech=None):
         self.aura, self.speech = aura or ScriptedAura(), speech or ScriptedSpeech()
         self.pipeline = AuraOmniPipeline(ScriptedAsr(), self.aura, self.speech, sentence_min_chars=5)
-        self.models = {}
+        self.models = {"qwen3_tts": None}  # a Talker is deployed: sessions speak by default
 
     async def transcribe(self, samples, sample_rate, **kw):
         return "what is this"
@@ -138,6 +140,16 @@ def new_session(runtime=None, duplex=False) -> RealtimeSession:
     if not duplex:
         s.start()
     return s
+
+
+async def mid_reply() -> tuple[FakeRuntime, RealtimeSession]:
+    """A session whose reply has started speaking and would go on for 4 s."""
+    rt = FakeRuntime(speech=ScriptedSpeech(chunks=200, step_s=0.01))
+    s = new_session(rt)
+    await s.send("input_audio_buffer.append", audio=pcm_b64())
+    await s.send("input_audio_buffer.commit", create_response=True)
+    await until(s, "response.output_audio.delta")
+    return rt, s
 
 
 # ------------------------------------------------------------------------------------------------ pure pieces
@@ -268,16 +280,14 @@ async def test_silent_reply_is_response_listen_without_audio():
     events = await until(s, "response.done")
     types = [e.type for e in events]
     assert "response.listen" in types and not any("audio" in t and "delta" in t for t in types)
+    # ASR ran inside the turn: its transcript still comes before response.created (vLLM-Omni's order)
+    assert types.index("conversation.item.input_audio_transcription.completed") < types.index("response.created")
     assert s.history.turns("ack_only")[-1] == ("assistant", SILENT)
 
 
 @pytest.mark.asyncio
 async def test_cancel_stops_stages_and_no_delta_follows_done():
-    rt = FakeRuntime(speech=ScriptedSpeech(chunks=200, step_s=0.01))
-    s = new_session(rt)
-    await s.send("input_audio_buffer.append", audio=pcm_b64())
-    await s.send("input_audio_buffer.commit", create_response=True)
-    await until(s, "response.output_audio.delta")
+    rt, s = await mid_reply()
     t0 = time.monotonic()
     await s.send("response.cancel")
     stopped = time.monotonic()
@@ -354,11 +364,7 @@ async def test_bad_events_get_errors_and_the_session_carries_on():
 
 @pytest.mark.asyncio
 async def test_server_vad_barge_in_cancels_the_reply():
-    rt = FakeRuntime(speech=ScriptedSpeech(chunks=200, step_s=0.01))
-    s = new_session(rt)
-    await s.send("input_audio_buffer.append", audio=pcm_b64())
-    await s.send("input_audio_buffer.commit", create_response=True)
-    await until(s, "response.output_audio.delta")
+    rt, s = await mid_reply()
     s.vad = ServerVad(0.5, 100, model=StubVadModel([0.9] * 5 + [0.0] * 10))  # the user starts talking
     s.config = s.config.with_update({"turn_detection": {"type": "server_vad", "silence_duration_ms": 100}})
     await s.send("input_audio_buffer.append", audio=pcm_b64(seconds=0.48, rate=24000))
@@ -371,13 +377,75 @@ async def test_server_vad_barge_in_cancels_the_reply():
 
 @pytest.mark.asyncio
 async def test_close_stops_everything_and_is_last():
-    rt = FakeRuntime(speech=ScriptedSpeech(chunks=200, step_s=0.01))
-    s = new_session(rt)
-    await s.send("input_audio_buffer.append", audio=pcm_b64())
-    await s.send("input_audio_buffer.commit", create_response=True)
-    await until(s, "response.output_audio.delta")
+    rt, s = await mid_reply()
     await s.send("session.close")
     events = await until(s, "session.closed")
     assert events[-1]["reason"] == "client_close" and rt.speech.running == 0
     await s.send("session.heartbeat")
     assert drain(s)[0]["error"]["code"] == "session_closed"
+
+
+@pytest.mark.asyncio
+async def test_truncate_cuts_history_and_clamps_past_the_audio():
+    s = new_session()
+    await s.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                   "content": [{"type": "input_text", "text": "hi"}]})
+    await s.send("response.create")
+    rid = (await until(s, "response.done"))[-1].response_id
+    item = s.history.get(f"item_{rid}")
+    assert item.audio_ms > 0 and s.history.turns("commit_all_on_done")[-1] == ("assistant", item.text)
+    await s.send("conversation.item.truncate", item_id=item.id, content_index=0, audio_end_ms=10 ** 9)
+    assert (await until(s, "conversation.item.truncated"))[-1]["audio_end_ms"] == int(item.audio_ms)
+    await s.send("conversation.item.truncate", item_id=item.id, content_index=0, audio_end_ms=item.audio_ms / 2)
+    await until(s, "conversation.item.truncated")
+    heard = s.history.turns("commit_all_on_done")[-1][1]
+    assert 0 < len(heard) < len(item.text) and item.text.startswith(heard)
+
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.floats(allow_nan=True), st.text(max_size=8),
+                    st.lists(st.text(max_size=4), max_size=2), st.dictionaries(st.text(max_size=6), st.integers(),
+                                                                               max_size=2))
+_fields = ["audio", "sample_rate_hz", "is_speech", "video_frames", "format", "create_response", "item", "item_id",
+           "audio_end_ms", "response", "response_id", "session", "played_ms", "committed_ms", "event"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(sorted(set(RealtimeSession.HANDLERS) - {"session.close"}) + ["x.y", ""]),
+                          st.dictionaries(st.sampled_from(_fields), _values, max_size=3)), min_size=1, max_size=6))
+def test_any_sequence_of_malformed_events_leaves_the_session_serving(events):
+    async def run():
+        s = new_session()
+        for kind, fields in events:
+            await s.send({"type": kind, **fields})
+        for resp in list(s.responses):
+            await s._cancel(resp, "client_cancelled")
+        await s.send("session.heartbeat")
+        got = await until(s, "session.heartbeat_ack")
+        assert not s.closed and got[-1]["session_id"] == s.id
+
+    asyncio.run(run())
+
+
+@pytest.mark.asyncio
+async def test_response_create_overrides_apply_to_that_reply_only():
+    rt = FakeRuntime()
+    s = new_session(rt)
+    for options in ({"instructions": "Answer in French.", "output_modalities": ["text"],
+                     "metadata": {"client_event_id": "c1"}}, None):
+        await s.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                       "content": [{"type": "input_text", "text": "hi"}]})
+        await s.send("response.create", **({"response": options} if options else {}))
+        events = await until(s, "response.done")
+        types = [e.type for e in events]
+        if options:
+            assert rt.aura.prompts[-1].startswith("<|im_start|>system\nAnswer in French.<|im_end|>")
+            assert "response.output_text.delta" in types and "response.output_audio.delta" not in types
+            assert next(e for e in events if e.type == "response.created")["response"]["metadata"] == {
+                "client_event_id": "c1"}  # LiveKit matches its response.create by this echo
+        else:
+            assert "Answer in French." not in rt.aura.prompts[-1] and "response.output_audio.delta" in types
+    await s.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                   "content": [{"type": "input_text", "text": "and now?"}]})
+    await s.send("response.create", response={"output_modalities": ["video"]})
+    assert (await until(s, "error"))[-1]["error"]["param"] == "session.output_modalities"
+    assert not s.responses and len(s.pending) == 1  # refused before anything started; the item still waits

@@ -37,3 +37,12 @@ def test_session_slots():
     assert slots.acquire() and not slots.acquire()
     slots.release()
     assert slots.acquire()
+
+
+def test_the_session_package_does_not_import_the_http_server():
+    import subprocess
+    import sys
+
+    code = ("import sys, aura_omni.session; bad = [m for m in ('aura_omni.server.app', 'aura_omni.server.realtime', "
+            "'uvicorn') if m in sys.modules]; sys.exit(str(bad) if bad else 0)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
