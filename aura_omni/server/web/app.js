@@ -12,7 +12,6 @@ const APPEND_MS = 200; // aura-ptt: one append every 200 ms
 const JPEG_QUALITY = 0.7; // aura-ptt camera frames
 const FRAME_MAX_WIDTH = 640;
 const FOLLOW_SAMPLES = 160; // aura-ptt vision-follow: 10 ms of silence carries the frame
-const SPEECH_RMS = 0.01; // local level above which an append is marked is_speech in hands-free mode
 const READY_TIMEOUT_MS = 15000; // aura-ptt: wait this long for session.updated
 const CLOSE_WAIT_MS = 1000; // aura-ptt: wait this long for session.closed
 const SERVER_VAD = { type: "server_vad", threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms: 500,
@@ -198,22 +197,22 @@ function onMicBlock(raw) {
   for (let i = 0; i < block.length; i++) sum += block[i] * block[i];
   const rms = Math.sqrt(sum / block.length);
   ui.level.value = Math.min(1, rms * 8);
-  if (page.ready && (page.mode === "vad" || page.held)) page.pending.push({ block, rms });
+  if (page.ready && (page.mode === "vad" || page.held)) page.pending.push(block);
 }
 
 function flushAppend() { // everything captured since the last append, as one append
   if (!page.pending.length) return false;
   const blocks = page.pending;
   page.pending = [];
-  const samples = new Float32Array(blocks.reduce((n, b) => n + b.block.length, 0));
-  let offset = 0, loud = false;
+  const samples = new Float32Array(blocks.reduce((n, b) => n + b.length, 0));
+  let offset = 0;
   for (const b of blocks) {
-    samples.set(b.block, offset);
-    offset += b.block.length;
-    loud = loud || b.rms >= SPEECH_RMS;
+    samples.set(b, offset);
+    offset += b.length;
   }
+  // microphone audio is speech as far as the page knows: push-to-talk is held, or server VAD decides
   const event = { type: "input_audio_buffer.append", audio: pcm16Base64(samples), format: "pcm16",
-                  sample_rate_hz: INPUT_RATE, is_speech: page.mode === "ptt" ? true : loud };
+                  sample_rate_hz: INPUT_RATE, is_speech: true };
   const frame = takeFrame();
   if (frame) event.video_frames = [frame];
   send(event);
