@@ -12,6 +12,12 @@ if ! command -v apt-get >/dev/null; then
   exit 0
 fi
 SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null; then
+    echo "install_browser_deps.sh: not root and no sudo; install ${missing[*]} yourself" >&2
+    exit 1
+  fi
+  SUDO="sudo"
+fi
 $SUDO apt-get update -q
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${PACKAGES[@]}"

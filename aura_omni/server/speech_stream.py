@@ -154,6 +154,11 @@ class SpeechStreamSession:
         stream_audio = fields.pop("stream_audio", False)
         if not isinstance(stream_audio, bool):
             raise StreamError("stream_audio: must be true or false", "invalid_value", "stream_audio")
+        if fields.get("stream_format") == "sse":
+            raise StreamError("stream_format: sse has no meaning on this socket; audio comes as binary frames "
+                              "(stream_audio: true streams each sentence)", "invalid_value", "stream_format")
+        # /v1/audio/speech's streaming switches mean the same here
+        stream_audio = stream_audio or fields.get("stream_format") == "audio" or fields.get("stream") is True
         try:
             req = SpeechRequest(input="-", **fields)
         except ValidationError as e:

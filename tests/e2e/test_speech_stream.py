@@ -112,10 +112,11 @@ def test_config_is_sticky_and_utterances_count_up(customvoice_server):
     assert third == [{"type": "session.done", "utterance_index": 2, "total_sentences": 0}]
 
 
-def test_stream_audio_sends_chunks_as_code2wav_makes_them(customvoice_server):
+@pytest.mark.parametrize("switch", [{"stream_audio": True}, {"stream_format": "audio"}])  # /v1/audio/speech's name
+def test_stream_audio_sends_chunks_as_code2wav_makes_them(customvoice_server, switch):
     async def go():
         async with websockets.connect(_url(customvoice_server)) as ws:
-            await _send(ws, {**CONFIG, "response_format": "wav", "stream_audio": True, "max_new_tokens": 8,
+            await _send(ws, {**CONFIG, **switch, "response_format": "wav", "max_new_tokens": 8,
                              "initial_codec_chunk_frames": 1}, {"type": "input.text", "text": "Streamed as made."},
                         {"type": "input.done"})
             return await _until(ws, "session.done")
@@ -139,7 +140,8 @@ def test_bad_input_gets_an_error_event_and_the_socket_stays_usable(customvoice_s
                         {"type": "session.config", "voice": "vivian", "response_format": "mp3", "stream_audio": True},
                         {"type": "session.config", "voice": "vivian", "speed": 2.0},
                         {"type": "session.config", "voice": "vivian", "input": "text goes elsewhere"},
-                        {"type": "session.config", "voice": "vivian", "model": "other-model"}):
+                        {"type": "session.config", "voice": "vivian", "model": "other-model"},
+                        {"type": "session.config", "voice": "vivian", "stream_format": "sse"}):
                 await _send(ws, bad)
                 errors.append(await _error(ws))
             await _send(ws, CONFIG, {"type": "input.text", "text": "Buffered, not yet done"},
@@ -160,8 +162,9 @@ def test_bad_input_gets_an_error_event_and_the_socket_stays_usable(customvoice_s
     assert errors[9]["param"] == "speed"
     assert errors[10]["param"] == "input"
     assert codes[11] == "model_not_found"
-    assert codes[12] == "config_while_buffered"
-    assert codes[13] == "text_too_long"
+    assert errors[12]["param"] == "stream_format"
+    assert codes[13] == "config_while_buffered"
+    assert codes[14] == "text_too_long"
     [(start, audio, _)] = _sentences(messages)  # the buffered text is still spoken, with the first config
     assert start["sentence_text"] == "Buffered, not yet done" and len(audio) > 0
 
