@@ -36,7 +36,7 @@ TASK_OF_MODEL_TYPE = {"base": "Base", "custom_voice": "CustomVoice", "voice_desi
 
 
 def _tts_module():
-    from ..models.qwen3_tts import tts as tts_module
+    from ..stages import tts as tts_module
 
     return tts_module
 

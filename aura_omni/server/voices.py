@@ -31,7 +31,7 @@ MAX_REF_AUDIO_SECONDS = 60.0  # longer references only slow the codec encoder; Q
 
 def _tts_error_types() -> tuple[type[Exception], ...]:
     try:
-        from ..models.qwen3_tts.tts import TTSRequestError
+        from ..stages.tts import TTSRequestError
     except ImportError:  # facade not built yet: nothing extra to map
         return ()
     return (TTSRequestError,)
