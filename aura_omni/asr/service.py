@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from aura_omni.asr.prompt import ASR_TEXT_ID, AsrPromptBuilder, load_asr_tokenizer
-from aura_omni.asr.split import MAX_ASR_INPUT_SECONDS, split_long_audio
+from aura_omni.asr.split import MAX_ASR_INPUT_SECONDS, SEARCH_SECONDS, split_long_audio
 from aura_omni.asr.transcript import Transcript, join_texts, merge_languages, normalize_language, parse_asr_output
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
@@ -22,12 +22,13 @@ from aura_omni.media.asr_features import SAMPLE_RATE, log_mel_spectrogram, pad_t
 from aura_omni.media.audio import AudioDecodeError, resample
 from aura_omni.models.loader import resolve_checkpoint
 from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos, preset_config_path
-from aura_omni.models.qwen3_asr_encoder import num_audio_tokens
+from aura_omni.models.qwen3_asr_encoder import TOKENS_PER_CHUNK, num_audio_tokens
 from aura_omni.pipeline.stage_engine import engine_config
 from aura_omni.stages.loop import StageLoop, StageOutput
 
 SILENCE_PEAK = 1e-4  # |sample| below this everywhere (about -80 dBFS, 3 LSB of 16-bit): no speech, skip the model
 MAX_NEW_TOKENS = 256  # vllm-omni's stage 0 max_tokens
+PROMPT_TOKENS = 64  # the ASR prompt around its audio tokens (system, language, markers), with room to spare
 
 
 @dataclass
@@ -67,10 +68,13 @@ class AsrService:
         self.max_new_tokens = max_new_tokens
         self.tokenizer = tokenizer
         self.prompts = AsrPromptBuilder(tokenizer, model.config.audio_token_id)
-        self.eos_token_ids = tuple(eos_token_ids)
-        self.max_seconds = max_seconds
         # the stage's share of the device: 0.1 of the GPU in the seed deploy (configs/aura_omni.yaml)
         self.engine_config = engine_config or EngineConfig(max_model_len=8192, max_num_seqs=16, gpu_memory_utilization=0.1)
+        self.eos_token_ids = tuple(eos_token_ids)
+        # a piece must fit the engine with its prompt and reply: split long audio shorter than qwen-asr's 20 minutes
+        # when max_model_len is small (13 audio tokens per second)
+        room = (self.engine_config.max_model_len - max_new_tokens - PROMPT_TOKENS) / TOKENS_PER_CHUNK
+        self.max_seconds = max(SEARCH_SECONDS * 2, min(max_seconds, room))
         self.languages = tuple(model.config.support_languages) or None
         self.engine = LLMEngine(self.model, self.engine_config, list(self.eos_token_ids), name="asr")
         # the head of the voice chain: on a shared GPU its loop's stream has high priority, so its steps do not queue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import importlib
 import logging
@@ -49,7 +50,9 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | None = None
                request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S) -> FastAPI:
     """Build the server; loads the deploy's stage models unless a ready `runtime` is given (tests).
     `request_timeout_s`: a chat turn running longer is cancelled in every stage and answered 504 (None: no limit)."""
-    runtime = runtime or Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
+    if runtime is None:  # loaded and warmed here: /health answers only once every stage has served a request
+        runtime = Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
+        asyncio.run(runtime.warm_up())
     runtime.request_timeout_s = request_timeout_s
     name = served_model_name or deploy_config.stages[0].model
     state = ServerState(runtime=runtime, served_model_name=name, api_key=api_key or None,

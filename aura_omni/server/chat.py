@@ -17,6 +17,7 @@ and `[DONE]`. A client that goes away cancels the turn in every stage.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -197,7 +198,8 @@ async def _complete(events: AsyncIterator, rid: str, model: str, speak: bool, fm
     audio = None
     if speak and not done.silent:
         audio_id = f"audio_{uuid.uuid4().hex}"
-        audio = AudioReply(id=audio_id, data=base64.b64encode(encode_audio(wav, TTS_SAMPLE_RATE, _encoder_format(fmt))).decode(),
+        data = await asyncio.to_thread(encode_audio, wav, TTS_SAMPLE_RATE, _encoder_format(fmt))
+        audio = AudioReply(id=audio_id, data=base64.b64encode(data).decode(),
                            expires_at=int(time.time()) + AUDIO_TTL_S, transcript=done.text)
         transcripts.add(audio_id, done.text)
     message = ReplyMessage(content=done.text, audio=audio, silent=done.silent,

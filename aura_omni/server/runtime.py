@@ -13,6 +13,8 @@ import importlib
 import logging
 from typing import Any, AsyncIterator, Callable
 
+import numpy as np
+
 from ..config import ASR, AURA, CODE2WAV, TALKER, DeployConfig, Stage
 from .errors import APIError
 
@@ -152,6 +154,20 @@ class Runtime:
     async def voice_prompt(self, wav, sample_rate: int, ref_text: str | None, x_vector_only: bool):
         """A cloned voice (x-vector, and reference codes for in-context cloning) from reference audio."""
         return await asyncio.to_thread(self.models[TALKER].create_voice_prompt, wav, sample_rate, ref_text, x_vector_only)
+
+    async def warm_up(self) -> dict[str, float]:
+        """One small request through every stage (pipeline/warmup.py); the server calls it before it says ready."""
+        from ..pipeline.warmup import warm_up
+        from .media_input import load_image_input
+
+        aura, frame = self.models.get(AURA), None
+        if aura is not None:  # a 640x480 camera frame: the live path's vision layout
+            rgb = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+            frame = await asyncio.to_thread(load_image_input, rgb, None, aura.stage.model)
+        codec = self.deploy.codec_streaming()
+        return await warm_up(self.models.get(ASR), aura, self.models.get(TALKER), frame=frame,
+                             initial_chunk_frames=min(codec.initial_codec_chunk_frames or 2, codec.codec_chunk_frames),
+                             chunk_frames=codec.codec_chunk_frames)
 
     def stage_stats(self) -> dict[str, dict[str, float]]:
         """Per stage: what its loop published after its last step (alive, queued, in_flight, steps, batch_size,

@@ -9,6 +9,7 @@ time-stretch without pitch change is not implemented, and resampling would chang
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
@@ -74,7 +75,7 @@ async def build_tts_request(state, req: SpeechRequest, tts) -> Any:
             if not x_vector_only and ref_text is None:
                 raise APIError("ref_text: Base in-context cloning needs the transcript of ref_audio; send ref_text "
                                "or set x_vector_only_mode: true", param="ref_text", code="missing_ref_text")
-            wav, sr = decode_ref_audio(req.ref_audio, state.allowed_local_media_path)
+            wav, sr = await asyncio.to_thread(decode_ref_audio, req.ref_audio, state.allowed_local_media_path)
             try:
                 voice_prompt = await state.runtime.voice_prompt(wav, sr, ref_text, x_vector_only)
             except _tts_module().TTSRequestError as e:  # unusable reference audio (NaN, too short, ...)
@@ -162,7 +163,7 @@ async def create_speech(req: SpeechRequest, request: Request):
         if isinstance(parts, Response):
             return parts
         wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        data = encode_audio(np.asarray(wav, dtype=np.float32), SAMPLE_RATE, req.response_format)
+        data = await asyncio.to_thread(encode_audio, np.asarray(wav, dtype=np.float32), SAMPLE_RATE, req.response_format)
         return Response(content=data, media_type=media_type(req.response_format))
 
     chunks = state.runtime.speak(tts_req, initial, steady)
