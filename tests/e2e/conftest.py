@@ -111,6 +111,14 @@ def customvoice_server(tiny_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def omni_server(tiny_dir, tmp_path_factory):
+    """All four stages (ASR -> AURA -> Qwen3-TTS Base -> Code2Wav) behind deploy.yaml: chat and speech."""
+    server = _start(tiny_dir, tmp_path_factory, "deploy.yaml")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def client(base_server):
     from openai import OpenAI
 
