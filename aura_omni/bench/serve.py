@@ -173,6 +173,7 @@ def summarize(results: list[RequestResult], duration: float, concurrency: int, r
         **_percentiles([r.first_text for r in ok if r.first_text is not None], "first_text", 1000, "_ms"),
         **_percentiles([r.rtf for r in ok if r.rtf is not None], "rtf"),
         "underruns": sum(r.underruns for r in ok), "requests_with_underruns": sum(r.underruns > 0 for r in ok),
+        **_percentiles([r.latency for r in ok if r.silent], "silent_decision", 1000, "_ms"),  # commit -> listen
     }
 
 
@@ -259,6 +260,9 @@ def main(args: argparse.Namespace) -> int:
           f"request rate {rate})\n")
     print(markdown_table(report))
     for run in report["runs"]:
+        if run["silent"]:
+            print(f"c={run['max_concurrency']}: {run['silent']} silent replies, decision p50 / p95 "
+                  f"{_ms(run['p50_silent_decision_ms'])} / {_ms(run['p95_silent_decision_ms'])} ms")
         for message, count in run["error_messages"].items():
             print(f"c={run['max_concurrency']}: {count} x {message}")
     if args.save_result:

@@ -114,6 +114,7 @@ def test_a_silent_realtime_turn_is_a_success_without_audio():
     _, report = realtime_run("silent", "--num-prompts", "2")
     run = report["runs"][0]
     assert run["completed"] == 2 and run["silent"] == 2 and run["total_audio_s"] == 0 and run["p50_ttfa_ms"] is None
+    assert 0 < run["p50_silent_decision_ms"] <= run["p99_silent_decision_ms"]
 
 
 def test_a_late_realtime_chunk_counts_as_an_underrun():
