@@ -29,6 +29,7 @@ from .inputs import INPUT_SAMPLE_RATE, jpeg_frames, pcm16, speech_like, wav_byte
 OUTPUT_SAMPLE_RATE = 24000  # Qwen3-TTS Code2Wav; OpenAI's pcm16
 APPEND_SECONDS = 0.2  # audio per input_audio_buffer.append, as the aura-ptt client sends it
 SESSION_READY_TIMEOUT_S = 15.0  # the aura-ptt client's wait for session.updated
+SESSION_CLOSE_TIMEOUT_S = 1.0  # and for session.closed
 REALTIME_AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
 REALTIME_TEXT_DELTAS = ("response.output_audio_transcript.delta", "response.audio_transcript.delta",
                         "response.output_text.delta", "response.text.delta")
@@ -278,7 +279,7 @@ class RealtimeBackend:
                                open_timeout=30) as ws:
                 await ws.send(json.dumps(self.session()))
                 try:
-                    await asyncio.wait_for(self._until_ready(ws), SESSION_READY_TIMEOUT_S)
+                    await asyncio.wait_for(self._until(ws, "session.updated"), SESSION_READY_TIMEOUT_S)
                 except TimeoutError:
                     raise RealtimeError(f"no session.updated within {SESSION_READY_TIMEOUT_S:.0f} s") from None
                 for append in self.appends:
@@ -286,22 +287,32 @@ class RealtimeBackend:
                 reply = Reply()  # the turn's clock starts at the commit
                 await ws.send(json.dumps({"type": "input_audio_buffer.commit", "create_response": True}))
                 await self._read_turn(ws, reply)
-                await ws.send(json.dumps({"type": "session.close"}))
+                reply.done()  # the goodbye is not part of the turn
+                await self._close(ws)
         except RealtimeError as e:
             return reply.fail(str(e))
         except Exception as e:  # noqa: BLE001 - refused, closed mid-turn: this turn failed
             return reply.fail(f"{type(e).__name__}: {e}")
-        return reply.done()
+        return reply.result
+
+    async def _close(self, ws) -> None:
+        """`session.close`, then up to a second for `session.closed`: the server frees the session's slot then."""
+        try:
+            await ws.send(json.dumps({"type": "session.close"}))
+            await asyncio.wait_for(self._until(ws, "session.closed"), SESSION_CLOSE_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - the turn is measured; a rough goodbye does not fail it
+            pass
 
     @staticmethod
-    async def _until_ready(ws) -> None:
+    async def _until(ws, kind: str) -> None:
+        """Read events until one of `kind`; an `error` event or the socket closing first is a RealtimeError."""
         async for message in ws:
             event = _event(message)
-            if event.get("type") == "session.updated":
+            if event.get("type") == kind:
                 return
             if event.get("type") == "error":
                 raise RealtimeError(f"error: {_error_message(event, 'server error')}")
-        raise RealtimeError("the server closed the socket before session.updated")
+        raise RealtimeError(f"the server closed the socket before {kind}")
 
     @staticmethod
     async def _read_turn(ws, reply: Reply) -> None:

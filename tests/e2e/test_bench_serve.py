@@ -1,6 +1,7 @@
 """`aura-omni bench serve` against a served tiny four-stage deploy: the speech and chat backends at concurrency 1
 and 2 give sane numbers, and a bad model is counted as errors."""
 
+import importlib.util
 import json
 
 import pytest
@@ -56,3 +57,15 @@ def test_a_bad_model_is_counted_as_errors_not_a_crash(omni_server, tmp_path, ref
     [(message, count)] = run["error_messages"].items()
     assert count == 2 and message.startswith("HTTP 404") and "no-such-model" in message
     assert "2 x HTTP 404" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aura_omni.server.realtime") is None,
+                    reason="WS /v1/realtime is not in this build yet")
+def test_realtime_backend_runs_push_to_talk_turns(omni_server, tmp_path, ref_wav):
+    rc, report = bench(omni_server, tmp_path, ref_wav, "--backend", "realtime", "--model", MODEL, "--max-tokens", "4",
+                       "--input-audio-seconds", "1", "--frame-size", "64", "--extra-body", '{"tts_max_new_tokens": 4}',
+                       "--max-concurrency", "1", "--num-prompts", "2")  # the tiny deploy allows one session at a time
+    run = report["runs"][0]
+    assert rc == 0 and run["completed"] == 2 and run["errors"] == 0, run["error_messages"]
+    assert run["p50_first_text_ms"] > 0 or run["silent"] == 2
+    assert run["silent"] == 2 or (run["p50_ttfa_ms"] > 0 and run["total_audio_s"] > 0)
