@@ -28,7 +28,7 @@ ENDPOINT_MODULES = [
     "transcriptions",
     "voices",
 ]
-OPEN_PATHS = {"/health"}  # answered without an API key (not /metrics: it needs the key like the API)
+OPEN_PATHS = {"/health"}  # answered without an API key
 
 
 async def check_api_key(request: Request) -> None:
