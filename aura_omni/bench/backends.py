@@ -8,7 +8,8 @@
   aura-ptt client sends them): `session.update` -> `session.updated`, `input_audio_buffer.append` (PCM16 16 kHz,
   `video_frames`), `input_audio_buffer.commit` (`create_response: true`); the clock starts at the commit. Audio
   from `response.output_audio.delta` (GA) or `response.audio.delta` (beta), text from their transcript or text
-  deltas; the turn ends at `response.done`, or at `response.listen` when the model chose to stay silent.
+  deltas (a server sending both names is counted once); the turn ends at `response.done`, or at `response.listen`
+  when the model chose to stay silent.
 
 Times are seconds on time.perf_counter() from sending the request (or the commit). A request's failure (HTTP
 status, an in-band `error`, a dropped connection, the timeout) is recorded in its result, never raised.
@@ -316,10 +317,12 @@ class RealtimeBackend:
 
     @staticmethod
     async def _read_turn(ws, reply: Reply) -> None:
+        audio_name = None  # servers that send each delta under both names (GA and beta) are counted once
         async for message in ws:
             event = _event(message)
             kind = event.get("type", "")
-            if kind in REALTIME_AUDIO_DELTAS:
+            if kind in REALTIME_AUDIO_DELTAS and audio_name in (None, kind):
+                audio_name = kind
                 data = base64.b64decode(event.get("delta") or event.get("audio") or "")
                 reply.audio(pcm16_seconds(data, int(event.get("sample_rate_hz") or OUTPUT_SAMPLE_RATE)))
             elif kind in REALTIME_TEXT_DELTAS:

@@ -2,8 +2,8 @@
 
 Each app has its own registry (several apps in one test process never collide). Request-level timings are
 observed where responses are produced: the HTTP endpoints wrap their audio chunks or turn events
-(`audio_stream`, `turn_events`), and other transports (the realtime socket) time a response with
-`ServerMetrics.response(endpoint, since)` and count sessions with `session_started` / `session_ended`.
+(`audio_stream`, `turn_events`); the realtime socket passes the events it sends to a `RealtimeMeter`; other code
+can time a reply with `ServerMetrics.response(endpoint, since)`.
 Per-stage gauges are read from `Runtime.stage_stats()` when scraped. Like every endpoint but /health,
 /metrics needs the API key when the server has one (app.OPEN_PATHS).
 """
@@ -99,6 +99,9 @@ class ServerMetrics:
                                  "them had finished playing.", ["endpoint"], registry=r)
         self.audio_seconds = Counter("aura_omni:audio_seconds", "Seconds of audio produced.", ["endpoint"],
                                      registry=r)
+        self.silent_decision = Histogram("aura_omni:silent_decision_seconds", "Time from a request (or commit) to "
+                                         "the model's choice to stay silent.", ["endpoint"], buckets=TTFA_BUCKETS,
+                                         registry=r)
         self.sessions = Gauge("aura_omni:realtime_sessions_active", "Open /v1/realtime sessions.", registry=r)
         if stage_stats is not None:
             r.register(StageCollector(stage_stats))
@@ -115,6 +118,9 @@ class ServerMetrics:
 
     def observe_rtf(self, endpoint: str, rtf: float) -> None:
         self.rtf.labels(endpoint).observe(rtf)
+
+    def observe_silent_decision(self, endpoint: str, seconds: float) -> None:
+        self.silent_decision.labels(endpoint).observe(seconds)
 
     def count_underruns(self, endpoint: str, n: int = 1) -> None:
         self.underruns.labels(endpoint).inc(n)
@@ -159,7 +165,7 @@ class ServerMetrics:
                 elif isinstance(ev, AudioChunk):
                     timer.audio(len(ev.samples) / TTS_SAMPLE_RATE)
                 elif isinstance(ev, TurnDone):  # the stream's reader stops here
-                    timer.finish()
+                    timer.silent() if ev.silent else timer.finish()
                 yield ev
         finally:
             await events.aclose()
@@ -192,11 +198,64 @@ class ResponseTimer:
             self.metrics.count_underruns(self.endpoint)
         self.metrics.count_audio(self.endpoint, seconds)
 
+    def silent(self, now: float | None = None) -> None:
+        """The model chose not to speak (`<|silent|>`): how long that decision took."""
+        if self.streamed:
+            self.metrics.observe_silent_decision(self.endpoint, (now or time.perf_counter()) - self.since)
+
     def finish(self, now: float | None = None) -> None:
         """The reply ended normally: its RTF (replies cut short or without audio have none)."""
         if self.clock.audio_seconds > 0:
             self.metrics.observe_rtf(self.endpoint, ((now or time.perf_counter()) - self.since)
                                      / self.clock.audio_seconds)
+
+
+class RealtimeMeter:
+    """One realtime session's metrics, read from the server events it sends (`sent(event.to_json())`).
+
+    A response's clock starts when its commit is acknowledged (`input_audio_buffer.committed`; a response created
+    without one starts at `response.created`). Only the GA names are read: a server that also sends each delta
+    under its beta name is counted once. Counts the session as active until `close()`.
+    """
+
+    AUDIO = "response.output_audio.delta"
+    TEXT = ("response.output_audio_transcript.delta", "response.output_text.delta")
+
+    def __init__(self, metrics: ServerMetrics, endpoint: str = "/v1/realtime", sample_rate: int = TTS_SAMPLE_RATE):
+        self.metrics, self.endpoint, self.sample_rate = metrics, endpoint, sample_rate
+        self.committed_at: float | None = None
+        self.timers: dict[str, ResponseTimer] = {}
+        self.open = True
+        metrics.session_started()
+
+    def sent(self, event: dict, now: float | None = None) -> None:
+        now = now or time.perf_counter()
+        kind = event.get("type")
+        rid = event.get("response_id") or (event.get("response") or {}).get("id")
+        if kind == "input_audio_buffer.committed":
+            self.committed_at = now
+        elif kind == "response.created" and rid:
+            self.timers[rid] = self.metrics.response(self.endpoint, self.committed_at or now)
+            self.committed_at = None
+        elif (timer := self.timers.get(rid)) is None:
+            return
+        elif kind == self.AUDIO:
+            b64 = event.get("delta") or ""
+            pcm_bytes = len(b64) * 3 // 4 - b64[-2:].count("=")  # base64's length -> bytes, without decoding
+            timer.audio(pcm_bytes / 2 / int(event.get("sample_rate_hz") or self.sample_rate), now)
+        elif kind in self.TEXT:
+            timer.text(now)
+        elif kind == "response.listen":
+            self.timers.pop(rid).silent(now)
+        elif kind == "response.done":
+            if (event.get("response") or {}).get("status") == "completed":
+                timer.finish(now)
+            self.timers.pop(rid)
+
+    def close(self) -> None:
+        if self.open:
+            self.open = False
+            self.metrics.session_ended()
 
 
 class RequestMetrics:

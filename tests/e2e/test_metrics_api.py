@@ -1,9 +1,12 @@
 """GET /metrics on a served tiny four-stage deploy (ASR -> AURA -> Qwen3-TTS Base -> Code2Wav): after a streamed
-speech request and a streamed chat turn, the counters and histograms have moved and the stages report."""
+speech request, a streamed chat turn and a silent one, the counters and histograms have moved and the stages
+report."""
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID
 
 AUTH = {"Authorization": "Bearer test-key"}  # conftest.API_KEY
 MODEL = "tiny-tts"  # conftest's --served-model-name
@@ -31,6 +34,11 @@ def test_metrics_move_after_a_speech_request_and_a_chat_turn(omni_server, ref_au
         "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True,
                                    "tts_max_new_tokens": 4}})
     assert r.status_code == 200 and '"data"' in r.text
+    r = httpx.post(server.url + "/v1/chat/completions", headers=AUTH, timeout=120, json={
+        "model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hm"}], "max_tokens": 4,
+        "logit_bias": {str(AURA_SILENT_TOKEN_ID): 100},  # AURA chooses silence
+        "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True}})
+    assert r.status_code == 200 and '"silent": true' in r.text
     after = scrape(server)
 
     def moved(name, endpoint, **labels):
@@ -39,13 +47,14 @@ def test_metrics_move_after_a_speech_request_and_a_chat_turn(omni_server, ref_au
 
     speech, chat = "/v1/audio/speech", "/v1/chat/completions"
     assert moved("aura_omni:requests_total", speech, status="200") == 1
-    assert moved("aura_omni:requests_total", chat, status="200") == 1
+    assert moved("aura_omni:requests_total", chat, status="200") == 2
+    assert moved("aura_omni:silent_decision_seconds_count", chat) == 1
     for endpoint in (speech, chat):
         assert moved("aura_omni:audio_ttfp_seconds_count", endpoint) == 1
         assert moved("aura_omni:audio_ttfp_seconds_sum", endpoint) > 0
         assert moved("aura_omni:audio_rtf_count", endpoint) == 1
         assert moved("aura_omni:audio_seconds_total", endpoint) > 0
-    assert moved("aura_omni:first_text_seconds_count", chat) == 1
+    assert moved("aura_omni:first_text_seconds_count", chat) == 1  # the silent turn has no text
     assert moved("aura_omni:audio_seconds_total", speech) == pytest.approx(speech_seconds)
     stages = {dict(labels)["stage"] for name, labels in after if name == "aura_omni:num_requests_running"}
     assert {"asr", "aura"} <= stages and len(stages) == 3  # and the Talker's stage

@@ -21,7 +21,7 @@ DELTA = base64.b64encode(b"\0\0" * 2400).decode()  # 0.1 s of PCM16 at 24 kHz
 
 
 class FakeRealtime:
-    """A Realtime endpoint that answers each commit by its `model` query: ga, beta, silent, slow, bad."""
+    """A Realtime endpoint that answers each commit by its `model` query: ga, beta, both, silent, slow, bad."""
 
     def __init__(self):
         self.sessions: list[dict] = []  # per connection: headers, the session.update, appends, commit
@@ -56,13 +56,16 @@ class FakeRealtime:
         if model == "silent":
             await send(type="response.listen", response={"status": "listening"})
             return
-        prefix = "response.audio" if model == "beta" else "response.output_audio"
+        prefixes = {"beta": ["response.audio"], "both": ["response.output_audio", "response.audio"]}.get(
+            model, ["response.output_audio"])
         await asyncio.sleep(0.02)
-        await send(type=f"{prefix}_transcript.delta", delta="Hello")
+        for prefix in prefixes:
+            await send(type=f"{prefix}_transcript.delta", delta="Hello")
         for i in range(3):
             if model == "slow" and i == 2:
                 await asyncio.sleep(0.3)  # the 0.2 s before it have played out: an underrun
-            await send(type=f"{prefix}.delta", delta=DELTA)
+            for prefix in prefixes:  # "both": each delta under the GA and the beta name, as vLLM-Omni's aura does
+                await send(type=f"{prefix}.delta", delta=DELTA)
         await send(type=f"{prefix}.done")
         await send(type="response.done", response={"id": "resp_1", "status": "completed"})
 
@@ -90,13 +93,13 @@ def realtime_run(model: str, *argv: str):
     return asyncio.run(main())
 
 
-@pytest.mark.parametrize("model", ["ga", "beta"])
+@pytest.mark.parametrize("model", ["ga", "beta", "both"])
 def test_realtime_turns_are_timed_from_the_commit_with_ga_or_beta_event_names(model):
     fake, report = realtime_run(model, "--max-concurrency", "1", "2", "--num-prompts", "2")
     assert [run["completed"] for run in report["runs"]] == [2, 2]
     for run in report["runs"]:
         assert run["errors"] == 0 and run["underruns"] == 0
-        assert run["total_audio_s"] == pytest.approx(0.6)  # 3 deltas of 0.1 s per turn
+        assert run["total_audio_s"] == pytest.approx(0.6)  # 3 deltas of 0.1 s per turn, under either name or both
         assert 0 < run["p50_first_text_ms"] < run["p50_ttfa_ms"]
         assert run["p50_rtf"] > 0 and run["audio_throughput"] > 0
     assert len(fake.sessions) == 4  # one session per turn

@@ -1,6 +1,7 @@
 """GET /metrics without models: the API key rule, request counts, per-stage gauges, and the response timer."""
 
 import asyncio
+import base64
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from aura_omni.config import parse_deploy_config
 from aura_omni.media.playback import PlaybackClock
 from aura_omni.server.app import create_app
-from aura_omni.server.metrics import ServerMetrics
+from aura_omni.server.metrics import RealtimeMeter, ServerMetrics
 from aura_omni.server.runtime import Runtime
 
 AUTH = {"Authorization": "Bearer k"}
@@ -156,3 +157,37 @@ def test_playback_clock_counts_each_stall_once_and_resumes_from_the_late_chunk()
     assert [clock.arrive(t, s) for t, s in [(0.0, 1.0), (0.9, 1.0), (1.9, 0.0), (2.5, 1.0), (3.4, 1.0)]] == \
         [False, False, False, True, False]  # 2.5 > 2.0: a gap; then 3.4 < 2.5 + 1.0: on time again
     assert clock.underruns == 1 and clock.audio_seconds == 4.0
+
+
+def test_realtime_meter_reads_a_session_from_the_events_it_sends():
+    m = ServerMetrics()
+    meter = RealtimeMeter(m)
+    delta = base64.b64encode(b"\0\0" * 2400).decode()  # 0.1 s of PCM16 at 24 kHz
+    for t, event in [
+        (1.00, {"type": "input_audio_buffer.committed", "item_id": "item_1"}),
+        (1.01, {"type": "response.created", "response": {"id": "r1", "status": "in_progress"}}),
+        (1.05, {"type": "response.output_audio_transcript.delta", "response_id": "r1", "delta": "Hi"}),
+        (1.05, {"type": "response.audio_transcript.delta", "response_id": "r1", "delta": "Hi"}),
+        (1.10, {"type": "response.output_audio.delta", "response_id": "r1", "delta": delta}),
+        (1.10, {"type": "response.audio.delta", "response_id": "r1", "delta": delta}),  # the beta copy
+        (1.30, {"type": "response.output_audio.delta", "response_id": "r1", "delta": delta}),  # after 1.2: a gap
+        (1.40, {"type": "response.done", "response": {"id": "r1", "status": "completed"}}),
+        (2.00, {"type": "input_audio_buffer.committed", "item_id": "item_2"}),
+        (2.01, {"type": "response.created", "response": {"id": "r2", "status": "in_progress"}}),
+        (2.04, {"type": "response.listen", "response_id": "r2", "response": {"id": "r2", "status": "listening"}}),
+    ]:
+        meter.sent(event, now=t)
+    assert samples(m.render().decode())[("aura_omni:realtime_sessions_active", ())] == 1
+    meter.close()
+    meter.close()  # once only
+    got = samples(m.render().decode())
+    rt = (("endpoint", "/v1/realtime"),)
+    assert got[("aura_omni:realtime_sessions_active", ())] == 0
+    assert got[("aura_omni:first_text_seconds_sum", rt)] == pytest.approx(0.05)
+    assert got[("aura_omni:audio_ttfp_seconds_sum", rt)] == pytest.approx(0.10)
+    assert got[("aura_omni:audio_seconds_total", rt)] == pytest.approx(0.2)
+    assert got[("aura_omni:audio_underruns_total", rt)] == 1
+    assert got[("aura_omni:audio_rtf_sum", rt)] == pytest.approx(0.4 / 0.2)
+    assert got[("aura_omni:silent_decision_seconds_count", rt)] == 1
+    assert got[("aura_omni:silent_decision_seconds_sum", rt)] == pytest.approx(0.04)
+    assert meter.timers == {}
