@@ -23,6 +23,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from ..media.playback import PlaybackClock
 from .inputs import INPUT_SAMPLE_RATE, jpeg_frames, pcm16, speech_like, wav_bytes
@@ -180,8 +181,14 @@ class SpeechBackend(HttpBackend):
         return merged(body, cfg.extra_body)
 
     async def read(self, response, reply: Reply) -> None:
+        ctype = response.headers.get("content-type", "")
+        if ctype.startswith(("application/json", "text/")):  # not raw audio: a server that does not stream pcm
+            reply.result.error = f"expected a PCM audio stream, got {ctype}: {(await response.aread())[:200]!r}"
+            return
         async for data in response.aiter_bytes():
             reply.audio(pcm16_seconds(data))
+        if reply.result.audio_seconds == 0:
+            reply.result.error = "the reply had no audio"
 
 
 class ChatBackend(HttpBackend):
@@ -244,7 +251,8 @@ class RealtimeBackend:
         self.cfg = cfg
         base = cfg.base_url.rstrip("/")
         base = "ws" + base[4:] if base.startswith("http") else base  # http -> ws, https -> wss
-        self.url = base + (cfg.endpoint or self.default_endpoint) + (f"?model={cfg.model}" if cfg.model else "")
+        query = f"?model={quote(cfg.model, safe='/')}" if cfg.model else ""
+        self.url = base + (cfg.endpoint or self.default_endpoint) + query
         self.headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
         audio = pcm16(speech_like(cfg.input_audio_seconds))
         step = int(APPEND_SECONDS * INPUT_SAMPLE_RATE) * 2
@@ -290,10 +298,9 @@ class RealtimeBackend:
                 await self._read_turn(ws, reply)
                 reply.done()  # the goodbye is not part of the turn
                 await self._close(ws)
-        except RealtimeError as e:
-            return reply.fail(str(e))
         except Exception as e:  # noqa: BLE001 - refused, closed mid-turn: this turn failed
-            return reply.fail(f"{type(e).__name__}: {e}")
+            if not reply.result.ok:  # (a turn that completed stays measured whatever the goodbye did)
+                return reply.fail(str(e) if isinstance(e, RealtimeError) else f"{type(e).__name__}: {e}")
         return reply.result
 
     async def _close(self, ws) -> None:

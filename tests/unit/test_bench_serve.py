@@ -205,3 +205,64 @@ def test_extra_body_merges_into_nested_objects():
     body = {"additional_information": {"tts_ref_audio": "data:..."}, "max_tokens": 4}
     assert merged(body, {"additional_information": {"tts_max_new_tokens": 4}, "max_tokens": 8}) == {
         "additional_information": {"tts_ref_audio": "data:...", "tts_max_new_tokens": 4}, "max_tokens": 8}
+
+
+def http_result(backend_name: str, status: int, content: bytes, ctype: str) -> tuple[RequestResult, dict]:
+    """One request of the backend against a canned HTTP reply: its result, and the JSON body it sent."""
+    import httpx
+
+    from aura_omni.bench.backends import BACKENDS, BenchConfig
+
+    seen = []
+
+    def handler(request):
+        seen.append(json.loads(request.content))
+        return httpx.Response(status, content=content, headers={"content-type": ctype})
+
+    async def main():
+        backend = BACKENDS[backend_name](BenchConfig(base_url="http://x", model="m", frame_size=16,
+                                                     input_audio_seconds=0.5, api_key="sk"))
+        await backend.client.aclose()
+        backend.client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+        try:
+            return await backend.request("Say this.")
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(main()), seen[0]
+
+
+def sse(*events) -> bytes:
+    return b"".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode() for e in events)
+
+
+def test_speech_backend_reads_pcm_and_refuses_replies_that_are_not_audio():
+    ok, body = http_result("speech", 200, b"\0\0" * 4800, "audio/pcm")
+    assert ok.ok and ok.audio_seconds == pytest.approx(0.2) and ok.ttfa > 0 and ok.rtf > 0
+    assert body["stream"] is True and body["response_format"] == "pcm" and body["model"] == "m"
+    for status, content, ctype, message in [
+            (200, b'{"object": "x"}', "application/json", "expected a PCM audio stream"),
+            (200, b"", "audio/pcm", "the reply had no audio"),
+            (400, b'{"error": {"message": "input: text to speak is empty"}}', "application/json",
+             "HTTP 400: input: text to speak is empty"),
+            (502, b"<html>bad gateway</html>", "text/html", "HTTP 502: <html>bad gateway</html>")]:
+        bad, _ = http_result("speech", status, content, ctype)
+        assert not bad.ok and bad.error.startswith(message), bad.error
+
+
+def test_chat_backend_reads_text_audio_silence_and_in_band_errors():
+    audio = base64.b64encode(b"\0\0" * 2400).decode()
+    chunk = lambda delta, finish=None: {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # noqa
+    ok, body = http_result("chat", 200, sse(chunk({"role": "assistant", "content": ""}), chunk({"content": "Hi"}),
+                                      chunk({"audio": {"id": "a", "data": audio}}),
+                                      chunk({"audio": {"id": "a", "data": audio}}), chunk({}, "stop"), "[DONE]"),
+                     "text/event-stream")
+    assert ok.ok and ok.first_text > 0 and ok.ttfa >= ok.first_text and ok.audio_seconds == pytest.approx(0.2)
+    content = body["messages"][0]["content"]
+    assert [p["type"] for p in content] == ["input_audio", "image_url", "image_url"]
+    assert body["audio"] == {"voice": "Vivian", "format": "pcm16"} and body["modalities"] == ["text", "audio"]
+    silent, _ = http_result("chat", 200, sse(chunk({"silent": True}, "stop"), "[DONE]"), "text/event-stream")
+    assert silent.ok and silent.silent and silent.audio_seconds == 0
+    failed, _ = http_result("chat", 200, sse(chunk({"content": "Hi"}), {"error": {"message": "turn failed: boom"}},
+                                          "[DONE]"), "text/event-stream")
+    assert not failed.ok and failed.error == "turn failed: boom"
