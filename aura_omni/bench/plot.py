@@ -35,7 +35,8 @@ def _panel(x0: float, runs: list[dict], series: dict[str, tuple[str, str]], y_la
         out.append(f'<line x1="{x0}" x2="{x0 + PANEL_W}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e5e5e5"/>')
         out.append(f'<text x="{x0 - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
     for x, run in zip(xs, runs):
-        out.append(f'<text x="{x:.1f}" y="{TOP + PANEL_H + 18}" text-anchor="middle">{run["max_concurrency"]}</text>')
+        label = run["max_concurrency"] or "inf"  # None: no limit
+        out.append(f'<text x="{x:.1f}" y="{TOP + PANEL_H + 18}" text-anchor="middle">{label}</text>')
     out.append(f'<text x="{x0 + PANEL_W / 2}" y="{TOP + PANEL_H + 40}" text-anchor="middle">max concurrency</text>')
     out.append(f'<text transform="translate({x0 - 55},{TOP + PANEL_H / 2}) rotate(-90)" '
                f'text-anchor="middle">{escape(y_label)}</text>')

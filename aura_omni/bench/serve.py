@@ -40,8 +40,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--endpoint", default=None, help="path on the server (default: the backend's)")
     parser.add_argument("--model", default=None, help="`model` sent with each request (default: none sent)")
     parser.add_argument("--api-key", default=None, help="sent as `Authorization: Bearer KEY`")
-    parser.add_argument("--max-concurrency", type=_positive_int, nargs="+", default=[1], metavar="N",
-                        help="requests in flight at most; several values make a sweep, one run each")
+    parser.add_argument("--max-concurrency", type=_positive_int, nargs="+", default=[None], metavar="N",
+                        help="requests in flight at most (default: no limit); several values make a sweep, one run "
+                             "each")
     parser.add_argument("--num-prompts", type=_positive_int, default=16, help="requests per run")
     parser.add_argument("--request-rate", type=_rate, default=math.inf,
                         help="requests per second, Poisson arrivals (default inf: all at once)")
@@ -120,10 +121,10 @@ class Progress:
             print(f"{self.label}: {self.done}/{self.total} requests, {self.errors} errors", file=sys.stderr)
 
 
-async def run_once(backend, prompts: list[str], concurrency: int, rate: float, timeout: float,
+async def run_once(backend, prompts: list[str], concurrency: int | None, rate: float, timeout: float,
                    rng: random.Random, progress: Progress) -> tuple[list[RequestResult], float]:
     """All prompts through `backend` with at most `concurrency` in flight; the results and the run's seconds."""
-    gate = asyncio.Semaphore(concurrency)
+    gate = asyncio.Semaphore(concurrency or len(prompts))
 
     async def one(prompt: str) -> RequestResult:
         async with gate:
@@ -154,7 +155,7 @@ def _percentiles(values: list[float], name: str, scale: float = 1.0, unit: str =
     return out
 
 
-def summarize(results: list[RequestResult], duration: float, concurrency: int, rate: float) -> dict:
+def summarize(results: list[RequestResult], duration: float, concurrency: int | None, rate: float) -> dict:
     """One run's numbers, in vllm bench serve's naming (`p99_ttfa_ms`, `request_throughput`, ...)."""
     ok = [r for r in results if r.ok]
     audio = sum(r.audio_seconds for r in ok)
@@ -194,7 +195,7 @@ async def benchmark(args: argparse.Namespace) -> dict:
                 print(f"warm-up request failed: {warm.error}", file=sys.stderr)
         for concurrency in args.max_concurrency:
             prompts = [texts[rng.randrange(len(texts))] for _ in range(args.num_prompts)]
-            progress = Progress(len(prompts), f"c={concurrency}", not args.disable_tqdm)
+            progress = Progress(len(prompts), f"c={concurrency or 'inf'}", not args.disable_tqdm)
             results, duration = await run_once(backend, prompts, concurrency, args.request_rate, args.timeout,
                                                rng, progress)
             runs.append(summarize(results, duration, concurrency, args.request_rate))
@@ -231,7 +232,7 @@ def markdown_table(report: dict) -> str:
             "|---|---|---|---|---|---|---|---|"]
     for run in report["runs"]:
         rows.append(
-            f"| {run['max_concurrency']} | {run['completed']} / {run['num_prompts']} "
+            f"| {run['max_concurrency'] or 'inf'} | {run['completed']} / {run['num_prompts']} "
             f"| {' / '.join(_ms(run[f'p{p}_ttfa_ms']) for p in PERCENTILES)} "
             f"| {' / '.join(_ms(run[f'p{p}_first_text_ms']) for p in PERCENTILES)} "
             f"| {_num(run['p50_rtf'])} / {_num(run['p95_rtf'])} | {run['audio_throughput']:.2f} "
@@ -261,10 +262,10 @@ def main(args: argparse.Namespace) -> int:
     print(markdown_table(report))
     for run in report["runs"]:
         if run["silent"]:
-            print(f"c={run['max_concurrency']}: {run['silent']} silent replies, decision p50 / p95 "
+            print(f"c={run['max_concurrency'] or 'inf'}: {run['silent']} silent replies, decision p50 / p95 "
                   f"{_ms(run['p50_silent_decision_ms'])} / {_ms(run['p95_silent_decision_ms'])} ms")
         for message, count in run["error_messages"].items():
-            print(f"c={run['max_concurrency']}: {count} x {message}")
+            print(f"c={run['max_concurrency'] or 'inf'}: {count} x {message}")
     if args.save_result:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         path = Path(args.result_filename or f"bench-{args.backend}-{stamp}.json")

@@ -138,7 +138,7 @@ def test_a_server_that_is_not_there_gives_errors_not_a_crash(capsys):
     rc = main(["bench", "serve", "--backend", "speech", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2",
                "--num-warmups", "0", "--disable-tqdm"])
     out = capsys.readouterr().out
-    assert rc == 1 and "| 1 | 0 / 2 |" in out and "ConnectError" in out
+    assert rc == 1 and "| inf | 0 / 2 |" in out and "ConnectError" in out
 
 
 def test_bad_flags_are_refused_by_the_parser(capsys):
@@ -167,6 +167,10 @@ class CountingBackend:
 
 
 def test_concurrency_caps_requests_in_flight_and_a_rate_spreads_their_starts():
+    assert bench_args().max_concurrency == [None]  # as vllm bench serve: no limit unless given
+    backend = CountingBackend()
+    asyncio.run(run_once(backend, ["x"] * 5, None, math.inf, 5, random.Random(0), Progress(5, "c=inf", False)))
+    assert backend.most == 5
     backend = CountingBackend()
     results, duration = asyncio.run(run_once(backend, ["x"] * 12, 3, math.inf, 5, random.Random(0),
                                              Progress(12, "c=3", False)))
