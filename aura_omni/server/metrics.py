@@ -46,6 +46,11 @@ KV_USAGE = ("aura_omni:kv_cache_usage_perc", "Share of the stage's KV cache bloc
 PREEMPTIONS = ("aura_omni:num_preemptions", "Sequences the stage's scheduler preempted (out of KV blocks).")
 
 
+def _clock(now: float | None) -> float:
+    """`now` when a caller gives the time (tests, events stamped elsewhere), else time.perf_counter()."""
+    return time.perf_counter() if now is None else now
+
+
 def arrival(request: Request) -> float:
     """When the request reached the app (set by RequestMetrics); now when it did not pass through it."""
     return request.scope.get(ARRIVAL) or time.perf_counter()
@@ -185,13 +190,13 @@ class ResponseTimer:
 
     def text(self, now: float | None = None) -> None:
         if self.streamed and not self.text_seen:
-            self.metrics.observe_first_text(self.endpoint, (now or time.perf_counter()) - self.since)
+            self.metrics.observe_first_text(self.endpoint, _clock(now) - self.since)
         self.text_seen = True
 
     def audio(self, seconds: float, now: float | None = None) -> None:
         if seconds <= 0:
             return
-        now = now or time.perf_counter()
+        now = _clock(now)
         if self.streamed and self.clock.audio_seconds == 0:
             self.metrics.observe_ttfa(self.endpoint, now - self.since)
         if self.clock.arrive(now, seconds) and self.streamed:
@@ -201,13 +206,12 @@ class ResponseTimer:
     def silent(self, now: float | None = None) -> None:
         """The model chose not to speak (`<|silent|>`): how long that decision took."""
         if self.streamed:
-            self.metrics.observe_silent_decision(self.endpoint, (now or time.perf_counter()) - self.since)
+            self.metrics.observe_silent_decision(self.endpoint, _clock(now) - self.since)
 
     def finish(self, now: float | None = None) -> None:
         """The reply ended normally: its RTF (replies cut short or without audio have none)."""
         if self.clock.audio_seconds > 0:
-            self.metrics.observe_rtf(self.endpoint, ((now or time.perf_counter()) - self.since)
-                                     / self.clock.audio_seconds)
+            self.metrics.observe_rtf(self.endpoint, (_clock(now) - self.since) / self.clock.audio_seconds)
 
 
 class RealtimeMeter:
@@ -229,7 +233,7 @@ class RealtimeMeter:
         metrics.session_started()
 
     def sent(self, event: dict, now: float | None = None) -> None:
-        now = now or time.perf_counter()
+        now = _clock(now)
         kind = event.get("type")
         rid = event.get("response_id") or (event.get("response") or {}).get("id")
         if kind == "input_audio_buffer.committed":
