@@ -3,7 +3,8 @@
 - `speech`: `POST /v1/audio/speech` streaming raw PCM16 at 24 kHz (`response_format: pcm`, `stream: true`, which
   both aura-omni and vLLM-Omni take).
 - `chat`: streaming `POST /v1/chat/completions` with the user's audio (base64 wav) and camera frames (JPEG data
-  URLs); text from `delta.content`, audio from `delta.audio.data` (PCM16 24 kHz, OpenAI's audio deltas).
+  URLs); text from `delta.content`, audio from `delta.audio.data` (PCM16 24 kHz, OpenAI's audio deltas) or, in
+  vLLM-Omni's chunks marked `modality: audio`, from `delta.content` (PCM16 or WAV).
 - `realtime`: one push-to-talk turn per WebSocket session on `/v1/realtime` (OpenAI Realtime events as vLLM-Omni's
   aura-ptt client sends them): `session.update` -> `session.updated`, `input_audio_buffer.append` (PCM16 16 kHz,
   `video_frames`), `input_audio_buffer.commit` (`create_response: true`); the clock starts at the commit. Audio
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import time
+import wave
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -115,6 +118,19 @@ def merged(body: dict, extra: dict) -> dict:
 
 def pcm16_seconds(data: bytes, sample_rate: int = OUTPUT_SAMPLE_RATE) -> float:
     return len(data) / 2 / sample_rate
+
+
+def audio_seconds(data: bytes) -> float:
+    """Seconds in a chunk of PCM16 at 24 kHz, or in a whole WAV (a server that sends each chunk as a file)."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
+        try:
+            with wave.open(io.BytesIO(data)) as w:
+                if w.getnframes() * w.getsampwidth() * w.getnchannels() <= len(data):  # sizes known and true
+                    return w.getnframes() / w.getframerate()
+        except (wave.Error, EOFError):
+            pass
+        return pcm16_seconds(data[44:])  # a streamed WAV header with unknown sizes: the bytes after it
+    return pcm16_seconds(data)
 
 
 def _error_message(payload: Any, fallback: str) -> str:
@@ -234,10 +250,13 @@ class ChatBackend(HttpBackend):
                 return
             for choice in event.get("choices") or []:
                 delta = choice.get("delta") or {}
+                if event.get("modality") == "audio":  # vLLM-Omni: the chunk's content is base64 audio
+                    reply.audio(audio_seconds(base64.b64decode(delta.get("content") or "")))
+                    continue
                 reply.text(delta.get("content") or "")
                 audio = delta.get("audio") or {}
                 if audio.get("data"):
-                    reply.audio(pcm16_seconds(base64.b64decode(audio["data"])))
+                    reply.audio(audio_seconds(base64.b64decode(audio["data"])))
                 if delta.get("silent"):
                     reply.result.silent = True
 

@@ -9,10 +9,12 @@ import random
 import xml.etree.ElementTree as ET
 from contextlib import asynccontextmanager
 
+import numpy as np
 import pytest
 from websockets.asyncio.server import serve
 
 from aura_omni.bench.backends import RequestResult, merged
+from aura_omni.bench.inputs import wav_bytes
 from aura_omni.bench.plot import concurrency_svg, nice_max
 from aura_omni.bench.serve import Progress, benchmark, markdown_table, run_once, summarize
 from aura_omni.cli import build_parser
@@ -265,6 +267,11 @@ def test_chat_backend_reads_text_audio_silence_and_in_band_errors():
     content = body["messages"][0]["content"]
     assert [p["type"] for p in content] == ["input_audio", "image_url", "image_url"]
     assert body["audio"] == {"voice": "Vivian", "format": "pcm16"} and body["modalities"] == ["text", "audio"]
+    wav = base64.b64encode(wav_bytes(np.zeros(4800, np.float32), 24000)).decode()  # vLLM-Omni: audio in content
+    omni, _ = http_result("chat", 200, sse({**chunk({"content": "Hi"}), "modality": "text"},
+                                           {**chunk({"content": wav}), "modality": "audio"}, "[DONE]"),
+                          "text/event-stream")
+    assert omni.ok and omni.audio_seconds == pytest.approx(0.2) and omni.first_text > 0
     silent, _ = http_result("chat", 200, sse(chunk({"silent": True}, "stop"), "[DONE]"), "text/event-stream")
     assert silent.ok and silent.silent and silent.audio_seconds == 0
     failed, _ = http_result("chat", 200, sse(chunk({"content": "Hi"}), {"error": {"message": "turn failed: boom"}},
