@@ -14,6 +14,7 @@ from fastapi import Depends, FastAPI, Request
 from .. import __version__
 from ..config import DeployConfig
 from .errors import APIError, install_error_handlers
+from .metrics import RequestMetrics
 from .runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .state import ServerState
 
@@ -23,6 +24,7 @@ log = logging.getLogger("aura_omni.server")
 ENDPOINT_MODULES = [
     "chat",
     "health",
+    "metrics",
     "speech",
     "transcriptions",
     "voices",
@@ -67,6 +69,7 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | None = None
     app.state.server = state
     app.state.allowed_media_domains = allowed_media_domains  # remote chat media hosts; None: $AURA_OMNI_ALLOWED_MEDIA_DOMAINS
     install_error_handlers(app)
+    app.add_middleware(RequestMetrics)  # arrival time for the endpoints' timings; requests_total
     for module in ENDPOINT_MODULES:
         app.include_router(importlib.import_module(f"{__package__}.{module}").router)
     return app

@@ -41,6 +41,7 @@ from .chat_protocol import (AudioReply, AudioURLPart, ChatCompletion, ChatComple
 from .disconnect import unless_client_leaves
 from .errors import APIError, error_body
 from .media_input import MediaPolicy
+from .metrics import arrival
 from .turn_builder import TurnBuilder, TurnSpec
 
 log = logging.getLogger("aura_omni.server")
@@ -172,7 +173,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     rid = f"chatcmpl-{uuid.uuid4().hex}"
     with client_errors():
         turn = await TurnBuilder(runtime, state.voices, media_policy(request)).build(spec, rid)
-    events = runtime.pipeline.turn(turn)
+    events = state.metrics.turn_events(request.url.path, runtime.pipeline.turn(turn), arrival(request), body.stream)
     name = body.model or state.served_model_name
     if not body.stream:
         try:

@@ -24,6 +24,7 @@ from ..config import TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk, media_type
 from .disconnect import unless_client_leaves
 from .errors import APIError, error_body
+from .metrics import arrival
 from .protocol import SpeechRequest
 from .voices import decode_ref_audio
 
@@ -155,7 +156,8 @@ async def create_speech(req: SpeechRequest, request: Request):
 
     initial, steady, left = _stream_windows(state, req)
     if stream_format is None:  # streamed inside (frame-exact, same audio) so a client that leaves stops the Talker
-        chunks = state.runtime.speak(tts_req, steady, steady)
+        chunks = state.metrics.audio_stream(request.url.path, state.runtime.speak(tts_req, steady, steady),
+                                            arrival(request), streamed=False)
         try:
             parts = await unless_client_leaves(request, _collect(chunks))
         except mod.TTSRequestError as e:
@@ -166,7 +168,8 @@ async def create_speech(req: SpeechRequest, request: Request):
         data = await asyncio.to_thread(encode_audio, np.asarray(wav, dtype=np.float32), SAMPLE_RATE, req.response_format)
         return Response(content=data, media_type=media_type(req.response_format))
 
-    chunks = state.runtime.speak(tts_req, initial, steady)
+    chunks = state.metrics.audio_stream(request.url.path, state.runtime.speak(tts_req, initial, steady),
+                                        arrival(request))
     try:  # pull the first chunk before answering so request errors still become 4xx
         first = await anext(chunks)
     except StopAsyncIteration:
