@@ -38,6 +38,8 @@ STAGE_GAUGES = {
     "running": ("aura_omni:num_requests_running", "Requests in the stage's running batch."),
     "waiting": ("aura_omni:num_requests_waiting", "Requests waiting for the stage's scheduler (queue depth)."),
     "queued": ("aura_omni:num_requests_queued", "Requests queued in front of the stage's engine."),
+    "in_flight": ("aura_omni:num_requests_in_flight", "Requests with outputs still to come from the stage."),
+    "alive": ("aura_omni:stage_up", "1 while the stage's loop runs, 0 when it is down."),
     "batch_size": ("aura_omni:batch_size", "Rows in the stage's last step."),
     "step_seconds": ("aura_omni:step_seconds", "Duration of the stage's last step, seconds."),
     "prefix_cache_hit_rate": ("aura_omni:prefix_cache_hit_rate", "Prompt blocks found in the prefix cache (0-1)."),

@@ -171,7 +171,7 @@ class Runtime:
 
     def stage_stats(self) -> dict[str, dict[str, float]]:
         """Per stage: what its loop published after its last step (alive, queued, in_flight, steps, batch_size,
-        last_step_s, busy_s, and the engine's running, waiting, free_blocks, total_blocks, prefix_cache_hit_rate, ...).
+        step_seconds, busy_s, and the engine's running, waiting, free_blocks, total_blocks, prefix_cache_hit_rate, ...).
         Takes no lock and never waits for a step."""
         return {name: loop.counters.as_dict() for name, loop in self.loops().items()}
 

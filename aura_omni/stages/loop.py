@@ -75,13 +75,13 @@ class StageCounters:
     in_flight: int = 0  # requests with a live sink
     steps: int = 0
     batch_size: int = 0  # outputs of the last step
-    last_step_s: float = 0.0
+    step_seconds: float = 0.0
     busy_s: float = 0.0  # total time spent in steps
     engine: dict = dataclasses.field(default_factory=dict)  # the engine's stats after the last step
 
     def as_dict(self) -> dict[str, float]:
         return {"alive": self.alive, "queued": self.queued, "in_flight": self.in_flight, "steps": self.steps,
-                "batch_size": self.batch_size, "last_step_s": self.last_step_s, "busy_s": self.busy_s, **self.engine}
+                "batch_size": self.batch_size, "step_seconds": self.step_seconds, "busy_s": self.busy_s, **self.engine}
 
 
 class _AsyncSink:
@@ -242,7 +242,7 @@ class StageLoop:
         c = self.counters
         self.counters = StageCounters(alive=self._running, queued=len(self._inbox), in_flight=len(self._sinks),
                                       steps=c.steps + (batch >= 0), batch_size=max(batch, 0),
-                                      last_step_s=step_s if batch >= 0 else c.last_step_s,
+                                      step_seconds=step_s if batch >= 0 else c.step_seconds,
                                       busy_s=c.busy_s + step_s, engine=self._engine_stats())
         barriers, self._barriers = self._barriers, []
         for done in barriers:
