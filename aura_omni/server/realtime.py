@@ -20,6 +20,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from ..config import AURA, DuplexSession
 from ..session import RealtimeSession
+from ..session.events import new_id
 from .chat import media_policy
 from .errors import APIError
 from .turn_builder import TurnBuilder
@@ -95,7 +96,7 @@ def chosen_subprotocol(offered: list[str]) -> str | None:
 async def refuse(ws: WebSocket, code: str, message: str, close_code: int = POLICY_VIOLATION) -> None:
     """A handshake error, flat as vLLM-Omni sends them, then close."""
     with contextlib.suppress(Exception):
-        await ws.send_text(json.dumps({"type": "error", "error": message, "code": code}))
+        await ws.send_text(json.dumps({"type": "error", "event_id": new_id("event"), "error": message, "code": code}))
         await ws.close(close_code, reason=code)
 
 
@@ -119,7 +120,7 @@ async def realtime(ws: WebSocket) -> None:
         return await refuse(ws, e.code or "invalid_request", e.message)
     slots = session_slots(ws.app)
     if not slots.acquire():
-        event = {"type": "error", "event_id": "event_capacity", "error": {
+        event = {"type": "error", "event_id": new_id("event"), "error": {
             "type": "rate_limit_error", "code": "resource_exhausted", "event_id": None,
             "message": f"duplex_session_capacity_exhausted: limit={slots.limit}"}}
         with contextlib.suppress(Exception):

@@ -293,7 +293,7 @@ async def test_vision_follow_runs_while_the_reply_drains(ws_url):
 async def test_api_key_from_header_query_or_subprotocol(ws_url):
     async with connect(ws_url, headers={}) as c:
         refused = (await c.until("error"))[-1]
-        assert refused["code"] == "invalid_api_key"
+        assert refused["code"] == "invalid_api_key" and refused["event_id"].startswith("event_")
     async with connect(ws_url, query=f"?model={MODEL}&api_key={API_KEY}", headers={}) as c:
         assert (await c.until("session.created", "error"))[-1]["type"] == "session.created"
     async with connect(ws_url, headers={}, subprotocols=["realtime", f"openai-insecure-api-key.{API_KEY}"]) as c:
