@@ -9,7 +9,8 @@ import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI
+from starlette.requests import HTTPConnection
 
 from .. import __version__
 from ..config import DeployConfig
@@ -25,6 +26,7 @@ ENDPOINT_MODULES = [
     "chat",
     "health",
     "metrics",
+    "realtime",
     "speech",
     "transcriptions",
     "voices",
@@ -32,10 +34,11 @@ ENDPOINT_MODULES = [
 OPEN_PATHS = {"/health"}  # answered without an API key
 
 
-async def check_api_key(request: Request) -> None:
-    """`Authorization: Bearer <key>` when the server was started with --api-key."""
+async def check_api_key(request: HTTPConnection) -> None:
+    """`Authorization: Bearer <key>` when the server was started with --api-key. WebSocket endpoints check the key
+    themselves (browsers cannot set headers: server/realtime.py also takes `?api_key=` and a subprotocol)."""
     key = request.app.state.server.api_key
-    if key is None or request.url.path in OPEN_PATHS:
+    if key is None or request.url.path in OPEN_PATHS or request.scope["type"] == "websocket":
         return
     auth = request.headers.get("authorization", "")
     scheme, _, token = auth.partition(" ")

@@ -90,6 +90,12 @@ def _start(tiny_dir: Path, tmp_path_factory, deploy: str, *extra: str):
 
 
 @pytest.fixture(scope="session")
+def start_server(tiny_dir, tmp_path_factory):
+    """`start_server(deploy_file_name, *serve_args)`: a ready server on a deploy file in tiny_dir; the caller stops it."""
+    return lambda deploy, *extra: _start(tiny_dir, tmp_path_factory, deploy, *extra)
+
+
+@pytest.fixture(scope="session")
 def media_root(tmp_path_factory) -> Path:
     """The folder the Base server allows server-local reference audio from."""
     return tmp_path_factory.mktemp("media")
