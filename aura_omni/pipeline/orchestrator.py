@@ -60,10 +60,15 @@ class AuraOmniPipeline:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TurnTimeout(f"turn {req.request_id} exceeded its {timeout:.0f} s timeout")
-                try:
-                    item = await asyncio.wait_for(events.get(), remaining)
-                except asyncio.TimeoutError:
-                    raise TurnTimeout(f"turn {req.request_id} exceeded its {timeout:.0f} s timeout") from None
+                getter = asyncio.ensure_future(events.get())
+                try:  # not wait_for: on 3.11 it can return a result that arrives with a cancel and drop the cancel
+                    done, _ = await asyncio.wait({getter}, timeout=remaining)
+                finally:
+                    if not getter.done():
+                        getter.cancel()
+                if not done:
+                    raise TurnTimeout(f"turn {req.request_id} exceeded its {timeout:.0f} s timeout")
+                item = getter.result()
                 if item is _END:
                     break
                 if isinstance(item, BaseException):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 from contextlib import asynccontextmanager
@@ -14,6 +15,7 @@ from .. import __version__
 from ..config import DeployConfig
 from .errors import install_error_handlers
 from .health import main_model
+from .metrics import RequestMetrics
 from .runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .state import ServerState
 from .websocket_auth import check_api_key as check_key
@@ -24,6 +26,7 @@ log = logging.getLogger("aura_omni.server")
 ENDPOINT_MODULES = [
     "chat",
     "health",
+    "metrics",
     "page",
     "realtime",
     "speech",
@@ -52,7 +55,9 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
     """Build the server; loads the deploy's stage models unless a ready `runtime` is given (tests).
     `served_model_name`: the name (or names, the first reported, as vLLM's) requests may send as `model`.
     `request_timeout_s`: a chat turn running longer is cancelled in every stage and answered 504 (None: no limit)."""
-    runtime = runtime or Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
+    if runtime is None:  # loaded and warmed here: /health answers only once every stage has served a request
+        runtime = Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
+        asyncio.run(runtime.warm_up())
     runtime.request_timeout_s = request_timeout_s
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name or [])
     names = names or [main_model(deploy_config)]
@@ -71,6 +76,7 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
     app.state.server = state
     app.state.allowed_media_domains = allowed_media_domains  # remote chat media hosts; None: $AURA_OMNI_ALLOWED_MEDIA_DOMAINS
     install_error_handlers(app)
+    app.add_middleware(RequestMetrics)  # arrival time for the endpoints' timings; requests_total
     for module in ENDPOINT_MODULES:
         app.include_router(importlib.import_module(f"{__package__}.{module}").router)
     return app

@@ -20,7 +20,9 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from ..config import AURA, DuplexSession
 from ..session import RealtimeSession
+from ..session.events import new_id
 from .chat import media_policy
+from .metrics import RealtimeMeter
 from .errors import APIError
 from .turn_builder import TurnBuilder
 
@@ -95,7 +97,7 @@ def chosen_subprotocol(offered: list[str]) -> str | None:
 async def refuse(ws: WebSocket, code: str, message: str, close_code: int = POLICY_VIOLATION) -> None:
     """A handshake error, flat as vLLM-Omni sends them, then close."""
     with contextlib.suppress(Exception):
-        await ws.send_text(json.dumps({"type": "error", "error": message, "code": code}))
+        await ws.send_text(json.dumps({"type": "error", "event_id": new_id("event"), "error": message, "code": code}))
         await ws.close(close_code, reason=code)
 
 
@@ -119,7 +121,7 @@ async def realtime(ws: WebSocket) -> None:
         return await refuse(ws, e.code or "invalid_request", e.message)
     slots = session_slots(ws.app)
     if not slots.acquire():
-        event = {"type": "error", "event_id": "event_capacity", "error": {
+        event = {"type": "error", "event_id": new_id("event"), "error": {
             "type": "rate_limit_error", "code": "resource_exhausted", "event_id": None,
             "message": f"duplex_session_capacity_exhausted: limit={slots.limit}"}}
         with contextlib.suppress(Exception):
@@ -132,13 +134,17 @@ async def realtime(ws: WebSocket) -> None:
                                   duplex=duplex, max_sessions=slots.limit)
         if not duplex:
             session.start()
-        await serve_session(ws, session)
+        meter = RealtimeMeter(state.metrics, ws.url.path)
+        try:
+            await serve_session(ws, session, meter)
+        finally:
+            meter.close()
     finally:
         slots.release()
 
 
-async def serve_session(ws: WebSocket, session: RealtimeSession) -> None:
-    writer = asyncio.create_task(_send_events(ws, session))
+async def serve_session(ws: WebSocket, session: RealtimeSession, meter: RealtimeMeter | None = None) -> None:
+    writer = asyncio.create_task(_send_events(ws, session, meter))
     try:
         while not session.closed:
             message = await ws.receive()
@@ -169,9 +175,12 @@ async def serve_session(ws: WebSocket, session: RealtimeSession) -> None:
             await ws.close(1000)
 
 
-async def _send_events(ws: WebSocket, session: RealtimeSession) -> None:
+async def _send_events(ws: WebSocket, session: RealtimeSession, meter: RealtimeMeter | None = None) -> None:
     while True:
         event = await session.next_event()
-        await ws.send_text(json.dumps(event.to_json()))
+        payload = event.to_json()
+        if meter is not None:
+            meter.sent(payload)
+        await ws.send_text(json.dumps(payload))
         if event.type == "session.closed":
             return

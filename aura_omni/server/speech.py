@@ -9,6 +9,7 @@ time-stretch without pitch change is not implemented, and resampling would chang
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
@@ -23,6 +24,7 @@ from ..config import TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk, media_type
 from .disconnect import unless_client_leaves
 from .errors import APIError, error_body
+from .metrics import arrival
 from .protocol import SpeechRequest
 from .voices import decode_ref_audio
 
@@ -36,7 +38,7 @@ TASK_OF_MODEL_TYPE = {"base": "Base", "custom_voice": "CustomVoice", "voice_desi
 
 
 def _tts_module():
-    from ..models.qwen3_tts import tts as tts_module
+    from ..stages import tts as tts_module
 
     return tts_module
 
@@ -74,7 +76,7 @@ async def build_tts_request(state, req: SpeechRequest, tts) -> Any:
             if not x_vector_only and ref_text is None:
                 raise APIError("ref_text: Base in-context cloning needs the transcript of ref_audio; send ref_text "
                                "or set x_vector_only_mode: true", param="ref_text", code="missing_ref_text")
-            wav, sr = decode_ref_audio(req.ref_audio, state.allowed_local_media_path)
+            wav, sr = await asyncio.to_thread(decode_ref_audio, req.ref_audio, state.allowed_local_media_path)
             try:
                 voice_prompt = await state.runtime.voice_prompt(wav, sr, ref_text, x_vector_only)
             except _tts_module().TTSRequestError as e:  # unusable reference audio (NaN, too short, ...)
@@ -154,7 +156,8 @@ async def create_speech(req: SpeechRequest, request: Request):
 
     initial, steady, left = _stream_windows(state, req)
     if stream_format is None:  # streamed inside (frame-exact, same audio) so a client that leaves stops the Talker
-        chunks = state.runtime.speak(tts_req, steady, steady)
+        chunks = state.metrics.audio_stream(request.url.path, state.runtime.speak(tts_req, steady, steady),
+                                            arrival(request), streamed=False)
         try:
             parts = await unless_client_leaves(request, _collect(chunks))
         except mod.TTSRequestError as e:
@@ -162,10 +165,11 @@ async def create_speech(req: SpeechRequest, request: Request):
         if isinstance(parts, Response):
             return parts
         wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        data = encode_audio(np.asarray(wav, dtype=np.float32), SAMPLE_RATE, req.response_format)
+        data = await asyncio.to_thread(encode_audio, np.asarray(wav, dtype=np.float32), SAMPLE_RATE, req.response_format)
         return Response(content=data, media_type=media_type(req.response_format))
 
-    chunks = state.runtime.speak(tts_req, initial, steady)
+    chunks = state.metrics.audio_stream(request.url.path, state.runtime.speak(tts_req, initial, steady),
+                                        arrival(request))
     try:  # pull the first chunk before answering so request errors still become 4xx
         first = await anext(chunks)
     except StopAsyncIteration:

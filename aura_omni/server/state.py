@@ -8,6 +8,7 @@ from pathlib import Path
 from fastapi import Request
 
 from .errors import APIError
+from .metrics import ServerMetrics
 from .runtime import Runtime
 from .voices import VoiceRegistry
 
@@ -20,6 +21,10 @@ class ServerState:
     api_key: str | None = None
     allowed_local_media_path: Path | None = None  # server-local reference audio only below this root
     voices: VoiceRegistry = field(default_factory=VoiceRegistry)
+    metrics: ServerMetrics | None = None  # GET /metrics; built over the runtime's stage stats when not given
+
+    def __post_init__(self):
+        self.metrics = self.metrics or ServerMetrics(lambda: self.runtime.stage_stats())
 
     @property
     def model_names(self) -> set[str]:

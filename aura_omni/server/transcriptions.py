@@ -8,6 +8,7 @@ forced aligner, so srt/vtt and `timestamp_granularities` are refused rather than
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 from fastapi import APIRouter, Request
@@ -67,7 +68,7 @@ async def create_transcription(request: Request):
 
     limits = getattr(request.app.state, "media_limits", None) or MediaLimits()
     try:  # the length is checked from the header: Qwen3-ASR splits long audio, but not without end
-        wav, sr = decode_audio(await upload.read(), limits.max_audio_seconds)
+        wav, sr = await asyncio.to_thread(decode_audio, await upload.read(), limits.max_audio_seconds)
     except AudioDecodeError as e:
         raise APIError(f"file: {e}", param="file", code="invalid_audio") from None
     duration = wav.shape[0] / sr

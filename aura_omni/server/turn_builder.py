@@ -83,7 +83,7 @@ class TurnBuilder:
     async def tts_template(self, opts: TTSOptions, info: dict, entry: dict, registered=None):
         """The Talker request for every sentence of this turn, with the cloned voice's prompt computed once.
         `registered`: the voice `opts.voice` named, fetched once when the options were checked."""
-        from ..models.qwen3_tts.tts import TTSRequest, TTSRequestError
+        from ..stages.tts import TTSRequest, TTSRequestError
 
         tts = self.runtime.models[TALKER]
         language = next((lang for lang in tts.languages if lang.lower() == opts.language.lower()), None)

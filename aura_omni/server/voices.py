@@ -8,6 +8,7 @@ Reference audio arrives as base64 / a data URL, an uploaded file, or (only when 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
@@ -31,7 +32,7 @@ MAX_REF_AUDIO_SECONDS = 60.0  # longer references only slow the codec encoder; Q
 
 def _tts_error_types() -> tuple[type[Exception], ...]:
     try:
-        from ..models.qwen3_tts.tts import TTSRequestError
+        from ..stages.tts import TTSRequestError
     except ImportError:  # facade not built yet: nothing extra to map
         return ()
     return (TTSRequestError,)
@@ -143,9 +144,9 @@ async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.n
         except ValidationError as e:
             raise _as_api_error(e) from None
         if audio_bytes is None:
-            return body, decode_ref_audio(body.ref_audio, state.allowed_local_media_path)
+            return body, await asyncio.to_thread(decode_ref_audio, body.ref_audio, state.allowed_local_media_path)
         try:
-            wav, sr = decode_audio(audio_bytes, MAX_REF_AUDIO_SECONDS)
+            wav, sr = await asyncio.to_thread(decode_audio, audio_bytes, MAX_REF_AUDIO_SECONDS)
         except AudioDecodeError as e:
             raise APIError(f"audio_sample: {_plain(e)}", param="audio_sample", code="invalid_audio") from None
         _check_duration(wav, sr, "audio_sample")
@@ -160,7 +161,7 @@ async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.n
         body = VoiceCreateRequest.model_validate(payload)
     except ValidationError as e:
         raise _as_api_error(e) from None
-    return body, decode_ref_audio(body.ref_audio, state.allowed_local_media_path)
+    return body, await asyncio.to_thread(decode_ref_audio, body.ref_audio, state.allowed_local_media_path)
 
 
 def _as_api_error(e: ValidationError) -> APIError:

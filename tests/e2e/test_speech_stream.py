@@ -221,8 +221,8 @@ def test_leaving_mid_sentence_stops_the_talker(customvoice_server):
     run(go())
     deadline = time.monotonic() + 2  # the whole sentence takes ~6 s on 2 CPU cores: only a cancel ends it this soon
     while time.monotonic() < deadline:
-        talker = httpx.get(customvoice_server.url + "/health").json()["engines"]["qwen3_tts"]
-        if talker["running"] == 0 and talker["waiting"] == 0:
+        talker = httpx.get(customvoice_server.url + "/health").json()["stages"]["talker"]
+        if talker["in_flight"] == 0 and talker["running"] == 0 and talker["waiting"] == 0:
             break
         time.sleep(0.1)
-    assert talker["running"] == 0 and talker["waiting"] == 0, talker
+    assert talker["in_flight"] == 0 and talker["running"] == 0 and talker["waiting"] == 0, talker

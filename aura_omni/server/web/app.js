@@ -111,8 +111,8 @@ function addEntry(kind, text, cls = "") {
 async function loadServerInfo() {
   try {
     const health = await fetch("/health"); // open: says whether this deployment has AURA at all
-    const stages = health.ok ? (await health.json()).stages : null;
-    if (Array.isArray(stages) && !stages.includes("aura")) {
+    const roles = health.ok ? (await health.json()).roles : null;
+    if (Array.isArray(roles) && !roles.includes("aura")) {
       ui.connect.disabled = true;
       setStatus("this server has no AURA stage (text-to-speech only): live sessions need the full pipeline", true);
       return;
