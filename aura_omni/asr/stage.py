@@ -1,7 +1,6 @@
 """The ASR service as the pipeline's `AsrStage` (pipeline/stage_api.py): async, model work off the event loop.
 
-Returns Qwen3-ASR's own output format, `language X<asr_text>text` (or "" for no speech), so the
-pipeline's `normalize_asr_transcript` sees exactly what the model would have written.
+Returns the parsed `Transcript` (language, text; both "" for no speech): ASR's result reaches asr2aura as data.
 """
 
 import asyncio
@@ -11,6 +10,7 @@ from typing import Awaitable, Callable
 import numpy as np
 
 from aura_omni.asr.service import AsrService
+from aura_omni.asr.transcript import Transcript
 
 # Sampling keys a deploy file / request may set for the ASR stage.
 _SAMPLING_KEYS = {"temperature": "temperature", "max_tokens": "max_new_tokens", "seed": "seed"}
@@ -33,10 +33,7 @@ class AsrPipelineStage:
         self._call = call or asyncio.to_thread  # e.g. server Runtime.call (its worker pool)
 
     async def transcribe(self, samples: np.ndarray, sample_rate: int, *, request_id: str, language: str | None = None,
-                         context: str | None = None, sampling: dict | None = None) -> str:
+                         context: str | None = None, sampling: dict | None = None) -> Transcript:
         options = {ours: sampling[key] for key, ours in _SAMPLING_KEYS.items() if sampling and sampling.get(key) is not None}
-        transcript = (await transcribe_cancellable(self.service, self._call, [(samples, sample_rate)], language=language,
-                                                   context=context, **options))[0]
-        if not transcript.text:
-            return ""
-        return f"language {transcript.language or 'None'}<asr_text>{transcript.text}"
+        return (await transcribe_cancellable(self.service, self._call, [(samples, sample_rate)], language=language,
+                                             context=context, **options))[0]

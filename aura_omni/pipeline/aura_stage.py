@@ -1,4 +1,4 @@
-"""AURA (Qwen3-VL) as the pipeline's stage 1: prompt text + vision inputs -> streamed reply deltas.
+"""AURA (Qwen3-VL) as the pipeline's stage 1: prompt turns + vision inputs -> streamed reply deltas.
 
 Runs on the continuous-batching engine (its own step thread), so concurrent turns share decode steps
 and a repeated system prompt / conversation history hits the prefix cache. The vision encoder runs
@@ -20,7 +20,7 @@ from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
 from aura_omni.models.tokenizer import load_tokenizer
 from aura_omni.models.vision_graphs import VisionGraphs
 from aura_omni.pipeline.constants import AURA_STOP_TOKEN_IDS
-from aura_omni.pipeline.prompt_tokens import ChatMLTokens, prompt_token_ids
+from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTokenizer
 from aura_omni.pipeline.stage_api import AuraDelta
 from aura_omni.pipeline.stage_engine import engine_config, sampling_params
 from aura_omni.pipeline.vision_cache import VisionEmbeddingCache
@@ -39,7 +39,11 @@ class AuraPipelineStage:
         if model.device.type == "cuda" and not stage.enforce_eager:
             model.vision_graphs = VisionGraphs(model.visual)
         self.vision_cache = VisionEmbeddingCache(model.encode_vision)
-        self.prompt_tokens = ChatMLTokens(tokenizer)
+        self.prompt_tokens = PromptTokenizer(tokenizer)
+        pads = (self.prompt_tokens.image_pad, self.prompt_tokens.video_pad)
+        if pads != (model.config.image_token_id, model.config.video_token_id):
+            raise ValueError(f"{stage.model}: tokenizer vision pads {pads} differ from config.json's "
+                             f"{(model.config.image_token_id, model.config.video_token_id)}")
 
     @classmethod
     def load(cls, stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> "AuraPipelineStage":
@@ -51,15 +55,14 @@ class AuraPipelineStage:
                            detokenize=lambda ids: tokenizer.decode(ids, skip_special_tokens=False), name="aura")
         return cls(model, tokenizer, AsyncLLMEngine(engine), stage)
 
-    def encode_prompt(self, prompt: str, vision: list[VisionInput]):
+    def encode_prompt(self, prompt: AuraPrompt, vision: list[VisionInput]):
         """Token ids + engine prompt (embeddings, MRoPE positions, DeepStack). Runs the vision encoder."""
-        cfg = self.model.config
-        ids = prompt_token_ids(self.prompt_tokens, prompt, vision, (cfg.image_token_id, cfg.video_token_id))
+        ids = self.prompt_tokens(prompt, vision)
         with torch.inference_mode():
             encoded = self.vision_cache(vision) if vision else None
             return vl_request(self.model.build_prompt(ids, vision, encoded), vision)
 
-    async def generate(self, prompt: str, vision: list[VisionInput], *, request_id: str,
+    async def generate(self, prompt: AuraPrompt, vision: list[VisionInput], *, request_id: str,
                        sampling: dict | None = None) -> AsyncIterator[AuraDelta]:
         params = sampling_params(self.stage.default_sampling_params, sampling, stop_token_ids=list(AURA_STOP_TOKEN_IDS))
         ids, mm = await asyncio.to_thread(self.encode_prompt, prompt, vision)

@@ -9,8 +9,10 @@ import asyncio
 import numpy as np
 import pytest
 
+from aura_omni.asr.transcript import Transcript
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
 from aura_omni.pipeline.processors import PipelineRequestError
+from aura_omni.pipeline.prompt_tokens import PromptTurn
 from aura_omni.pipeline.stage_api import AuraDelta
 from aura_omni.pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnRequest
 
@@ -62,10 +64,10 @@ TTS = object()  # the speech stage's request template: opaque to the orchestrato
 
 
 def test_audio_turn_runs_every_stage_in_order():
-    asr, aura, speech = ScriptedAsr("language English<asr_text>hello"), ScriptedAura(["Hi ", "there."]), ScriptedSpeech()
+    asr, aura, speech = ScriptedAsr(Transcript("English", "hello")), ScriptedAura(["Hi ", "there."]), ScriptedSpeech()
     events = _run(AuraOmniPipeline(asr, aura, speech), TurnRequest("r1", audio=(np.zeros(16000), 16000), tts=TTS))
-    assert isinstance(events[0], TranscriptReady) and events[0].text == "hello"
-    assert "<|im_start|>user\nhello<|im_end|>" in aura.prompts[0]
+    assert events[0] == TranscriptReady("hello", "English")
+    assert aura.prompts[0].turns[-1] == PromptTurn("user", "hello")  # ASR's text reaches AURA as data
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hi there."
     assert speech.requests == [("Hi there.", None)]
     done = events[-1]
