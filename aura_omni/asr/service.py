@@ -81,7 +81,7 @@ class AsrService:
         self._engine_lock = threading.Lock()
         # the head of the voice chain: on a shared GPU its steps run on a high-priority stream of their own instead of
         # queueing behind the AURA and Talker steps already issued (audio in, token ids out: nothing crosses on device)
-        self.stream = stage_stream(model.device, priority=-1)
+        self.stream = stage_stream(model.device, priority=-1, enabled=self.engine_config.use_stage_stream)
         self.languages = tuple(model.config.support_languages) or None
 
     @classmethod

@@ -15,6 +15,7 @@ from aura_omni.config import Stage
 from aura_omni.engine.async_engine import AsyncLLMEngine
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.prompts import vl_request
+from aura_omni.layers import kernel_switches
 from aura_omni.media.vision_preprocess import VisionInput
 from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
 from aura_omni.models.tokenizer import load_tokenizer
@@ -36,8 +37,10 @@ def stop_prefix_len(text: str, stops: list[str]) -> int:
 class AuraPipelineStage:
     def __init__(self, model: Qwen3VLForCausalLM, tokenizer, engine: AsyncLLMEngine | None, stage: Stage):
         self.model, self.tokenizer, self.engine, self.stage = model, tokenizer, engine, stage
+        self.kernels = engine_config(stage).kernels  # the vision encoder runs with the stage's kernel switches too
         if model.device.type == "cuda" and not stage.enforce_eager:
-            model.vision_graphs = VisionGraphs(model.visual)
+            with kernel_switches.using(self.kernels):
+                model.vision_graphs = VisionGraphs(model.visual)
         self.vision_cache = VisionEmbeddingCache(model.encode_vision)
         self.prompt_tokens = PromptTokenizer(tokenizer)
         pads = (self.prompt_tokens.image_pad, self.prompt_tokens.video_pad)
@@ -58,7 +61,7 @@ class AuraPipelineStage:
     def encode_prompt(self, prompt: AuraPrompt, vision: list[VisionInput]):
         """Token ids + engine prompt (embeddings, MRoPE positions, DeepStack). Runs the vision encoder."""
         ids = self.prompt_tokens(prompt, vision)
-        with torch.inference_mode():
+        with torch.inference_mode(), kernel_switches.using(self.kernels):
             encoded = self.vision_cache(vision) if vision else None
             return vl_request(self.model.build_prompt(ids, vision, encoded), vision)
 

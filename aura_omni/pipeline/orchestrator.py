@@ -42,8 +42,12 @@ def aura_prompt(req: TurnRequest, transcript: Transcript | None) -> AuraPrompt:
 
 class AuraOmniPipeline:
     def __init__(self, asr: AsrStage | None, aura: AuraStage | None, speech: SpeechStage | None,
-                 *, sentence_min_chars: int = 30, default_timeout_s: float | None = 300.0):
+                 *, sentence_min_chars: int = 30, default_timeout_s: float | None = 300.0,
+                 stream_text_to_talker: bool = True):
         self.asr, self.aura, self.speech = asr, aura, speech
+        # deploy `async_chunk`: AURA's text reaches the Talker sentence by sentence while AURA decodes (True), or the
+        # whole reply once AURA has finished (False)
+        self.stream_text_to_talker = stream_text_to_talker
         self.sentence_min_chars = sentence_min_chars
         self.default_timeout_s = default_timeout_s
 
@@ -104,7 +108,8 @@ class AuraOmniPipeline:
         sentences: asyncio.Queue = asyncio.Queue()
         speaker = asyncio.create_task(self._speak(req, sentences, events)) if req.speak else None
         splitter = SentenceSplitter(self.sentence_min_chars)
-        by_sentence = req.speak and not req.tts_pass_token_ids  # token passthrough speaks the whole reply's ids
+        # token passthrough speaks the whole reply's ids
+        by_sentence = req.speak and not req.tts_pass_token_ids and self.stream_text_to_talker
         raw, shown, ids, prompt_tokens, finish_reason = "", "", [], 0, "stop"
         try:
             async for delta in self.aura.generate(prompt, req.vision, request_id=f"{req.request_id}-aura",
@@ -126,8 +131,8 @@ class AuraOmniPipeline:
                 if by_sentence:
                     for piece in splitter.finish(raw):
                         sentences.put_nowait((piece, None))
-                else:
-                    wrapped = wrap_tts_token_ids(ids)
+                else:  # the whole reply at once: its text, or its own ids for token passthrough
+                    wrapped = wrap_tts_token_ids(ids) if req.tts_pass_token_ids else []
                     sentences.put_nowait((strip_assistant_text(raw), wrapped or None))
             if speaker is not None:
                 sentences.put_nowait(_END)

@@ -92,6 +92,16 @@ def test_first_sentence_is_spoken_while_aura_still_decodes():
     assert first_audio < last_text
 
 
+def test_without_async_chunk_the_talker_speaks_the_whole_reply_after_aura():
+    pieces = ["The first sentence is long enough to speak now. ", "Then ", "more ", "words ", "follow."]
+    speech = ScriptedSpeech()
+    events = _run(AuraOmniPipeline(None, ScriptedAura(pieces, delay=0.01), speech, stream_text_to_talker=False),
+                  TurnRequest("r3b", tts=TTS))
+    kinds = [type(e).__name__ for e in events]
+    assert kinds.index("AudioChunk") > len(kinds) - 1 - kinds[::-1].index("TextDelta")
+    assert speech.requests == [("".join(pieces).strip(), None)]
+
+
 def test_token_passthrough_speaks_wrapped_ids_once():
     speech = ScriptedSpeech()
     _run(AuraOmniPipeline(None, ScriptedAura(["Hello. ", "World."]), speech),
