@@ -20,6 +20,7 @@ from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.engine.shared_engine import SharedEngine
+from aura_omni.layers import kernel_switches
 from aura_omni.layers.device import on_stream, stage_stream
 from aura_omni.media.asr_features import SAMPLE_RATE, log_mel_spectrogram, pad_to_min_length
 from aura_omni.media.audio import AudioDecodeError, resample
@@ -151,7 +152,7 @@ class AsrService:
         UnsupportedLanguageError / ValueError (bad options): both are client errors. Setting `cancel` (from
         another thread) stops the work at the next engine step with TranscriptionCancelled."""
         params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens or self.max_new_tokens, seed=seed)
-        with on_stream(self.stream):
+        with on_stream(self.stream), kernel_switches.using(self.engine_config.kernels):  # the audio encoder's too
             pieces = self.prepare(audios, language, context)
             live = [p for p in pieces if p.features is not None]
             generated = iter(self.generate(live, params, cancel) if live else [])
