@@ -295,6 +295,10 @@ SAMPLING_WHY = {ASR: "the asr stage decodes greedily; per-request sampling goes 
                 CODE2WAV: "Code2Wav is a deterministic decoder: it does not sample"}
 
 
+def _device_name(devices: str) -> str:
+    return devices.strip().removeprefix("cuda:")  # "0" and "cuda:0" are one GPU
+
+
 def _is_cuda(devices: str) -> bool:
     return devices.strip().isdigit() or devices.strip().startswith("cuda")
 
@@ -336,7 +340,7 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
         if "," in st.devices:
             out.append((f"{where}.devices", f"a stage runs on one device in this build (got {st.devices!r})"))
         if "gpu_memory_utilization" in given and _is_cuda(st.devices):
-            gpu_shares.setdefault(st.devices.strip().removeprefix("cuda:"), []).append(st.gpu_memory_utilization)
+            gpu_shares.setdefault(_device_name(st.devices), []).append(st.gpu_memory_utilization)
         if st.subtalker_sampling_params is not None and role != TALKER:
             out.append((f"{where}.subtalker_sampling_params", "only the Talker has a code predictor (sub-talker)"))
         k = st.kernels
@@ -366,7 +370,7 @@ def _code2wav_refusals(cfg: DeployConfig, st: Stage, talker: Stage, where: str) 
     """Code2Wav is no engine here: one stateful decoder per stream, streams' windows decoded together in a batch, on
     the Talker's device, in float32 (what qwen-tts runs)."""
     out, given = [], st.model_fields_set
-    if st.devices.strip() != talker.devices.strip():
+    if _device_name(st.devices) != _device_name(talker.devices):
         out.append((f"{where}.devices", f"Code2Wav runs on the Talker's device ({talker.devices!r}) in this build"))
     if st.load_format != talker.load_format:
         out.append((f"{where}.load_format", f"Code2Wav loads with the Talker's checkpoint ({talker.load_format!r})"))

@@ -275,3 +275,10 @@ def test_kernel_switches_reach_the_stage_engine_config(monkeypatch):
     aura, asr = engine_config(cfg.stage(AURA)), engine_config(cfg.stage(ASR))
     assert aura.kernels.gemv and not aura.kernels.pdl and not aura.use_prefill_graphs
     assert not asr.kernels.gemv and asr.kernels.pdl and asr.use_prefill_graphs
+
+
+def test_code2wav_on_the_talkers_gpu_spelled_either_way_is_accepted():
+    cfg = parse_deploy_config(_tts(talker={"devices": "0", "gpu_memory_utilization": 0.3},
+                                   code2wav={"devices": "cuda:0", "gpu_memory_utilization": 0.2, "enforce_eager": True,
+                                             "default_sampling_params": {"temperature": 0.0, "seed": 42}}))
+    assert cfg.stage(CODE2WAV).devices == "cuda:0"
