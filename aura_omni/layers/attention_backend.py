@@ -47,8 +47,7 @@ _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_layers", "gemv", "triton_prefill",
             "short_attention")
 GEMV_ENV = kernel_switches.GEMV_ENV
-_passed: dict[torch.device, dict[str, bool]] = {}  # per device: the kernels that passed their check (any dtype)
-_passed_dtypes: dict[torch.device, set[torch.dtype]] = {}  # per device: dtypes the Triton kernels passed in
+_passed: dict[tuple[torch.device, torch.dtype], dict[str, bool]] = {}  # the kernels that passed on (device, dtype)
 _native_gqa = [False]  # flash takes unexpanded GQA heads (see _probe_native_gqa)
 _selected: dict[tuple, dict[str, bool]] = {}  # (device, dtype, GEMVs checked) -> outcome; checks run once
 
@@ -75,13 +74,14 @@ def _device_key(device: torch.device) -> torch.device:
     return device
 
 
-def enabled(device: torch.device | str | None = None) -> dict[str, bool]:
-    """What the running stage may use on `device` (default: the current CUDA device): passed its check there and
-    allowed by the stage's switches."""
+def enabled(device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> dict[str, bool]:
+    """What the running stage may use on `device` (default: the current CUDA device) in `dtype` (default: any):
+    passed its check there and allowed by the stage's switches."""
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    passed = _passed.get(_device_key(device), {})
-    return {name: _allowed(name) and passed.get(name, False) for name in _KERNELS}
+    device = _device_key(device)
+    passed = [p for (d, t), p in _passed.items() if d == device and dtype in (None, t)]
+    return {name: _allowed(name) and any(p[name] for p in passed) for name in _KERNELS}
 
 
 def _allowed(name: str) -> bool:
@@ -90,11 +90,7 @@ def _allowed(name: str) -> bool:
 
 
 def _on(name: str, x: torch.Tensor) -> bool:
-    return x.is_cuda and _passed.get(x.device, {}).get(name, False) and _allowed(name)
-
-
-def _triton_dtype(x: torch.Tensor) -> bool:
-    return x.dtype in _passed_dtypes.get(x.device, ())
+    return x.is_cuda and _passed.get((x.device, x.dtype), {}).get(name, False) and _allowed(name)
 
 
 def varlen_enabled(q: torch.Tensor) -> bool:
@@ -110,23 +106,23 @@ def varlen_cached_enabled(q: torch.Tensor) -> bool:
 
 
 def triton_decode_enabled(q: torch.Tensor) -> bool:
-    return _on("triton_decode", q) and _triton_dtype(q) and triton_ops.supports(q.shape[-1], 1)
+    return _on("triton_decode", q) and triton_ops.supports(q.shape[-1], 1)
 
 
 def fused_layers_enabled(x: torch.Tensor) -> bool:
-    return _on("fused_layers", x) and _triton_dtype(x)
+    return _on("fused_layers", x)
 
 
 def triton_prefill_enabled(x: torch.Tensor, head_dim: int) -> bool:
-    return _on("triton_prefill", x) and _triton_dtype(x) and triton_prefill.supports(head_dim)
+    return _on("triton_prefill", x) and triton_prefill.supports(head_dim)
 
 
 def short_attention_enabled(x: torch.Tensor) -> bool:
-    return _on("short_attention", x) and _triton_dtype(x)
+    return _on("short_attention", x)
 
 
 def gemv_enabled(x: torch.Tensor) -> bool:
-    return _on("gemv", x) and _triton_dtype(x)
+    return _on("gemv", x)
 
 
 def triton_paged_decode(q, k_cache, v_cache, meta, scale: float) -> torch.Tensor:
@@ -210,10 +206,10 @@ def select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool =
     device = _device_key(device)
     with on_device(device):
         outcome = _select_backend(device, dtype)
-    passed = _passed.setdefault(device, dict.fromkeys(_KERNELS, False))
+    passed = _passed.setdefault((device, dtype), dict.fromkeys(_KERNELS, False))
     for name, ok in outcome.items():  # what passed stays passed: another stage's choice never turns it off
         passed[name] |= ok
-    return enabled(device)
+    return enabled(device, dtype)
 
 
 def _select_backend(device: torch.device, dtype: torch.dtype) -> dict[str, bool]:
@@ -224,6 +220,7 @@ def _select_backend(device: torch.device, dtype: torch.dtype) -> dict[str, bool]
     if key in _selected:
         return _selected[key]
     outcome = dict.fromkeys(_KERNELS, False)
+    triton_checked = False  # the fused-kernel check ran in this dtype (the others build on its kernels)
     offer = available()
     offer["gemv"] &= gemv_wanted
     if offer["triton_decode"]:
@@ -232,13 +229,13 @@ def _select_backend(device: torch.device, dtype: torch.dtype) -> dict[str, bool]
             errors = triton_ops.self_check(device, dtype)
             outcome["triton_decode"] = errors["paged_decode"] <= tol
             outcome["fused_layers"] = all(v <= tol for k, v in errors.items() if k != "paged_decode")
-            _passed_dtypes.setdefault(device, set()).add(dtype)
+            triton_checked = True
             log.info("triton kernels vs reference (%s): %s", dtype, {k: f"{v:.1e}" for k, v in errors.items()})
         except Exception as e:  # noqa: BLE001
             log.warning("triton kernels unusable here (%s: %s); using torch", type(e).__name__, e)
         for name, check in (("triton_prefill", triton_prefill.self_check),
                             ("short_attention", triton_short_attention.self_check)):
-            if offer[name] and dtype in _passed_dtypes.get(device, ()) and (name != "short_attention" or outcome["fused_layers"]):
+            if offer[name] and triton_checked and (name != "short_attention" or outcome["fused_layers"]):
                 try:
                     error = check(device, dtype)
                     outcome[name] = error <= tol

@@ -65,8 +65,8 @@ def test_two_engines_run_their_steps_with_their_own_switches():
 @pytest.fixture
 def cuda0_checked(monkeypatch):
     """As if every kernel had passed its check on cuda:0 in bf16 (no GPU needed: nothing launches)."""
-    monkeypatch.setattr(attention_backend, "_passed", {CUDA0: dict.fromkeys(attention_backend._KERNELS, True)})
-    monkeypatch.setattr(attention_backend, "_passed_dtypes", {CUDA0: {torch.bfloat16}})
+    monkeypatch.setattr(attention_backend, "_passed",
+                        {(CUDA0, torch.bfloat16): dict.fromkeys(attention_backend._KERNELS, True)})
     return SimpleNamespace(is_cuda=True, device=CUDA0, dtype=torch.bfloat16, shape=(1, 64))
 
 
@@ -82,6 +82,7 @@ def test_a_cpu_stage_or_a_plain_torch_stage_leaves_another_stages_kernels_on(cud
     with kernel_switches.using(KernelSwitches(gemv=False)):
         assert attention_backend.fused_layers_enabled(x) and not attention_backend.gemv_enabled(x)
     assert attention_backend.gemv_enabled(x)
+    assert not attention_backend.fused_layers_enabled(SimpleNamespace(**{**vars(x), "dtype": torch.float16}))
 
 
 def test_pdl_follows_the_running_stage():
