@@ -8,6 +8,7 @@ splits special tokens off before any merge, so the text spans between them token
 
 import threading
 from collections import OrderedDict
+from itertools import chain
 from dataclasses import dataclass
 
 from aura_omni.media.vision_preprocess import VisionInput
@@ -106,4 +107,4 @@ class PromptTokenizer:
             elif p != "":
                 joined.append(p)
         text_ids = self._text_ids([p for p in joined if isinstance(p, str)])
-        return [i for p in joined for i in (text_ids[p] if isinstance(p, str) else p)]
+        return list(chain.from_iterable(text_ids[p] if isinstance(p, str) else p for p in joined))
