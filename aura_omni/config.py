@@ -258,6 +258,7 @@ CODEC_NUM_QUANTIZERS = 16  # codes per Qwen3-TTS 12 Hz codec frame (Code2Wav cou
 CODEC_ATTENTION_WINDOW = 72  # Qwen3-TTS-Tokenizer-12Hz decoder `sliding_window`, frames
 TALKER_MIN_TOKENS = 2  # qwen-tts generate(min_new_tokens=2), models/qwen3_tts/sampling.py MIN_NEW_TOKENS
 TALKER_STOP_IDS = [2150]  # Qwen3-TTS talker codec stop id, always a stop
+PLATFORMS = ("cuda", "cpu", "npu")  # keys of `platforms:`: the kind of the first stage's device
 IN_PROCESS = "stages run in one process and hand their data through in-memory queues"
 REFUSED_EXTRAS = {
     "shm_threshold_bytes": f"there is no shared-memory transport: {IN_PROCESS}",
@@ -333,7 +334,24 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
         if "initial_codec_chunk_frames" in extra.model_fields_set and extra.initial_codec_chunk_frames == 0:
             out.append((f"{where}.extra.initial_codec_chunk_frames",
                         "0 (a first window sized by load) is not implemented; give a frame count (absent: 2)"))
-    talker = cfg.stage(TALKER)
+    talker, code2wav = cfg.stage(TALKER), cfg.stage(CODE2WAV)
+    codec_edge = set(talker.output_connectors.values()) if talker is not None else set()
+    used = set()
+    for i, st in enumerate(cfg.stages):
+        for field, edges in (("input_connectors", st.input_connectors), ("output_connectors", st.output_connectors)):
+            used |= set(edges.values())
+            if edges and not ((st is talker and field == "output_connectors")
+                              or (st is code2wav and field == "input_connectors")):
+                out.append((f"stages[{i}].{field}", f"only the Talker -> Code2Wav edge has a connector: the other "
+                                                    f"edges hand their data over in process"))
+            elif st is code2wav and set(edges.values()) - codec_edge:
+                out.append((f"stages[{i}].{field}", f"must name the Talker's output connector "
+                                                    f"({', '.join(sorted(codec_edge)) or 'none'}): its settings are "
+                                                    f"the codec windows'"))
+    for name in sorted(set(cfg.connectors) - used):
+        out.append((f"connectors.{name}", "no stage uses it"))
+    for name in sorted(set(cfg.platforms) - set(PLATFORMS)):
+        out.append((f"platforms.{name}", f"a platform is one of {', '.join(PLATFORMS)} (a stage device's kind)"))
     gpu_shares: dict[str, list[float]] = {}
     for i, st in enumerate(cfg.stages):
         role, where, given = cfg.role_of(st), f"stages[{i}]", st.model_fields_set

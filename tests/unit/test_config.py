@@ -219,6 +219,14 @@ def test_every_upstream_connector_extra_is_honoured_or_refused():
     (_tts(session_mode="duplex"), "session_mode", "aura_omni pipeline mode"),
     (dict(_aura(), duplex_session={"max_sessions": 2}), "duplex_session", "only with session_mode: duplex"),
     (dict(_aura(), connectors={"c": {"name": "MooncakeConnector"}}), "connectors.c.name", "only SharedMemoryConnector"),
+    (dict(_tts(), connectors={"shm": {}, "spare": {}}), "connectors.spare", "no stage uses it"),
+    (dict(_aura(), connectors={"c": {}}, stages=[dict(s, output_connectors={"to_stage_1": "c"}) if s["stage_id"] == 0
+                                                 else s for s in _aura()["stages"]]),
+     "stages[0].output_connectors", "only the Talker -> Code2Wav edge"),
+    (dict(_tts(code2wav={"input_connectors": {"from_stage_0": "other"}}), connectors={"shm": {}, "other": {}}),
+     "stages[1].input_connectors", "must name the Talker's output connector (shm)"),
+    (dict(_tts(), platforms={"rocm": {"stages": [{"stage_id": 0, "enforce_eager": True}]}}), "platforms.rocm",
+     "cuda, cpu, npu"),
 ])
 def test_stage_and_top_level_fields_this_build_would_ignore_are_refused(data, field, why):
     _refused(data, field, why)
