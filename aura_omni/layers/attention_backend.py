@@ -48,7 +48,7 @@ _KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_l
             "short_attention")
 GEMV_ENV = kernel_switches.GEMV_ENV
 _passed: dict[tuple[torch.device, torch.dtype], dict[str, bool]] = {}  # the kernels that passed on (device, dtype)
-_native_gqa = [False]  # flash takes unexpanded GQA heads (see _probe_native_gqa)
+_native_gqa: set[tuple[torch.device, torch.dtype]] = set()  # where flash takes unexpanded GQA heads (_probe_native_gqa)
 _selected: dict[tuple, dict[str, bool]] = {}  # (device, dtype, GEMVs checked) -> outcome; checks run once
 
 
@@ -155,7 +155,7 @@ def _call(q, k, v, cu_q, cu_k, max_q, max_k, scale, **extra):
     if q.shape[1] != k.shape[-2]:
         if "enable_gqa" in _VARLEN_ARGS:
             kwargs["enable_gqa"] = True
-        elif not _native_gqa[0]:  # expand the kv heads for kernels without GQA
+        elif (q.device, q.dtype) not in _native_gqa:  # expand the kv heads for kernels without GQA
             rep = q.shape[1] // k.shape[-2]
             k, v = k.repeat_interleave(rep, dim=-2), v.repeat_interleave(rep, dim=-2)
     return _varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **kwargs)
@@ -253,7 +253,8 @@ def _select_backend(device: torch.device, dtype: torch.dtype) -> dict[str, bool]
     if dtype not in _FLASH_DTYPES:
         offer = dict(offer, varlen=False, varlen_cached=False, paged_varlen=False)
     if _varlen_attn is not None and any(offer[k] for k in ("varlen", "varlen_cached", "paged_varlen")):
-        _native_gqa[0] = "enable_gqa" not in _VARLEN_ARGS and _probe_native_gqa(device, dtype)
+        if "enable_gqa" not in _VARLEN_ARGS and _probe_native_gqa(device, dtype):
+            _native_gqa.add((device, dtype))
     gen = torch.Generator(device="cpu").manual_seed(0)
     hq, hkv, d, bs = 4, 2, 64, 16
     rnd = lambda *shape: torch.randn(*shape, generator=gen).to(device, dtype)
