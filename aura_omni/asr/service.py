@@ -23,7 +23,7 @@ from aura_omni.media.audio import AudioDecodeError, resample
 from aura_omni.models.loader import resolve_checkpoint
 from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos, preset_config_path
 from aura_omni.models.qwen3_asr_encoder import TOKENS_PER_CHUNK, num_audio_tokens
-from aura_omni.pipeline.stage_engine import engine_config
+from aura_omni.stages.engine_config import engine_config
 from aura_omni.stages.loop import StageLoop, StageOutput
 
 SILENCE_PEAK = 1e-4  # |sample| below this everywhere (about -80 dBFS, 3 LSB of 16-bit): no speech, skip the model

@@ -22,8 +22,8 @@ from aura_omni.models.vision_graphs import VisionGraphs
 from aura_omni.pipeline.constants import AURA_STOP_TOKEN_IDS
 from aura_omni.pipeline.prompt_tokens import ChatMLTokens, prompt_token_ids
 from aura_omni.pipeline.stage_api import AuraDelta
-from aura_omni.pipeline.stage_engine import engine_config, sampling_params
 from aura_omni.pipeline.vision_cache import VisionEmbeddingCache
+from aura_omni.stages.engine_config import engine_config, sampling_params
 from aura_omni.stages.llm import LLMStageEngine
 from aura_omni.stages.loop import StageLoop
 

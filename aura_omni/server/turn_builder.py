@@ -17,7 +17,7 @@ from typing import Any
 from ..config import ASR, AURA, TALKER  # Code2Wav takes no sampling: its list entry is accepted, unused
 from ..pipeline.constants import AURA_STOP_TOKEN_IDS
 from ..pipeline.processors import PipelineRequestError, TTSOptions, as_bool, first_value, tts_options
-from ..pipeline.stage_engine import sampling_params
+from ..stages.engine_config import sampling_params
 from ..pipeline.turn import TurnRequest
 from .media_input import MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input, load_video_input
 from .voices import MAX_REF_AUDIO_SECONDS, VoiceRegistry

@@ -140,7 +140,7 @@ def test_not_yaml_and_missing_file_are_clear(tmp_path):
 
 
 def test_stage_engine_settings_reach_the_engine_config():
-    from aura_omni.pipeline.stage_engine import engine_config
+    from aura_omni.stages.engine_config import engine_config
 
     cfg = load_deploy_config(CONFIGS / "aura_omni.yaml")
     aura = engine_config(cfg.stage(AURA))
