@@ -266,7 +266,7 @@ def _dummy_tokenizer_dir(preset_dir: Path) -> Path:
     """A tokenizer for dummy weights: the real Qwen vocabulary with the ASR added tokens, written once."""
     import tempfile
 
-    from aura_omni.testing.tiny_asr import write_asr_tokenizer
+    from aura_omni.models.qwen_vocab import write_asr_tokenizer
 
     out = Path(tempfile.gettempdir()) / "aura_omni_asr_tokenizer"
     if not (out / "tokenizer_config.json").exists():

@@ -7,7 +7,7 @@ from aura_omni.media.vision_preprocess import preprocess_image, preprocess_video
 from aura_omni.models.tokenizer import load_tokenizer
 from aura_omni.pipeline.processors import asr2aura
 from aura_omni.pipeline.prompt_tokens import ChatMLTokens, expand_vision_placeholders, prompt_token_ids
-from aura_omni.testing.tokenizer import write_qwen_tokenizer
+from aura_omni.models.qwen_vocab import write_qwen_tokenizer
 
 PADS = (151655, 151656)  # image pad, video pad
 
