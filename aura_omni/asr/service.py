@@ -256,7 +256,7 @@ class AsrStageEngine:
 
 
 def load_asr_stage(stage, device: str, dtype: torch.dtype, load_format: str) -> AsrService:
-    """Runtime loader of a deploy file's `asr` stage (server/runtime.py STAGE_LOADERS)."""
+    """Runtime loader of a deploy file's `asr` stage (pipeline/runtime.py STAGE_LOADERS)."""
     max_tokens = stage.default_sampling_params.max_tokens or MAX_NEW_TOKENS
     return AsrService.from_pretrained(stage.model, dtype=dtype, device=device, load_format=load_format,
                                       max_new_tokens=max_tokens, engine_config=engine_config(stage))

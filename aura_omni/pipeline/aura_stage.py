@@ -106,5 +106,5 @@ class AuraPipelineStage:
 
 
 def load_aura_stage(stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> AuraPipelineStage:
-    """Runtime loader of a deploy file's `aura` stage (server/runtime.py STAGE_LOADERS)."""
+    """Runtime loader of a deploy file's `aura` stage (pipeline/runtime.py STAGE_LOADERS)."""
     return AuraPipelineStage.load(stage, device, dtype, load_format)

@@ -13,8 +13,8 @@ from fastapi import Depends, FastAPI, Request
 
 from .. import __version__
 from ..config import DeployConfig
+from ..pipeline.runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .errors import APIError, install_error_handlers
-from .runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .state import ServerState
 
 log = logging.getLogger("aura_omni.server")

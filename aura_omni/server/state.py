@@ -7,8 +7,8 @@ from pathlib import Path
 
 from fastapi import Request
 
+from ..pipeline.runtime import Runtime
 from .errors import APIError
-from .runtime import Runtime
 from .voices import VoiceRegistry
 
 

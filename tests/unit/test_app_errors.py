@@ -6,8 +6,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from aura_omni.config import load_deploy_config, parse_deploy_config
+from aura_omni.pipeline.runtime import Runtime
 from aura_omni.server.app import create_app
-from aura_omni.server.runtime import Runtime
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 AUTH = {"Authorization": "Bearer k"}

@@ -20,7 +20,7 @@ from ..pipeline.processors import PipelineRequestError, TTSOptions, as_bool, fir
 from ..stages.engine_config import sampling_params
 from ..pipeline.turn import TurnRequest
 from .media_input import MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input, load_video_input
-from .voices import MAX_REF_AUDIO_SECONDS, VoiceRegistry
+from ..server.voices import MAX_REF_AUDIO_SECONDS, VoiceRegistry
 
 # sampling_params_list keys the Talker honours -> TTSRequest fields
 _TALKER_SAMPLING = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p",

@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Callable
 import numpy as np
 
 from ..config import ASR, AURA, CODE2WAV, TALKER, DeployConfig, Stage
-from .errors import APIError
+from ..server.errors import APIError
 
 log = logging.getLogger("aura_omni.server")
 
@@ -30,7 +30,7 @@ DEFAULT_REQUEST_TIMEOUT_S = 300.0
 # role -> "module:attribute" of a loader `(stage, device, dtype, load_format) -> model`. Code2Wav is
 # part of the Qwen3-TTS facade, so it has no loader of its own. Stage owners add one line here.
 STAGE_LOADERS: dict[str, str] = {
-    TALKER: "aura_omni.server.runtime:load_qwen3_tts",
+    TALKER: "aura_omni.pipeline.runtime:load_qwen3_tts",
     ASR: "aura_omni.asr.service:load_asr_stage",
     AURA: "aura_omni.pipeline.aura_stage:load_aura_stage",
 }
