@@ -16,7 +16,6 @@ from typing import Any, AsyncIterator, Callable
 import numpy as np
 
 from ..config import ASR, AURA, CODE2WAV, TALKER, DeployConfig, Stage
-from ..server.errors import APIError
 
 log = logging.getLogger("aura_omni.server")
 
@@ -26,6 +25,11 @@ ROLE_NAMES = {ASR: "a Qwen3-ASR stage (model_stage: asr)", AURA: "an AURA stage 
               CODE2WAV: "a Code2Wav stage (model_stage: code2wav)"}
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
+
+
+class StageNotDeployedError(LookupError):
+    """A request needs a stage this deployment lacks (the server answers 400 `stage_not_deployed`)."""
+
 
 # role -> "module:attribute" of a loader `(stage, device, dtype, load_format) -> model`. Code2Wav is
 # part of the Qwen3-TTS facade, so it has no loader of its own. Stage owners add one line here.
@@ -85,7 +89,7 @@ class Runtime:
     @classmethod
     def load(cls, deploy: DeployConfig, *, device: str | None = None, dtype: str | None = None,
              load_format: str | None = None) -> Runtime:
-        """Load every declared stage that has a loader; others are logged and answer 501 when used."""
+        """Load every declared stage (Code2Wav is part of the Qwen3-TTS facade)."""
         first = deploy.stages[0]
         deploy = deploy.for_platform(platform_of(stage_device(first, device)))
         models: dict[str, Any] = {}
@@ -93,11 +97,7 @@ class Runtime:
             role = deploy.role_of(stage)
             if role == CODE2WAV:
                 continue
-            target = STAGE_LOADERS.get(role)
-            if target is None:
-                log.warning("stage %d (%s, %s): this build has no loader for it yet; its endpoints answer 501",
-                            stage.stage_id, role, stage.model)
-                continue
+            target = STAGE_LOADERS[role]
             dev = stage_device(stage, device)
             fmt = load_format or stage.load_format
             module, _, attr = target.partition(":")
@@ -130,15 +130,12 @@ class Runtime:
         return self._pipeline
 
     def require(self, role: str, endpoint: str) -> Any:
-        """The model serving `role`, or an APIError saying what this deployment lacks."""
+        """The model serving `role`, or StageNotDeployedError saying what this deployment lacks."""
         if role in self.models:
             return self.models[role]
-        if role in self.deploy.roles:
-            raise APIError(f"{endpoint} needs {ROLE_NAMES[role]}; the deployment declares it but this build "
-                           f"cannot run it yet", 501, code="stage_not_implemented")
-        raise APIError(f"{endpoint} is not available: this deployment ({self.deploy.source}, pipeline "
-                       f"{self.deploy.pipeline!r}, stages {sorted(self.deploy.roles)}) lacks {ROLE_NAMES[role]}",
-                       400, code="stage_not_deployed")
+        raise StageNotDeployedError(f"{endpoint} is not available: this deployment ({self.deploy.source}, pipeline "
+                                    f"{self.deploy.pipeline!r}, stages {sorted(self.deploy.roles)}) lacks "
+                                    f"{ROLE_NAMES[role]}")
 
     # ---- the async surfaces endpoints use (stable while the stage loops underneath change) ----------------
     def speak(self, tts_request, initial_chunk_frames: int, chunk_frames: int) -> AsyncIterator:
