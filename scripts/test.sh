@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
+"${VENV:-.venv}/bin/lint-imports"  # one import direction, before any test (pyproject.toml [tool.importlinter])
 bash scripts/setup_qwen_tts_reference.sh
 VENV=${VENV:-.venv}
 "$VENV/bin/python" -m pytest -q tests/ "$@"

@@ -70,7 +70,7 @@ class Sequence:
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # chained hashes of this sequence's full, computed blocks
         self.num_preemptions = 0
-        self.generator: torch.Generator | None = None  # seeded requests; see layers/sampler.py
+        self.generator: torch.Generator | None = None  # seeded requests; see engine/sampler.py
         self.model_state: Any = None  # per-request state owned by the model adapter
         self.text: str | None = None  # detokenized output, kept when stop strings are checked
         self.arrival_time = time.monotonic()

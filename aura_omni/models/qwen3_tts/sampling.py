@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-from aura_omni.engine.sampling_params import MAX_TOP_K
 from aura_omni.models.qwen3_tts.config import GenerationDefaults
 
 CODEC_EOS = 2150  # Qwen3-TTS talker codec stop id (talker_config.codec_eos_token_id)
 MIN_NEW_TOKENS = 2  # qwen-tts Qwen3TTSForConditionalGeneration.generate(min_new_tokens=2)
 SUPPRESSED_SPAN = 1024  # ids [vocab - 1024, vocab) are control/speaker/language ids, never sampled
+MAX_TOP_K = 2**31 - 1  # int32, as in engine/sampling_params.py (a model does not import the engine)
 
 
 @dataclass
