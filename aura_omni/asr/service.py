@@ -89,7 +89,7 @@ class AsrService:
         dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
         net = Qwen3ASR.from_pretrained(model, dtype=dtype, device=device, load_format=load_format)
         if load_format == "dummy":
-            tok_dir = tokenizer or _dummy_tokenizer_dir(preset_config_path(model).parent)
+            tok_dir = tokenizer or _dummy_tokenizer_dir()
             return cls(net, load_asr_tokenizer(tok_dir), **kw)
         ckpt = resolve_checkpoint(model)
         return cls(net, load_asr_tokenizer(tokenizer or ckpt), eos_token_ids=load_generation_eos(ckpt), **kw)
@@ -262,7 +262,7 @@ def load_asr_stage(stage, device: str, dtype: torch.dtype, load_format: str) -> 
                                       max_new_tokens=max_tokens, engine_config=engine_config(stage))
 
 
-def _dummy_tokenizer_dir(preset_dir: Path) -> Path:
+def _dummy_tokenizer_dir() -> Path:
     """A tokenizer for dummy weights: the real Qwen vocabulary with the ASR added tokens, written once."""
     import tempfile
 
