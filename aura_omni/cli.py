@@ -52,8 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
     tiny = sub.add_parser("make-tiny", help="write tiny random checkpoints of all four stages + deploy files")
     tiny.add_argument("dir")
     tiny.add_argument("--seed", type=int, default=0)
-    tiny.add_argument("--allow-missing", action="store_true", help="skip checkpoint writers not built yet")
-
     from .bench.serve import add_cli_args as add_bench_serve_args
 
     bench = sub.add_parser("bench", help="benchmark a running server")
@@ -107,7 +105,7 @@ def serve(args: argparse.Namespace) -> int:
 def make_tiny_command(args: argparse.Namespace) -> int:
     from .testing.make_tiny import make_tiny
 
-    written = make_tiny(args.dir, seed=args.seed, strict=not args.allow_missing)
+    written = make_tiny(args.dir, seed=args.seed)
     for name, path in written.items():
         print(f"{name}: {path}")
     return 0

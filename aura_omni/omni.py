@@ -33,10 +33,10 @@ import numpy as np
 
 from .config import DeployConfig, load_deploy_config
 from .pipeline.constants import TTS_SAMPLE_RATE
+from .pipeline.media_input import MediaPolicy
+from .pipeline.runtime import Runtime
 from .pipeline.turn import TurnEvent, collect_turn
-from .server.media_input import MediaPolicy
-from .server.runtime import Runtime
-from .server.turn_builder import TurnBuilder, TurnSpec
+from .pipeline.turn_builder import TurnBuilder, TurnSpec
 from .session import RealtimeSession
 
 AURA_SAMPLING_OPTIONS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "min_tokens", "seed", "logit_bias",

@@ -1,6 +1,6 @@
 """Check the fused Triton kernels (aura_omni/layers/triton_ops.py, triton_gemv.py, triton_prefill.py,
 triton_short_attention.py) against their torch references,
-and the Talker's sampling kernel (aura_omni/layers/triton_sampling.py) against `sampling.choose_batched`.
+and the Talker's sampling kernel (aura_omni/models/qwen3_tts/triton_sampling.py) against `sampling.choose_batched`.
 
     TRITON_INTERPRET=1 python scripts/check_triton_ops.py --device cpu     # no GPU: Triton's interpreter
     python scripts/check_triton_ops.py                                     # CUDA: fp32 and bf16
@@ -10,7 +10,8 @@ import argparse
 
 import torch
 
-from aura_omni.layers import triton_gemv, triton_ops, triton_prefill, triton_sampling, triton_short_attention
+from aura_omni.layers import triton_gemv, triton_ops, triton_prefill, triton_short_attention
+from aura_omni.models.qwen3_tts import triton_sampling
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_browser_deps.sh
 bash scripts/install.sh
+"${VENV:-.venv}/bin/lint-imports"  # one import direction, before any test (pyproject.toml [tool.importlinter])
 bash scripts/setup_qwen_tts_reference.sh
 VENV=${VENV:-.venv}
 # with apt-get here the browser test must run, not skip (a machine without it skips when chromium is missing)

@@ -24,15 +24,15 @@ from torch import nn
 
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.cuda_graphs import DecodeGraphs
-from aura_omni.engine.kv_cache import allocate_kv_cache, free_kv_cache
 from aura_omni.engine.memory import KVPlan, plan_kv_cache
 from aura_omni.engine.model_api import CausalLMAdapter, ModelAdapter, Piece, StepInputs
 from aura_omni.engine.prefill_graphs import PrefillGraphs, graph_sizes
+from aura_omni.engine.sampler import Sampler, is_plain_greedy
 from aura_omni.engine.scheduler import ScheduledSeq, SchedulerOutput
 from aura_omni.layers import attention_backend, kernel_switches
 from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.layers.device import on_device, upload_async
-from aura_omni.layers.sampler import Sampler, is_plain_greedy
+from aura_omni.layers.kv_cache import allocate_kv_cache, free_kv_cache
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,6 @@ i - prompt_len. `num_computed_tokens` counts tokens whose K/V are in the cache; 
 """
 
 import enum
-import itertools
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +38,6 @@ class MultimodalPrompt:
     content_hashes: list[tuple[int, str]] | None = None
 
 
-_ids = itertools.count()
-
 PENDING = -1  # an output token queued on the device whose value has not come back yet
 
 
@@ -49,7 +45,6 @@ class Sequence:
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                  eos_token_ids: list[int] = (), mm: MultimodalPrompt | None = None, max_model_len: int | None = None):
         self.request_id = request_id
-        self.seq_id = next(_ids)
         self.params = params
         self.mm = mm
         self.prompt_len = mm.embeds.shape[0] if mm is not None else len(prompt_token_ids)
@@ -70,11 +65,9 @@ class Sequence:
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # chained hashes of this sequence's full, computed blocks
         self.num_preemptions = 0
-        self.generator: torch.Generator | None = None  # seeded requests; see layers/sampler.py
+        self.generator: torch.Generator | None = None  # seeded requests; see engine/sampler.py
         self.model_state: Any = None  # per-request state owned by the model adapter
         self.text: str | None = None  # detokenized output, kept when stop strings are checked
-        self.arrival_time = time.monotonic()
-        self.first_token_time: float | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -118,7 +118,3 @@ def decode_image(data: bytes, limits: MediaLimits = MediaLimits()) -> np.ndarray
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
         raise MediaError(f"cannot decode image: {e}") from e
     return to_rgb(img)
-
-
-def load_image(source: str | bytes, limits: MediaLimits = MediaLimits(), allowed_domains: Iterable[str] = ()) -> np.ndarray:
-    return decode_image(media_bytes(source, "image", limits, allowed_domains), limits)

@@ -86,8 +86,3 @@ def decode_video(data: bytes, limits: MediaLimits = MediaLimits(), fps: float = 
               for i in wanted]
     indices = [min(i, last) for i in wanted]
     return VideoClip(np.stack(frames), video_fps, indices)
-
-
-def load_video(source: str | bytes, limits: MediaLimits = MediaLimits(), allowed_domains: Iterable[str] = (),
-               fps: float = VIDEO_FPS) -> VideoClip:
-    return decode_video(media_bytes(source, "video", limits, allowed_domains), limits, fps)

@@ -9,7 +9,6 @@ What the engine drives (docs/architecture.md):
 Checkpoint keys: `model.visual.*`, `model.language_model.{embed_tokens,layers,norm}.*`, `lm_head.weight`.
 """
 
-import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,31 +74,6 @@ class VLPrompt:
     def __len__(self) -> int:
         return len(self.token_ids)
 
-    def slice(self, start: int, end: int | None = None) -> "VLPrompt":
-        """Tokens [start, end): for chunked prefill or skipping a prefix already in the KV cache."""
-        end = len(self) if end is None else end
-        ds = None
-        if self.deepstack is not None:
-            keep = (self.deepstack.positions >= start) & (self.deepstack.positions < end)
-            if keep.any():
-                ds = DeepStack(self.deepstack.positions[keep] - start, [f[keep] for f in self.deepstack.features])
-        return VLPrompt(self.token_ids[start:end], self.inputs_embeds[start:end], self.positions[:, start:end],
-                        self.rope_delta, ds, int(ds.positions.numel()) if ds else 0)
-
-
-def concat_prompts(prompts: list[VLPrompt]) -> tuple[torch.Tensor, torch.Tensor, DeepStack | None]:
-    """Flatten prompts for one varlen forward: embeds [N, H], positions [3, N], DeepStack with flat indices."""
-    embeds = torch.cat([p.inputs_embeds for p in prompts])
-    positions = torch.cat([p.positions for p in prompts], dim=1)
-    offsets = [0, *itertools.accumulate(len(p) for p in prompts)]
-    parts = [(p.deepstack, off) for p, off in zip(prompts, offsets) if p.deepstack is not None]
-    if not parts:
-        return embeds, positions, None
-    depth = min(len(ds.features) for ds, _ in parts)
-    flat_pos = torch.cat([ds.positions + off for ds, off in parts])
-    feats = [torch.cat([ds.features[k] for ds, _ in parts]) for k in range(depth)]
-    return embeds, positions, DeepStack(flat_pos, feats)
-
 
 def mrope_positions(token_ids, vision_inputs: list[VisionInput], image_token_id: int = 151655,
                     video_token_id: int = 151656) -> tuple[torch.Tensor, int]:
@@ -149,12 +123,6 @@ def mrope_positions(token_ids, vision_inputs: list[VisionInput], image_token_id:
     pos[2, slots] += within % width
     delta = int(pos.max()) + 1 - len(ids) if len(ids) else 0
     return torch.from_numpy(pos), delta
-
-
-def decode_positions(seq_lens: list[int], rope_deltas: list[int], device=None) -> torch.Tensor:
-    """[3, B] positions of each sequence's next token (its index = current length)."""
-    p = torch.tensor([n + d for n, d in zip(seq_lens, rope_deltas)], dtype=torch.long, device=device)
-    return p.unsqueeze(0).expand(3, -1)
 
 
 class Qwen3VLForCausalLM(nn.Module):

@@ -8,7 +8,7 @@ def load_tokenizer(ckpt: str | Path | None):
     from transformers import AutoTokenizer
 
     if ckpt is None:
-        from aura_omni.testing.tokenizer import qwen_vocab_dir
+        from aura_omni.models.qwen_vocab import qwen_vocab_dir
 
         ckpt = qwen_vocab_dir()
     return AutoTokenizer.from_pretrained(str(ckpt))

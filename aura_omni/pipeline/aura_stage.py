@@ -23,8 +23,8 @@ from aura_omni.models.vision_graphs import VisionGraphs
 from aura_omni.pipeline.constants import AURA_STOP_TOKEN_IDS
 from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTokenizer
 from aura_omni.pipeline.stage_api import AuraDelta
-from aura_omni.pipeline.stage_engine import engine_config, sampling_params
 from aura_omni.pipeline.vision_cache import VisionEmbeddingCache
+from aura_omni.stages.engine_config import engine_config, sampling_params
 from aura_omni.stages.llm import LLMStageEngine
 from aura_omni.stages.loop import StageLoop
 
@@ -113,5 +113,5 @@ class AuraPipelineStage:
 
 
 def load_aura_stage(stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> AuraPipelineStage:
-    """Runtime loader of a deploy file's `aura` stage (server/runtime.py STAGE_LOADERS)."""
+    """Runtime loader of a deploy file's `aura` stage (pipeline/runtime.py STAGE_LOADERS)."""
     return AuraPipelineStage.load(stage, device, dtype, load_format)

@@ -6,14 +6,12 @@ Behaviour follows vLLM-Omni's aura_omni processors (merged G1 format; G4 cleanin
 deviations noted inline where the upstream behaviour is a known bug.
 """
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from aura_omni.asr.transcript import Transcript
 from aura_omni.pipeline.constants import (
-    CODEC_FRAME_RATE,
     DEFAULT_AURA_SYSTEM_PROMPT,
     DEFAULT_CUSTOM_VOICE_SPEAKER,
     DEFAULT_TTS_LANGUAGE,
@@ -240,37 +238,3 @@ def tts_options(
         "Base TTS requires a reference voice: tts_ref_audio with tts_ref_text, tts_ref_audio with "
         "tts_x_vector_only_mode, or a registered voice name"
     )
-
-
-def ref_code_length(num_samples: int, sample_rate: int) -> int:
-    """Reference codec frames for `num_samples` of audio at 12.5 Hz (at least 1)."""
-    return max(1, math.ceil(num_samples / sample_rate * CODEC_FRAME_RATE))
-
-
-def estimate_talker_prompt_len(
-    task_type: str,
-    *,
-    language: str,
-    num_ids: int,
-    instruct: str = "",
-    non_streaming: bool | None = None,
-    ref_code_len: int | None = None,
-    x_vector_only: bool = False,
-) -> int:
-    """vLLM-Omni's Talker prefill-length estimate (its scheduler reserves this many placeholder tokens).
-
-    We build the Talker prompt natively at its exact length, so this is only kept for compatibility and
-    to document the reference; `num_ids` is the length of the wrapped assistant-template ids.
-    """
-    if non_streaming is None:
-        non_streaming = task_type in ("CustomVoice", "VoiceDesign")
-    p = 3 if language.strip().lower() == "auto" else 4
-    s = 1 if task_type in ("CustomVoice", "Base") else 0
-    base = len((instruct or "").strip()) + 3 + (p + s + 2 - 1)
-    if task_type in ("CustomVoice", "VoiceDesign") or (task_type == "Base" and (x_vector_only or ref_code_len is None)):
-        return base + max(0, num_ids - 6) if non_streaming else base + 1
-    if task_type == "Base":
-        if non_streaming:
-            return base + 1 + ref_code_len + max(0, num_ids - 8) + 1
-        return base + 1 + ref_code_len
-    return base + max(num_ids, 1)

@@ -13,10 +13,10 @@ from starlette.requests import HTTPConnection
 
 from .. import __version__
 from ..config import DeployConfig
+from ..pipeline.runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .errors import install_error_handlers
 from .health import main_model
 from .metrics import RequestMetrics
-from .runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .state import ServerState
 from .websocket_auth import check_api_key as check_key
 

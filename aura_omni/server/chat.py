@@ -34,15 +34,15 @@ from fastapi.responses import StreamingResponse
 from ..config import AURA, TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk
 from ..pipeline.constants import TTS_SAMPLE_RATE
+from ..pipeline.media_input import MediaPolicy
 from ..pipeline.orchestrator import TurnTimeout
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, collect_turn
+from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .chat_protocol import (AudioReply, AudioURLPart, ChatCompletion, ChatCompletionRequest, Choice, ImageURLPart,
                             InputAudioPart, ReplyMessage, STREAM_AUDIO_FORMATS, TextPart, Usage, VideoURLPart)
 from .disconnect import unless_client_leaves
 from .errors import APIError, error_body
-from .media_input import MediaPolicy
 from .metrics import arrival
-from .turn_builder import TurnBuilder, TurnSpec
 
 log = logging.getLogger("aura_omni.server")
 router = APIRouter()

@@ -12,6 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..pipeline.runtime import StageNotDeployedError
+
 log = logging.getLogger("aura_omni.server")
 
 # HTTP status -> OpenAI error type.
@@ -76,6 +78,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError):
         return error_response(exc)
+
+    @app.exception_handler(StageNotDeployedError)
+    async def _stage_not_deployed(_: Request, exc: StageNotDeployedError):
+        return error_response(APIError(str(exc), 400, code="stage_not_deployed"))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):

@@ -24,7 +24,7 @@ from ..session.events import new_id
 from .chat import media_policy
 from .metrics import RealtimeMeter
 from .errors import APIError
-from .turn_builder import TurnBuilder
+from ..pipeline.turn_builder import TurnBuilder
 
 log = logging.getLogger("aura_omni.server")
 router = APIRouter()

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastapi import Request
-
+from ..pipeline.runtime import Runtime
 from .errors import APIError
+from ..pipeline.runtime import Runtime
 from .metrics import ServerMetrics
-from .runtime import Runtime
 from .voices import VoiceRegistry
 
 
@@ -35,7 +34,3 @@ class ServerState:
         if model is not None and model not in self.model_names:
             raise APIError(f"The model `{model}` does not exist; this server serves `{self.served_model_name}`",
                            404, param="model", code="model_not_found")
-
-
-def get_state(request: Request) -> ServerState:
-    return request.app.state.server

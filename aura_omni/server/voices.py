@@ -23,11 +23,9 @@ from pydantic import ValidationError
 from ..config import TALKER
 from ..media.audio import AudioDecodeError, decode_audio, decode_base64_audio
 from ..media.limits import MediaError
+from ..pipeline.media_input import MAX_REF_AUDIO_SECONDS, MediaPolicy, local_path, read_local
 from .errors import APIError, validation_error
-from .media_input import MediaPolicy, local_path, read_local
 from .protocol import VOICE_NAME_PATTERN, VoiceCard, VoiceCreateRequest
-
-MAX_REF_AUDIO_SECONDS = 60.0  # longer references only slow the codec encoder; Qwen recommends a few seconds
 
 
 def _tts_error_types() -> tuple[type[Exception], ...]:

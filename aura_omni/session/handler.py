@@ -30,8 +30,8 @@ from ..media.limits import MediaError
 from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
-from ..server.media_input import MediaPolicy, vision_configs
-from ..server.turn_builder import TurnBuilder, TurnSpec
+from ..pipeline.media_input import MediaPolicy, vision_configs
+from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .config import SessionConfig, SessionConfigError, check_input_rate
 from .events import GA_AND_BETA, ServerEvent, error_event, new_id
 from .frames import FrameWindow

@@ -406,8 +406,7 @@ def _fallback_tokenizer():
     """The real Qwen vocabulary for dummy presets (no tokenizer files shipped with the preset)."""
     import tempfile
 
-    from aura_omni.testing.tiny_tts import TTS_EXTRA_TOKENS
-    from aura_omni.testing.tokenizer import write_qwen_tokenizer
+    from aura_omni.models.qwen_vocab import TTS_EXTRA_TOKENS, write_qwen_tokenizer
 
     tmp = Path(tempfile.mkdtemp(prefix="aura_omni_tts_tok_"))
     write_qwen_tokenizer(tmp, TTS_EXTRA_TOKENS)

@@ -71,23 +71,14 @@ def deploy_files(root: Path) -> dict[str, dict]:
     return {"deploy.yaml": full, "deploy_tts.yaml": tts, "deploy_tts_customvoice.yaml": tts_cv}
 
 
-def make_tiny(out_dir: str | Path, seed: int = 0, *, strict: bool = True) -> dict[str, Path]:
-    """Write every tiny checkpoint and the deploy files; returns name -> path.
-
-    With `strict=False` a writer that is not importable yet is skipped with a log line (development).
-    """
+def make_tiny(out_dir: str | Path, seed: int = 0) -> dict[str, Path]:
+    """Write every tiny checkpoint and the deploy files; returns name -> path."""
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     for name, (target, kwargs, sub) in CHECKPOINTS.items():
         module, _, func = target.partition(":")
-        try:
-            writer = getattr(importlib.import_module(module), func)
-        except (ImportError, AttributeError) as e:
-            if strict:
-                raise RuntimeError(f"make-tiny: checkpoint writer {target} is missing ({e})") from e
-            log.warning("make-tiny: skipping %s: writer %s is not available (%s)", name, target, e)
-            continue
+        writer = getattr(importlib.import_module(module), func)
         log.info("make-tiny: writing %s into %s", name, root / sub)
         writer(root / sub, seed=seed, **kwargs)
         written[name] = root / sub

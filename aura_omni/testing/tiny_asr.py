@@ -12,18 +12,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from aura_omni.testing.tokenizer import FIRST_ADDED_ID, QWEN_BASE_ADDED_TOKENS, write_qwen_tokenizer
+from aura_omni.models.qwen_vocab import write_asr_tokenizer
 
-# Qwen3-ASR added tokens after Qwen3's 151643..151668 (ids from the released tokenizer; names of the
-# ids in between are not published, so they get reserved placeholders that keep every known id real).
-ASR_ADDED_TOKENS = {
-    151669: "<|audio_start|>",
-    151670: "<|audio_end|>",
-    151676: "<|audio_pad|>",
-    151704: "<asr_text>",  # not special: kept by skip_special_tokens decoding
-    151705: "<timestamp>",  # Qwen3-ForcedAligner timestamp_token_id; not special
-}
-ASR_NON_SPECIAL = {"<asr_text>", "<timestamp>"}
 VOCAB_SIZE = 151936  # embedding rows of every Qwen3 text model
 
 SUPPORTED_LANGUAGES = [
@@ -105,22 +95,6 @@ def _random_state_dict(model: torch.nn.Module, gen: torch.Generator) -> dict[str
             t = torch.randn(p.shape, generator=gen) / fan_in**0.5
         out[name] = t.to(torch.bfloat16)
     return out
-
-
-def write_asr_tokenizer(out: Path) -> None:
-    """vocab.json, merges.txt, tokenizer_config.json: real Qwen vocabulary plus the ASR tokens at their real ids."""
-    last = max(ASR_ADDED_TOKENS)
-    first = FIRST_ADDED_ID + len(QWEN_BASE_ADDED_TOKENS)
-    extra = [ASR_ADDED_TOKENS.get(i, f"<|reserved_{i}|>") for i in range(first, last + 1)]
-    audio_attrs = {"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>", "audio_eos_token": "<|audio_end|>"}
-    write_qwen_tokenizer(out, extra, extra_config={"extra_special_tokens": audio_attrs, **audio_attrs})
-    path = out / "tokenizer_config.json"
-    cfg = json.loads(path.read_text())
-    for entry in cfg["added_tokens_decoder"].values():
-        if entry["content"] in ASR_NON_SPECIAL:
-            entry["special"] = False
-    cfg["additional_special_tokens"] = [t for t in cfg["additional_special_tokens"] if t not in ASR_NON_SPECIAL]
-    path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
 
 
 def write_tiny_asr(out_dir: str | Path, seed: int = 0, size: str = "1.7b") -> Path:

@@ -14,11 +14,7 @@ from safetensors.torch import save_file
 
 from aura_omni.models.qwen3_tts.config import Qwen3TTSConfig
 from aura_omni.models.qwen3_tts.talker import Talker
-from aura_omni.testing.tokenizer import write_qwen_tokenizer
-
-# Added tokens after </think> (151668) in the Qwen3-TTS tokenizer: ids 151669..151675.
-TTS_EXTRA_TOKENS = ["<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>",
-                    "<tts_text_bos_single>", "<|audio_pad|>"]
+from aura_omni.models.qwen_vocab import TTS_EXTRA_TOKENS, write_qwen_tokenizer
 
 # Real talker codec-vocabulary ids (identical in every released 12 Hz checkpoint).
 CODEC_IDS = dict(codec_pad_id=2148, codec_bos_id=2149, codec_eos_token_id=2150, codec_think_id=2154,

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from aura_omni.media.vision_preprocess import (IMAGE_MAX_PIXELS, IMAGE_MIN_PIXELS, VIDEO_FPS, VIDEO_MAX_FRAMES,
                                                VIDEO_MAX_PIXELS, VIDEO_MIN_FRAMES, VIDEO_MIN_PIXELS)
 from aura_omni.models.qwen3_vl import Qwen3VLConfig, Qwen3VLForCausalLM
-from aura_omni.testing.tokenizer import write_qwen_tokenizer
+from aura_omni.models.qwen_vocab import AURA_EXTRA_TOKENS, write_qwen_tokenizer
 
 TINY_TEXT_CONFIG = {
     "model_type": "qwen3_vl_text", "vocab_size": 151936, "hidden_size": 32, "intermediate_size": 64,
@@ -117,7 +117,7 @@ def write_tiny_aura(out_dir, seed: int = 0) -> Path:
         "video_processor_type": "Qwen3VLVideoProcessor", **common,
         "size": {"shortest_edge": VIDEO_MIN_PIXELS, "longest_edge": VIDEO_MAX_PIXELS},
         "fps": VIDEO_FPS, "min_frames": VIDEO_MIN_FRAMES, "max_frames": VIDEO_MAX_FRAMES, "do_sample_frames": True})
-    write_qwen_tokenizer(out, ["<|silent|>"], extra_config={"model_max_length": 262144})
+    write_qwen_tokenizer(out, AURA_EXTRA_TOKENS, extra_config={"model_max_length": 262144})
     _write_json(out / "chat_template.json", {"chat_template": CHAT_TEMPLATE})
     return out
 

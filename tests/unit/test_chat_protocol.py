@@ -12,14 +12,14 @@ from pydantic import ValidationError
 from aura_omni.config import parse_deploy_config
 from aura_omni.media.audio import AudioDecodeError
 from aura_omni.media.limits import MediaError
+from aura_omni.pipeline.media_input import MediaPolicy, load_audio, source_bytes
 from aura_omni.pipeline.orchestrator import TurnTimeout
 from aura_omni.pipeline.processors import PipelineRequestError
+from aura_omni.pipeline.turn_builder import TurnBuilder
 from aura_omni.server import chat
 from aura_omni.server.chat import AudioTranscripts, client_errors, turn_spec
 from aura_omni.server.chat_protocol import ChatCompletionRequest
 from aura_omni.server.errors import APIError
-from aura_omni.server.media_input import MediaPolicy, load_audio, source_bytes
-from aura_omni.server.turn_builder import TurnBuilder
 
 
 def request(messages, **fields) -> ChatCompletionRequest:

@@ -8,7 +8,8 @@ import torch
 from safetensors import safe_open
 
 from aura_omni.models.qwen3_tts.code2wav import Code2Wav, CodecInputError
-from aura_omni.models.qwen3_tts.codec_config import CodecConfig, CodecConfigError, preset_codec_config
+from aura_omni.models.loader import PRESETS_DIR
+from aura_omni.models.qwen3_tts.codec_config import CodecConfig, CodecConfigError
 from aura_omni.models.qwen3_tts.codec_encoder import CodecEncoder
 from aura_omni.testing.tiny_codec import tiny_codec_config, write_tiny_codec
 
@@ -51,7 +52,7 @@ def test_config_round_trips_through_the_real_schema(codec_dir):
 
 def test_preset_is_the_released_codec():
     """56.2M encoder + 114.3M decoder parameters = the 682 MB fp32 file of Qwen3-TTS-Tokenizer-12Hz."""
-    cfg = preset_codec_config()
+    cfg = CodecConfig.from_dir(PRESETS_DIR / "Qwen__Qwen3-TTS-Tokenizer-12Hz")
     with torch.device("meta"):
         encoder = CodecEncoder(cfg.encoder, num_codebooks=cfg.encoder.num_quantizers)
         decoder = Code2Wav(cfg.decoder)

@@ -140,7 +140,7 @@ def test_not_yaml_and_missing_file_are_clear(tmp_path):
 
 
 def test_stage_engine_settings_reach_the_engine_config():
-    from aura_omni.pipeline.stage_engine import engine_config
+    from aura_omni.stages.engine_config import engine_config
 
     cfg = load_deploy_config(CONFIGS / "aura_omni.yaml")
     aura = engine_config(cfg.stage(AURA))
@@ -255,7 +255,7 @@ def test_duplex_session_settings_are_recorded_for_the_realtime_endpoint():
 
 def test_talker_engine_gets_the_deploy_lengths_over_its_defaults():
     from aura_omni.stages.tts import default_engine_config
-    from aura_omni.pipeline.stage_engine import engine_config
+    from aura_omni.stages.engine_config import engine_config
 
     cfg = load_deploy_config(CONFIGS / "aura_omni.yaml")
     talker = engine_config(cfg.stage(TALKER), default_engine_config("cpu"))
@@ -266,7 +266,7 @@ def test_talker_engine_gets_the_deploy_lengths_over_its_defaults():
 
 
 def test_code2wav_engine_fields_bound_its_batched_decode():
-    from aura_omni.pipeline.stage_engine import code2wav_max_batch
+    from aura_omni.stages.engine_config import code2wav_max_batch
 
     cfg = load_deploy_config(CONFIGS / "aura_omni.yaml")
     assert code2wav_max_batch(cfg.stage(CODE2WAV), cfg.codec_streaming()) == 8  # max_num_seqs; 65536 codes is more
@@ -275,7 +275,7 @@ def test_code2wav_engine_fields_bound_its_batched_decode():
 
 
 def test_kernel_switches_reach_the_stage_engine_config(monkeypatch):
-    from aura_omni.pipeline.stage_engine import engine_config
+    from aura_omni.stages.engine_config import engine_config
 
     monkeypatch.setenv("AURA_OMNI_GEMV", "0")  # a process default for A/B runs: a stage's own setting wins
     cfg = parse_deploy_config(_aura() | {"stages": [dict(s, kernels={"gemv": True, "pdl": False, "prefill_graphs": False})

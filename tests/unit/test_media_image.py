@@ -7,8 +7,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from aura_omni.media.image import decode_image, is_remote_url_allowed, load_image
+from aura_omni.media.image import decode_image, is_remote_url_allowed, media_bytes
 from aura_omni.media.limits import MediaError, MediaLimits
+
+
+def load_image(source: str | bytes, allowed_domains=()) -> np.ndarray:
+    """A request's image reference -> RGB pixels, as the server reads it (media_bytes, then decode_image)."""
+    return decode_image(media_bytes(source, "image", MediaLimits(), allowed_domains), MediaLimits())
 
 
 def encoded(fmt: str, mode: str = "RGB", size=(20, 10), color=(10, 200, 30)) -> bytes:

@@ -12,7 +12,7 @@ from aura_omni.config import parse_deploy_config
 from aura_omni.media.playback import PlaybackClock
 from aura_omni.server.app import create_app
 from aura_omni.server.metrics import RealtimeMeter, ServerMetrics
-from aura_omni.server.runtime import Runtime
+from aura_omni.pipeline.runtime import Runtime
 
 AUTH = {"Authorization": "Bearer k"}
 DEPLOY = parse_deploy_config({"pipeline": "aura_omni", "stages": [

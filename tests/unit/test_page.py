@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 
 from aura_omni.config import parse_deploy_config
 from aura_omni.server.app import create_app
-from aura_omni.server.runtime import Runtime
+from aura_omni.pipeline.runtime import Runtime
 
 WEB = Path(__file__).resolve().parents[2] / "aura_omni" / "server" / "web"
 AUTH = {"Authorization": "Bearer k"}

@@ -6,12 +6,10 @@ from aura_omni.pipeline.processors import (
     PipelineRequestError,
     as_bool,
     asr2aura,
-    estimate_talker_prompt_len,
     first_value,
     is_effectively_silent,
     is_silent_prefix,
     normalize_speaker,
-    ref_code_length,
     strip_assistant_text,
     tts_options,
     wrap_tts_token_ids,
@@ -75,16 +73,6 @@ def test_token_id_passthrough_vector():
     ids = [151644, 77091, 198, 108386, 1773, 151645, 198]
     assert wrap_tts_token_ids(ids) == [151644, 77091, 198, 108386, 1773, 151645, 198, 151644, 77091, 198]
     assert wrap_tts_token_ids([151644, 77091, 198, 151645]) == []
-
-
-def test_length_estimate_matches_reference_formula():
-    # CustomVoice, Chinese, no instruct, 10 content tokens -> A = 18, base 9, non-streaming 9 + 12
-    assert estimate_talker_prompt_len("CustomVoice", language="Chinese", num_ids=18) == 21
-    assert estimate_talker_prompt_len("CustomVoice", language="Auto", num_ids=18, non_streaming=False) == 8 + 1
-    assert estimate_talker_prompt_len("Base", language="English", num_ids=18, ref_code_len=19) == 9 + 1 + 19
-    assert estimate_talker_prompt_len("Base", language="English", num_ids=18, ref_code_len=19, non_streaming=True) == 9 + 1 + 19 + 10 + 1
-    assert estimate_talker_prompt_len("Base", language="English", num_ids=18, x_vector_only=True) == 10
-    assert ref_code_length(24000 * 3 // 2, 24000) == 19 and ref_code_length(1, 16000) == 1
 
 
 def test_tts_options_default_follows_checkpoint():

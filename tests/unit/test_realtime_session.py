@@ -23,7 +23,7 @@ from aura_omni.asr.transcript import Transcript
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline
 from aura_omni.pipeline.stage_api import AuraDelta
 from aura_omni.pipeline.turn import TurnRequest
-from aura_omni.server.media_input import MediaPolicy
+from aura_omni.pipeline.media_input import MediaPolicy
 from aura_omni.session import RealtimeSession, SessionConfig, SessionConfigError
 from aura_omni.session.frames import FrameWindow, similarity
 from aura_omni.session.history import History, Item

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from aura_omni.engine.sampling_params import SamplingParams
-from aura_omni.layers.sampler import Sampler
+from aura_omni.engine.sampler import Sampler
 
 NEG = float("-inf")
 

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+import talker_sampling_reference as ref
 import torch
 
 from aura_omni.models.qwen3_tts import sampling as S
@@ -87,7 +88,7 @@ def test_batched_code0_rules_and_greedy_equal_the_row_rules():
         seen[i, h] = True
     p = S.SamplingParams()
     for step in (0, 1, 2, 5):
-        rows = torch.stack([S.talker_logit_rules(logits[i], history[i], step, p) for i in range(4)])
+        rows = torch.stack([ref.talker_logit_rules(logits[i], history[i], step, p) for i in range(4)])
         batched = S.talker_rules_batched(logits, seen, torch.full((4,), p.repetition_penalty),
                                          torch.full((4,), step < p.min_new_tokens))
         assert torch.equal(rows, batched)
@@ -103,7 +104,7 @@ def test_batched_top_k_top_p_draws_only_what_the_row_warp_keeps():
     for k, top_p in ((5, 1.0), (0, 0.3), (20, 0.5)):
         picks = S.choose_batched(logits, torch.zeros(n, dtype=torch.bool), torch.full((n,), 0.7),
                                  torch.full((n,), k), torch.full((n,), top_p), race)
-        kept = torch.stack([torch.isfinite(S.warp(logits[i], 0.7, k, top_p)) for i in range(n)])
+        kept = torch.stack([torch.isfinite(ref.warp(logits[i], 0.7, k, top_p)) for i in range(n)])
         assert kept[torch.arange(n), picks].all()
 
 
@@ -221,7 +222,7 @@ def test_async_scheduling_gives_the_frames_of_waiting_for_every_step(tmp_path_fa
 
 def test_the_deploy_talker_stage_sizes_the_talker_engine(tmp_path_factory):
     from aura_omni.config import Stage
-    from aura_omni.server.runtime import load_qwen3_tts
+    from aura_omni.pipeline.runtime import load_qwen3_tts
 
     ckpt = write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False)
     stage = Stage(stage_id=2, model=str(ckpt), max_model_len=96, max_num_batched_tokens=48, max_num_seqs=3,

@@ -1,4 +1,4 @@
-"""The Triton sampling kernel (layers/triton_sampling.py) picks what `sampling.choose_batched` picks.
+"""The Triton sampling kernel (models/qwen3_tts/triton_sampling.py) picks what `sampling.choose_batched` picks.
 
 Needs Triton: on a GPU it runs compiled; on a CPU only under Triton's interpreter (triton_env.py).
 """
@@ -7,8 +7,7 @@ import pytest
 import torch
 from triton_env import DEVICE, needs_triton
 
-from aura_omni.layers import triton_sampling
-from aura_omni.models.qwen3_tts import sampling as S
+from aura_omni.models.qwen3_tts import sampling as S, triton_sampling
 
 pytestmark = [needs_triton, pytest.mark.filterwarnings("ignore:overflow encountered")]  # the interpreter's hash wraps
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from triton_env import DEVICE, fused_layer_model, needs_triton
 
-from aura_omni.engine.kv_cache import allocate_kv_cache
 from aura_omni.layers import attention_backend, triton_short_attention
 from aura_omni.layers.attention import AttentionMetadata
+from aura_omni.layers.kv_cache import allocate_kv_cache
 
 pytestmark = needs_triton
 

@@ -130,7 +130,7 @@ def test_the_attention_kernels_compile_and_the_prefill_key_loop_is_pipelined():
 
 
 def test_the_sampling_kernel_compiles_for_the_talker_vocabularies():
-    from aura_omni.layers import triton_sampling
+    from aura_omni.models.qwen3_tts import triton_sampling
 
     for vocab in (3072, 2048):  # the Talker's codec head, the code predictor's
         compile_sm90(triton_sampling._choose_kernel,

@@ -1,9 +1,9 @@
-"""Talker / sub-talker sampling rules (qwen3_tts.md §3)."""
+"""The per-row reference of the Talker / sub-talker sampling rules (qwen3_tts.md §3), talker_sampling_reference.py."""
 
 import torch
+from talker_sampling_reference import apply_repetition_penalty, sample_code0, talker_logit_rules, warp
 
-from aura_omni.models.qwen3_tts.sampling import (CODEC_EOS, SamplingParams, apply_repetition_penalty, sample_code0,
-                                                 talker_logit_rules, warp)
+from aura_omni.models.qwen3_tts.sampling import CODEC_EOS, SamplingParams
 
 
 def test_repetition_penalty_divides_positive_and_multiplies_negative():

@@ -1,11 +1,10 @@
-"""MRoPE position ids and prompt plumbing of the AURA (Qwen3-VL) wrapper, without model weights."""
+"""MRoPE position ids of the AURA (Qwen3-VL) wrapper, without model weights."""
 
 import pytest
 import torch
 
 from aura_omni.media.vision_preprocess import VisionInput
-from aura_omni.models.qwen3 import DeepStack
-from aura_omni.models.qwen3_vl import VLPrompt, concat_prompts, decode_positions, mrope_positions
+from aura_omni.models.qwen3_vl import mrope_positions
 
 IMG, VID, TXT = 151655, 151656, 100
 
@@ -48,28 +47,6 @@ def test_video_is_one_group_per_temporal_pair_with_text_between():
 def test_mismatched_placeholders_are_rejected(ids, media):
     with pytest.raises(ValueError):
         mrope_positions(ids, media)
-
-
-def test_decode_positions_add_the_rope_delta():
-    assert decode_positions([10, 4], [-3, 0]).tolist() == [[7, 4]] * 3
-
-
-def _prompt(n: int, vis: list[int], width: int = 2) -> VLPrompt:
-    ds = DeepStack(torch.tensor(vis), [torch.full((len(vis), width), float(k)) for k in range(2)]) if vis else None
-    return VLPrompt(list(range(n)), torch.randn(n, width), torch.arange(n).expand(3, n), -1, ds, len(vis))
-
-
-def test_concat_prompts_offsets_deepstack_indices():
-    embeds, positions, ds = concat_prompts([_prompt(3, [1]), _prompt(2, []), _prompt(4, [0, 2])])
-    assert embeds.shape == (9, 2) and positions.shape == (3, 9)
-    assert ds.positions.tolist() == [1, 5, 7] and len(ds.features) == 2
-
-
-def test_slice_keeps_deepstack_rows_inside_the_range():
-    part = _prompt(6, [1, 2, 4]).slice(2, 5)
-    assert len(part) == 3 and part.deepstack.positions.tolist() == [0, 2]
-    assert part.positions[0].tolist() == [2, 3, 4] and part.rope_delta == -1
-    assert _prompt(6, [1]).slice(2).deepstack is None
 
 
 def _walk(ids: list[int], media: list[VisionInput]) -> tuple[list[list[int]], int]:

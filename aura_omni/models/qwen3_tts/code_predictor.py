@@ -15,8 +15,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from aura_omni.engine.kv_cache import allocate_kv_cache
 from aura_omni.layers.attention import AttentionMetadata
+from aura_omni.layers.kv_cache import allocate_kv_cache
 from aura_omni.models.qwen3 import Qwen3Model
 from aura_omni.models.qwen3_tts.config import CodePredictorConfig
 

@@ -177,9 +177,3 @@ class CodecConfig:
             "output_sample_rate": self.output_sample_rate,
             "transformers_version": "4.57.3",
         }
-
-
-def preset_codec_config() -> CodecConfig:
-    """The released Qwen/Qwen3-TTS-Tokenizer-12Hz config shipped in presets/ (for `--load-format dummy`)."""
-    path = Path(__file__).resolve().parents[2] / "presets" / "Qwen__Qwen3-TTS-Tokenizer-12Hz" / "config.json"
-    return CodecConfig.from_dict(read_json(path))

@@ -14,13 +14,13 @@ next trailing text embedding (<tts_pad> once exhausted).
 
 import logging
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
-from aura_omni.engine.sequence import Sequence
-from aura_omni.layers import cuda_graph, triton_sampling
+from aura_omni.layers import cuda_graph
 from aura_omni.layers.device import on_device
-from aura_omni.models.qwen3_tts import sampling as S
+from aura_omni.models.qwen3_tts import sampling as S, triton_sampling
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
 from aura_omni.models.qwen3_tts.talker import Talker
 
@@ -47,6 +47,15 @@ class TalkerRequestState:
         """Trailing text embedding added to frame `frame`'s codec embedding (<tts_pad> once exhausted)."""
         trailing = self.request.trailing_embeds
         return trailing[frame] if frame < trailing.shape[0] else pad
+
+
+class TalkerSequence(Protocol):
+    """What the frame decoder reads from an engine sequence (engine/sequence.py `Sequence` satisfies it)."""
+
+    model_state: TalkerRequestState
+
+    @property
+    def is_finished(self) -> bool: ...
 
 
 class FrameDecoder:
@@ -110,11 +119,11 @@ class FrameDecoder:
             setattr(self, name, table)
         self.scratch = self.num_slots = slots
         self.free_slots = getattr(self, "free_slots", []) + list(range(old, slots))
-        self.owners: dict[int, Sequence] = getattr(self, "owners", {})
+        self.owners: dict[int, TalkerSequence] = getattr(self, "owners", {})
         if old:
             self.graphs.clear()
 
-    def acquire(self, seq: Sequence) -> int:
+    def acquire(self, seq: TalkerSequence) -> int:
         """A slot for a request about to sample its first code0."""
         if not self.free_slots:
             self.release_finished()

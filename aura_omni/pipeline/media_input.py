@@ -24,6 +24,7 @@ from ..media.video import decode_video
 from ..media.vision_preprocess import VisionInput, VisionPreprocessConfig, preprocess_image
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+MAX_REF_AUDIO_SECONDS = 60.0  # TTS reference audio: longer only slows the codec encoder; Qwen recommends a few seconds
 
 
 @dataclass(frozen=True)

