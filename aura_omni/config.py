@@ -312,8 +312,6 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
                                    "streams codec windows (set true)"))
     if cfg.session_mode == "duplex" and cfg.pipeline != "aura_omni":
         out.append(("session_mode", f"duplex sessions are an aura_omni pipeline mode (got pipeline {cfg.pipeline!r})"))
-    if cfg.duplex_session is not None and cfg.session_mode != "duplex":
-        out.append(("duplex_session", "read only with session_mode: duplex"))
     for name, conn in cfg.connectors.items():
         where = f"connectors.{name}"
         if conn.name != "SharedMemoryConnector":

@@ -37,7 +37,7 @@ def stop_prefix_len(text: str, stops: list[str]) -> int:
 
 
 class AuraPipelineStage:
-    def __init__(self, model: Qwen3VLForCausalLM, tokenizer, engine: LLMEngine, stage: Stage):
+    def __init__(self, model: Qwen3VLForCausalLM, tokenizer, engine: LLMEngine | None, stage: Stage):
         self.model, self.tokenizer, self.engine, self.stage = model, tokenizer, engine, stage
         self.kernels = engine_config(stage).kernels  # the vision encoder runs with the stage's kernel switches too
         if model.device.type == "cuda" and not stage.enforce_eager:
@@ -49,8 +49,9 @@ class AuraPipelineStage:
         if pads != (model.config.image_token_id, model.config.video_token_id):
             raise ValueError(f"{stage.model}: tokenizer vision pads {pads} differ from config.json's "
                              f"{(model.config.image_token_id, model.config.video_token_id)}")
-        self.loop = StageLoop(LLMStageEngine(engine, self._prepare), model.device, name="aura",
-                              streams=engine.config.use_stage_stream, kernels=self.kernels)
+        self.loop = None if engine is None else StageLoop(  # no engine: prompt building only (parity tests)
+            LLMStageEngine(engine, self._prepare), model.device, name="aura", streams=engine.config.use_stage_stream,
+            kernels=self.kernels)
 
     @classmethod
     def load(cls, stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> "AuraPipelineStage":
@@ -109,7 +110,8 @@ class AuraPipelineStage:
         return self.loop.counters.as_dict()
 
     def close(self) -> None:
-        self.loop.close()
+        if self.loop is not None:
+            self.loop.close()
 
 
 def load_aura_stage(stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> AuraPipelineStage:

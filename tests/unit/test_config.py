@@ -217,7 +217,6 @@ def test_every_upstream_connector_extra_is_honoured_or_refused():
     (_tts(talker={"gpu_memory_utilization": 0.7}, code2wav={"gpu_memory_utilization": 0.5}), "stages", "add up to 1.2"),
     (_tts(async_chunk=False), "async_chunk", "always streams codec windows"),
     (_tts(session_mode="duplex"), "session_mode", "aura_omni pipeline mode"),
-    (dict(_aura(), duplex_session={"max_sessions": 2}), "duplex_session", "only with session_mode: duplex"),
     (dict(_aura(), connectors={"c": {"name": "MooncakeConnector"}}), "connectors.c.name", "only SharedMemoryConnector"),
     (dict(_tts(), connectors={"shm": {}, "spare": {}}), "connectors.spare", "no stage uses it"),
     (dict(_aura(), connectors={"c": {}}, stages=[dict(s, output_connectors={"to_stage_1": "c"}) if s["stage_id"] == 0
