@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..config import SamplingParams as StageSamplingParams
 from ..engine.sampling_params import MAX_TOP_K, SEED_RANGE
+from ..pipeline.additional_information import AdditionalInformation
 
 # OpenAI `audio.format` values this server can produce (`aac` has no encoder in libsndfile).
 AUDIO_FORMATS = ("wav", "pcm16", "flac", "mp3", "opus")
@@ -141,7 +142,7 @@ class ChatCompletionRequest(_Body):
     stop_token_ids: list[int] | None = None
     # vLLM-Omni extensions
     sampling_params_list: list[StageSampling | None] | None = None
-    additional_information: dict[str, Any] | None = None
+    additional_information: AdditionalInformation | None = None  # typed: a misspelt key is a 400 naming it
     # OpenAI fields accepted only at values this server honours (else 400 naming the field)
     n: int | None = Field(None, ge=1, le=1)
     logprobs: Literal[False] | None = None

@@ -2,10 +2,15 @@
 
 FastAPI's own 422 validation answer becomes a 400 `invalid_request_error` naming the field, and
 malformed JSON a 400 too, so every client error looks like OpenAI's and the server stays healthy.
+
+Only our own request-error types (`request_error_types`) are answered as client errors; anything else is a
+500 `server_error` with a generic message (the traceback goes to the log, never to the client).
 """
 
+import functools
 import json
 import logging
+import uuid
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -29,6 +34,42 @@ class APIError(Exception):
         super().__init__(message)
         self.message, self.status, self.param, self.code = message, status, param, code
         self.type = type or _TYPES.get(status, "invalid_request_error")
+
+
+@functools.cache
+def request_error_types() -> tuple[type[Exception], ...]:
+    """Exceptions that mean "the request is wrong" wherever they are raised (400 with their message)."""
+    from ..asr.transcript import UnsupportedLanguageError
+    from ..engine.llm_engine import PromptTooLongError
+    from ..media.audio import AudioDecodeError
+    from ..media.encode import UnsupportedFormatError
+    from ..media.limits import LimitError, MediaError
+    from ..models.qwen3_tts.tts import TTSRequestError
+    from ..pipeline.processors import PipelineRequestError
+
+    return (PipelineRequestError, LimitError, MediaError, AudioDecodeError, TTSRequestError, PromptTooLongError,
+            UnsupportedLanguageError, UnsupportedFormatError)
+
+
+def client_error(exc: BaseException) -> APIError | None:
+    """The OpenAI error a request error stands for; None when `exc` is not the client's fault."""
+    if isinstance(exc, APIError):
+        return exc
+    if not isinstance(exc, request_error_types()):
+        return None
+    from ..media.limits import plain
+
+    status = getattr(exc, "status", 400)
+    code = "limit_exceeded" if type(exc).__name__ == "LimitError" else "invalid_request"
+    return APIError(plain(exc), status, param=getattr(exc, "param", None), code=code)
+
+
+def internal_error(where: str) -> APIError:
+    """A 500 for a failure that is ours: logged with its traceback under an id the client can quote."""
+    ref = uuid.uuid4().hex[:12]
+    log.exception("%s failed (error id %s)", where, ref)
+    return APIError(f"the server failed to process this request (error id {ref}); try again, and report the id "
+                    f"if it persists", 500, code="server_error", type="server_error")
 
 
 def error_body(message: str, status: int, *, param: str | None = None, code: str | None = None,
@@ -57,7 +98,7 @@ def validation_error(exc: RequestValidationError) -> APIError:
         return APIError(f"request body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])})",
                         param=None, code="invalid_json")
     field = _field(tuple(first.get("loc", ())))
-    msg = str(first.get("msg", "invalid value"))
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     if not field and first.get("type") == "missing":
         return APIError("request body is missing: send a JSON object", code="invalid_request_body")
     if not field and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
@@ -67,7 +108,7 @@ def validation_error(exc: RequestValidationError) -> APIError:
     if first.get("type") == "missing":
         msg = "required field is missing"
     elif first.get("type") == "extra_forbidden":
-        msg = "unknown field"
+        msg = "unknown field; check its spelling against the API reference"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return APIError(f"{field}: {msg}{more}" if field else f"{msg}{more}", param=field or None, code="invalid_value")
 
@@ -93,7 +134,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(message, exc.status_code), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
+    async def _request_error(_: Request, exc: Exception):
+        return error_response(client_error(exc))
+
+    for error_type in request_error_types():  # handled here, not re-raised to the server's error log
+        app.add_exception_handler(error_type, _request_error)
+
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception):
-        log.exception("unhandled error")
-        return error_response(APIError(f"internal error: {type(exc).__name__}: {exc}", 500))
+    async def _unexpected(request: Request, exc: Exception):
+        err = client_error(exc)
+        return error_response(err if err is not None else internal_error(f"{request.method} {request.url.path}"))

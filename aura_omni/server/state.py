@@ -7,7 +7,9 @@ from pathlib import Path
 
 from fastapi import Request
 
+from ..media.limits import Limits
 from .errors import APIError
+from .media_input import MediaPolicy
 from .runtime import Runtime
 from .voices import VoiceRegistry
 
@@ -19,6 +21,12 @@ class ServerState:
     api_key: str | None = None
     allowed_local_media_path: Path | None = None  # server-local reference audio only below this root
     voices: VoiceRegistry = field(default_factory=VoiceRegistry)
+    limits: Limits = field(default_factory=Limits)  # the same on every endpoint
+    allowed_media_domains: tuple[str, ...] = ()  # hosts of http(s) media; none by default
+
+    def media_policy(self) -> MediaPolicy:
+        return MediaPolicy(allowed_local_media_path=self.allowed_local_media_path,
+                           allowed_media_domains=self.allowed_media_domains, limits=self.limits)
 
     @property
     def model_names(self) -> set[str]:

@@ -16,7 +16,7 @@ from starlette.datastructures import UploadFile
 
 from ..config import ASR
 from ..media.audio import AudioDecodeError, decode_audio
-from ..media.limits import MediaLimits
+from ..pipeline.additional_information import check_asr_context
 from .disconnect import unless_client_leaves
 from .errors import APIError
 
@@ -63,16 +63,19 @@ async def create_transcription(request: Request):
                        code="unsupported_value")
     temperature = _form_float(form, "temperature", 0.0, 0.0, MAX_TEMPERATURE)
     language = form.get("language") or None
-    context = form.get("prompt") or None
+    context = check_asr_context(form.get("prompt") or None, "prompt")
+    if context is not None:
+        state.limits.check_text(len(context), "prompt")
 
-    limits = getattr(request.app.state, "media_limits", None) or MediaLimits()
+    limits = state.limits
     try:  # the length is checked from the header: Qwen3-ASR splits long audio, but not without end
-        wav, sr = decode_audio(await upload.read(), limits.max_audio_seconds)
+        wav, sr = decode_audio(await upload.read(), limits.max_audio_seconds, limits.max_audio_sample_rate)
     except AudioDecodeError as e:
         raise APIError(f"file: {e}", param="file", code="invalid_audio") from None
     duration = wav.shape[0] / sr
 
     from ..asr.transcript import UnsupportedLanguageError
+    from ..engine.llm_engine import PromptTooLongError
 
     try:  # a client that leaves stops the transcription at the next engine step
         transcript = await unless_client_leaves(request, state.runtime.transcribe(
@@ -81,8 +84,8 @@ async def create_transcription(request: Request):
         raise APIError(f"language: {e}", param="language", code="unsupported_language") from None
     except AudioDecodeError as e:
         raise APIError(f"file: {e}", param="file", code="invalid_audio") from None
-    except ValueError as e:  # PromptTooLongError (a long `prompt`), a prompt with the model's special tokens, ...
-        raise APIError(str(e), param="prompt" if context else None, code="invalid_request") from None
+    except PromptTooLongError as e:  # a long `prompt`
+        raise APIError(f"prompt: {e}; send a shorter prompt", param="prompt", code="invalid_request") from None
     if isinstance(transcript, Response):
         return transcript  # the client left
 
