@@ -106,8 +106,9 @@ def check_tts(ask: TTSAsk, ctx: TalkerContext) -> TTSPlan:
                                    param=ask.param("task_type"))
     language = _match(ask.language, tts.languages, "language", ask.param("language")) if ask.language else "auto"
     if ask.max_new_tokens is not None and not 1 <= ask.max_new_tokens <= ctx.max_new_tokens:
-        raise PipelineRequestError(f"{ask.param('max_new_tokens')}: send 1 to {ctx.max_new_tokens} for this "
-                                   f"deployment (got {ask.max_new_tokens})", param=ask.param("max_new_tokens"))
+        raise PipelineRequestError(f"{ask.param('max_new_tokens')}: at most {ctx.max_new_tokens} for this deployment "
+                                   f"(got {ask.max_new_tokens}); send 1 to {ctx.max_new_tokens}",
+                                   param=ask.param("max_new_tokens"))
     defaults = ctx.stage.default_sampling_params
     sampling = {k: getattr(defaults, k) for k in TALKER_SAMPLING if getattr(defaults, k) is not None}
     sampling.update({k: v for k, v in ask.sampling.items() if k in TALKER_SAMPLING and v is not None})

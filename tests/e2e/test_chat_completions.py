@@ -353,7 +353,7 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
     body = {"model": MODEL, "stream": True, "messages": user({"type": "text", "text": "talk for a while"}),
             "max_tokens": 400, "ignore_eos": True, "seed": 7,
             "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True,
-                                       "tts_max_new_tokens": 400}}
+                                       "tts_max_new_tokens": 256}}
     try:
         with httpx.stream("POST", base.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60) as r:
             assert r.status_code == 200
@@ -375,7 +375,7 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
     assert stats["free_blocks"] == start_free
     assert talker_idle()  # the Talker holds no sequence
     assert [a[0][0] for a in aborts.calls if a[0][0].endswith("-aura")], "AURA was not cancelled mid-reply"
-    assert 0 < len(frames) < 100, "the Talker was not cancelled mid-sentence"  # it may speak up to 400 frames
+    assert 0 < len(frames) < 100, "the Talker was not cancelled mid-sentence"  # it may speak up to 256 frames
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -417,7 +417,7 @@ def test_non_streaming_turn_stops_when_its_client_leaves(base, ref_audio_b64):
     start_free = aura.engine.stats()["free_blocks"]
     body = {"model": MODEL, "messages": user({"type": "text", "text": "talk for a long time"}), "max_tokens": 400,
             "ignore_eos": True, "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True,
-                                                           "tts_max_new_tokens": 400}}
+                                                           "tts_max_new_tokens": 256}}
     with pytest.raises(httpx.ReadTimeout):  # the client gives up long before 400 tokens and 400 frames are done
         httpx.post(base.url + "/v1/chat/completions", headers=AUTH, json=body, timeout=1.0)
     left = time.monotonic()
@@ -439,7 +439,7 @@ def test_turn_past_the_timeout_is_504_and_cancelled(base, ref_audio_b64):
         r = httpx.post(base.url + "/v1/chat/completions", headers=AUTH, timeout=60, json={
             "model": MODEL, "messages": user({"type": "text", "text": "talk for a long time"}), "max_tokens": 400,
             "ignore_eos": True, "additional_information": {"tts_ref_audio": ref_audio_b64,
-                                                           "tts_x_vector_only_mode": True, "tts_max_new_tokens": 400}})
+                                                           "tts_x_vector_only_mode": True, "tts_max_new_tokens": 256}})
     finally:
         pipeline.default_timeout_s = 300.0
     assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
