@@ -477,11 +477,48 @@ def test_base_without_reference_is_refused_at_once(base, client):
 def test_bad_media_is_400_before_any_stage_runs(base, client, part, match):
     aura = Spy(base.runtime.pipeline.aura, "generate")
     try:
-        with pytest.raises(openai.BadRequestError, match=match):
+        with pytest.raises(openai.BadRequestError, match=match) as err:
             client.chat.completions.create(model=MODEL, modalities=["text"], messages=user(part), max_tokens=2)
     finally:
         aura.restore()
     assert aura.calls == []
+    body = err.value.body
+    assert body["param"] == f"messages[0].content[0].{part['type']}"  # the part at fault, by its place
+    assert body["message"].startswith(body["param"] + ": ") and " object at 0x" not in body["message"]
+
+
+def test_a_text_file_sent_as_audio_is_explained_in_words(client):
+    text_file = base64.b64encode(b"Dear diary, today I sent a text file as audio.\n" * 20).decode()
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, modalities=["text"], messages=user(audio_part(text_file)))
+    message = err.value.body["message"]
+    assert message == ("messages[0].content[0].input_audio: cannot decode audio (Format not recognised); "
+                       "send a wav, flac, ogg or mp3 file")
+
+
+@pytest.mark.parametrize("extra, param, words", [
+    ({"additional_information": {"tts_refaudio": "x"}}, "additional_information.tts_refaudio", "unknown field"),
+    ({"additional_information": {"tts_max_new_tokens": 100000000, "tts_ref_audio": "REF",
+                                 "tts_x_vector_only_mode": True}},
+     "additional_information.tts_max_new_tokens", "at most 256"),  # the deploy's Talker cap, as on /v1/audio/speech
+    ({"sampling_params_list": [{}, {}, {"max_tokens": 100000}]}, "sampling_params_list[2].max_tokens", "at most 256"),
+    ({"max_tokens": 100000}, "max_tokens", "at most 4096"),  # the server's AURA cap
+    ({"sampling_params_list": [{"max_tokens": 100000}]}, "sampling_params_list[0].max_tokens", "at most 1024"),
+])
+def test_limits_and_misspelt_options_are_400s_naming_the_field(base, client, ref_audio_b64, extra, param, words):
+    info = extra.get("additional_information", {})
+    extra = {**extra, "additional_information": {k: ref_audio_b64 if v == "REF" else v for k, v in info.items()}
+             or xvector(ref_audio_b64)["additional_information"]}
+    aura = Spy(base.runtime.pipeline.aura, "generate")
+    try:
+        start = time.monotonic()
+        with pytest.raises(openai.BadRequestError, match=words) as err:
+            client.chat.completions.create(model=MODEL, messages=user({"type": "text", "text": "hi"}),
+                                           extra_body=extra)
+        assert time.monotonic() - start < 2.0
+    finally:
+        aura.restore()
+    assert err.value.body["param"] == param and aura.calls == []
 
 
 def test_slash_leading_bare_base64_is_media_and_image_counts_are_capped(base, client):
