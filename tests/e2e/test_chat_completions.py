@@ -591,6 +591,16 @@ def test_example_client_saves_text_and_wav(base, tmp_path, ref_wav_bytes):
         assert sr == SR and wav.size > 0 and (out / "reply.txt").read_text()
 
 
+def test_example_client_prints_the_servers_message_on_a_400(base, tmp_path):
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--base-url", base.url + "/v1", "--api-key", API_KEY, "--model", MODEL,
+         "--prompt", "hi", "--max-tokens", "100000", "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == ("the server refused the request with 400 (max_tokens): max_tokens: at most 4096 "
+                                  "for this server (got 100000); send a smaller value")
+
+
 def test_health_after_all_bad_inputs(base):
     r = httpx.get(base.url + "/health")
     assert r.status_code == 200 and r.json()["status"] == "ok"
