@@ -265,11 +265,21 @@ def test_registered_voice_by_openai_audio_voice(base, client, ref_audio_b64):
     r = httpx.post(base.url + "/v1/audio/voices", headers=AUTH,
                    json={"name": "chatvoice", "ref_audio": ref_audio_b64})
     assert r.status_code == 200, r.text
-    resp = client.chat.completions.create(model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=3,
-                                          audio={"voice": "chatvoice", "format": "flac"},
-                                          extra_body={"additional_information": {"tts_max_new_tokens": FEW}})
+    kwargs = dict(model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=3, seed=2)
+    speech = Spy(base.runtime.pipeline.speech, "speak")
+    try:
+        resp = client.chat.completions.create(audio={"voice": "chatvoice", "format": "flac"}, extra_body={
+            "additional_information": {"tts_max_new_tokens": FEW}}, **kwargs)
+        inline = client.chat.completions.create(audio={"voice": "x", "format": "flac"}, extra_body=xvector(
+            ref_audio_b64), **kwargs)
+    finally:
+        speech.restore()
+    registered = base.app.state.server.voices.get("chatvoice").prompt
+    assert speech.calls[0][0][2].voice is registered  # the registered voice's prompt, not a new clone
     wav, sr = decode_wav(resp.choices[0].message.audio.data)
     assert sr == SR and wav.size > 0
+    # registered from the same reference (x-vector only), it speaks exactly as the reference sent inline
+    assert np.array_equal(wav, decode_wav(inline.choices[0].message.audio.data)[0])
 
 
 def test_custom_voice_speaker(custom_voice, ref_audio_b64):
@@ -313,6 +323,63 @@ def test_stream_gives_text_and_audio_deltas_before_the_final_chunk(client, ref_a
     heard = [c.choices[0].delta.model_extra["input_transcript"] for c in chunks
              if c.choices and "input_transcript" in c.choices[0].delta.model_extra]
     assert heard == [whole.model_extra["input_transcript"]]
+
+
+class SlowTalker:
+    """Talker frames at most every `pause` s (the tiny Talker is otherwise done in milliseconds), with arrival
+    times, so a test can tell audio sent as it is made from audio sent at the end."""
+
+    def __init__(self, tts, pause: float = 0.1):
+        self.tts, self.pause, self.times = tts, pause, []
+        self.original = tts.iter_frames
+        tts.iter_frames = self
+
+    def __call__(self, reqs):
+        for item in self.original(reqs):
+            time.sleep(self.pause)
+            self.times.append(time.monotonic())
+            yield item
+
+    def restore(self):
+        del self.tts.iter_frames
+
+
+def test_chat_audio_streams_while_the_talker_still_speaks(base, ref_audio_b64):
+    slow = SlowTalker(base.runtime.tts)
+    body = {"model": MODEL, "stream": True, "messages": user({"type": "text", "text": "hi"}), "max_tokens": 3,
+            "seed": 1, "audio": {"voice": "x", "format": "pcm16"}, **xvector(ref_audio_b64, tts_max_new_tokens=12)}
+    first_audio = None
+    try:
+        with httpx.stream("POST", base.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60) as r:
+            for line in r.iter_lines():
+                if first_audio is None and line.startswith("data: {") and '"data"' in line:
+                    first_audio = (time.monotonic(), len(slow.times))
+            done = time.monotonic()
+    finally:
+        slow.restore()
+    assert first_audio is not None and len(slow.times) >= 4
+    arrived, frames_made = first_audio
+    # the first audio left after the first frame (the deploy's initial_codec_chunk_frames: 1), long before the end
+    assert frames_made < len(slow.times) and done - arrived >= slow.pause * (len(slow.times) - frames_made - 1)
+
+
+def test_speech_audio_streams_while_the_talker_still_speaks(base, ref_audio_b64):
+    slow = SlowTalker(base.runtime.tts)
+    body = {"model": MODEL, "input": "Stream me.", "voice": "x", "response_format": "pcm", "stream_format": "audio",
+            "ref_audio": ref_audio_b64, "x_vector_only_mode": True, "max_new_tokens": 12, "seed": 2,
+            "initial_codec_chunk_frames": 1}
+    arrivals = []
+    try:
+        with httpx.stream("POST", base.url + "/v1/audio/speech", json=body, headers=AUTH, timeout=60) as r:
+            for chunk in r.iter_bytes():
+                if chunk:
+                    arrivals.append((time.monotonic(), len(slow.times)))
+            done = time.monotonic()
+    finally:
+        slow.restore()
+    assert len(slow.times) >= 4 and len(arrivals) >= 2
+    arrived, frames_made = arrivals[0]
+    assert frames_made < len(slow.times) and done - arrived >= slow.pause * (len(slow.times) - frames_made - 1)
 
 
 def test_stream_silent_turn_says_so(client, ref_audio_b64):
