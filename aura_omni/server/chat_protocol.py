@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import SamplingParams as StageSamplingParams
 from ..engine.sampling_params import MAX_TOP_K, SEED_RANGE
@@ -159,13 +159,20 @@ class ChatCompletionRequest(_Body):
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
 
-    @model_validator(mode="after")
-    def _check(self) -> ChatCompletionRequest:
-        if self.response_format is not None and self.response_format.get("type", "text") != "text":
-            raise ValueError("response_format: only {\"type\": \"text\"} is supported")
-        if self.modalities is not None and "text" not in self.modalities:
-            raise ValueError("modalities: must include \"text\" (AURA's reply is always returned as text)")
-        return self
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None and v.get("type", "text") != "text":
+            raise ValueError("only {\"type\": \"text\"} is supported; leave response_format out")
+        return v
+
+    @field_validator("modalities")
+    @classmethod
+    def _with_text(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and "text" not in v:
+            raise ValueError("must include \"text\" (AURA's reply is always returned as text); send [\"text\"] or "
+                             "[\"text\", \"audio\"]")
+        return v
 
     def aura_sampling(self) -> dict[str, Any]:
         """The top-level sampling fields the client set explicitly (they override the AURA stage's)."""

@@ -39,7 +39,15 @@ def _form_float(form, name: str, default: float, lo: float, hi: float) -> float:
     return value
 
 
-@router.post("/v1/audio/transcriptions")
+# the form is read by hand (multipart, any field order); the schema documents it for /docs and schema tests
+FORM_SCHEMA = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file"], "properties": {
+        "file": {"type": "string", "format": "binary"}, "model": {"type": "string"}, "language": {"type": "string"},
+        "prompt": {"type": "string"}, "temperature": {"type": "number"},
+        "response_format": {"type": "string", "enum": list(RESPONSE_FORMATS)}}}}}}}
+
+
+@router.post("/v1/audio/transcriptions", openapi_extra=FORM_SCHEMA)
 async def create_transcription(request: Request):
     state = request.app.state.server
     state.runtime.require(ASR, "/v1/audio/transcriptions")

@@ -130,7 +130,15 @@ def _as_api_error(e: ValidationError) -> APIError:
     return validation_error(RequestValidationError(e.errors()))
 
 
-@router.post("/v1/audio/voices")
+# JSON or OpenAI's multipart form, read by hand; the schema documents both for /docs and schema tests
+CREATE_SCHEMA = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": VoiceCreateRequest.model_json_schema()},
+    "multipart/form-data": {"schema": {"type": "object", "required": ["name", "audio_sample"], "properties": {
+        "name": {"type": "string"}, "audio_sample": {"type": "string", "format": "binary"},
+        "ref_text": {"type": "string"}, "consent": {"type": "string"}}}}}}}
+
+
+@router.post("/v1/audio/voices", openapi_extra=CREATE_SCHEMA)
 async def create_voice(request: Request):
     state = request.app.state.server
     tts = state.runtime.require(TALKER, "/v1/audio/voices")
