@@ -25,6 +25,7 @@ from ..media.limits import Limits, MediaError
 from ..models.qwen3_tts.tts import TTSRequest, TTSRequestError
 from .constants import DEFAULT_CUSTOM_VOICE_SPEAKER
 from .processors import PipelineRequestError, normalize_speaker
+from .stage_engine import SAMPLING_KEYS
 
 TASK_OF_CHECKPOINT = {"base": "Base", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}  # tts_model_type
 TASK_ALIASES = {"base": "Base", "customvoice": "CustomVoice", "custom_voice": "CustomVoice",
@@ -69,6 +70,12 @@ class TTSPlan:
     template: TTSRequest  # everything but the voice
     reference: Any = None  # reference audio to clone from
     registered: Any = None  # the registered voice, fetched once (a DELETE meanwhile does not pull it away)
+
+
+def sampling_field(message: str) -> str | None:
+    """The sampling field a range check's message starts with ("top_p must be ..."), for `param`."""
+    word = message.split(" ", 1)[0]
+    return word if word in SAMPLING_KEYS or word in TALKER_SAMPLING else None
 
 
 def talker_token_cap(stage: Stage | None, limits: Limits) -> int:
@@ -173,7 +180,7 @@ async def finish_tts(plan: TTSPlan, ask: TTSAsk, ctx: TalkerContext) -> TTSReque
     try:
         ctx.tts.validate(dataclasses.replace(template, text="check"))  # sampling values the checkpoint refuses
     except TTSRequestError as e:
-        raise PipelineRequestError(str(e)) from None
+        raise PipelineRequestError(f"{e}; send a value in range", param=sampling_field(str(e))) from None
     return template
 
 

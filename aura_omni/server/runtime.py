@@ -14,6 +14,7 @@ import dataclasses
 import importlib
 import logging
 import threading
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable, Iterator
 
@@ -141,7 +142,7 @@ class Runtime:
         if role in self.deploy.roles:
             raise APIError(f"{endpoint} needs {ROLE_NAMES[role]}; the deployment declares it but this build "
                            f"cannot run it yet", 501, code="stage_not_implemented")
-        raise APIError(f"{endpoint} is not available: this deployment ({self.deploy.source}, pipeline "
+        raise APIError(f"{endpoint} is not available: this deployment ({Path(self.deploy.source).name}, pipeline "
                        f"{self.deploy.pipeline!r}, stages {sorted(self.deploy.roles)}) lacks {ROLE_NAMES[role]}",
                        400, code="stage_not_deployed")
 

@@ -21,7 +21,8 @@ from ..pipeline.additional_information import AdditionalInformation
 from ..pipeline.constants import AURA_STOP_TOKEN_IDS, DEFAULT_TTS_LANGUAGE
 from ..pipeline.processors import PipelineRequestError
 from ..pipeline.stage_engine import sampling_params
-from ..pipeline.tts_request import TALKER_SAMPLING, TalkerContext, check_tts, finish_tts, talker_token_cap
+from ..pipeline.tts_request import (TALKER_SAMPLING, TalkerContext, check_tts, finish_tts, sampling_field,
+                                    talker_token_cap)
 from ..pipeline.turn import TurnRequest
 from .media_input import MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input, load_reference_audio, load_video_input
 from .voices import VoiceRegistry
@@ -88,7 +89,7 @@ class TurnBuilder:
             params = sampling_params(aura.stage.default_sampling_params, merged,
                                      stop_token_ids=list(AURA_STOP_TOKEN_IDS))
         except (ValueError, TypeError) as e:  # the engine's own range checks of the merged values
-            raise PipelineRequestError(f"{e}; send values in range") from None
+            raise PipelineRequestError(f"{e}; send a value in range", param=sampling_field(str(e))) from None
         vocab = aura.model.config.vocab_size
         bad = sorted(t for t in params.logit_bias if not 0 <= t < vocab)
         if bad:

@@ -148,7 +148,7 @@ async def create_voice(request: Request):
                        param="ref_audio", code="unsupported_task_type")
     body, (wav, sr) = await _create_body(request)
     if body.name.lower() in {s.lower() for s in (tts.speakers or [])}:
-        raise APIError(f"name: {body.name!r} is a built-in speaker", 409, param="name", code="voice_exists")
+        raise APIError(f"name: {body.name!r} is a built-in speaker; choose another name", 409, param="name", code="voice_exists")
     if state.voices.get(body.name) is not None:
         raise APIError(f"name: a voice named {body.name!r} is already registered (DELETE it first)", 409,
                        param="name", code="voice_exists")
@@ -169,5 +169,5 @@ async def delete_voice(voice_id: str, request: Request):
     state = request.app.state.server
     state.runtime.require(TALKER, "/v1/audio/voices")
     if not re.match(VOICE_NAME_PATTERN, voice_id) or not state.voices.remove(voice_id):
-        raise APIError(f"no registered voice named {voice_id!r}", 404, param="voice_id", code="voice_not_found")
+        raise APIError(f"voice_id: no registered voice named {voice_id!r}; GET /v1/audio/voices lists them", 404, param="voice_id", code="voice_not_found")
     return {"id": voice_id, "deleted": True, "object": "audio.voice.deleted"}
