@@ -693,3 +693,8 @@ def test_offline_omni_generate_and_stream(tiny_dir, tmp_path, ref_wav_bytes):
         assert kinds[0] == "TextDelta" and kinds[-1] == "TurnDone" and "TranscriptReady" not in kinds
         with pytest.raises(ValueError, match="reference"):  # Base without a reference, as over HTTP
             omni.generate(text="hi", max_tokens=2)
+        with pytest.raises(ValueError, match="tts_refaudio: unknown option") as err:  # typed, as over HTTP
+            omni.generate(text="hi", max_tokens=2, tts_refaudio=str(ref))
+        assert err.value.param == "additional_information.tts_refaudio"
+        with pytest.raises(ValueError, match="at most 256"):  # the deploy's Talker cap, as over HTTP
+            omni.generate(text="hi", tts_ref_audio=str(ref), tts_x_vector_only_mode=True, tts_max_new_tokens=10**8)
