@@ -71,6 +71,11 @@ def load_serve_config(args: argparse.Namespace):
     return single_model_config(model)
 
 
+def serve_limits(args: argparse.Namespace, deploy) -> Limits:
+    """Built-in defaults < the deploy file's `limits:` < `--max-...` flags."""
+    return Limits.from_values(deploy.limits, {f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -88,7 +93,7 @@ def serve(args: argparse.Namespace) -> int:
                  "executes code shipped inside a checkpoint")
     name = args.served_model_name or args.model or args.model_flag or deploy.stages[0].model
     try:
-        limits = Limits.from_values(deploy.limits, {f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
+        limits = serve_limits(args, deploy)
     except ValueError as e:
         print(f"aura-omni serve: {e}", file=sys.stderr)
         return 2
