@@ -22,12 +22,12 @@ from typing import Any, Awaitable, Callable, Mapping
 from ..config import Stage
 from ..media.audio import AudioDecodeError
 from ..media.limits import Limits, MediaError
-from ..models.qwen3_tts.tts import TTSRequest, TTSRequestError
+from ..models.qwen3_tts.tts import TASK_TYPES, TTSRequest, TTSRequestError
 from .constants import DEFAULT_CUSTOM_VOICE_SPEAKER
 from .processors import PipelineRequestError, normalize_speaker
 from .stage_engine import SAMPLING_KEYS
 
-TASK_OF_CHECKPOINT = {"base": "Base", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}  # tts_model_type
+TASK_OF_CHECKPOINT = {model_type: task for task, model_type in TASK_TYPES.items()}  # checkpoint tts_model_type
 TASK_ALIASES = {"base": "Base", "customvoice": "CustomVoice", "custom_voice": "CustomVoice",
                 "voicedesign": "VoiceDesign", "voice_design": "VoiceDesign"}
 TALKER_SAMPLING = ("temperature", "top_k", "top_p", "repetition_penalty", "seed")  # request keys -> TTSRequest

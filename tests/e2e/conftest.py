@@ -19,6 +19,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+import yaml
 
 API_KEY = "test-key"
 SERVER_START_TIMEOUT_S = 180  # 2 shared CPU cores: importing torch and loading tiny models can be slow
@@ -34,6 +35,17 @@ def tiny_dir(tmp_path_factory) -> Path:
     if not (root / "deploy_tts_customvoice.yaml").exists():
         subprocess.run(_cli("make-tiny", str(root)), check=True, timeout=600)
     return root
+
+
+@pytest.fixture(scope="session")
+def chat_customvoice_deploy(tiny_dir) -> Path:
+    """The four chat stages with the CustomVoice Talker (make-tiny writes only a TTS-only CustomVoice deploy)."""
+    data = yaml.safe_load((tiny_dir / "deploy.yaml").read_text())
+    for stage in data["stages"][2:]:
+        stage["model"] = "./qwen3_tts_custom_voice"
+    path = tiny_dir / "deploy_chat_customvoice.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 def free_port() -> int:

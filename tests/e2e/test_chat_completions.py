@@ -24,7 +24,6 @@ import openai
 import pytest
 import soundfile as sf
 import uvicorn
-import yaml
 from PIL import Image
 
 from aura_omni.config import load_deploy_config
@@ -78,14 +77,8 @@ def base(tiny_dir, media_root):
 
 
 @pytest.fixture(scope="module")
-def custom_voice(tiny_dir):
-    """The same four stages with the CustomVoice Talker (make-tiny writes only a TTS-only CustomVoice deploy)."""
-    data = yaml.safe_load((tiny_dir / "deploy.yaml").read_text())
-    for stage in data["stages"][2:]:
-        stage["model"] = "./qwen3_tts_custom_voice"
-    path = tiny_dir / "deploy_chat_customvoice.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    server = ThreadServer(path)
+def custom_voice(chat_customvoice_deploy):
+    server = ThreadServer(chat_customvoice_deploy)
     yield server
     server.stop()
 

@@ -8,7 +8,6 @@ import time
 
 import pytest
 import schemathesis
-import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -27,14 +26,9 @@ LIMITS = Limits(max_aura_tokens=16, max_tts_new_tokens=8, max_asr_tokens=16, max
 
 
 @pytest.fixture(scope="module")
-def app(tiny_dir):
+def app(chat_customvoice_deploy):
     """ASR -> AURA -> the CustomVoice Talker: with a default speaker, fuzzed turns and speech can run to the end."""
-    data = yaml.safe_load((tiny_dir / "deploy.yaml").read_text())
-    for stage in data["stages"][2:]:
-        stage["model"] = "./qwen3_tts_custom_voice"
-    path = tiny_dir / "deploy_fuzz.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    app = create_app(load_deploy_config(path), "tiny", API_KEY, limits=LIMITS)
+    app = create_app(load_deploy_config(chat_customvoice_deploy), "tiny", API_KEY, limits=LIMITS)
     yield app
     app.state.server.runtime.close()
 
