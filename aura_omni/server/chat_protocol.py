@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..config import SamplingParams as StageSamplingParams
 from ..engine.sampling_params import MAX_TOP_K, SEED_RANGE
 from ..pipeline.additional_information import AdditionalInformation
+from .protocol import MAX_PENALTY, MAX_TEMPERATURE
 
 # OpenAI `audio.format` values this server can produce (`aac` has no encoder in libsndfile).
 AUDIO_FORMATS = ("wav", "pcm16", "flac", "mp3", "opus")
@@ -30,6 +31,8 @@ class StageSampling(StageSamplingParams):
     """One `sampling_params_list` entry: the deploy file's per-stage fields plus vLLM's logit_bias."""
 
     logit_bias: dict[str, float] | None = None
+    temperature: float | None = Field(None, ge=0, le=MAX_TEMPERATURE)
+    repetition_penalty: float | None = Field(None, gt=0, le=MAX_PENALTY)
 
 
 class _Body(BaseModel):
@@ -124,7 +127,7 @@ class ChatCompletionRequest(_Body):
     stream: bool = False
     stream_options: StreamOptions | None = None
     # OpenAI sampling fields: they apply to the AURA stage
-    temperature: float | None = Field(None, ge=0, le=2)
+    temperature: float | None = Field(None, ge=0, le=MAX_TEMPERATURE)
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -136,7 +139,7 @@ class ChatCompletionRequest(_Body):
     # vLLM sampling extensions, also for the AURA stage
     top_k: int | None = Field(None, ge=-1, le=MAX_TOP_K)
     min_p: float | None = Field(None, ge=0, le=1)
-    repetition_penalty: float | None = Field(None, gt=0)
+    repetition_penalty: float | None = Field(None, gt=0, le=MAX_PENALTY)
     min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = None

@@ -19,11 +19,11 @@ from ..media.audio import AudioDecodeError, decode_audio
 from ..pipeline.additional_information import check_asr_context
 from .disconnect import unless_client_leaves
 from .errors import APIError
+from .protocol import MAX_TEMPERATURE  # OpenAI's range for this endpoint is 0..1; accept what chat accepts
 
 router = APIRouter()
 
 RESPONSE_FORMATS = ("json", "text", "verbose_json")
-MAX_TEMPERATURE = 2.0  # OpenAI's range for this endpoint is 0..1; accept what chat accepts
 
 
 def _form_float(form, name: str, default: float, lo: float, hi: float) -> float:

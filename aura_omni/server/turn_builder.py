@@ -80,6 +80,10 @@ class TurnBuilder:
     def aura_sampling(self, entry: tuple[int, dict] | None, overrides: dict) -> dict:
         index, values = entry or (None, {})
         merged = {**values, **overrides}
+        for key in merged.get("logit_bias") or {}:
+            if not str(key).lstrip("-").isdigit():
+                raise PipelineRequestError(f"logit_bias: {key!r} is not a token id; send token ids as keys "
+                                           f"(e.g. {{\"151669\": -100}})", param="logit_bias")
         param = "max_tokens" if "max_tokens" in overrides else f"sampling_params_list[{index}].max_tokens"
         self.limits.check_tokens(merged.get("max_tokens"), self.limits.max_aura_tokens, param)
         aura = self.runtime.models.get(AURA)

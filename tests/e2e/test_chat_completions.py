@@ -611,6 +611,8 @@ def test_slash_leading_bare_base64_is_media_and_image_counts_are_capped(base, cl
     ({"extra_body": {"sampling_params_list": [{"seed": 2**64}]}}, "seed"),
     ({"extra_body": {"sampling_params_list": [{}, {}, {"top_k": 2**63}]}}, "top_k"),
     ({"extra_body": {"top_k": 2**63}}, "top_k"),
+    ({"extra_body": {"sampling_params_list": [{}, {}, {"temperature": 1e39}]}}, "temperature"),  # NaN in float32
+    ({"logit_bias": {"abc": 1}}, "not a token id"),
 ])
 def test_bad_options_are_400(client, extra, match):
     with pytest.raises(openai.BadRequestError, match=match):

@@ -4,6 +4,7 @@ idle afterwards. Bounded for CI: a few dozen examples per operation, no shrinkin
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -19,7 +20,7 @@ from aura_omni.server.app import create_app
 
 API_KEY = "fuzz-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-EXAMPLES = 25  # per operation
+EXAMPLES = int(os.environ.get("AURA_OMNI_FUZZ_EXAMPLES", 25))  # per operation; raise it for a longer hunt
 MAX_SECONDS = 20.0  # one answer, on 2 shared CPU cores
 # fuzzed values stay small enough to run: a valid fuzzed turn may generate up to these many tokens
 LIMITS = Limits(max_aura_tokens=16, max_tts_new_tokens=8, max_asr_tokens=16, max_text_chars=2000)

@@ -256,6 +256,9 @@ BASE_BAD = [
     ("too many tokens", {"input": "hi", "voice": "x", "ref_audio": "REF", "x_vector_only_mode": True,
                          "max_new_tokens": 100000}, 400, "max_new_tokens", "at most"),
     ("wrong model", {"model": "gpt-4o-mini-tts", "input": "hi", "voice": "x"}, 404, "model", "does not exist"),
+    # past float32's range the Talker's sampling turned to NaN and Code2Wav failed: a 500 before
+    ("temperature past float32", {"input": "hi", "voice": "x", "ref_audio": "REF", "x_vector_only_mode": True,
+                                  "temperature": 1e39}, 400, "temperature", "less than or equal to 2"),
 ]
 
 
