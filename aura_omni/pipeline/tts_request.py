@@ -173,7 +173,8 @@ async def finish_tts(plan: TTSPlan, ask: TTSAsk, ctx: TalkerContext) -> TTSReque
         try:
             voice = await ctx.voice_prompt(wav, sr, (ask.ref_text or "").strip() or None, ask.x_vector_only)
         except TTSRequestError as e:  # unusable reference audio (NaN, too short, ...)
-            raise PipelineRequestError(f"{ask.param('ref_audio')}: {e}", param=ask.param("ref_audio")) from None
+            raise PipelineRequestError(f"{ask.param('ref_audio')}: {e}; send a clear recording of the voice, a few "
+                                       f"seconds long", param=ask.param("ref_audio")) from None
         template = dataclasses.replace(template, voice=voice)
     elif plan.registered is not None:
         template = dataclasses.replace(template, voice=plan.registered.prompt)

@@ -83,8 +83,15 @@ def error_response(err: APIError) -> JSONResponse:
                         status_code=err.status)
 
 
+_UNION_MEMBERS = {"str", "int", "float", "bool", "list", "dict", "none"}  # pydantic names union branches in `loc`
+
+
+def _is_union_member(part) -> bool:
+    return isinstance(part, str) and (part in _UNION_MEMBERS or "[" in part or part[:1].isupper())
+
+
 def _field(loc: tuple) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header") and not _is_union_member(p)]
     out = ""
     for p in parts:
         out += f"[{p}]" if p.isdigit() else ("." if out else "") + p
@@ -93,6 +100,8 @@ def _field(loc: tuple) -> str:
 
 def validation_error(exc: RequestValidationError) -> APIError:
     errors = exc.errors()
+    # a value matching no branch of a union fails once per branch: the deepest failure is the one that explains it
+    errors = sorted(errors, key=lambda e: -len([p for p in e.get("loc", ()) if not _is_union_member(p)]))
     first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
     if first.get("type") == "json_invalid":
         return APIError(f"request body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])})",
@@ -109,8 +118,19 @@ def validation_error(exc: RequestValidationError) -> APIError:
         msg = "required field is missing"
     elif first.get("type") == "extra_forbidden":
         msg = "unknown field; check its spelling against the API reference"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    fields = {_field(tuple(e.get("loc", ()))) for e in errors}
+    more = f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
     return APIError(f"{field}: {msg}{more}" if field else f"{msg}{more}", param=field or None, code="invalid_value")
+
+
+# Starlette's and FastAPI's own words, said so that a person knows what to send
+_PLAIN_HTTP_DETAILS = {
+    (404, "Not Found"): "no such endpoint; see /docs for the API",
+    (400, "There was an error parsing the body"): "request body could not be read; send UTF-8 JSON "
+                                                 "(Content-Type: application/json) or a multipart form",
+    (400, "Missing boundary in multipart."): "the multipart form has no boundary; let your HTTP client build the "
+                                             "multipart/form-data body",
+}
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -129,8 +149,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException):
         message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
-        if exc.status_code == 404 and message == "Not Found":
-            message = "no such endpoint"
+        message = _PLAIN_HTTP_DETAILS.get((exc.status_code, message), message)
         return JSONResponse(error_body(message, exc.status_code), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 

@@ -193,3 +193,14 @@ def test_websocket_sessions_over_the_limit_are_closed_with_try_again_later():
         assert e.value.code == 1013
         first.send_text("still here")
         assert first.receive_text() == "still here"
+
+
+def test_validation_errors_name_the_deepest_field_and_say_what_to_send(asr_aura_only):
+    r = asr_aura_only.post("/v1/chat/completions", headers=AUTH,
+                           json={"messages": [{"role": "user", "content": [{"type": "file", "file": {}}]}]})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "messages[0].content[0]"  # not the `str` branch of the union
+    assert "'text', 'input_audio'" in err["message"]
+    r = asr_aura_only.post("/v1/chat/completions", headers={**AUTH, "Content-Type": "application/json"},
+                           content=b'{"messages": "\xff\xfe"}')
+    assert r.status_code == 400 and "send UTF-8 JSON" in r.json()["error"]["message"]
