@@ -3,6 +3,8 @@
   aura-omni serve [MODEL] --omni --deploy-config PATH --served-model-name NAME --trust-remote-code
                   --host H --port P --api-key KEY --device cpu --dtype auto --load-format {auto,dummy}
   aura-omni make-tiny DIR [--seed N]
+  aura-omni bench serve --backend {speech,chat,realtime} --base-url URL --model NAME --max-concurrency N [N ...]
+                  --num-prompts N --request-rate R --save-result --result-filename FILE --plot FILE
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("dir")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--allow-missing", action="store_true", help="skip checkpoint writers not built yet")
+
+    from .bench.serve import add_cli_args as add_bench_serve_args
+
+    bench = sub.add_parser("bench", help="benchmark a running server")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    add_bench_serve_args(bench_sub.add_parser("serve", help="load a running server like `vllm bench serve`"))
     return parser
 
 
@@ -127,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
         return serve(args)
+    if args.command == "bench":
+        from .bench.serve import main as bench_serve
+
+        return bench_serve(args)
     return make_tiny_command(args)
 
 

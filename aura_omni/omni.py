@@ -7,6 +7,10 @@
     result.text, result.audio (float32, 24 kHz), result.transcript, result.silent
     for event in omni.stream(audio="question.wav", tts_speaker="Vivian"): ...   # TextDelta / AudioChunk / ...
     async for event in omni.astream(...): ...
+    async with omni.session(voice="Vivian") as s:   # a realtime session, the /v1/realtime handler in process
+        await s.send("input_audio_buffer.append", audio=pcm16_b64, video_frames=[jpeg_b64])
+        await s.send("input_audio_buffer.commit", create_response=True)
+        async for event in s: ...   # ServerEvent: .type, ["field"], .audio (float32 24 kHz of an audio delta)
 
 Media may be a path, bytes, a data URL / base64, or decoded arrays: audio as (samples, rate), an image as
 uint8 RGB [H, W, 3]. `**options` are vLLM-Omni `additional_information` keys (aura_system_prompt,
@@ -18,6 +22,7 @@ tts_x_vector_only_mode, tts_pass_token_ids, tts_max_new_tokens, is_speech) or AU
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 from dataclasses import dataclass
@@ -33,6 +38,7 @@ from .pipeline.turn import TurnEvent, collect_turn
 from .server.media_input import MediaPolicy
 from .server.runtime import Runtime
 from .server.turn_builder import TurnBuilder, TurnSpec
+from .session import RealtimeSession
 
 AURA_SAMPLING_OPTIONS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "min_tokens", "seed", "logit_bias",
                          "stop", "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty",
@@ -135,6 +141,21 @@ class Omni:
         """One turn, whole: AURA's text, the spoken reply (24 kHz float32), the ASR transcript, silence."""
         coro = self.agenerate(audio, images, video, text, speak, history, **options)
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @contextlib.asynccontextmanager
+    async def session(self, *, duplex: bool = False, model: str = "aura-omni", **session) -> AsyncIterator[RealtimeSession]:
+        """A realtime session (the handler behind WS /v1/realtime) on the caller's event loop. `session`: the
+        fields of a first `session.update` (instructions, voice, turn_detection, extra_body, ...). Leaving the
+        block closes it: every stage of a reply still running is stopped."""
+        live = RealtimeSession(self.runtime, self.builder, model=model, duplex=duplex)
+        if not duplex:
+            live.start()
+        try:
+            if session:
+                await live.send("session.update", session=session)
+            yield live
+        finally:
+            await live.close("client_close")
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:

@@ -129,7 +129,7 @@ def bench_talker(args, device: torch.device, dtype: torch.dtype) -> list[dict]:
     """Per-frame time of the Talker through its engine (engine/talker_adapter.py): one engine step = the
     backbone decode (CUDA graph) + the frame decoder (codec head, code0 rules, 15 code-predictor steps,
     next-input embedding: one CUDA graph). Also the frame decoder alone (`predictor_ms`)."""
-    from aura_omni.engine.talker_adapter import TalkerEngine
+    from aura_omni.stages.talker import TalkerEngine
     from aura_omni.models.qwen3_tts.config import TalkerConfig
     from aura_omni.models.qwen3_tts.generate import TalkerInput
     from aura_omni.models.qwen3_tts.sampling import SamplingParams as TalkerSampling

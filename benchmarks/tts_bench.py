@@ -47,7 +47,7 @@ from aura_omni.models.qwen3_tts.codec_config import CodecConfig
 from aura_omni.models.qwen3_tts.config import Qwen3TTSConfig
 from aura_omni.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
 from aura_omni.models.qwen3_tts.talker import Talker
-from aura_omni.models.qwen3_tts.tts import PRESETS_DIR, SAMPLE_RATE, SAMPLES_PER_FRAME, Qwen3TTS, TTSRequest
+from aura_omni.stages.tts import PRESETS_DIR, SAMPLE_RATE, SAMPLES_PER_FRAME, Qwen3TTS, TTSRequest
 from aura_omni.testing.tiny_codec import write_tiny_codec
 from aura_omni.testing.tiny_tts import write_tiny_tts, write_tts_files
 

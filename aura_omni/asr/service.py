@@ -1,39 +1,34 @@
 """The ASR stage as one object: load Qwen3-ASR, turn (samples, rate) into Transcripts.
 
-`transcribe` prepares pieces (resample, split, features), runs them through the stage's engine, which
-concurrent callers share (continuous batching, CUDA graphs), and parses the output into
-(language, text).
+A transcription is one request to the stage's loop (stages/loop.py): on the loop thread it is prepared (resample,
+split, features, audio encoder: all on the stage's stream) and its pieces join the engine, whose steps batch every
+caller's pieces (continuous batching, CUDA graphs); the parsed Transcripts come back as one output.
 """
 
-import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from aura_omni.asr.prompt import ASR_TEXT_ID, AsrPromptBuilder, load_asr_tokenizer
-from aura_omni.asr.split import MAX_ASR_INPUT_SECONDS, split_long_audio
+from aura_omni.asr.split import MAX_ASR_INPUT_SECONDS, SEARCH_SECONDS, split_long_audio
 from aura_omni.asr.transcript import Transcript, join_texts, merge_languages, normalize_language, parse_asr_output
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
-from aura_omni.engine.shared_engine import SharedEngine
-from aura_omni.layers.device import on_stream, stage_stream
 from aura_omni.media.asr_features import SAMPLE_RATE, log_mel_spectrogram, pad_to_min_length
 from aura_omni.media.audio import AudioDecodeError, resample
 from aura_omni.models.loader import resolve_checkpoint
 from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos, preset_config_path
-from aura_omni.models.qwen3_asr_encoder import num_audio_tokens
+from aura_omni.models.qwen3_asr_encoder import TOKENS_PER_CHUNK, num_audio_tokens
 from aura_omni.pipeline.stage_engine import engine_config
+from aura_omni.stages.loop import StageLoop, StageOutput
 
 SILENCE_PEAK = 1e-4  # |sample| below this everywhere (about -80 dBFS, 3 LSB of 16-bit): no speech, skip the model
 MAX_NEW_TOKENS = 256  # vllm-omni's stage 0 max_tokens
-
-
-class TranscriptionCancelled(Exception):
-    """The caller set the transcription's cancel event (it left): its engine requests were aborted."""
+PROMPT_TOKENS = 64  # the ASR prompt around its audio tokens (system, language, markers), with room to spare
 
 
 @dataclass
@@ -73,16 +68,18 @@ class AsrService:
         self.max_new_tokens = max_new_tokens
         self.tokenizer = tokenizer
         self.prompts = AsrPromptBuilder(tokenizer, model.config.audio_token_id)
-        self.eos_token_ids = tuple(eos_token_ids)
-        self.max_seconds = max_seconds
         # the stage's share of the device: 0.1 of the GPU in the seed deploy (configs/aura_omni.yaml)
         self.engine_config = engine_config or EngineConfig(max_model_len=8192, max_num_seqs=16, gpu_memory_utilization=0.1)
-        self._engine: SharedEngine | None = None
-        self._engine_lock = threading.Lock()
-        # the head of the voice chain: on a shared GPU its steps run on a high-priority stream of their own instead of
-        # queueing behind the AURA and Talker steps already issued (audio in, token ids out: nothing crosses on device)
-        self.stream = stage_stream(model.device, priority=-1)
+        self.eos_token_ids = tuple(eos_token_ids)
+        # a piece must fit the engine with its prompt and reply: split long audio shorter than qwen-asr's 20 minutes
+        # when max_model_len is small (13 audio tokens per second)
+        room = (self.engine_config.max_model_len - max_new_tokens - PROMPT_TOKENS) / TOKENS_PER_CHUNK
+        self.max_seconds = max(SEARCH_SECONDS * 2, min(max_seconds, room))
         self.languages = tuple(model.config.support_languages) or None
+        self.engine = LLMEngine(self.model, self.engine_config, list(self.eos_token_ids), name="asr")
+        # the head of the voice chain: on a shared GPU its loop's stream has high priority, so its steps do not queue
+        # behind the AURA and Talker steps already issued (audio in, token ids out: nothing crosses on device)
+        self.loop = StageLoop(AsrStageEngine(self), model.device, name="asr", priority=-1)
 
     @classmethod
     def from_pretrained(cls, model: str | Path, *, dtype: torch.dtype | None = None, device: str = "cpu",
@@ -141,50 +138,121 @@ class AsrService:
             out.append((p.input_ids, MultimodalPrompt(embeds, positions)))  # no content hash: never prefix-cached
         return out
 
-    # ---- the simple loop -----------------------------------------------------------------------
-    @torch.inference_mode()
+    # ---- requests ------------------------------------------------------------------------------
+    async def atranscribe(self, audios: list[tuple[np.ndarray, int]], language: str | None = None,
+                          context: str | None = None, max_new_tokens: int | None = None, temperature: float = 0.0,
+                          seed: int | None = None, request_id: str | None = None) -> list[Transcript]:
+        """(samples, rate) clips -> one Transcript each. Raises AudioDecodeError (bad audio) and
+        UnsupportedLanguageError / ValueError (bad options): both are client errors. Cancelling the awaiting task
+        aborts the work before the stage's next step."""
+        job = self._job(audios, language, context, max_new_tokens, temperature, seed)
+        return await self.loop.result(request_id or self.loop.new_request_id(), job)
+
     def transcribe(self, audios: list[tuple[np.ndarray, int]], language: str | None = None,
                    context: str | None = None, max_new_tokens: int | None = None,
-                   temperature: float = 0.0, seed: int | None = None,
-                   cancel: threading.Event | None = None) -> list[Transcript]:
-        """(samples, rate) clips -> one Transcript each. Raises AudioDecodeError (bad audio) and
-        UnsupportedLanguageError / ValueError (bad options): both are client errors. Setting `cancel` (from
-        another thread) stops the work at the next engine step with TranscriptionCancelled."""
+                   temperature: float = 0.0, seed: int | None = None) -> list[Transcript]:
+        """Offline, blocking `atranscribe`."""
+        job = self._job(audios, language, context, max_new_tokens, temperature, seed)
+        return next(self.loop.run(self.loop.new_request_id(), job))
+
+    def _job(self, audios, language, context, max_new_tokens, temperature, seed) -> "AsrJob":
         params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens or self.max_new_tokens, seed=seed)
-        with on_stream(self.stream):
-            pieces = self.prepare(audios, language, context)
-            live = [p for p in pieces if p.features is not None]
-            generated = iter(self.generate(live, params, cancel) if live else [])
-            outputs = [next(generated) if p.features is not None else [] for p in pieces]
-        return self.finish(pieces, outputs, len(audios))
+        return AsrJob(list(audios), language, context, params)
 
-    def stats(self) -> dict[str, float] | None:
-        """The engine's stats once a transcription has built it (None before: asking does not build it)."""
-        return self._engine.stats() if self._engine is not None else None
+    def stats(self) -> dict[str, float]:
+        """Offline and tests: the loop's counters (running, waiting, free_blocks, ...) once it has applied what is
+        queued (aborts included). Servers read `loop.counters`, which never waits."""
+        self.loop.settle()
+        return self.loop.counters.as_dict()
 
-    @property
-    def engine(self) -> SharedEngine:
-        """The stage's engine (continuous batching of concurrent transcriptions), built on first use."""
-        with self._engine_lock:
-            if self._engine is None:
-                self._engine = SharedEngine(LLMEngine(self.model, self.engine_config, list(self.eos_token_ids), name="asr"))
-            return self._engine
+    def generate(self, pieces: list[AsrPiece], params: SamplingParams) -> list[list[int]]:
+        """Offline: generated ids (EOS excluded) of prepared pieces, through the stage's loop."""
+        return next(self.loop.run(self.loop.new_request_id(), AsrJob([], None, None, params, pieces)))
 
-    @torch.inference_mode()
-    def generate(self, pieces: list[AsrPiece], params: SamplingParams,
-                 cancel: threading.Event | None = None) -> list[list[int]]:
-        """Generated ids (EOS excluded) of every piece; concurrent callers share the engine's decode steps."""
-        outputs: list[list[int]] = [[] for _ in pieces]
-        requests = [(ids, params, mm) for ids, mm in self.engine_prompts(pieces)]
-        run = self.engine.run(requests)
+    def close(self) -> None:
+        self.loop.close()
+
+
+@dataclass
+class AsrJob:
+    """One transcription request to the stage's loop; `pieces` given = generated ids only (no parsing)."""
+
+    audios: list[tuple[np.ndarray, int]]
+    language: str | None
+    context: str | None
+    params: SamplingParams
+    pieces: list[AsrPiece] | None = None
+
+
+@dataclass
+class _Running:
+    job: AsrJob
+    pieces: list[AsrPiece]
+    live: list[int]  # indexes of the pieces in the engine
+    outputs: list[list[int]] = field(default_factory=list)
+    remaining: set = field(default_factory=set)
+
+
+class AsrStageEngine:
+    """The ASR loop's engine: a request's pieces become engine requests `<id>/<k>`; its output is every piece's ids
+    (or, for a transcription, the parsed Transcripts) once the last piece ends."""
+
+    def __init__(self, service: AsrService):
+        self.service = service
+        self._running: dict[str, _Running] = {}
+        self._ready: list[StageOutput] = []  # requests with nothing for the model (silence)
+
+    def add(self, request_id: str, job: AsrJob) -> None:
+        svc = self.service
+        pieces = job.pieces if job.pieces is not None else svc.prepare(job.audios, job.language, job.context)
+        live = [k for k, p in enumerate(pieces) if p.features is not None]
+        run = _Running(job, pieces, live, [[] for _ in pieces], set(live))
+        prompts = svc.engine_prompts([pieces[k] for k in live]) if live else []
+        self._running[request_id] = run
         try:
-            for i, out in run:
-                outputs[i] += out.new_token_ids
-                if cancel is not None and cancel.is_set():
-                    raise TranscriptionCancelled()
-        finally:
-            run.close()  # aborts whatever is unfinished
-        return [[t for t in o if t not in self.eos_token_ids] for o in outputs]
+            for k, (ids, mm) in zip(live, prompts):
+                svc.engine.add_request(f"{request_id}/{k}", ids, job.params, mm)
+        except Exception:
+            self.abort(request_id)
+            raise
+        if not live:
+            self._ready.append(self._finish(request_id))
+
+    def abort(self, request_id: str) -> None:
+        run = self._running.pop(request_id, None)
+        if run is not None:
+            for k in run.remaining:
+                self.service.engine.abort(f"{request_id}/{k}")
+
+    def has_work(self) -> bool:
+        return bool(self._ready) or self.service.engine.has_unfinished()
+
+    def step(self) -> list[StageOutput]:
+        done, self._ready = self._ready, []
+        if not self.service.engine.has_unfinished():
+            return done
+        for out in self.service.engine.step():
+            rid, _, k = out.request_id.rpartition("/")
+            run = self._running.get(rid)
+            if run is None:
+                continue
+            run.outputs[int(k)] += out.new_token_ids
+            if out.finished:
+                run.remaining.discard(int(k))
+                if not run.remaining:
+                    done.append(self._finish(rid))
+        return done
+
+    def _finish(self, request_id: str) -> StageOutput:
+        run = self._running.pop(request_id)
+        eos = self.service.eos_token_ids
+        ids = [[t for t in o if t not in eos] for o in run.outputs]
+        if run.job.pieces is not None:
+            return StageOutput(request_id, [ids[k] for k in run.live], True)
+        return StageOutput(request_id, self.service.finish(run.pieces, ids, len(run.job.audios)), True)
+
+    def stats(self) -> dict[str, float]:
+        return self.service.engine.stats()
 
 
 def load_asr_stage(stage, device: str, dtype: torch.dtype, load_format: str) -> AsrService:

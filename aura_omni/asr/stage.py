@@ -1,12 +1,8 @@
-"""The ASR service as the pipeline's `AsrStage` (pipeline/stage_api.py): async, model work off the event loop.
+"""The ASR service as the pipeline's `AsrStage` (pipeline/stage_api.py): async, model work on the stage's loop.
 
 Returns Qwen3-ASR's own output format, `language X<asr_text>text` (or "" for no speech), so the
 pipeline's `normalize_asr_transcript` sees exactly what the model would have written.
 """
-
-import asyncio
-import threading
-from typing import Awaitable, Callable
 
 import numpy as np
 
@@ -16,27 +12,15 @@ from aura_omni.asr.service import AsrService
 _SAMPLING_KEYS = {"temperature": "temperature", "max_tokens": "max_new_tokens", "seed": "seed"}
 
 
-async def transcribe_cancellable(service: AsrService, call: Callable[..., Awaitable], audios, **options):
-    """`service.transcribe(audios, **options)` on a worker thread through `call` (Runtime.call, asyncio.to_thread);
-    if the awaiting task is cancelled, the worker stops at its next engine step (its requests aborted)."""
-    cancel = threading.Event()
-    try:
-        return await call(service.transcribe, audios, cancel=cancel, **options)
-    except asyncio.CancelledError:
-        cancel.set()
-        raise
-
-
 class AsrPipelineStage:
-    def __init__(self, service: AsrService, call: Callable[..., Awaitable] | None = None):
+    def __init__(self, service: AsrService):
         self.service = service
-        self._call = call or asyncio.to_thread  # e.g. server Runtime.call (its worker pool)
 
     async def transcribe(self, samples: np.ndarray, sample_rate: int, *, request_id: str, language: str | None = None,
                          context: str | None = None, sampling: dict | None = None) -> str:
         options = {ours: sampling[key] for key, ours in _SAMPLING_KEYS.items() if sampling and sampling.get(key) is not None}
-        transcript = (await transcribe_cancellable(self.service, self._call, [(samples, sample_rate)], language=language,
-                                                   context=context, **options))[0]
+        transcript = (await self.service.atranscribe([(samples, sample_rate)], language=language, context=context,
+                                                     request_id=request_id, **options))[0]
         if not transcript.text:
             return ""
         return f"language {transcript.language or 'None'}<asr_text>{transcript.text}"

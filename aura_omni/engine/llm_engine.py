@@ -5,7 +5,7 @@
     while engine.has_unfinished():
         for out in engine.step(): ...   # new tokens of every request that produced one this step
 
-Not thread-safe by itself; engine/async_engine.py drives it from a background thread under a lock.
+Not thread-safe by itself: one stage loop (stages/loop.py) owns it and steps it on its own thread.
 
 Async scheduling (`EngineConfig.async_scheduling`): `step` queues step k+1 before step k's tokens come back,
 then reads step k's, so the host's work between steps (scheduling, inputs, stop checks, streaming) overlaps the

@@ -1,31 +1,15 @@
-"""The Talker on LLMEngine: its `ModelAdapter` and `TalkerEngine`, the one engine per model that every
-caller shares (continuous batching of concurrent TTS streams).
+"""The Talker on LLMEngine: its `ModelAdapter` (stages/talker.py builds the engine and puts it under a stage loop).
 
-    engine = TalkerEngine(talker, pad_embed, EngineConfig(...))
-    for i, frame in engine.frames([TalkerInput(prompt_embeds, trailing_embeds, params, seed)]): ...
-
-`frames()` is a plain iterator that may be consumed from any thread: whichever consumer finds its
-queue empty steps the engine for everybody under one lock, so concurrent HTTP streams share decode
-steps; closing the iterator aborts its requests, which frees their KV blocks at once.
 Engine-level params are plain greedy with `max_tokens` (= max_new_tokens) and EOS 2150; code0 follows the Talker's
 own rules (qwen3_tts/sampling.py: repetition penalty over the output code0s, suppressed control ids,
 EOS banned for min_new_tokens = 2 steps, temperature/top-k/top-p, per-request counter-based draws).
 """
 
-import secrets
-from typing import Iterator
-
 import torch
 
-from aura_omni.engine.config import EngineConfig
-from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.model_api import StepInputs
-from aura_omni.engine.sampling_params import SamplingParams
-from aura_omni.engine.sequence import MultimodalPrompt
-from aura_omni.engine.shared_engine import SharedEngine
 from aura_omni.layers.device import upload_async
-from aura_omni.models.qwen3_tts.generate import FrameDecoder, TalkerInput, TalkerRequestState
-from aura_omni.models.qwen3_tts.sampling import seed_key
+from aura_omni.models.qwen3_tts.generate import FrameDecoder
 from aura_omni.models.qwen3_tts.talker import Talker
 
 
@@ -90,48 +74,3 @@ class TalkerAdapter:
     def after_sample(self, seqs, hidden, token_ids):
         codes, self._codes = self._codes, None
         return codes
-
-
-class TalkerEngine:
-    """One LLMEngine over the Talker, shared by every caller (see the module docstring)."""
-
-    def __init__(self, talker: Talker, pad_embed: torch.Tensor, config: EngineConfig, name: str = "talker"):
-        cuda = talker.codec_head.weight.device.type == "cuda"
-        self.adapter = TalkerAdapter(talker, pad_embed)
-        engine = LLMEngine(self.adapter, config, eos_token_ids=[talker.config.codec_eos_token_id], name=name)
-        # after the engine: its start-up picks the kernels (and fuses the backbone) the frame graphs then capture
-        self.adapter.decoder = FrameDecoder(talker, config.max_num_seqs, use_graphs=cuda and not config.enforce_eager,
-                                            buckets=config.cuda_graph_batch_sizes)
-        self.shared = SharedEngine(engine, on_add=self._start, after_step=self.adapter.decoder.release_finished)
-
-    @property
-    def engine(self) -> LLMEngine:
-        return self.shared.engine
-
-    @staticmethod
-    def _start(seq, inp: TalkerInput) -> None:
-        key = seed_key(inp.seed) if inp.seed is not None else secrets.randbits(32)
-        seq.model_state = TalkerRequestState(inp, key)
-
-    @staticmethod
-    def _request(inp: TalkerInput):
-        """Engine-level request: stops at EOS or the budget (the frame decoder samples; these params never do)."""
-        inp.sampling.validate()
-        return None, SamplingParams(temperature=0, max_tokens=inp.sampling.max_new_tokens), MultimodalPrompt(inp.prompt_embeds)
-
-    def add_request(self, request_id: str, inp: TalkerInput) -> None:
-        """Queue a request for a caller that steps `self.engine` itself (benchmarks); others use `frames`."""
-        seq = self.engine.add_request(request_id, *self._request(inp))
-        self._start(seq, inp)
-
-    def frames(self, inputs: list[TalkerInput]) -> Iterator[tuple[int, torch.Tensor]]:
-        """(input index, frame [16] long on CPU) as each frame appears, until every request ends."""
-        requests = [self._request(inp) for inp in inputs]
-        for i, out in self.shared.run(requests, inputs):
-            if out.finished:
-                continue  # the final token (EOS or the budget's last) carries no frame
-            for frame in out.new_extras:
-                yield i, frame
-
-    def stats(self) -> dict[str, float]:
-        return self.shared.stats()

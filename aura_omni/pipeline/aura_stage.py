@@ -1,8 +1,9 @@
 """AURA (Qwen3-VL) as the pipeline's stage 1: prompt text + vision inputs -> streamed reply deltas.
 
-Runs on the continuous-batching engine (its own step thread), so concurrent turns share decode steps
-and a repeated system prompt / conversation history hits the prefix cache. The vision encoder runs
-in a worker thread before the request joins the engine.
+Runs on the continuous-batching engine under the stage's loop (stages/loop.py), so concurrent turns share decode
+steps and a repeated system prompt / conversation history hits the prefix cache. The prompt is tokenised off the
+event loop; the vision encoder and the prompt embeddings run on the loop thread as the request joins the engine
+(on the stage's stream, between steps).
 """
 
 import asyncio
@@ -12,7 +13,6 @@ from typing import AsyncIterator
 import torch
 
 from aura_omni.config import Stage
-from aura_omni.engine.async_engine import AsyncLLMEngine
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.prompts import vl_request
 from aura_omni.media.vision_preprocess import VisionInput
@@ -24,6 +24,8 @@ from aura_omni.pipeline.prompt_tokens import ChatMLTokens, prompt_token_ids
 from aura_omni.pipeline.stage_api import AuraDelta
 from aura_omni.pipeline.stage_engine import engine_config, sampling_params
 from aura_omni.pipeline.vision_cache import VisionEmbeddingCache
+from aura_omni.stages.llm import LLMStageEngine
+from aura_omni.stages.loop import StageLoop
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +36,13 @@ def stop_prefix_len(text: str, stops: list[str]) -> int:
 
 
 class AuraPipelineStage:
-    def __init__(self, model: Qwen3VLForCausalLM, tokenizer, engine: AsyncLLMEngine | None, stage: Stage):
+    def __init__(self, model: Qwen3VLForCausalLM, tokenizer, engine: LLMEngine, stage: Stage):
         self.model, self.tokenizer, self.engine, self.stage = model, tokenizer, engine, stage
         if model.device.type == "cuda" and not stage.enforce_eager:
             model.vision_graphs = VisionGraphs(model.visual)
         self.vision_cache = VisionEmbeddingCache(model.encode_vision)
         self.prompt_tokens = ChatMLTokens(tokenizer)
+        self.loop = StageLoop(LLMStageEngine(engine, self._prepare), model.device, name="aura")
 
     @classmethod
     def load(cls, stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> "AuraPipelineStage":
@@ -49,25 +52,34 @@ class AuraPipelineStage:
         tokenizer = load_tokenizer(resolve_checkpoint(stage.model) if load_format != "dummy" else None)
         engine = LLMEngine(model, engine_config(stage), eos_token_ids=list(AURA_STOP_TOKEN_IDS),
                            detokenize=lambda ids: tokenizer.decode(ids, skip_special_tokens=False), name="aura")
-        return cls(model, tokenizer, AsyncLLMEngine(engine), stage)
+        return cls(model, tokenizer, engine, stage)
 
-    def encode_prompt(self, prompt: str, vision: list[VisionInput]):
-        """Token ids + engine prompt (embeddings, MRoPE positions, DeepStack). Runs the vision encoder."""
+    def prompt_ids(self, prompt: str, vision: list[VisionInput]) -> list[int]:
+        """The prompt's token ids, vision placeholders expanded (host work)."""
         cfg = self.model.config
-        ids = prompt_token_ids(self.prompt_tokens, prompt, vision, (cfg.image_token_id, cfg.video_token_id))
+        return prompt_token_ids(self.prompt_tokens, prompt, vision, (cfg.image_token_id, cfg.video_token_id))
+
+    def encode_prompt(self, ids: list[int], vision: list[VisionInput]):
+        """Token ids + engine prompt (embeddings, MRoPE positions, DeepStack). Runs the vision encoder."""
         with torch.inference_mode():
             encoded = self.vision_cache(vision) if vision else None
             return vl_request(self.model.build_prompt(ids, vision, encoded), vision)
 
+    def _prepare(self, request):
+        """The loop's engine request from (ids, vision, params): the device work, on the stage's stream."""
+        ids, vision, params = request
+        ids, mm = self.encode_prompt(ids, vision)
+        return ids, params, mm, None
+
     async def generate(self, prompt: str, vision: list[VisionInput], *, request_id: str,
                        sampling: dict | None = None) -> AsyncIterator[AuraDelta]:
         params = sampling_params(self.stage.default_sampling_params, sampling, stop_token_ids=list(AURA_STOP_TOKEN_IDS))
-        ids, mm = await asyncio.to_thread(self.encode_prompt, prompt, vision)
+        ids = await asyncio.to_thread(self.prompt_ids, prompt, vision)
         hidden_stops = [] if params.include_stop_str_in_output else params.stop
         out_ids: list[int] = []
         pending: list[int] = []
         shown = ""
-        async for out in self.engine.generate(request_id, ids, params, mm):
+        async for out in self.loop.submit(request_id, (ids, vision, params)):
             out_ids += out.new_token_ids
             pending += out.new_token_ids
             text = self.tokenizer.decode(out_ids, skip_special_tokens=False)
@@ -83,8 +95,14 @@ class AuraPipelineStage:
                             prompt_tokens=out.num_prompt_tokens or len(ids))
             shown, pending = text, []
 
+    def stats(self) -> dict[str, float]:
+        """Offline and tests: the loop's counters (running, waiting, free_blocks, ...) once it has applied what is
+        queued (aborts included). Servers read `loop.counters`, which never waits."""
+        self.loop.settle()
+        return self.loop.counters.as_dict()
+
     def close(self) -> None:
-        self.engine.shutdown()
+        self.loop.close()
 
 
 def load_aura_stage(stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> AuraPipelineStage:

@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Callable, Mapping
 from ..config import Stage
 from ..media.audio import AudioDecodeError
 from ..media.limits import Limits, MediaError
-from ..models.qwen3_tts.tts import TASK_TYPES, TTSRequest, TTSRequestError
+from ..stages.tts import TASK_TYPES, TTSRequest, TTSRequestError
 from .constants import DEFAULT_CUSTOM_VOICE_SPEAKER
 from .processors import PipelineRequestError, normalize_speaker
 from .stage_engine import SAMPLING_KEYS
@@ -57,7 +57,7 @@ class TTSAsk:
 class TalkerContext:
     """What building a request needs of the deployment (the caller's runtime, voices and media policy)."""
 
-    tts: Any  # models.qwen3_tts.tts.Qwen3TTS: model_type, speakers, languages, validate()
+    tts: Any  # stages.tts.Qwen3TTS: model_type, speakers, languages, validate()
     stage: Stage  # the deploy's Talker stage
     max_new_tokens: int  # default and cap (talker_token_cap)
     voices: Any = None  # registry: get(name) -> RegisteredVoice | None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import os
@@ -16,6 +17,7 @@ from ..media.limits import Limits
 from .admission import Admission
 from .auth import OPEN_PATHS, check_api_key, check_ws_api_key  # noqa: F401 - check_ws_api_key: for socket routes
 from .errors import install_error_handlers
+from .metrics import RequestMetrics
 from .runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .state import ServerState
 
@@ -25,6 +27,8 @@ log = logging.getLogger("aura_omni.server")
 ENDPOINT_MODULES = [
     "chat",
     "health",
+    "metrics",
+    "realtime",
     "speech",
     "transcriptions",
     "voices",
@@ -40,7 +44,9 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | None = None
     """Build the server; loads the deploy's stage models unless a ready `runtime` is given (tests).
     `request_timeout_s`: a chat turn running longer is cancelled in every stage and answered 504 (None: no limit).
     `limits`: default the deploy file's `limits:` section over the built-in defaults."""
-    runtime = runtime or Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
+    if runtime is None:  # loaded and warmed here: /health answers only once every stage has served a request
+        runtime = Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
+        asyncio.run(runtime.warm_up())
     runtime.request_timeout_s = request_timeout_s
     name = served_model_name or deploy_config.stages[0].model
     if allowed_media_domains is None:
@@ -59,6 +65,7 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | None = None
     app.state.server = state
     app.add_middleware(Admission, state=state)
     install_error_handlers(app)
+    app.add_middleware(RequestMetrics)  # arrival time for the endpoints' timings; requests_total
     for module in ENDPOINT_MODULES:
         app.include_router(importlib.import_module(f"{__package__}.{module}").router)
     return app

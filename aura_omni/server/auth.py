@@ -1,12 +1,12 @@
 """`--api-key` on every route but `/health`: HTTP requests send `Authorization: Bearer <key>`; WebSockets may
-also send `?api_key=<key>` or the `openai-insecure-api-key.<key>` subprotocol (browsers cannot set headers)."""
+also send `?api_key=<key>` or the `openai-insecure-api-key.<key>` subprotocol (browsers cannot set headers).
+HTTP routes are guarded app-wide; a WebSocket route calls `check_ws_api_key` (or `socket_key_ok`) itself."""
 
 from __future__ import annotations
 
 import hmac
 
 from fastapi import WebSocket
-from fastapi.exceptions import WebSocketException
 from starlette.requests import HTTPConnection
 
 from .errors import APIError
@@ -25,34 +25,25 @@ def _bearer(connection: HTTPConnection) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def ws_api_key(connection: HTTPConnection) -> str | None:
-    """The key a WebSocket handshake carries, in any of the three accepted places."""
-    if (token := _bearer(connection)) is not None:
-        return token
-    if connection.query_params.get("api_key"):
-        return connection.query_params["api_key"]
-    for proto in connection.scope.get("subprotocols", []):
-        if proto.startswith(WS_KEY_SUBPROTOCOL):
-            return proto[len(WS_KEY_SUBPROTOCOL):]
-    return None
+def offered_subprotocols(connection: HTTPConnection) -> list[str]:
+    header = connection.headers.get("sec-websocket-protocol", "")
+    return [p.strip() for p in header.split(",") if p.strip()]
 
 
-def ws_key_ok(connection: HTTPConnection) -> bool:
-    key = connection.app.state.server.api_key
-    given = ws_api_key(connection)
-    return key is None or (given is not None and _same(given, key))
+def socket_key_ok(connection: HTTPConnection, key: str | None, offered: list[str]) -> bool:
+    """The key in a WebSocket handshake, in any of the three accepted places (`offered`: its subprotocols)."""
+    if key is None:
+        return True
+    candidates = [_bearer(connection) or "", connection.query_params.get("api_key") or ""]
+    candidates += [p[len(WS_KEY_SUBPROTOCOL):] for p in offered if p.startswith(WS_KEY_SUBPROTOCOL)]
+    return any(c and _same(c, key) for c in candidates)
 
 
 async def check_api_key(connection: HTTPConnection) -> None:
-    """App-wide dependency: HTTP requests without the key get a 401; sockets are closed before they open."""
+    """App-wide dependency: HTTP requests without the key get a 401. WebSocket routes check the key themselves
+    (`check_ws_api_key`, or realtime's accept-then-`error`-event), so each answers in its own protocol."""
     key = connection.app.state.server.api_key
-    if key is None or connection.url.path in OPEN_PATHS:
-        return
-    if connection.scope["type"] == "websocket":
-        if not ws_key_ok(connection):
-            raise WebSocketException(WS_POLICY_VIOLATION, "missing or incorrect API key: send Authorization: Bearer "
-                                                          "<key>, ?api_key=<key> or the subprotocol "
-                                                          f"{WS_KEY_SUBPROTOCOL}<key>")
+    if key is None or connection.url.path in OPEN_PATHS or connection.scope["type"] == "websocket":
         return
     auth = connection.headers.get("authorization", "")
     if not auth:
@@ -66,7 +57,7 @@ async def check_api_key(connection: HTTPConnection) -> None:
 async def check_ws_api_key(websocket: WebSocket) -> bool:
     """For WebSocket handlers: True when the key is right (or none is set); otherwise the socket is closed
     with 1008 (before `accept`, which the client sees as a refused handshake) and False is returned."""
-    if ws_key_ok(websocket):
+    if socket_key_ok(websocket, websocket.app.state.server.api_key, offered_subprotocols(websocket)):
         return True
     await websocket.close(code=WS_POLICY_VIOLATION, reason="missing or incorrect API key")
     return False

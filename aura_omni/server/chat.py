@@ -17,6 +17,7 @@ and `[DONE]`. A client that goes away cancels the turn in every stage.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -38,6 +39,7 @@ from .chat_protocol import (AudioReply, AudioURLPart, ChatCompletion, ChatComple
                             InputAudioPart, ReplyMessage, STREAM_AUDIO_FORMATS, TextPart, Usage, VideoURLPart)
 from .disconnect import unless_client_leaves
 from .errors import APIError, client_error, error_body, internal_error
+from .metrics import arrival
 from .turn_builder import TurnBuilder, TurnSpec
 
 log = logging.getLogger("aura_omni.server")
@@ -161,7 +163,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     rid = f"chatcmpl-{uuid.uuid4().hex}"
     with client_errors():
         turn = await TurnBuilder(runtime, state.voices, state.media_policy()).build(spec, rid)
-    events = runtime.pipeline.turn(turn)
+    events = state.metrics.turn_events(request.url.path, runtime.pipeline.turn(turn), arrival(request), body.stream)
     name = body.model or state.served_model_name
     if not body.stream:
         try:
@@ -187,7 +189,8 @@ async def _complete(events: AsyncIterator, rid: str, model: str, speak: bool, fm
     audio = None
     if speak and not done.silent:
         audio_id = f"audio_{uuid.uuid4().hex}"
-        audio = AudioReply(id=audio_id, data=base64.b64encode(encode_audio(wav, TTS_SAMPLE_RATE, _encoder_format(fmt))).decode(),
+        data = await asyncio.to_thread(encode_audio, wav, TTS_SAMPLE_RATE, _encoder_format(fmt))
+        audio = AudioReply(id=audio_id, data=base64.b64encode(data).decode(),
                            expires_at=int(time.time()) + AUDIO_TTL_S, transcript=done.text)
         transcripts.add(audio_id, done.text)
     message = ReplyMessage(content=done.text, audio=audio, silent=done.silent,

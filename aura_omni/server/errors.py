@@ -44,7 +44,7 @@ def request_error_types() -> tuple[type[Exception], ...]:
     from ..media.audio import AudioDecodeError
     from ..media.encode import UnsupportedFormatError
     from ..media.limits import LimitError, MediaError
-    from ..models.qwen3_tts.tts import TTSRequestError
+    from ..stages.tts import TTSRequestError
     from ..pipeline.processors import PipelineRequestError
 
     return (PipelineRequestError, LimitError, MediaError, AudioDecodeError, TTSRequestError, PromptTooLongError,

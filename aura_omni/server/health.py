@@ -1,6 +1,7 @@
 """`GET /health` (no auth; load balancers probe it) and `GET /v1/models` (the served model name)."""
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
 
 from .protocol import ModelCard
 
@@ -9,9 +10,15 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(request: Request):
+    """Each stage loop's published counters; 503 while a stage loop is down. Reads, never waits: no engine lock."""
     state = request.app.state.server
-    return {"status": "ok", "pipeline": state.runtime.deploy.pipeline, "stages": sorted(state.runtime.deploy.roles),
-            "loaded": sorted(state.runtime.models), "engines": state.runtime.stage_stats()}
+    stages = state.runtime.stage_stats()
+    down = sorted(name for name, c in stages.items() if not c["alive"])
+    body = {"status": "down" if down else "ok", "pipeline": state.runtime.deploy.pipeline,
+            "roles": sorted(state.runtime.deploy.roles), "stages": stages}
+    if down:
+        body["down"] = down
+    return JSONResponse(body, status_code=503 if down else 200)
 
 
 @router.get("/v1/models")

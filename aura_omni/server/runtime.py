@@ -1,10 +1,8 @@
-"""What the server runs on: the stage models a deploy config declares, and the worker threads they run in.
+"""What the server runs on: the stages a deploy config declares, each driven by its stage loop (stages/loop.py).
 
-The event loop never runs model code: blocking calls go to a worker thread (`call`), and streams are
-produced there and handed to the loop chunk by chunk (`iterate`). Concurrent requests run in their own
-workers; each stage's engine is shared by them (engine/shared_engine.py), so their decode steps are
-batched instead of queued. A request's failure stays in that request. Endpoints ask `require(role)`;
-a role the deployment lacks answers a clear 400.
+The event loop never runs model code: requests go to the stage loops and their outputs come back on per-request
+asyncio queues, so concurrent requests share each stage's steps. A request's failure stays in that request.
+Endpoints ask `require(role)`; a role the deployment lacks answers a clear 400.
 """
 
 from __future__ import annotations
@@ -13,10 +11,10 @@ import asyncio
 import dataclasses
 import importlib
 import logging
-import threading
 from pathlib import Path
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Callable
+
+import numpy as np
 
 from ..config import ASR, AURA, CODE2WAV, TALKER, DeployConfig, Stage
 from .errors import APIError
@@ -28,7 +26,6 @@ ROLE_NAMES = {ASR: "a Qwen3-ASR stage (model_stage: asr)", AURA: "an AURA stage 
               TALKER: "Qwen3-TTS Talker + Code2Wav stages (model_stage: qwen3_tts, code2wav)",
               CODE2WAV: "a Code2Wav stage (model_stage: code2wav)"}
 
-MAX_WORKERS = 64
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
 
 # role -> "module:attribute" of a loader `(stage, device, dtype, load_format) -> model`. Code2Wav is
@@ -41,7 +38,7 @@ STAGE_LOADERS: dict[str, str] = {
 
 
 def load_qwen3_tts(stage: Stage, device: str, dtype: Any, load_format: str):
-    from ..models.qwen3_tts.tts import Qwen3TTS, default_engine_config
+    from ..stages.tts import Qwen3TTS, default_engine_config
 
     # the Talker's engine: TTS defaults, with the deploy stage's concurrency and share of the GPU
     config = dataclasses.replace(default_engine_config(device), max_num_seqs=stage.max_num_seqs,
@@ -83,8 +80,6 @@ class Runtime:
     def __init__(self, deploy: DeployConfig, models: dict[str, Any] | None = None):
         self.deploy = deploy
         self.models: dict[str, Any] = dict(models or {})
-        # workers mostly wait on a shared engine's lock or queue; this bounds requests in model code at once
-        self._executor = ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="aura-model")
         self._pipeline = None
         self.request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # a turn past this is cancelled (504)
 
@@ -128,9 +123,9 @@ class Runtime:
             codec = self.deploy.codec_streaming()
             initial = min(codec.initial_codec_chunk_frames or 2, codec.codec_chunk_frames)  # 0 = dynamic: small
             self._pipeline = AuraOmniPipeline(
-                AsrPipelineStage(asr, self.call) if asr is not None else None,
+                AsrPipelineStage(asr) if asr is not None else None,
                 self.models.get(AURA),
-                SpeechPipelineStage(tts, self.iterate, initial_chunk_frames=initial,
+                SpeechPipelineStage(tts, initial_chunk_frames=initial,
                                     chunk_frames=codec.codec_chunk_frames) if tts is not None else None,
                 default_timeout_s=self.request_timeout_s)
         return self._pipeline
@@ -149,85 +144,53 @@ class Runtime:
     # ---- the async surfaces endpoints use (stable while the stage loops underneath change) ----------------
     def speak(self, tts_request, initial_chunk_frames: int, chunk_frames: int) -> AsyncIterator:
         """24 kHz float32 chunks of one Talker + Code2Wav request; closing the iterator cancels it in both stages."""
-        tts = self.models[TALKER]
-        return self.iterate(lambda: tts.stream(tts_request, initial_chunk_frames, chunk_frames))
+        return self.models[TALKER].astream(tts_request, initial_chunk_frames, chunk_frames)
 
     async def transcribe(self, samples, sample_rate: int, *, language: str | None = None, context: str | None = None,
                          temperature: float = 0.0):
         """One clip's Transcript; cancelling the awaiting task aborts its ASR work."""
-        from ..asr.stage import transcribe_cancellable
-
-        return (await transcribe_cancellable(self.models[ASR], self.call, [(samples, sample_rate)], language=language,
-                                             context=context, temperature=temperature))[0]
+        return (await self.models[ASR].atranscribe([(samples, sample_rate)], language=language, context=context,
+                                                   temperature=temperature))[0]
 
     async def voice_prompt(self, wav, sample_rate: int, ref_text: str | None, x_vector_only: bool):
         """A cloned voice (x-vector, and reference codes for in-context cloning) from reference audio."""
-        return await self.call(self.models[TALKER].create_voice_prompt, wav, sample_rate, ref_text, x_vector_only)
+        return await asyncio.to_thread(self.models[TALKER].create_voice_prompt, wav, sample_rate, ref_text, x_vector_only)
+
+    async def warm_up(self) -> dict[str, float]:
+        """One small request through every stage (pipeline/warmup.py); the server calls it before it says ready."""
+        from ..pipeline.warmup import warm_up
+        from .media_input import load_image_input
+
+        aura, frame = self.models.get(AURA), None
+        if aura is not None:  # a 640x480 camera frame: the live path's vision layout
+            rgb = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+            frame = await asyncio.to_thread(load_image_input, rgb, None, aura.stage.model)
+        codec = self.deploy.codec_streaming()
+        return await warm_up(self.models.get(ASR), aura, self.models.get(TALKER), frame=frame,
+                             initial_chunk_frames=min(codec.initial_codec_chunk_frames or 2, codec.codec_chunk_frames),
+                             chunk_frames=codec.codec_chunk_frames)
 
     def stage_stats(self) -> dict[str, dict[str, float]]:
-        """Per role: running, waiting, free_blocks, total_blocks, prefix_cache_hit_rate, ... (stages with an engine)."""
+        """Per stage: what its loop published after its last step (alive, queued, in_flight, steps, batch_size,
+        step_seconds, busy_s, and the engine's running, waiting, free_blocks, total_blocks, prefix_cache_hit_rate, ...).
+        Takes no lock and never waits for a step."""
+        return {name: loop.counters.as_dict() for name, loop in self.loops().items()}
+
+    def loops(self) -> dict[str, Any]:
+        """Every stage loop by stage name (asr, aura, talker, code2wav)."""
         out = {}
-        for role, model in sorted(self.models.items()):
-            for owner in (model, getattr(model, "engine", None)):
-                stats = getattr(owner, "stats", None)
-                if callable(stats):
-                    if (value := stats()) is not None:
-                        out[role] = value
-                    break
+        for model in self.models.values():
+            for attr in ("loop", "talker_loop", "code2wav_loop"):
+                loop = getattr(model, attr, None)
+                if loop is not None:
+                    out[loop.name] = loop
         return out
 
-    async def call(self, fn: Callable, *args, **kwargs):
-        """Run blocking model work on a worker thread."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
-
-    async def iterate(self, make_iter: Callable[[], Iterator]) -> AsyncIterator:
-        """Drive a blocking iterator on a worker thread, yielding its items as they are produced.
-
-        Closing the async generator (client gone) stops the producer after its current item.
-        """
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        stop = threading.Event()
-        done = object()
-
-        def produce():
-            try:
-                it = make_iter()
-                try:
-                    for item in it:
-                        loop.call_soon_threadsafe(queue.put_nowait, (item, None))
-                        if stop.is_set():
-                            break
-                finally:
-                    close = getattr(it, "close", None)
-                    if close is not None:
-                        close()
-            except BaseException as e:  # delivered to the consumer, never kills the thread
-                loop.call_soon_threadsafe(queue.put_nowait, (done, e))
-                return
-            loop.call_soon_threadsafe(queue.put_nowait, (done, None))
-
-        future = loop.run_in_executor(self._executor, produce)
-        try:
-            while True:
-                item, err = await queue.get()
-                if item is done:
-                    if err is not None:
-                        raise err
-                    return
-                yield item
-        finally:
-            stop.set()
-            if not future.done():
-                future.add_done_callback(lambda f: f.exception())  # swallow "never retrieved" noise
-
     def close(self) -> None:
-        for model in self.models.values():  # e.g. the AURA engine's step thread
+        for model in self.models.values():  # their stage loops
             close = getattr(model, "close", None)
             if callable(close):
                 try:
                     close()
                 except Exception:  # noqa: BLE001 - closing the rest matters more
                     log.exception("closing %s failed", type(model).__name__)
-        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -9,6 +9,7 @@ time-stretch without pitch change is not implemented, and resampling would chang
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
@@ -24,6 +25,7 @@ from ..media.encode import UnsupportedFormatError, check_format, encode_audio, e
 from ..pipeline.tts_request import TALKER_SAMPLING, TTSAsk, build_tts_request
 from .disconnect import unless_client_leaves
 from .errors import APIError, client_error, error_body, internal_error
+from .metrics import arrival
 from .protocol import SpeechRequest
 from .turn_builder import TurnBuilder
 
@@ -78,15 +80,17 @@ async def create_speech(req: SpeechRequest, request: Request):
 
     initial, steady, left = _stream_windows(state, req)
     if stream_format is None:  # streamed inside (frame-exact, same audio) so a client that leaves stops the Talker
-        chunks = state.runtime.speak(tts_req, steady, steady)
+        chunks = state.metrics.audio_stream(request.url.path, state.runtime.speak(tts_req, steady, steady),
+                                            arrival(request), streamed=False)
         parts = await unless_client_leaves(request, _collect(chunks))
         if isinstance(parts, Response):
             return parts
         wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        data = encode_audio(np.asarray(wav, dtype=np.float32), SAMPLE_RATE, req.response_format)
+        data = await asyncio.to_thread(encode_audio, np.asarray(wav, dtype=np.float32), SAMPLE_RATE, req.response_format)
         return Response(content=data, media_type=media_type(req.response_format))
 
-    chunks = state.runtime.speak(tts_req, initial, steady)
+    chunks = state.metrics.audio_stream(request.url.path, state.runtime.speak(tts_req, initial, steady),
+                                        arrival(request))
     try:  # pull the first chunk before answering so request errors still become 4xx
         first = await anext(chunks)
     except StopAsyncIteration:

@@ -10,6 +10,7 @@ from fastapi import Request
 from ..media.limits import Limits
 from .errors import APIError
 from .media_input import MediaPolicy
+from .metrics import ServerMetrics
 from .runtime import Runtime
 from .voices import VoiceRegistry
 
@@ -23,6 +24,10 @@ class ServerState:
     voices: VoiceRegistry = field(default_factory=VoiceRegistry)
     limits: Limits = field(default_factory=Limits)  # the same on every endpoint
     allowed_media_domains: tuple[str, ...] = ()  # hosts of http(s) media; none by default
+    metrics: ServerMetrics | None = None  # GET /metrics; built over the runtime's stage stats when not given
+
+    def __post_init__(self):
+        self.metrics = self.metrics or ServerMetrics(lambda: self.runtime.stage_stats())
 
     def media_policy(self) -> MediaPolicy:
         return MediaPolicy(allowed_local_media_path=self.allowed_local_media_path,

@@ -8,6 +8,7 @@ forced aligner, so srt/vtt and `timestamp_granularities` are refused rather than
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 from fastapi import APIRouter, Request
@@ -77,7 +78,8 @@ async def create_transcription(request: Request):
 
     limits = state.limits
     try:  # the length is checked from the header: Qwen3-ASR splits long audio, but not without end
-        wav, sr = decode_audio(await upload.read(), limits.max_audio_seconds, limits.max_audio_sample_rate)
+        wav, sr = await asyncio.to_thread(decode_audio, await upload.read(), limits.max_audio_seconds,
+                                          limits.max_audio_sample_rate)
     except AudioDecodeError as e:
         raise APIError(f"file: {e}", param="file", code="invalid_audio") from None
     duration = wav.shape[0] / sr

@@ -8,6 +8,7 @@ Reference audio arrives as base64 / a data URL, an uploaded file, or (only when 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
@@ -27,7 +28,7 @@ from .protocol import VOICE_NAME_PATTERN, VoiceCard, VoiceCreateRequest
 
 def _tts_error_types() -> tuple[type[Exception], ...]:
     try:
-        from ..models.qwen3_tts.tts import TTSRequestError
+        from ..stages.tts import TTSRequestError
     except ImportError:  # facade not built yet: nothing extra to map
         return ()
     return (TTSRequestError,)
@@ -109,8 +110,8 @@ async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.n
         except ValidationError as e:
             raise _as_api_error(e) from None
         if audio_bytes is None:
-            return body, decode_ref_audio(body.ref_audio, state.media_policy())
-        return body, decode_ref_audio(audio_bytes, state.media_policy(), "audio_sample")
+            return body, await asyncio.to_thread(decode_ref_audio, body.ref_audio, state.media_policy())
+        return body, await asyncio.to_thread(decode_ref_audio, audio_bytes, state.media_policy(), "audio_sample")
     try:
         payload = await request.json()
     except ValueError as e:
@@ -121,7 +122,7 @@ async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.n
         body = VoiceCreateRequest.model_validate(payload)
     except ValidationError as e:
         raise _as_api_error(e) from None
-    return body, decode_ref_audio(body.ref_audio, state.media_policy())
+    return body, await asyncio.to_thread(decode_ref_audio, body.ref_audio, state.media_policy())
 
 
 def _as_api_error(e: ValidationError) -> APIError:

@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 import soundfile as sf
 import yaml
+
+from aura_omni.bench.inputs import speech_like
 
 API_KEY = "test-key"
 SERVER_START_TIMEOUT_S = 180  # 2 shared CPU cores: importing torch and loading tiny models can be slow
@@ -101,6 +102,12 @@ def _start(tiny_dir: Path, tmp_path_factory, deploy: str, *extra: str):
 
 
 @pytest.fixture(scope="session")
+def start_server(tiny_dir, tmp_path_factory):
+    """`start_server(deploy_file_name, *serve_args)`: a ready server on a deploy file in tiny_dir; the caller stops it."""
+    return lambda deploy, *extra: _start(tiny_dir, tmp_path_factory, deploy, *extra)
+
+
+@pytest.fixture(scope="session")
 def media_root(tmp_path_factory) -> Path:
     """The folder the Base server allows server-local reference audio from."""
     return tmp_path_factory.mktemp("media")
@@ -123,6 +130,14 @@ def customvoice_server(tiny_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def omni_server(tiny_dir, tmp_path_factory):
+    """All four stages (ASR -> AURA -> Qwen3-TTS Base -> Code2Wav) behind deploy.yaml: chat and speech."""
+    server = _start(tiny_dir, tmp_path_factory, "deploy.yaml")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def client(base_server):
     from openai import OpenAI
 
@@ -138,12 +153,8 @@ def cv_client(customvoice_server):
 
 def reference_wav(seconds: float = 1.0, sr: int = 16000) -> bytes:
     """A voiced-sounding reference: a 140 Hz pulse train with harmonics and a slow vibrato (deterministic)."""
-    t = np.arange(int(seconds * sr)) / sr
-    f0 = 140 + 10 * np.sin(2 * np.pi * 3 * t)
-    phase = 2 * np.pi * np.cumsum(f0) / sr
-    wav = sum(np.sin(k * phase) / k for k in range(1, 8)) * 0.2 * (0.6 + 0.4 * np.sin(2 * np.pi * 2 * t) ** 2)
     buf = io.BytesIO()
-    sf.write(buf, wav.astype(np.float32), sr, format="WAV")
+    sf.write(buf, speech_like(seconds, sr), sr, format="WAV")
     return buf.getvalue()
 
 

@@ -8,6 +8,7 @@ and what each stage was asked to do.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import socket
@@ -324,17 +325,17 @@ class SlowTalker:
 
     def __init__(self, tts, pause: float = 0.1):
         self.tts, self.pause, self.times = tts, pause, []
-        self.original = tts.iter_frames
-        tts.iter_frames = self
+        self.original = tts.frames
+        tts.frames = self.frames
 
-    def __call__(self, reqs):
-        for item in self.original(reqs):
-            time.sleep(self.pause)
+    async def frames(self, req, request_id=None):
+        async for item in self.original(req, request_id):
+            await asyncio.sleep(self.pause)
             self.times.append(time.monotonic())
             yield item
 
     def restore(self):
-        del self.tts.iter_frames
+        del self.tts.frames
 
 
 def test_chat_audio_streams_while_the_talker_still_speaks(base, ref_audio_b64):
@@ -399,17 +400,17 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
         t = base.runtime.tts.stats()
         return t["running"] == 0 and t["free_blocks"] == t["total_blocks"]
 
-    start_free = aura.engine.stats()["free_blocks"]
+    start_free = aura.stats()["free_blocks"]
     aborts = Spy(aura.engine, "abort")
     tts, frames = base.runtime.tts, []
-    talker_frames = tts.iter_frames
+    talker_frames = tts.frames
 
-    def counting_frames(reqs):  # counts the Talker frames this turn produced
-        for item in talker_frames(reqs):
+    async def counting_frames(req, request_id=None):  # counts the Talker frames this turn produced
+        async for item in talker_frames(req, request_id):
             frames.append(item)
             yield item
 
-    tts.iter_frames = counting_frames
+    tts.frames = counting_frames
     body = {"model": MODEL, "stream": True, "messages": user({"type": "text", "text": "talk for a while"}),
             "max_tokens": 400, "ignore_eos": True, "seed": 7,
             "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True,
@@ -423,15 +424,15 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
     finally:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            stats = aura.engine.stats()
+            stats = aura.stats()
             if (stats["running"] == stats["waiting"] == 0 and stats["free_blocks"] == start_free
-                    and talker_idle() and not aura.engine._queues):
+                    and talker_idle() and not stats["in_flight"]):
                 break
             time.sleep(0.05)
         aborts.restore()
-        del tts.iter_frames
-    stats = aura.engine.stats()
-    assert stats["running"] == 0 and stats["waiting"] == 0 and not aura.engine.engine.has_unfinished()
+        del tts.frames
+    stats = aura.stats()
+    assert stats["running"] == 0 and stats["waiting"] == 0 and not aura.engine.has_unfinished()
     assert stats["free_blocks"] == start_free
     assert talker_idle()  # the Talker holds no sequence
     assert [a[0][0] for a in aborts.calls if a[0][0].endswith("-aura")], "AURA was not cancelled mid-reply"
@@ -442,19 +443,19 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
 
 def test_non_streaming_speech_stops_when_its_client_leaves(base, ref_audio_b64):
     tts, outcome = base.runtime.tts, []
-    talker_frames = tts.iter_frames
+    talker_frames = tts.frames
 
-    def slow_frames(reqs):  # 10 frames/s: the deployment's longest (256-frame) utterance would take 25 s
+    async def slow_frames(req, request_id=None):  # 10 frames/s: the longest (256-frame) utterance would take 25 s
         try:
-            for item in talker_frames(reqs):
-                time.sleep(0.1)
+            async for item in talker_frames(req, request_id):
+                await asyncio.sleep(0.1)
                 yield item
             outcome.append("finished")
-        except GeneratorExit:
+        except (GeneratorExit, asyncio.CancelledError):
             outcome.append("closed")
             raise
 
-    tts.iter_frames = slow_frames
+    tts.frames = slow_frames
     body = {"model": MODEL, "input": "say this slowly", "voice": "x", "response_format": "wav", "seed": 3,
             "max_new_tokens": 256, "ref_audio": ref_audio_b64, "x_vector_only_mode": True}
     try:
@@ -464,12 +465,12 @@ def test_non_streaming_speech_stops_when_its_client_leaves(base, ref_audio_b64):
         while time.monotonic() < deadline and not (outcome and tts.stats()["running"] == 0):
             time.sleep(0.05)
     finally:
-        del tts.iter_frames
+        del tts.frames
     talker = tts.stats()
     assert outcome == ["closed"], "the Talker was not stopped mid-utterance"
     assert talker["running"] == 0 and talker["free_blocks"] == talker["total_blocks"]
     health = httpx.get(base.url + "/health").json()
-    assert health["engines"]["qwen3_tts"]["running"] == 0
+    assert health["stages"]["talker"]["running"] == 0
 
 
 def test_non_streaming_turn_stops_when_its_client_leaves(base, ref_audio_b64):

@@ -163,7 +163,7 @@ def test_asr_does_not_wait_for_other_stages_work_on_the_gpu(tiny):
 
 
 def test_tts_greedy_codes_and_audio_match_cpu(tiny):
-    from aura_omni.models.qwen3_tts.tts import Qwen3TTS, TTSRequest
+    from aura_omni.stages.tts import Qwen3TTS, TTSRequest
 
     req = TTSRequest(text="Hello world, this is a test.", task_type="CustomVoice", speaker="Vivian", language="English",
                      do_sample=False, subtalker_dosample=False, max_new_tokens=24)
@@ -183,7 +183,7 @@ def test_stages_on_the_second_gpu_match_cpu(tiny):
     from aura_omni.engine.config import EngineConfig
     from aura_omni.engine.llm_engine import LLMEngine
     from aura_omni.engine.sampling_params import SamplingParams
-    from aura_omni.models.qwen3_tts.tts import Qwen3TTS, TTSRequest
+    from aura_omni.stages.tts import Qwen3TTS, TTSRequest
     from tests.unit.engine_tiny_lm import prompts, tiny_lm
 
     batch = prompts([5, 17, 40])

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from aura_omni.models.qwen3_tts.prompt import target_template
-from aura_omni.models.qwen3_tts.tts import Qwen3TTS, TTSRequest
+from aura_omni.stages.tts import Qwen3TTS, TTSRequest
 from aura_omni.testing.tiny_tts import write_tiny_tts
 
 pytestmark = pytest.mark.parity

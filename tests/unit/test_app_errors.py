@@ -144,24 +144,7 @@ def _socket_app(api_key="k", **limits):
         await websocket.send_text(await websocket.receive_text())
         await websocket.close()
 
-    @app.websocket("/v1/plain")
-    async def plain(websocket: WebSocket):  # no check of its own: the app-wide dependency guards it
-        await websocket.accept()
-        await websocket.send_text("open")
-        await websocket.close()
-
     return TestClient(app)
-
-
-def test_every_websocket_route_is_guarded_without_its_own_check():
-    with pytest.raises(WebSocketDisconnect) as e:
-        with _socket_app().websocket_connect("/v1/plain") as ws:
-            ws.receive_text()
-    assert e.value.code == 1008
-    with _socket_app().websocket_connect("/v1/plain?api_key=k") as ws:
-        assert ws.receive_text() == "open"
-    with _socket_app(api_key=None).websocket_connect("/v1/plain") as ws:  # no --api-key: open to all
-        assert ws.receive_text() == "open"
 
 
 @pytest.mark.parametrize("how", ["header", "query", "subprotocol"])

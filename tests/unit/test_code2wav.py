@@ -124,57 +124,45 @@ def test_dummy_init_stays_finite(tmp_path):
     assert torch.isfinite(wav).all() and wav.shape == (3 * SPF,)
 
 
-def test_batcher_decodes_concurrent_streams_together_like_each_alone(code2wav):
-    """Streams at different positions send chunks of 1 and 5 frames from their own threads; the batcher's forwards
-    carry several streams at once and every stream's audio equals decoding it alone."""
-    import threading
-    import time
-
-    from aura_omni.models.qwen3_tts.code2wav_batcher import Code2WavBatcher
+def test_the_stage_decodes_concurrent_streams_together_like_each_alone(code2wav):
+    """Streams at different positions send chunks of 1 and 5 frames; a step's forward carries every stream whose
+    chunk has the shortest length, and every stream's audio equals decoding it alone."""
+    from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
 
     streams = [_codes(4 + 3 * i, 10 + i) for i in range(6)]
     splits = [[1] + [5] * ((c.shape[0] - 1) // 5) + ([(c.shape[0] - 1) % 5] if (c.shape[0] - 1) % 5 else [])
               for c in streams]
     alone = [_stream(code2wav, c, s) for c, s in zip(streams, splits)]
-    batcher, rows = Code2WavBatcher(code2wav), []
+    stage, rows = Code2WavStageEngine(code2wav), []
     batch = code2wav.decode_stream_batch
     code2wav.decode_stream_batch = lambda states, codes: rows.append(len(states)) or batch(states, codes)
-    got = {}
-
-    def run(i):
-        state, parts, at = code2wav.new_stream(), [], 0
-        for n in splits[i]:
-            parts.append(batcher.decode(state, streams[i][at:at + n]))
-            at += n
-        got[i] = torch.cat(parts)
-
+    sessions = [Code2WavSession() for _ in streams]
+    at, parts = [0] * len(streams), [[] for _ in streams]
     try:
-        with batcher._cv:
-            batcher._decoding = True  # as if a forward were running: every stream's first chunk queues behind it
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(streams))]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 30
-        while len(batcher._queue) < len(streams) and time.monotonic() < deadline:
-            time.sleep(0.001)
-        with batcher._cv:
-            batcher._decoding = False
-            batcher._cv.notify_all()
-        for t in threads:
-            t.join(60)
+        for k in range(max(len(s) for s in splits)):  # every stream's k-th chunk is queued, then stepped through
+            for i, split in enumerate(splits):
+                if k < len(split):
+                    stage.add(f"{i}", Code2WavChunk(sessions[i], streams[i][at[i]:at[i] + split[k]]))
+                    at[i] += split[k]
+            while stage.has_work():
+                for out in stage.step():
+                    parts[int(out.request_id)].append(torch.from_numpy(out.item))
     finally:
         del code2wav.decode_stream_batch
-    assert all(not t.is_alive() for t in threads)
     for i in range(len(streams)):
-        assert torch.allclose(got[i], alone[i], atol=1e-5, rtol=0)
-    assert rows and rows[0] == len(streams)  # the queued first chunks went in one forward
+        assert torch.allclose(torch.cat(parts[i]), alone[i].float(), atol=1e-5, rtol=0)
+    assert rows and rows[0] == len(streams)  # the first chunks went in one forward
 
 
-def test_batcher_hands_a_failed_forward_to_its_caller_and_keeps_serving(code2wav):
-    from aura_omni.models.qwen3_tts.code2wav_batcher import Code2WavBatcher
+def test_a_failed_chunk_fails_its_stream_and_the_stage_keeps_serving(code2wav):
+    from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
+    from aura_omni.stages.loop import StageLoop
 
-    batcher = Code2WavBatcher(code2wav)
-    with pytest.raises(CodecInputError):
-        batcher.decode(code2wav.new_stream(), torch.full((2, 16), 5000))  # out-of-range codes
-    state = code2wav.new_stream()
-    assert torch.allclose(batcher.decode(state, _codes(3, 1)), code2wav.decode_stream(code2wav.new_stream(), _codes(3, 1)))
+    loop = StageLoop(Code2WavStageEngine(code2wav), name="code2wav")
+    try:
+        with pytest.raises(CodecInputError):
+            list(loop.run("bad", Code2WavChunk(Code2WavSession(), torch.full((2, 16), 5000))))  # out-of-range codes
+        wav = next(loop.run("good", Code2WavChunk(Code2WavSession(), _codes(3, 1))))
+    finally:
+        loop.close()
+    assert torch.allclose(torch.from_numpy(wav), code2wav.decode_stream(code2wav.new_stream(), _codes(3, 1)).float())

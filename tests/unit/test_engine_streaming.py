@@ -1,11 +1,8 @@
-"""Stop conditions and the asyncio wrapper: tokens stream as they exist, cancellation frees the cache."""
-
-import asyncio
+"""Stop conditions: EOS, stop token ids, min_tokens, stop strings, the length limit."""
 
 import pytest
 from engine_tiny_lm import prompts, tiny_lm
 
-from aura_omni.engine.async_engine import AsyncLLMEngine
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
@@ -63,74 +60,3 @@ def test_stop_strings_cut_the_text_with_a_detokenize_callback(free_run):
 def test_max_tokens_none_runs_to_max_model_len():
     outs = finish(make(), SamplingParams(temperature=0, max_tokens=None))
     assert outs[-1].finish_reason == "length" and outs[-1].num_output_tokens == CFG["max_model_len"] - len(PROMPT)
-
-
-def test_async_engine_streams_every_request_and_abort_on_cancel_frees_blocks(free_run):
-    eng = make()
-    start_free = eng.blocks.num_free
-    aeng = AsyncLLMEngine(eng)
-
-    async def collect(rid, prompt, n):
-        got = []
-        async for out in aeng.generate(rid, prompt, SamplingParams(temperature=0, max_tokens=n)):
-            assert len(out.new_token_ids) == 1  # streamed token by token
-            got += out.new_token_ids
-        return got
-
-    async def cancel_midway():
-        async for out in aeng.generate("c", prompts([20])[0], SamplingParams(temperature=0, max_tokens=40)):
-            if out.num_output_tokens == 2:
-                break  # the client went away
-
-    async def main():
-        results = await asyncio.gather(collect("a", PROMPT, 12), collect("b", prompts([9])[0], 5), cancel_midway())
-        with pytest.raises(ValueError):
-            async for _ in aeng.generate("bad", list(range(48)), SamplingParams(temperature=0)):
-                pass
-        return results
-
-    try:
-        a, b, _ = asyncio.run(asyncio.wait_for(main(), timeout=60))
-    finally:
-        aeng.shutdown()
-    assert a == free_run and len(b) == 5
-    assert eng.blocks.num_free == start_free and not eng.has_unfinished()
-
-
-def test_async_engine_add_does_not_wait_for_a_running_step(free_run):
-    """Adding a request from the event loop only queues it: the loop never blocks on the engine lock."""
-    import threading
-    import time
-
-    eng = make()
-    aeng = AsyncLLMEngine(eng)
-    released = threading.Event()
-    original_step = eng.step
-
-    def slow_step():
-        released.wait(5)  # a long prefill chunk holds the engine
-        return original_step()
-
-    eng.step = slow_step
-
-    async def main():
-        first = aeng.generate("a", PROMPT, SamplingParams(temperature=0, max_tokens=2))
-        task = asyncio.ensure_future(anext(first))
-        await asyncio.sleep(0.05)  # the step thread is now inside slow_step
-        t = time.monotonic()
-        second = aeng.generate("b", PROMPT, SamplingParams(temperature=0, max_tokens=2))
-        pending = asyncio.ensure_future(anext(second))
-        await asyncio.sleep(0)
-        queued_s = time.monotonic() - t
-        released.set()
-        await task
-        await pending
-        await first.aclose()
-        await second.aclose()
-        return queued_s
-
-    try:
-        queued_s = asyncio.run(asyncio.wait_for(main(), timeout=30))
-    finally:
-        aeng.shutdown()
-    assert queued_s < 0.5

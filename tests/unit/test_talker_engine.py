@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from aura_omni.models.qwen3_tts import sampling as S
-from aura_omni.models.qwen3_tts.tts import Qwen3TTS, TTSRequest
+from aura_omni.stages.tts import Qwen3TTS, TTSRequest
 from aura_omni.testing.tiny_tts import write_tiny_tts
 
 GREEDY = dict(do_sample=False, subtalker_dosample=False)

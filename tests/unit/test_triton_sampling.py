@@ -67,7 +67,7 @@ def test_banned_ids_are_never_drawn():
 
 def test_frame_decoder_gives_the_same_codes_with_the_kernel(tmp_path):
     from aura_omni.models.qwen3_tts.generate import FrameDecoder
-    from aura_omni.models.qwen3_tts.tts import Qwen3TTS
+    from aura_omni.stages.tts import Qwen3TTS
     from aura_omni.testing.tiny_tts import write_tiny_tts
 
     talker = Qwen3TTS.load(write_tiny_tts(tmp_path / "cv", "custom_voice", with_codec=False), device=DEVICE).talker

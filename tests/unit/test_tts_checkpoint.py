@@ -11,7 +11,7 @@ from safetensors import safe_open
 from aura_omni.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig, TTSConfigError
 from aura_omni.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
 from aura_omni.models.qwen3_tts.talker import Talker
-from aura_omni.models.qwen3_tts.tts import PRESETS_DIR
+from aura_omni.stages.tts import PRESETS_DIR
 from aura_omni.testing.tiny_tts import tiny_config, write_tiny_tts
 
 # Key names of the real checkpoints with the layer index replaced by N (from a meta instantiation of

@@ -8,7 +8,7 @@ import torch
 from aura_omni.engine.config import EngineConfig
 from aura_omni.models.qwen3_tts.prompt import target_template
 from aura_omni.models.qwen3_tts.sampling import CODEC_EOS
-from aura_omni.models.qwen3_tts.tts import Qwen3TTS, TTSRequest, TTSRequestError
+from aura_omni.stages.tts import Qwen3TTS, TTSRequest, TTSRequestError
 from aura_omni.testing.tiny_tts import write_tiny_tts
 
 

@@ -1,34 +1,36 @@
-"""Qwen3-TTS facade used by the HTTP server and the pipeline: load a checkpoint, validate requests,
-generate codec frames (batched), decode them to 24 kHz audio whole or as a stream.
+"""The Qwen3-TTS stages (Talker, Code2Wav) behind one facade: load a checkpoint, validate requests, make clone
+voices, and stream 24 kHz audio.
 
     tts = Qwen3TTS.load("Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice")
-    wav = tts.synthesize(TTSRequest(text="Hello.", task_type="CustomVoice", speaker="Vivian"))
-    for chunk in tts.stream(req): ...      # first chunk after `initial_chunk_frames` frames
+    async for chunk in tts.astream(req, 1, 25): ...   # first chunk after 1 codec frame, then every 25
+    wav = tts.synthesize(TTSRequest(text="Hello.", task_type="CustomVoice", speaker="Vivian"))   # offline, blocking
 
-All calls share one Talker engine per model (engine/talker_adapter.py): concurrent streams, consumed
-from any threads, are continuously batched into the same decode steps; each request keeps its own
-KV blocks, sampling key and decoder state, and closing a stream aborts its request.
+Two stage loops (stages/loop.py) do the work: the Talker's, whose steps batch every stream's next frame
+(stages/talker.py), and Code2Wav's, whose steps decode concurrent streams' chunks together (stages/code2wav.py).
+Only host data crosses between them (codec frames, samples). Leaving a stream early aborts its Talker request and
+drops its decoder state.
 """
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Iterator
+from typing import AsyncIterator, Iterator
 
 import numpy as np
 import torch
 
 from aura_omni.models.loader import (PRESETS_DIR, CheckpointError, dummy_config_dir, init_dummy, iter_tensors, load_into,
                                     resolve_checkpoint)
-from aura_omni.models.qwen3_tts.code2wav_batcher import Code2WavBatcher
 from aura_omni.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import PromptTooLongError
-from aura_omni.engine.talker_adapter import TalkerEngine
 from aura_omni.models.qwen3_tts.generate import TalkerInput
 from aura_omni.models.qwen3_tts.prompt import (embed_prompt, instruct_template, plan_prompt, ref_template,
                                                target_template)
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
 from aura_omni.models.qwen3_tts.talker import Talker
+from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
+from aura_omni.stages.loop import StageLoop
+from aura_omni.stages.talker import TalkerEngine
 
 SAMPLE_RATE = 24000  # Code2Wav output rate
 SAMPLES_PER_FRAME = 1920  # 24000 / 12.5 frames per second
@@ -103,7 +105,6 @@ class Qwen3TTS:
         self.talker = talker.eval()
         self.tokenizer = tokenizer
         self.code2wav = code2wav
-        self.code2wav_batcher = Code2WavBatcher(code2wav) if code2wav is not None else None  # concurrent streams
         self.codec_encoder = codec_encoder
         self.speaker_encoder = speaker_encoder
         self.defaults = defaults or GenerationDefaults()
@@ -111,6 +112,9 @@ class Qwen3TTS:
             pad = talker.embed_text(torch.tensor([config.tts_pad_token_id], device=talker.codec_head.weight.device))
         device = talker.codec_head.weight.device
         self.engine = TalkerEngine(talker, pad, engine_config or default_engine_config(device), name="talker")
+        self.talker_loop = StageLoop(self.engine.stage_engine(self._talker_input), device, name="talker")
+        self.code2wav_loop = (StageLoop(Code2WavStageEngine(code2wav), code2wav_device(code2wav), name="code2wav")
+                              if code2wav is not None else None)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -266,18 +270,61 @@ class Qwen3TTS:
         return TalkerInput(embeds, trailing, self._sampling(req), seed=req.seed)
 
     # ------------------------------------------------------------------ generation
-    def iter_frames(self, reqs: list[TTSRequest]) -> Iterator[tuple[int, torch.Tensor]]:
-        """(request index, frame [16]) as soon as each frame exists; batched with every other caller's
-        requests. Closing the iterator early aborts the unfinished requests (their KV blocks are freed)."""
-        inputs = [self._talker_input(r) for r in reqs]
+    async def frames(self, req: TTSRequest, request_id: str | None = None) -> AsyncIterator[torch.Tensor]:
+        """Codec frames [16] (long, host) as the Talker produces them; leaving early aborts the request."""
         try:
-            yield from self.engine.frames(inputs)
+            async for out in self.talker_loop.submit(request_id or self.talker_loop.new_request_id(), req):
+                for frame in _frames_of(out):
+                    yield frame
         except PromptTooLongError as e:
             raise TTSRequestError(str(e)) from e
 
+    async def astream(self, req: TTSRequest, initial_chunk_frames: int = 1, chunk_frames: int = 25,
+                      request_id: str | None = None) -> AsyncIterator[np.ndarray]:
+        """24 kHz float32 chunks as frames are produced: the first after `initial_chunk_frames` frames, then every
+        `chunk_frames`. The stateful decoder is frame-exact (no re-decoded context); for in-context cloning the
+        reference codes prime the decoder state. Concatenated chunks equal `synthesize()`."""
+        chunks = _FrameChunks(initial_chunk_frames, chunk_frames)
+        session = self._code2wav_session(req)
+        async for frame in self.frames(req, request_id):
+            if (codes := chunks.add(frame)) is not None:
+                yield await self.code2wav_loop.result(self.code2wav_loop.new_request_id(), Code2WavChunk(session, codes))
+        if (codes := chunks.rest()) is not None:
+            yield await self.code2wav_loop.result(self.code2wav_loop.new_request_id(), Code2WavChunk(session, codes))
+
+    def iter_frames(self, reqs: list[TTSRequest]) -> Iterator[tuple[int, torch.Tensor]]:
+        """Offline: (request index, frame [16]) as soon as each frame exists, the requests batched together.
+        Closing the iterator early aborts the unfinished ones (their KV blocks are freed)."""
+        runs = [(self.talker_loop.new_request_id(), r) for r in reqs]
+        try:
+            for i, out in self.talker_loop.run_many(runs):
+                for frame in _frames_of(out):
+                    yield i, frame
+        except PromptTooLongError as e:
+            raise TTSRequestError(str(e)) from e
+
+    def stream(self, req: TTSRequest, initial_chunk_frames: int = 1, chunk_frames: int = 25) -> Iterator[np.ndarray]:
+        """Offline, blocking `astream`."""
+        chunks = _FrameChunks(initial_chunk_frames, chunk_frames)
+        session = self._code2wav_session(req)
+        for _, frame in self.iter_frames([req]):
+            if (codes := chunks.add(frame)) is not None:
+                yield self._decode_chunk(session, codes)
+        if (codes := chunks.rest()) is not None:
+            yield self._decode_chunk(session, codes)
+
+    def _decode_chunk(self, session: Code2WavSession, codes: torch.Tensor) -> np.ndarray:
+        return next(self.code2wav_loop.run(self.code2wav_loop.new_request_id(), Code2WavChunk(session, codes)))
+
+    def _code2wav_session(self, req: TTSRequest) -> Code2WavSession:
+        self._require_codec()
+        return Code2WavSession(context=self._reference_codes(req))
+
     def stats(self) -> dict[str, float]:
-        """Talker engine stats: running, waiting, free_blocks, total_blocks, ..."""
-        return self.engine.stats()
+        """Offline and tests: the loop's counters (running, waiting, free_blocks, ...) once it has applied what is
+        queued (aborts included). Servers read `talker_loop.counters`, which never waits."""
+        self.talker_loop.settle()
+        return self.talker_loop.counters.as_dict()
 
     def generate_codes(self, reqs: list[TTSRequest]) -> list[torch.Tensor]:
         """Codec frames per request, [T_i, 16] long (without any reference codes)."""
@@ -285,6 +332,11 @@ class Qwen3TTS:
         for i, frame in self.iter_frames(reqs):
             frames[i].append(frame)
         return [torch.stack(f) if f else torch.zeros(0, 16, dtype=torch.long) for f in frames]
+
+    def close(self) -> None:
+        for loop in (self.talker_loop, self.code2wav_loop):
+            if loop is not None:
+                loop.close()
 
     # ------------------------------------------------------------------ audio
     def _require_codec(self):
@@ -305,7 +357,8 @@ class Qwen3TTS:
         full = codes if ref_codes is None else torch.cat([ref_codes, codes])
         if full.shape[0] == 0:
             return np.zeros(0, dtype=np.float32)
-        wav = code2wav.decode(full.to(code2wav_device(code2wav)))
+        with torch.inference_mode():
+            wav = code2wav.decode(full.to(code2wav_device(code2wav)))
         if ref_codes is not None:
             wav = wav[int(ref_codes.shape[0] / full.shape[0] * wav.shape[0]):]
         return wav.float().cpu().numpy().astype(np.float32)
@@ -316,34 +369,30 @@ class Qwen3TTS:
         codes = self.generate_codes([req])[0]
         return self.decode(codes, self._reference_codes(req))
 
-    def stream(self, req: TTSRequest, initial_chunk_frames: int = 1, chunk_frames: int = 25,
-               left_context_frames: int = 72) -> Iterator[np.ndarray]:
-        """Audio chunks as frames are produced: the first after `initial_chunk_frames` frames, then every
-        `chunk_frames`. The stateful decoder is frame-exact, so no re-decoded context is needed
-        (`left_context_frames` is accepted for the deploy settings' sake); for ICL the reference codes
-        prime the decoder state. Concatenated chunks equal `synthesize()`."""
-        if initial_chunk_frames < 1 or chunk_frames < 1:
-            raise TTSRequestError("initial_chunk_frames and chunk_frames must be >= 1")
-        code2wav = self._require_codec()
-        device = code2wav_device(code2wav)
-        state = code2wav.new_stream()
-        ref = self._reference_codes(req)
-        if ref is not None and ref.shape[0]:
-            self.code2wav_batcher.decode(state, ref.to(device))  # context only: its audio is the reference's
-        pending: list[torch.Tensor] = []
-        want = initial_chunk_frames
-        for _, frame in self.iter_frames([req]):
-            pending.append(frame)
-            if len(pending) >= want:
-                yield self._decode_chunk(state, pending, device)
-                pending, want = [], chunk_frames
-        if pending:
-            yield self._decode_chunk(state, pending, device)
 
-    def _decode_chunk(self, state, frames: list[torch.Tensor], device) -> np.ndarray:
-        """One chunk of this stream, decoded together with other streams' chunks that are due at the same time."""
-        wav = self.code2wav_batcher.decode(state, torch.stack(frames).to(device))
-        return wav.float().cpu().numpy().astype(np.float32)
+def _frames_of(out) -> list[torch.Tensor]:
+    """A Talker output's codec frames: the final token (EOS or the budget's last) carries none."""
+    return [] if out.finished else out.new_extras
+
+
+class _FrameChunks:
+    """Codec frames gathered into Code2Wav chunks: the first of `initial` frames, then of `steady`."""
+
+    def __init__(self, initial: int, steady: int):
+        if initial < 1 or steady < 1:
+            raise TTSRequestError("initial_chunk_frames and chunk_frames must be >= 1")
+        self.want, self.steady, self.pending = initial, steady, []
+
+    def add(self, frame: torch.Tensor) -> torch.Tensor | None:
+        self.pending.append(frame)
+        if len(self.pending) < self.want:
+            return None
+        self.want = self.steady
+        return self.rest()
+
+    def rest(self) -> torch.Tensor | None:
+        codes, self.pending = (torch.stack(self.pending) if self.pending else None), []
+        return codes
 
 
 def code2wav_device(code2wav) -> torch.device:

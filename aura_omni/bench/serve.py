@@ -1,0 +1,279 @@
+"""`aura-omni bench serve`: load against any running server (aura-omni or vLLM-Omni), in `vllm bench serve`'s terms.
+
+  aura-omni bench serve --backend speech --base-url http://localhost:8000 --model NAME \\
+      --max-concurrency 1 8 32 --num-prompts 64 --save-result --result-filename tts.json --plot tts.svg
+
+Each `--max-concurrency` value is one run of `--num-prompts` requests (a sweep when several are given); requests
+start all at once (`--request-rate inf`) or with Poisson arrivals at that rate, never more than the concurrency
+in flight. Per run: p50 / p95 / p99 of the time to first audio (TTFA) and to first text, the real-time factor
+(a request's time to its last audio / its audio seconds), audio seconds per second of the run, underruns
+(media/playback.py: a chunk that arrived after the audio before it had finished playing) and errors. The exit
+status is 1 when no request succeeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import random
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from .backends import BACKENDS, BenchConfig, RequestResult
+from .inputs import data_url, load_prompts
+
+PERCENTILES = (50, 95, 99)
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--backend", choices=sorted(BACKENDS), default="speech",
+                        help="speech: streaming /v1/audio/speech; chat: streaming chat with audio + frames; "
+                             "realtime: push-to-talk turns over /v1/realtime")
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000", help="server root, e.g. http://host:8000")
+    parser.add_argument("--endpoint", default=None, help="path on the server (default: the backend's)")
+    parser.add_argument("--model", default=None, help="`model` sent with each request (default: none sent)")
+    parser.add_argument("--api-key", default=None, help="sent as `Authorization: Bearer KEY`")
+    parser.add_argument("--max-concurrency", type=_positive_int, nargs="+", default=[None], metavar="N",
+                        help="requests in flight at most (default: no limit); several values make a sweep, one run "
+                             "each")
+    parser.add_argument("--num-prompts", type=_positive_int, default=16, help="requests per run")
+    parser.add_argument("--request-rate", type=_rate, default=math.inf,
+                        help="requests per second, Poisson arrivals (default inf: all at once)")
+    parser.add_argument("--seed", type=int, default=0, help="arrival times and prompt order")
+    parser.add_argument("--num-warmups", type=int, default=1, help="requests sent one by one first, not counted")
+    parser.add_argument("--prompts-file", default=None, help="texts to speak, one per line (default: built in)")
+    parser.add_argument("--voice", default="Vivian", help="speaker (CustomVoice) or registered voice name")
+    parser.add_argument("--ref-audio", default=None, metavar="FILE",
+                        help="reference voice for Base checkpoints, sent with every request")
+    parser.add_argument("--ref-text", default=None, help="transcript of --ref-audio (else x-vector-only cloning)")
+    parser.add_argument("--max-tokens", type=_positive_int, default=None,
+                        help="speech: codec frames (12.5 per audio second); chat / realtime: AURA tokens")
+    parser.add_argument("--ignore-eos", action="store_true", help="chat: generate --max-tokens tokens")
+    parser.add_argument("--input-audio-seconds", type=float, default=3.0, help="chat / realtime: user speech")
+    parser.add_argument("--num-frames", type=int, default=2, help="chat / realtime: camera frames per turn")
+    parser.add_argument("--frame-size", type=_positive_int, default=448, help="frame width and height, pixels")
+    parser.add_argument("--extra-body", type=_json_object, default={},
+                        help="JSON object merged into each request (realtime: the session's extra_body)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a request counts as failed")
+    parser.add_argument("--save-result", action="store_true", help="write the results as JSON")
+    parser.add_argument("--result-filename", default=None, help="JSON file (default: bench-BACKEND-TIME.json)")
+    parser.add_argument("--save-detailed", action="store_true", help="add every request's timings to the JSON")
+    parser.add_argument("--plot", default=None, metavar="FILE",
+                        help="SVG of TTFA percentiles and audio-s/s against concurrency")
+    parser.add_argument("--disable-tqdm", action="store_true", help="no progress bar")
+    return parser
+
+
+def _positive_int(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return n
+
+
+def _rate(value: str) -> float:
+    rate = float(value)
+    if not rate > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0 requests/s, or inf (got {value})")
+    return rate
+
+
+def _json_object(value: str) -> dict:
+    try:
+        obj = json.loads(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return obj
+
+
+# ------------------------------------------------------------------------------------------------ running
+
+class Progress:
+    """A plain progress bar on stderr (a line per run when stderr is not a terminal)."""
+
+    def __init__(self, total: int, label: str, enabled: bool):
+        self.total, self.label, self.done, self.errors = total, label, 0, 0
+        self.enabled = enabled
+        self.live = enabled and sys.stderr.isatty()
+
+    def update(self, result: RequestResult) -> None:
+        self.done += 1
+        self.errors += not result.ok
+        if self.live:
+            filled = int(30 * self.done / self.total)
+            sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total}"
+                             f" errors {self.errors}")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.live:
+            sys.stderr.write("\n")
+        elif self.enabled:
+            print(f"{self.label}: {self.done}/{self.total} requests, {self.errors} errors", file=sys.stderr)
+
+
+async def run_once(backend, prompts: list[str], concurrency: int | None, rate: float, timeout: float,
+                   rng: random.Random, progress: Progress) -> tuple[list[RequestResult], float]:
+    """All prompts through `backend` with at most `concurrency` in flight; the results and the run's seconds."""
+    gate = asyncio.Semaphore(concurrency or len(prompts))
+
+    async def one(prompt: str) -> RequestResult:
+        async with gate:
+            start = time.perf_counter()
+            try:
+                result = await asyncio.wait_for(backend.request(prompt), timeout)
+            except TimeoutError:
+                result = RequestResult(error=f"timeout after {timeout:g} s", start=start)
+        progress.update(result)
+        return result
+
+    t0 = time.perf_counter()
+    tasks = []
+    for i, prompt in enumerate(prompts):
+        if i and math.isfinite(rate):
+            await asyncio.sleep(rng.expovariate(rate))
+        tasks.append(asyncio.create_task(one(prompt)))
+    results = await asyncio.gather(*tasks)
+    duration = time.perf_counter() - t0
+    progress.close()
+    return results, duration
+
+
+def _percentiles(values: list[float], name: str, scale: float = 1.0, unit: str = "") -> dict:
+    out = {f"mean_{name}{unit}": float(np.mean(values)) * scale if values else None}
+    for p in PERCENTILES:
+        out[f"p{p}_{name}{unit}"] = float(np.percentile(values, p)) * scale if values else None
+    return out
+
+
+def summarize(results: list[RequestResult], duration: float, concurrency: int | None, rate: float) -> dict:
+    """One run's numbers, in vllm bench serve's naming (`p99_ttfa_ms`, `request_throughput`, ...)."""
+    ok = [r for r in results if r.ok]
+    audio = sum(r.audio_seconds for r in ok)
+    errors: dict[str, int] = {}
+    for r in results:
+        if not r.ok:
+            errors[r.error] = errors.get(r.error, 0) + 1
+    return {
+        "max_concurrency": concurrency, "request_rate": rate if math.isfinite(rate) else "inf",
+        "num_prompts": len(results), "completed": len(ok), "errors": len(results) - len(ok),
+        "error_messages": dict(sorted(errors.items(), key=lambda kv: -kv[1])[:5]),
+        "silent": sum(r.silent for r in ok), "duration_s": duration,
+        "request_throughput": len(ok) / duration if duration > 0 else 0.0,
+        "total_audio_s": audio, "audio_throughput": audio / duration if duration > 0 else 0.0,
+        **_percentiles([r.ttfa for r in ok if r.ttfa is not None], "ttfa", 1000, "_ms"),
+        **_percentiles([r.first_text for r in ok if r.first_text is not None], "first_text", 1000, "_ms"),
+        **_percentiles([r.rtf for r in ok if r.rtf is not None], "rtf"),
+        "underruns": sum(r.underruns for r in ok), "requests_with_underruns": sum(r.underruns > 0 for r in ok),
+        **_percentiles([r.latency for r in ok if r.silent], "silent_decision", 1000, "_ms"),  # commit -> listen
+    }
+
+
+async def benchmark(args: argparse.Namespace) -> dict:
+    cfg = BenchConfig(base_url=args.base_url, model=args.model, endpoint=args.endpoint, api_key=args.api_key,
+                      voice=args.voice, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos,
+                      ref_audio=data_url(args.ref_audio) if args.ref_audio else None, ref_text=args.ref_text,
+                      input_audio_seconds=args.input_audio_seconds, num_frames=args.num_frames,
+                      frame_size=args.frame_size, timeout=args.timeout, extra_body=args.extra_body)
+    texts = load_prompts(args.prompts_file)
+    rng = random.Random(args.seed)
+    backend = BACKENDS[args.backend](cfg)
+    runs, details = [], []
+    try:
+        for i in range(max(args.num_warmups, 0)):
+            warm = await backend.request(texts[i % len(texts)])
+            if not warm.ok:
+                print(f"warm-up request failed: {warm.error}", file=sys.stderr)
+        for concurrency in args.max_concurrency:
+            prompts = [texts[rng.randrange(len(texts))] for _ in range(args.num_prompts)]
+            progress = Progress(len(prompts), f"c={concurrency or 'inf'}", not args.disable_tqdm)
+            results, duration = await run_once(backend, prompts, concurrency, args.request_rate, args.timeout,
+                                               rng, progress)
+            runs.append(summarize(results, duration, concurrency, args.request_rate))
+            if args.save_detailed:
+                t0 = min(r.start for r in results)
+                details.append([{**r.as_dict(), "start": r.start - t0} for r in results])
+    finally:
+        await backend.aclose()
+    report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "backend": args.backend,
+              "base_url": args.base_url, "endpoint": args.endpoint or backend.default_endpoint, "model": args.model,
+              "voice": args.voice, "max_tokens": args.max_tokens, "num_prompts": args.num_prompts,
+              "request_rate": args.request_rate if math.isfinite(args.request_rate) else "inf", "runs": runs}
+    if args.backend != "speech":
+        report.update(input_audio_seconds=args.input_audio_seconds, num_frames=args.num_frames)
+    if args.save_detailed:
+        for run, requests in zip(runs, details):
+            run["requests"] = requests
+    return report
+
+
+# ------------------------------------------------------------------------------------------------ output
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _num(value, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def markdown_table(report: dict) -> str:
+    rows = ["| concurrency | ok / sent | TTFA p50 / p95 / p99 ms | first text p50 / p95 / p99 ms | RTF p50 / p95 "
+            "| audio-s/s | underruns | errors |",
+            "|---|---|---|---|---|---|---|---|"]
+    for run in report["runs"]:
+        rows.append(
+            f"| {run['max_concurrency'] or 'inf'} | {run['completed']} / {run['num_prompts']} "
+            f"| {' / '.join(_ms(run[f'p{p}_ttfa_ms']) for p in PERCENTILES)} "
+            f"| {' / '.join(_ms(run[f'p{p}_first_text_ms']) for p in PERCENTILES)} "
+            f"| {_num(run['p50_rtf'])} / {_num(run['p95_rtf'])} | {run['audio_throughput']:.2f} "
+            f"| {run['underruns']} ({run['requests_with_underruns']} requests) | {run['errors']} |")
+    return "\n".join(rows)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.ref_audio and not Path(args.ref_audio).is_file():
+        print(f"aura-omni bench serve: --ref-audio {args.ref_audio}: no such file", file=sys.stderr)
+        return 2
+    try:
+        load_prompts(args.prompts_file)
+    except (OSError, ValueError) as e:
+        print(f"aura-omni bench serve: --prompts-file: {e}", file=sys.stderr)
+        return 2
+    schemes = ("http://", "https://") + (("ws://", "wss://") if args.backend == "realtime" else ())
+    if not args.base_url.startswith(schemes):
+        print(f"aura-omni bench serve: --base-url must start with {' or '.join(schemes)} (got {args.base_url!r})",
+              file=sys.stderr)
+        return 2
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
+    report = asyncio.run(benchmark(args))
+    rate = "inf" if not math.isfinite(args.request_rate) else f"{args.request_rate:g}/s"
+    print(f"\n{args.backend} on {args.base_url} (model {args.model or '-'}, {args.num_prompts} requests per run, "
+          f"request rate {rate})\n")
+    print(markdown_table(report))
+    for run in report["runs"]:
+        if run["silent"]:
+            print(f"c={run['max_concurrency'] or 'inf'}: {run['silent']} silent replies, decision p50 / p95 "
+                  f"{_ms(run['p50_silent_decision_ms'])} / {_ms(run['p95_silent_decision_ms'])} ms")
+        for message, count in run["error_messages"].items():
+            print(f"c={run['max_concurrency'] or 'inf'}: {count} x {message}")
+    if args.save_result:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        path = Path(args.result_filename or f"bench-{args.backend}-{stamp}.json")
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"result: {path}")
+    if args.plot:
+        from .plot import concurrency_svg
+
+        Path(args.plot).write_text(concurrency_svg(report))
+        print(f"plot: {args.plot}")
+    return 0 if any(run["completed"] for run in report["runs"]) else 1

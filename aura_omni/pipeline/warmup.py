@@ -1,0 +1,65 @@
+"""Warm start: one small request through every stage before the server says it is ready.
+
+The first request otherwise pays for what only happens once: Triton compiles, cuDNN and cuBLAS plan choices, the vision
+encoder's graph for a frame layout, the speaker and codec encoders, Code2Wav's first chunk shapes. Each stage gets a
+request shaped like a live turn's (a short clip, a camera frame, a first codec chunk and a steady one).
+"""
+
+import logging
+import time
+
+import numpy as np
+
+from aura_omni.pipeline.processors import asr2aura
+
+log = logging.getLogger(__name__)
+SR_ASR, SR_TTS = 16000, 24000
+
+
+def _tone(seconds: float, rate: int) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.3 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+
+
+async def warm_up(asr=None, aura=None, tts=None, *, frame=None, initial_chunk_frames: int = 1,
+                  chunk_frames: int = 25) -> dict[str, float]:
+    """Seconds each stage's warm request took (stages given as the runtime holds them; None = not deployed).
+    `frame`: a VisionInput for AURA (a camera frame of the live size)."""
+    took = {}
+    if asr is not None:
+        t = time.perf_counter()
+        await asr.atranscribe([(_tone(1.0, SR_ASR), SR_ASR)], max_new_tokens=4, request_id="warmup-asr")
+        took["asr"] = time.perf_counter() - t
+    if aura is not None:
+        t = time.perf_counter()
+        vision = [frame] if frame is not None else []
+        prompt = asr2aura("Hello.", vision_items=["image"] * len(vision))
+        async for _ in aura.generate(prompt, vision, request_id="warmup-aura", sampling={"max_tokens": 2}):
+            pass
+        took["aura"] = time.perf_counter() - t
+    if tts is not None and tts.code2wav is not None:
+        t = time.perf_counter()
+        async for _ in tts.astream(_tts_request(tts, initial_chunk_frames + chunk_frames), initial_chunk_frames,
+                                   chunk_frames, request_id="warmup-tts"):
+            pass
+        took["tts"] = time.perf_counter() - t
+    log.info("warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
+    return took
+
+
+def _tts_request(tts, frames: int):
+    from aura_omni.stages.tts import TTSRequest
+
+    req = TTSRequest(text="Hello, this is a warm start.", max_new_tokens=frames, seed=0)
+    if tts.model_type == "base":  # in-context cloning: the speaker and codec encoders run too
+        voice = tts.create_voice_prompt(_tone(2.0, SR_TTS), SR_TTS, "A warm start.", x_vector_only=False)
+        return _replace(req, task_type="Base", voice=voice)
+    if tts.model_type == "custom_voice":
+        return _replace(req, task_type="CustomVoice", speaker=tts.speakers[0])
+    return _replace(req, task_type="VoiceDesign", instruct="A calm, clear voice.")
+
+
+def _replace(req, **kw):
+    from dataclasses import replace
+
+    return replace(req, **kw)

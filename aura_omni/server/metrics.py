@@ -1,0 +1,296 @@
+"""`GET /metrics`: Prometheus text format, named in vLLM-Omni's style (`aura_omni:`); docs/metrics.md lists them.
+
+Each app has its own registry (several apps in one test process never collide). Request-level timings are
+observed where responses are produced: the HTTP endpoints wrap their audio chunks or turn events
+(`audio_stream`, `turn_events`); the realtime socket passes the events it sends to a `RealtimeMeter`; other code
+can time a reply with `ServerMetrics.response(endpoint, since)`.
+Per-stage gauges are read from `Runtime.stage_stats()` when scraped. Like every endpoint but /health,
+/metrics needs the API key when the server has one (app.OPEN_PATHS).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import AsyncIterator, Callable
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
+                               disable_created_metrics, generate_latest)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ..media.playback import PlaybackClock
+from ..pipeline.constants import TTS_SAMPLE_RATE
+from ..pipeline.turn import AudioChunk, TextDelta, TurnDone
+
+log = logging.getLogger("aura_omni.server")
+router = APIRouter()
+disable_created_metrics()  # no `_created` series next to every counter and histogram (vLLM does the same)
+
+ARRIVAL = "aura_omni.arrival"  # ASGI scope key: time.perf_counter() when the request reached the app
+TTFA_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+RTF_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0)
+
+# Runtime.stage_stats() key -> gauge labelled `stage`; keys a stage does not report are skipped
+STAGE_GAUGES = {
+    "running": ("aura_omni:num_requests_running", "Requests in the stage's running batch."),
+    "waiting": ("aura_omni:num_requests_waiting", "Requests waiting for the stage's scheduler (queue depth)."),
+    "queued": ("aura_omni:num_requests_queued", "Requests queued in front of the stage's engine."),
+    "in_flight": ("aura_omni:num_requests_in_flight", "Requests with outputs still to come from the stage."),
+    "alive": ("aura_omni:stage_up", "1 while the stage's loop runs, 0 when it is down."),
+    "batch_size": ("aura_omni:batch_size", "Rows in the stage's last step."),
+    "step_seconds": ("aura_omni:step_seconds", "Duration of the stage's last step, seconds."),
+    "prefix_cache_hit_rate": ("aura_omni:prefix_cache_hit_rate", "Prompt blocks found in the prefix cache (0-1)."),
+}
+KV_USAGE = ("aura_omni:kv_cache_usage_perc", "Share of the stage's KV cache blocks in use (0-1, as vLLM).")
+PREEMPTIONS = ("aura_omni:num_preemptions", "Sequences the stage's scheduler preempted (out of KV blocks).")
+
+
+def _clock(now: float | None) -> float:
+    """`now` when a caller gives the time (tests, events stamped elsewhere), else time.perf_counter()."""
+    return time.perf_counter() if now is None else now
+
+
+def arrival(request: Request) -> float:
+    """When the request reached the app (set by RequestMetrics); now when it did not pass through it."""
+    return request.scope.get(ARRIVAL) or time.perf_counter()
+
+
+class StageCollector(Collector):
+    """Per-stage gauges sampled from `stage_stats()` at scrape time."""
+
+    def __init__(self, stage_stats: Callable[[], dict[str, dict]]):
+        self.stage_stats = stage_stats
+
+    def describe(self):
+        return []  # registered without a scrape; its names depend on what the stages report
+
+    def collect(self):
+        try:
+            stats = self.stage_stats() or {}
+        except Exception:  # noqa: BLE001 - a scrape must answer even if a stage cannot report
+            log.exception("stage_stats failed during a /metrics scrape")
+            stats = {}
+        gauges = {key: GaugeMetricFamily(name, doc, labels=["stage"]) for key, (name, doc) in STAGE_GAUGES.items()}
+        kv = GaugeMetricFamily(*KV_USAGE, labels=["stage"])
+        preemptions = CounterMetricFamily(*PREEMPTIONS, labels=["stage"])
+        for stage, values in sorted(stats.items()):
+            for key, family in gauges.items():
+                if values.get(key) is not None:
+                    family.add_metric([stage], float(values[key]))
+            total, free = values.get("total_blocks"), values.get("free_blocks")
+            if total and free is not None:
+                kv.add_metric([stage], 1.0 - float(free) / float(total))
+            if values.get("preemptions") is not None:
+                preemptions.add_metric([stage], float(values["preemptions"]))
+        yield from (f for f in (*gauges.values(), kv, preemptions) if f.samples)
+
+
+class ServerMetrics:
+    """One app's metrics; the observe_* methods take the endpoint label (the route path, e.g. /v1/audio/speech)."""
+
+    def __init__(self, stage_stats: Callable[[], dict[str, dict]] | None = None):
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("aura_omni:requests", "HTTP requests answered, by route and status.",
+                                ["endpoint", "status"], registry=r)
+        self.ttfa = Histogram("aura_omni:audio_ttfp_seconds", "Time from a request (or commit) to its first audio "
+                              "packet.", ["endpoint"], buckets=TTFA_BUCKETS, registry=r)
+        self.first_text = Histogram("aura_omni:first_text_seconds", "Time from a request (or commit) to its first "
+                                    "text delta.", ["endpoint"], buckets=TTFA_BUCKETS, registry=r)
+        self.rtf = Histogram("aura_omni:audio_rtf", "Real-time factor of a finished audio reply: seconds from the "
+                             "request to its last chunk / seconds of audio.", ["endpoint"], buckets=RTF_BUCKETS,
+                             registry=r)
+        self.underruns = Counter("aura_omni:audio_underruns", "Audio chunks that arrived after the audio before "
+                                 "them had finished playing.", ["endpoint"], registry=r)
+        self.audio_seconds = Counter("aura_omni:audio_seconds", "Seconds of audio produced.", ["endpoint"],
+                                     registry=r)
+        self.silent_decision = Histogram("aura_omni:silent_decision_seconds", "Time from a request (or commit) to "
+                                         "the model's choice to stay silent.", ["endpoint"], buckets=TTFA_BUCKETS,
+                                         registry=r)
+        self.sessions = Gauge("aura_omni:realtime_sessions_active", "Open /v1/realtime sessions.", registry=r)
+        if stage_stats is not None:
+            r.register(StageCollector(stage_stats))
+
+    # ---- the API endpoints and the realtime session call ------------------------------------------------------
+    def count_request(self, endpoint: str, status: int) -> None:
+        self.requests.labels(endpoint, str(status)).inc()
+
+    def observe_ttfa(self, endpoint: str, seconds: float) -> None:
+        self.ttfa.labels(endpoint).observe(seconds)
+
+    def observe_first_text(self, endpoint: str, seconds: float) -> None:
+        self.first_text.labels(endpoint).observe(seconds)
+
+    def observe_rtf(self, endpoint: str, rtf: float) -> None:
+        self.rtf.labels(endpoint).observe(rtf)
+
+    def observe_silent_decision(self, endpoint: str, seconds: float) -> None:
+        self.silent_decision.labels(endpoint).observe(seconds)
+
+    def count_underruns(self, endpoint: str, n: int = 1) -> None:
+        self.underruns.labels(endpoint).inc(n)
+
+    def count_audio(self, endpoint: str, seconds: float) -> None:
+        self.audio_seconds.labels(endpoint).inc(seconds)
+
+    def session_started(self) -> None:
+        self.sessions.inc()
+
+    def session_ended(self) -> None:
+        self.sessions.dec()
+
+    def response(self, endpoint: str, since: float, streamed: bool = True) -> ResponseTimer:
+        """A timer for one reply whose clock started at `since` (time.perf_counter())."""
+        return ResponseTimer(self, endpoint, since, streamed)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # ---- wrappers for the HTTP endpoints ------------------------------------------------------------------------
+    async def audio_stream(self, endpoint: str, chunks: AsyncIterator, since: float, streamed: bool = True,
+                           sample_rate: int = TTS_SAMPLE_RATE) -> AsyncIterator:
+        """`chunks` (float32 arrays) unchanged, timed; closing this closes `chunks` (which cancels the request)."""
+        timer = self.response(endpoint, since, streamed)
+        try:
+            async for chunk in chunks:
+                timer.audio(len(chunk) / sample_rate)
+                yield chunk
+            timer.finish()
+        finally:
+            await chunks.aclose()
+
+    async def turn_events(self, endpoint: str, events: AsyncIterator, since: float,
+                          streamed: bool = True) -> AsyncIterator:
+        """A turn's events unchanged, timed (first TextDelta, AudioChunks); closing this closes `events`."""
+        timer = self.response(endpoint, since, streamed)
+        try:
+            async for ev in events:
+                if isinstance(ev, TextDelta) and ev.text:
+                    timer.text()
+                elif isinstance(ev, AudioChunk):
+                    timer.audio(len(ev.samples) / TTS_SAMPLE_RATE)
+                elif isinstance(ev, TurnDone):  # the stream's reader stops here
+                    timer.silent() if ev.silent else timer.finish()
+                yield ev
+        finally:
+            await events.aclose()
+
+
+class ResponseTimer:
+    """First text, first audio, underruns and RTF of one reply, observed as it is produced.
+
+    Not `streamed` (a whole file or JSON at the end): only audio seconds and RTF are observed, since the client
+    gets no packet before the end.
+    """
+
+    def __init__(self, metrics: ServerMetrics, endpoint: str, since: float, streamed: bool = True):
+        self.metrics, self.endpoint, self.since, self.streamed = metrics, endpoint, since, streamed
+        self.clock = PlaybackClock()
+        self.text_seen = False
+
+    def text(self, now: float | None = None) -> None:
+        if self.streamed and not self.text_seen:
+            self.metrics.observe_first_text(self.endpoint, _clock(now) - self.since)
+        self.text_seen = True
+
+    def audio(self, seconds: float, now: float | None = None) -> None:
+        if seconds <= 0:
+            return
+        now = _clock(now)
+        if self.streamed and self.clock.audio_seconds == 0:
+            self.metrics.observe_ttfa(self.endpoint, now - self.since)
+        if self.clock.arrive(now, seconds) and self.streamed:
+            self.metrics.count_underruns(self.endpoint)
+        self.metrics.count_audio(self.endpoint, seconds)
+
+    def silent(self, now: float | None = None) -> None:
+        """The model chose not to speak (`<|silent|>`): how long that decision took."""
+        if self.streamed:
+            self.metrics.observe_silent_decision(self.endpoint, _clock(now) - self.since)
+
+    def finish(self, now: float | None = None) -> None:
+        """The reply ended normally: its RTF (replies cut short or without audio have none)."""
+        if self.clock.audio_seconds > 0:
+            self.metrics.observe_rtf(self.endpoint, (_clock(now) - self.since) / self.clock.audio_seconds)
+
+
+class RealtimeMeter:
+    """One realtime session's metrics, read from the server events it sends (`sent(event.to_json())`).
+
+    A response's clock starts when its commit is acknowledged (`input_audio_buffer.committed`; a response created
+    without one starts at `response.created`). Only the GA names are read: a server that also sends each delta
+    under its beta name is counted once. Counts the session as active until `close()`.
+    """
+
+    AUDIO = "response.output_audio.delta"
+    TEXT = ("response.output_audio_transcript.delta", "response.output_text.delta")
+
+    def __init__(self, metrics: ServerMetrics, endpoint: str = "/v1/realtime", sample_rate: int = TTS_SAMPLE_RATE):
+        self.metrics, self.endpoint, self.sample_rate = metrics, endpoint, sample_rate
+        self.committed_at: float | None = None
+        self.timers: dict[str, ResponseTimer] = {}
+        self.open = True
+        metrics.session_started()
+
+    def sent(self, event: dict, now: float | None = None) -> None:
+        now = _clock(now)
+        kind = event.get("type")
+        rid = event.get("response_id") or (event.get("response") or {}).get("id")
+        if kind == "input_audio_buffer.committed":
+            self.committed_at = now
+        elif kind == "response.created" and rid:
+            self.timers[rid] = self.metrics.response(self.endpoint, self.committed_at or now)
+            self.committed_at = None
+        elif (timer := self.timers.get(rid)) is None:
+            return
+        elif kind == self.AUDIO:
+            b64 = event.get("delta") or ""
+            pcm_bytes = len(b64) * 3 // 4 - b64[-2:].count("=")  # base64's length -> bytes, without decoding
+            timer.audio(pcm_bytes / 2 / int(event.get("sample_rate_hz") or self.sample_rate), now)
+        elif kind in self.TEXT:
+            timer.text(now)
+        elif kind == "response.listen":
+            self.timers.pop(rid).silent(now)
+        elif kind == "response.done":
+            if (event.get("response") or {}).get("status") == "completed":
+                timer.finish(now)
+            self.timers.pop(rid)
+
+    def close(self) -> None:
+        if self.open:
+            self.open = False
+            self.metrics.session_ended()
+
+
+class RequestMetrics:
+    """ASGI middleware: stamps each HTTP request's arrival and counts it by route and status when answered."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        scope[ARRIVAL] = time.perf_counter()
+        status = 500  # what ServerErrorMiddleware answers when an exception gets through
+
+        async def send_and_note(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            route = scope.get("route")  # set by the router on this same scope; unmatched paths share one label
+            state = getattr(scope["app"].state, "server", None) if "app" in scope else None
+            if state is not None:
+                state.metrics.count_request(getattr(route, "path", "unmatched"), status)
+
+
+@router.get("/metrics")
+async def metrics(request: Request):
+    return Response(request.app.state.server.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,11 @@
+"""Realtime sessions: one state machine (`RealtimeSession`) behind `WS /v1/realtime` and `Omni.session()`.
+
+The session turns client events (OpenAI Realtime names, plus vLLM-Omni's duplex extensions) into pipeline
+turns and typed server events. It never imports the HTTP server; transports only move JSON.
+"""
+
+from .config import SessionConfig, SessionConfigError
+from .events import ServerEvent
+from .handler import RealtimeSession
+
+__all__ = ["RealtimeSession", "ServerEvent", "SessionConfig", "SessionConfigError"]

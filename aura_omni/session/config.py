@@ -1,0 +1,246 @@
+"""A realtime session's settings: `session.update` (GA nested or beta flat shape) -> `SessionConfig`.
+
+Only the fields a client sends change. What this server cannot do is refused with the field's name (a G.711
+format, `semantic_vad`, tools) rather than ignored; fields that change nothing here (tracing, noise reduction,
+input transcription model) are accepted and echoed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..pipeline.additional_information import AdditionalInformation
+from ..pipeline.constants import TTS_SAMPLE_RATE
+from ..pipeline.processors import PipelineRequestError
+
+INPUT_SAMPLE_RATES = (16000, 24000)  # pcm16 input the session resamples to ASR's 16 kHz
+OPENAI_INPUT_SAMPLE_RATE = 24000  # OpenAI Realtime's pcm16 is 24 kHz
+PCM_FORMATS = ("pcm16", "pcm_s16le", "s16le", "audio/pcm")
+DEFAULT_MAX_FRAMES = 2  # AURA sees the latest 2 frames per turn (vLLM-Omni aura duplex input)
+FRAME_FILTER_THRESHOLD = 0.95  # vLLM-Omni frame_filter_threshold: a frame at least this similar is dropped
+MAX_FRAMES_LIMIT = 16  # vLLM-Omni max_frames_per_round
+PLAYBACK_POLICIES = ("ack_only", "commit_all_on_done")
+
+
+class SessionConfigError(ValueError):
+    def __init__(self, param: str, message: str, code: str = "invalid_value"):
+        super().__init__(f"{param}: {message}")
+        self.param, self.code = param, code
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    """OpenAI `server_vad` (defaults are OpenAI's)."""
+
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+    create_response: bool = True
+    interrupt_response: bool = True
+
+    def to_json(self) -> dict:
+        return {"type": "server_vad", **dataclasses.asdict(self)}
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    instructions: str | None = None  # AURA's system prompt (extra_body.aura_system_prompt wins)
+    voice: str | None = None  # a CustomVoice speaker or a registered voice
+    speak: bool = True  # output modalities include audio
+    input_sample_rate: int = OPENAI_INPUT_SAMPLE_RATE
+    turn_detection: TurnDetection | None = None  # None: push-to-talk (the client commits)
+    temperature: float | None = None  # AURA's
+    max_output_tokens: int | None = None  # AURA's max_tokens; None: the deploy default
+    info: dict = field(default_factory=dict)  # additional_information keys from extra_body
+    stage_sampling: list | None = None  # extra_body.sampling_params_list
+    auto_response: bool = False  # a commit without create_response answers too
+    max_frames: int = DEFAULT_MAX_FRAMES
+    frame_filter_threshold: float = FRAME_FILTER_THRESHOLD
+    playback_commit_policy: str = "commit_all_on_done"
+    transcription: dict | None = None  # echoed; ASR always transcribes
+
+    def with_update(self, session: Any) -> SessionConfig:
+        if not isinstance(session, dict):
+            raise SessionConfigError("session", "must be an object")
+        audio = _obj(session.get("audio"), "session.audio")
+        audio_in = _obj(audio.get("input"), "session.audio.input")
+        audio_out = _obj(audio.get("output"), "session.audio.output")
+        changes: dict[str, Any] = {}
+        if "instructions" in session:
+            changes["instructions"] = _text(session["instructions"], "session.instructions")
+        voice = audio_out.get("voice", session.get("voice"))
+        if isinstance(voice, dict):
+            voice = voice.get("id")
+        if voice is not None:
+            changes["voice"] = _text(voice, "session.voice")
+        modalities = session.get("output_modalities", session.get("modalities"))
+        if modalities is not None:
+            if not isinstance(modalities, list) or not modalities or not set(modalities) <= {"text", "audio"}:
+                raise SessionConfigError("session.output_modalities", f"must be a list of 'text' and 'audio' "
+                                         f"(got {modalities!r})")
+            changes["speak"] = "audio" in modalities
+        rate = _input_rate(audio_in.get("format"), session.get("input_audio_format"))
+        if rate is not None:
+            changes["input_sample_rate"] = rate
+        _check_output_format(audio_out.get("format"), session.get("output_audio_format"))
+        for key in ("turn_detection",):
+            if key in audio_in or key in session:
+                changes["turn_detection"] = _turn_detection(audio_in.get(key, session.get(key)))
+        if "transcription" in audio_in or "input_audio_transcription" in session:
+            changes["transcription"] = audio_in.get("transcription", session.get("input_audio_transcription"))
+        if session.get("temperature") is not None:
+            changes["temperature"] = _number(session["temperature"], "session.temperature", 0.0, 2.0)
+        tokens = session.get("max_output_tokens", session.get("max_response_output_tokens"))
+        if tokens is not None:
+            changes["max_output_tokens"] = None if tokens == "inf" else int(
+                _number(tokens, "session.max_output_tokens", 1, math.inf, integer=True))
+        if session.get("tools"):
+            raise SessionConfigError("session.tools", "AURA has no tool calling; send no tools", "unsupported_tools")
+        if "extra_body" in session:
+            changes.update(_extra_body(session["extra_body"], self.info))
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def system_prompt(self) -> str | None:
+        return self.instructions
+
+    def to_json(self, session_id: str, model: str) -> dict:
+        """The effective session, in the GA nested shape with the beta flat fields beside it."""
+        modalities = ["text", "audio"] if self.speak else ["text"]
+        turn = self.turn_detection.to_json() if self.turn_detection else None
+        fmt_in = {"type": "audio/pcm", "rate": self.input_sample_rate}
+        fmt_out = {"type": "audio/pcm", "rate": TTS_SAMPLE_RATE}
+        return {
+            "object": "realtime.session", "type": "realtime", "id": session_id, "model": model,
+            "instructions": self.instructions or "",
+            "output_modalities": modalities, "modalities": modalities,
+            "audio": {"input": {"format": fmt_in, "turn_detection": turn, "transcription": self.transcription},
+                      "output": {"format": fmt_out, "voice": self.voice}},
+            "voice": self.voice, "input_audio_format": "pcm16", "output_audio_format": "pcm16",
+            "input_sample_rate_hz": self.input_sample_rate, "output_sample_rate_hz": TTS_SAMPLE_RATE,
+            "turn_detection": turn, "input_audio_transcription": self.transcription,
+            "temperature": self.temperature,
+            "max_output_tokens": self.max_output_tokens if self.max_output_tokens is not None else "inf",
+            "max_response_output_tokens": self.max_output_tokens if self.max_output_tokens is not None else "inf",
+            "tools": [], "tool_choice": "none",
+            "extra_body": {**self.info, "auto_response": self.auto_response, "max_frames": self.max_frames,
+                           "frame_filter_threshold": self.frame_filter_threshold,
+                           "playback_commit_policy": self.playback_commit_policy,
+                           **({"sampling_params_list": self.stage_sampling} if self.stage_sampling else {})},
+        }
+
+
+# ------------------------------------------------------------------------------------------------ field parsers
+
+def _obj(value: Any, param: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SessionConfigError(param, "must be an object")
+    return value
+
+
+def _text(value: Any, param: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise SessionConfigError(param, f"must be a string (got {type(value).__name__})")
+    return value
+
+
+def _number(value: Any, param: str, lo: float, hi: float, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and float(value) != int(value)):
+        raise SessionConfigError(param, f"must be {'an integer' if integer else 'a number'} (got {value!r})")
+    if not lo <= value <= hi:
+        raise SessionConfigError(param, f"must be in [{lo}, {hi}] (got {value!r})")
+    return value
+
+
+def _input_rate(ga: Any, beta: Any) -> int | None:
+    if ga is not None:
+        fmt = _obj(ga, "session.audio.input.format")
+        if fmt.get("type", "audio/pcm") != "audio/pcm":
+            raise SessionConfigError("session.audio.input.format.type", f"only audio/pcm (pcm16) input is supported "
+                                     f"(got {fmt.get('type')!r})", "unsupported_audio_format")
+        return check_input_rate(fmt.get("rate", OPENAI_INPUT_SAMPLE_RATE), "session.audio.input.format.rate")
+    if beta is not None:
+        if beta not in PCM_FORMATS:
+            raise SessionConfigError("session.input_audio_format", f"only pcm16 input is supported (got {beta!r})",
+                                     "unsupported_audio_format")
+        return OPENAI_INPUT_SAMPLE_RATE
+    return None
+
+
+def check_input_rate(rate: Any, param: str) -> int:
+    if isinstance(rate, bool) or not isinstance(rate, int) or rate not in INPUT_SAMPLE_RATES:
+        raise SessionConfigError(param, f"input audio must be 16000 or 24000 Hz pcm16 (got {rate!r})",
+                                 "unsupported_sample_rate")
+    return rate
+
+
+def _check_output_format(ga: Any, beta: Any) -> None:
+    if ga is not None:
+        fmt = _obj(ga, "session.audio.output.format")
+        if fmt.get("type", "audio/pcm") != "audio/pcm" or fmt.get("rate", TTS_SAMPLE_RATE) != TTS_SAMPLE_RATE:
+            raise SessionConfigError("session.audio.output.format", "output is pcm16 at 24000 Hz only",
+                                     "unsupported_audio_format")
+    if beta is not None and beta not in PCM_FORMATS:
+        raise SessionConfigError("session.output_audio_format", f"output is pcm16 only (got {beta!r})",
+                                 "unsupported_audio_format")
+
+
+def _turn_detection(value: Any) -> TurnDetection | None:
+    if value is None:
+        return None
+    value = _obj(value, "session.turn_detection")
+    if value.get("type", "server_vad") != "server_vad":
+        raise SessionConfigError("session.turn_detection.type", f"only server_vad (Silero) or null is supported "
+                                 f"(got {value.get('type')!r})", "unsupported_turn_detection")
+    d = TurnDetection()
+    kw = {}
+    for key, lo, hi in (("threshold", 0.0, 1.0), ("prefix_padding_ms", 0, 10_000), ("silence_duration_ms", 0, 10_000)):
+        if value.get(key) is not None:
+            kw[key] = _number(value[key], f"session.turn_detection.{key}", lo, hi, integer=key != "threshold")
+    for key in ("create_response", "interrupt_response"):
+        if value.get(key) is not None:
+            if not isinstance(value[key], bool):
+                raise SessionConfigError(f"session.turn_detection.{key}", "must be true or false")
+            kw[key] = value[key]
+    return dataclasses.replace(d, **kw)
+
+
+def _extra_body(value: Any, info: dict) -> dict:
+    """extra_body: the chat endpoint's additional_information keys and sampling_params_list, plus session options."""
+    body = dict(_obj(value, "session.extra_body"))
+    out: dict[str, Any] = {}
+    if "sampling_params_list" in body:
+        entries = body.pop("sampling_params_list")
+        if entries is not None and (not isinstance(entries, list)
+                                    or not all(e is None or isinstance(e, dict) for e in entries)):
+            raise SessionConfigError("session.extra_body.sampling_params_list", "must be a list of objects (one per "
+                                     "stage) or null")
+        out["stage_sampling"] = entries
+    if "auto_response" in body:
+        out["auto_response"] = bool(body.pop("auto_response"))
+    if "max_frames" in body:
+        out["max_frames"] = int(_number(body.pop("max_frames"), "session.extra_body.max_frames", 1, MAX_FRAMES_LIMIT,
+                                        integer=True))
+    if "frame_filter_threshold" in body:
+        out["frame_filter_threshold"] = float(_number(body.pop("frame_filter_threshold"),
+                                                      "session.extra_body.frame_filter_threshold", 0.0, 1.0))
+    if "playback_commit_policy" in body:
+        policy = body.pop("playback_commit_policy")
+        if policy not in PLAYBACK_POLICIES:
+            raise SessionConfigError("session.extra_body.playback_commit_policy", f"must be one of "
+                                     f"{list(PLAYBACK_POLICIES)} (got {policy!r})")
+        out["playback_commit_policy"] = policy
+    nested = body.pop("additional_information", None)  # also accepted nested, as the chat request spells it
+    body.update(_obj(nested, "session.extra_body.additional_information"))
+    out["info"] = {**info, **body}
+    try:  # typed as on the chat endpoint: a misspelt key is refused by name at session.update
+        AdditionalInformation.parse(out["info"])
+    except PipelineRequestError as e:
+        key = (e.param or "").removeprefix("additional_information.")
+        raise SessionConfigError(f"session.extra_body.{key}", str(e).removeprefix(f"{key}: ")) from None
+    return out

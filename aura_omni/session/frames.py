@@ -1,0 +1,56 @@
+"""The camera frames AURA sees with a turn: the latest N distinct frames, near-duplicates dropped on arrival.
+
+Similarity is 1 - mean absolute difference of 32x32 grayscale thumbnails (0..1); a frame at least
+`threshold` similar to the newest kept frame adds nothing and is dropped (vLLM-Omni's frame filter, 0.95).
+The window persists across turns, so a still camera keeps its one frame in view.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image
+
+from ..media.video import VideoClip, clip_from_frames
+
+THUMB = 32  # thumbnail side for the similarity measure
+FRAME_FPS = 2.0  # vLLM-Omni aura duplex input: frames form a clip at 2 fps
+
+
+def thumbnail(rgb: np.ndarray) -> np.ndarray:
+    """uint8 RGB [H, W, 3] -> float32 grayscale [32, 32] in 0..1 (box-filtered)."""
+    small = Image.fromarray(rgb).convert("L").resize((THUMB, THUMB), Image.BOX)
+    return np.asarray(small, dtype=np.float32) / 255.0
+
+
+def similarity(a: np.ndarray, b: np.ndarray) -> float:
+    """1.0 for equal frames, lower as they differ; frames of different sizes are 0."""
+    if a.shape != b.shape:
+        return 0.0
+    return float(1.0 - np.abs(thumbnail(a) - thumbnail(b)).mean())
+
+
+class FrameWindow:
+    def __init__(self, max_frames: int = 2, threshold: float = 0.95):
+        self.max_frames, self.threshold = max_frames, threshold
+        self.frames: list[np.ndarray] = []
+        self.dropped = 0
+
+    def push(self, rgb: np.ndarray) -> bool:
+        """Keep a frame unless it nearly repeats the newest one; True when kept."""
+        if self.frames and similarity(self.frames[-1], rgb) >= self.threshold:
+            self.dropped += 1
+            return False
+        self.frames = [f for f in self.frames if f.shape == rgb.shape]  # a camera switch restarts the clip
+        self.frames.append(rgb)
+        del self.frames[:-self.max_frames]
+        return True
+
+    def clear(self) -> None:
+        self.frames.clear()
+
+    def clip(self) -> VideoClip | None:
+        """The window as a clip at 2 fps; a lone frame is doubled (Qwen3-VL groups frames in pairs)."""
+        if not self.frames:
+            return None
+        frames = self.frames if len(self.frames) > 1 else self.frames * 2
+        return clip_from_frames(frames, FRAME_FPS)

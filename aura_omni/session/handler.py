@@ -1,0 +1,802 @@
+"""One realtime session: client events in, typed server events out (`RealtimeSession`).
+
+State: the session config, the input audio buffer (16 kHz), the camera frame window, AURA's history, the user
+items waiting for a reply, and the responses in flight. Each response is one pipeline turn (ASR -> AURA ->
+Talker/Code2Wav) run as a task; its deltas reach the event queue only while its epoch is current, so after a
+cancel (`response.cancel`, barge-in) nothing of it follows its `response.done` status `cancelled`.
+
+Overlapped input: a new response waits only until the previous reply's AURA text is final, then runs while
+the previous one still drains in the Talker and Code2Wav (at most one drains; an older one is cancelled).
+Bad client input is answered with an `error` event; the session carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import itertools
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+import numpy as np
+
+from ..config import AURA, TALKER
+from ..media.audio import resample
+from ..media.image import decode_base64, decode_data_url, decode_image
+from ..media.limits import MediaError
+from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
+from ..pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
+from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
+from ..server.errors import client_error, internal_error
+from ..server.media_input import MediaPolicy, vision_configs
+from ..server.turn_builder import TurnBuilder, TurnSpec
+from .config import SessionConfig, SessionConfigError, check_input_rate
+from .events import GA_AND_BETA, ServerEvent, error_event, new_id
+from .frames import FrameWindow
+from .history import History, Item
+from .vad import ServerVad
+
+log = logging.getLogger("aura_omni.session")
+
+DUPLEX_AUDIO_FORMATS = {"pcm16": "<i2", "pcm_s16le": "<i2", "s16le": "<i2", "pcm_f32le": "<f4"}
+_ids = itertools.count()
+
+
+class ClientError(ValueError):
+    """A client event this session cannot apply; answered with an `error` event."""
+
+    def __init__(self, code: str, message: str, param: str | None = None):
+        super().__init__(message)
+        self.code, self.param = code, param
+
+
+@dataclass
+class PendingInput:
+    """A committed user item not yet answered."""
+
+    item: Item
+    audio: np.ndarray | None = None  # 16 kHz, for the pipeline's ASR (commit that creates a response)
+    is_speech: bool = True
+    images: list[str] = field(default_factory=list)  # input_image URLs
+    transcription: asyncio.Task | None = None  # ASR run at commit when no response follows at once
+
+
+RESPONSE_OPTIONS = ("instructions", "output_modalities", "modalities", "voice", "audio", "temperature",
+                    "max_output_tokens", "max_response_output_tokens")  # response.create may set these for one reply
+
+
+@dataclass
+class Response:
+    id: str
+    epoch: int
+    config: SessionConfig  # the session's, with this response's overrides
+    metadata: dict | None
+    inputs: list[PendingInput]
+    item: Item | None = None  # the assistant item, once AURA says something
+    task: asyncio.Task | None = None
+    aura_final: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: bool = False
+    started: bool = False  # response.created sent
+    text: str = ""
+    samples: int = 0  # 24 kHz samples sent
+
+    @property
+    def speak(self) -> bool:
+        return self.config.speak
+
+    @property
+    def item_id(self) -> str:
+        return f"item_{self.id}"  # vLLM-Omni: the assistant item of response R is item_R
+
+    @property
+    def audio_ms(self) -> float:
+        return self.samples * 1000.0 / TTS_SAMPLE_RATE
+
+
+class _AuraWatch:
+    """AURA stage wrapper: marks a response's text final when AURA's generation ends (TTS may still drain)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.final: dict[str, asyncio.Event] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def generate(self, prompt, vision, *, request_id: str, sampling: dict | None = None):
+        try:
+            async for delta in self.inner.generate(prompt, vision, request_id=request_id, sampling=sampling):
+                yield delta
+        finally:
+            event = self.final.pop(request_id, None)
+            if event is not None:
+                event.set()
+
+
+def session_pipeline(runtime) -> tuple[Any, _AuraWatch | None]:
+    """The runtime's orchestrator over the same stages, with AURA watched for text finality."""
+    base = runtime.pipeline
+    if not isinstance(base, AuraOmniPipeline) or base.aura is None:  # another orchestrator: replies end at TurnDone
+        return base, None
+    watch = _AuraWatch(base.aura)
+    return AuraOmniPipeline(base.asr, watch, base.speech, sentence_min_chars=base.sentence_min_chars,
+                            default_timeout_s=base.default_timeout_s), watch
+
+
+class RealtimeSession:
+    """Feed client events with `handle(event)`; read server events with `next_event()` / `async for`."""
+
+    def __init__(self, runtime, builder: TurnBuilder, *, model: str, duplex: bool = False,
+                 max_sessions: int = 1):
+        self.runtime, self.builder, self.model, self.duplex = runtime, builder, model, duplex
+        self.id = f"duplex-{uuid.uuid4().hex}" if duplex else new_id("sess")
+        self.max_sessions = max_sessions
+        self.config = SessionConfig(speak=TALKER in runtime.models,  # text-only deployments answer in text
+                                    input_sample_rate=ASR_SAMPLE_RATE if duplex else 24000,
+                                    playback_commit_policy="ack_only" if duplex else "commit_all_on_done")
+        self.pipeline, self._watch = session_pipeline(runtime)
+        self._events: asyncio.Queue[ServerEvent] = asyncio.Queue()
+        self._seq = itertools.count(1)
+        self.started = False
+        self.closed = False
+        self.epoch = 0
+        self.turn_id = 0
+        self.history = History()
+        self.pending: list[PendingInput] = []
+        self.responses: list[Response] = []  # in flight, oldest first
+        self.frames = FrameWindow(self.config.max_frames, self.config.frame_filter_threshold)
+        self.input_rate: int | None = None  # rate of the audio received so far (fixed once audio arrived)
+        self.input_pos = 0  # 16 kHz samples received this session
+        self._buffer: list[np.ndarray] = []
+        self._buffer_start = 0  # session position of the buffer's first sample
+        self._buffer_speech: bool | None = None  # any append with is_speech true (None: no audio yet)
+        self._new_frames = False
+        self.vad: ServerVad | None = None
+        self._vad_origin = 0
+        self._speech_item_id: str | None = None  # the item a speech_started announced
+
+    # ------------------------------------------------------------------ event plumbing
+    def emit(self, type_: str, **data: Any) -> ServerEvent:
+        event = ServerEvent(type_, data, seq=next(self._seq) if self.duplex else None)
+        self._events.put_nowait(event)
+        return event
+
+    def _emit_for(self, resp: Response, type_: str, **data: Any) -> None:
+        """A response's event; dropped once it was cancelled (late deltas of an old epoch)."""
+        if resp.cancelled:
+            return
+        self.emit(type_, **data)
+        beta = GA_AND_BETA.get(type_)
+        if beta is not None:
+            self.emit(beta, **data)
+
+    def error(self, code: str, message: str, client_event_id: str | None = None, *, kind: str = "invalid_request_error",
+              param: str | None = None) -> None:
+        event = error_event(code, message, client_event_id, kind=kind, param=param)
+        event.seq = next(self._seq) if self.duplex else None
+        self._events.put_nowait(event)
+
+    async def next_event(self) -> ServerEvent:
+        return await self._events.get()
+
+    def pending_events(self) -> int:
+        return self._events.qsize()
+
+    async def __aiter__(self) -> AsyncIterator[ServerEvent]:
+        """Server events until (and including) `session.closed`."""
+        while True:
+            event = await self.next_event()
+            yield event
+            if event.type == "session.closed":
+                return
+
+    async def send(self, event: dict | str | None = None, /, **fields: Any) -> None:
+        """`send("input_audio_buffer.commit", create_response=True)` or `send({...})`: one client event."""
+        if isinstance(event, str):
+            event = {"type": event, **fields}
+        await self.handle(event if event is not None else fields)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """OpenAI sessions exist from connect; duplex sessions from their first `session.update`."""
+        if not self.started:
+            self.started = True
+            self.emit("session.created", session=self._session_json())
+
+    def _session_json(self) -> dict:
+        out = self.config.to_json(self.id, self.model)
+        out.update(epoch=self.epoch, playback=self._playback(None))
+        if self.duplex:
+            out["capabilities"] = {
+                "supports_barge_in": True, "supports_session_resume": False, "supports_audio_truncate": True,
+                "supports_turn_commit_only": True, "supports_overlapped_input": True, "supports_vision_follow": True,
+                "supports_server_vad": True, "supports_multi_session": self.max_sessions > 1,
+                "required_input_modalities": [], "optional_input_modalities": ["audio", "video"]}
+        return out
+
+    async def close(self, reason: str = "client_close", client_event: dict | None = None) -> None:
+        if self.closed:
+            return
+        for resp in list(self.responses):
+            await self._cancel(resp, "session_closed", announce=False)
+        for p in self.pending:
+            if p.transcription is not None:
+                p.transcription.cancel()
+        self.closed = True
+        data = {"session_id": self.id, "epoch": self.epoch, "reason": reason}
+        if client_event is not None:
+            data["event"] = client_event.get("event_id")
+        self.emit("session.closed", **data)
+
+    # ------------------------------------------------------------------ client events
+    async def handle(self, event: Any) -> None:
+        """Apply one client event; whatever is wrong with it becomes an `error` event."""
+        client_id = event.get("event_id") if isinstance(event, dict) else None
+        if self.closed:
+            self.error("session_closed", "the session is closed", client_id)
+            return
+        try:
+            if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+                raise ClientError("invalid_event", "a client event is a JSON object with a string `type`", "type")
+            handler = self.HANDLERS.get(event["type"])
+            if handler is None:
+                raise ClientError("unknown_event_type", f"unknown client event type {event['type']!r}", "type")
+            if not self.started and event["type"] not in ("session.update", "session.close", "session.heartbeat",
+                                                          "session.resume"):
+                raise ClientError("session_not_started", f"{event['type']} before the session exists: send "
+                                  f"session.update first")
+            await handler(self, event)
+        except ClientError as e:
+            self.error(e.code, str(e), client_id, param=e.param)
+        except SessionConfigError as e:
+            self.error(e.code, str(e), client_id, param=e.param)
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # a field of the wrong shape
+            self.error("invalid_event", f"{event.get('type')}: {e}", client_id)
+        except Exception as e:  # noqa: BLE001 - a bug must not end the session either
+            log.exception("realtime session %s: %s failed", self.id, event.get("type"))
+            self.error("server_error", f"{event.get('type')} failed: {e}", client_id, kind="server_error")
+
+    async def _session_update(self, event: dict) -> None:
+        new = self.config.with_update(event.get("session", {}))
+        if self.input_rate is not None and new.input_sample_rate != self.config.input_sample_rate:
+            raise ClientError("sample_rate_mismatch", f"input audio is {self.input_rate} Hz in this session; the "
+                              f"rate cannot change mid-session", "session.audio.input.format.rate")
+        await self._probe(new)
+        self.config = new
+        self.frames.max_frames, self.frames.threshold = new.max_frames, new.frame_filter_threshold
+        td = new.turn_detection
+        if td is None:
+            self.vad = None
+        elif self.vad is None or (self.vad.threshold, self.vad.silence_ms) != (td.threshold, td.silence_duration_ms):
+            self.vad = await asyncio.to_thread(ServerVad, td.threshold, td.silence_duration_ms)
+            self._vad_origin = self.input_pos
+        self.start()
+        self.emit("session.updated", session=self._session_json())
+
+    async def _probe(self, config: SessionConfig) -> None:
+        """Refuse a voice, TTS option or sampling value now rather than at the first turn."""
+        try:
+            await self.builder.build(self._spec(config, ["probe"], [], None), f"{self.id}-probe")
+        except ValueError as e:
+            raise ClientError("invalid_session_config", str(e), "session") from None
+
+    async def _append(self, event: dict) -> None:
+        fmt = event.get("format", event.get("input_audio_format", "pcm16"))
+        if not isinstance(fmt, str) or fmt not in DUPLEX_AUDIO_FORMATS:
+            raise ClientError("unsupported_audio_format", f"audio format {fmt!r} is not supported; send one of "
+                              f"{sorted(DUPLEX_AUDIO_FORMATS)}", "format")
+        rate = event.get("sample_rate_hz")
+        rate = self.config.input_sample_rate if rate is None else check_input_rate(rate, "sample_rate_hz")
+        audio_b64 = event.get("audio") or ""
+        if not isinstance(audio_b64, str):
+            raise ClientError("invalid_audio", "audio must be base64 text", "audio")
+        try:
+            raw = base64.b64decode(audio_b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise ClientError("invalid_base64", "audio is not valid base64", "audio") from None
+        width = np.dtype(DUPLEX_AUDIO_FORMATS[fmt]).itemsize
+        if len(raw) % width:
+            raise ClientError("invalid_audio", f"{fmt} audio must be whole {width}-byte samples", "audio")
+        if raw and self.input_rate is not None and rate != self.input_rate:
+            raise ClientError("sample_rate_mismatch", f"input audio is {self.input_rate} Hz in this session; got "
+                              f"{rate} Hz (the rate cannot change mid-session)", "sample_rate_hz")
+        frames = await self._decode_frames(event.get("video_frames"))
+        is_speech = event.get("is_speech", True)
+        if not isinstance(is_speech, bool):
+            raise ClientError("invalid_value", "is_speech must be true or false", "is_speech")
+        samples = np.frombuffer(raw, dtype=DUPLEX_AUDIO_FORMATS[fmt]).astype(np.float32)
+        if width == 2:
+            samples /= 32768.0
+        if samples.size:
+            max_s = self.builder.policy.limits.max_audio_seconds
+            if (sum(len(b) for b in self._buffer) + samples.size * ASR_SAMPLE_RATE / rate) / ASR_SAMPLE_RATE > max_s:
+                raise ClientError("input_audio_buffer_full", f"the input buffer holds at most {max_s:.0f} s; "
+                                  f"commit or clear it")
+            self.input_rate = rate
+            if rate != ASR_SAMPLE_RATE:
+                samples = resample(samples, rate, ASR_SAMPLE_RATE).astype(np.float32)
+        for frame in frames:
+            self._new_frames |= self.frames.push(frame)
+        if frames:
+            self._new_frames = True  # a frame-bearing append refreshes what AURA sees, duplicate or not
+        if samples.size:
+            self._buffer.append(samples)
+            self.input_pos += samples.size
+            self._buffer_speech = bool(self._buffer_speech) or is_speech
+            if self.vad is not None:
+                await self._run_vad(samples)
+
+    async def _decode_frames(self, frames: Any) -> list[np.ndarray]:
+        if frames is None:
+            return []
+        if not isinstance(frames, list) or not all(isinstance(f, str) for f in frames):
+            raise ClientError("invalid_video_frames", "video_frames must be a list of base64 JPEG/PNG images",
+                              "video_frames")
+        limits = self.builder.policy.limits
+
+        def decode(f: str) -> np.ndarray:
+            return decode_image(decode_data_url(f) if f.startswith("data:") else decode_base64(f), limits)
+
+        try:
+            return [await asyncio.to_thread(decode, f) for f in frames[-self.config.max_frames:]]
+        except (MediaError, ValueError) as e:
+            raise ClientError("invalid_video_frames", f"video_frames: {e}", "video_frames") from None
+
+    async def _run_vad(self, samples: np.ndarray) -> None:
+        td = self.config.turn_detection
+        for ev in await asyncio.to_thread(self.vad.feed, samples):
+            pos = self._vad_origin + ev.sample
+            if ev.kind == "start":
+                self._speech_item_id = new_id("item")
+                start = max(self._buffer_start, pos - td.prefix_padding_ms * ASR_SAMPLE_RATE // 1000)
+                self._trim_buffer(start)
+                self.emit("input_audio_buffer.speech_started", audio_start_ms=pos * 1000 // ASR_SAMPLE_RATE,
+                          item_id=self._speech_item_id)
+                if td.interrupt_response:
+                    for resp in list(self.responses):
+                        await self._cancel(resp, "barge_in")
+            else:
+                self.emit("input_audio_buffer.speech_stopped", audio_end_ms=pos * 1000 // ASR_SAMPLE_RATE,
+                          item_id=self._speech_item_id)
+                await self._commit(None, create=td.create_response, item_id=self._speech_item_id)
+                self._speech_item_id = None
+        if self.vad is not None and not self.vad.speaking:  # keep only the prefix padding while nobody speaks
+            self._trim_buffer(self.input_pos - td.prefix_padding_ms * ASR_SAMPLE_RATE // 1000)
+
+    def _trim_buffer(self, start: int) -> None:
+        if start <= self._buffer_start:
+            return
+        audio = np.concatenate(self._buffer) if self._buffer else np.zeros(0, np.float32)
+        audio = audio[start - self._buffer_start:]
+        self._buffer = [audio] if audio.size else []
+        self._buffer_start = start
+
+    def _take_buffer(self) -> np.ndarray:
+        audio = np.concatenate(self._buffer) if self._buffer else np.zeros(0, np.float32)
+        self._buffer, self._buffer_start = [], self.input_pos
+        return audio
+
+    async def _commit_event(self, event: dict) -> None:
+        create = event.get("create_response", event.get("response_create"))
+        if create is None:
+            create = self.config.auto_response or event["type"] == "input.commit"
+        is_speech = event.get("is_speech")
+        if is_speech is not None and not isinstance(is_speech, bool):
+            raise ClientError("invalid_value", "is_speech must be true or false", "is_speech")
+        await self._commit(event, create=bool(create), is_speech=is_speech)
+
+    async def _commit(self, event: dict | None, *, create: bool, is_speech: bool | None = None,
+                      item_id: str | None = None) -> None:
+        audio = self._take_buffer()
+        if not audio.size and not self._new_frames:
+            raise ClientError("input_audio_buffer_empty", "nothing to commit: the input audio buffer is empty "
+                              "(append audio or video_frames first)")
+        speech = bool(audio.size) and (is_speech if is_speech is not None else self._buffer_speech is not False)
+        self._buffer_speech = None
+        self._new_frames = False
+        self.turn_id += 1
+        item = Item(item_id or new_id("item"), "user")
+        p = PendingInput(item, audio=audio if speech else None, is_speech=speech)
+        self._add_user_item(p, event)
+        self.emit("input_audio_buffer.committed", previous_item_id=self._previous(item), item_id=item.id)
+        if speech and not create:
+            p.transcription = asyncio.create_task(self._transcribe(p))
+        elif not speech:
+            self.emit("conversation.item.done", item=item.to_json())
+        if create:
+            self._create_response(None)
+
+    def _add_user_item(self, p: PendingInput, event: dict | None) -> None:
+        self.history.add(p.item)
+        self.pending.append(p)
+        previous = self._previous(p.item)
+        self.emit("conversation.item.added", previous_item_id=previous, item=p.item.to_json())
+        self.emit("conversation.item.created", previous_item_id=previous, item=p.item.to_json())
+
+    def _previous(self, item: Item) -> str | None:
+        ids = [i.id for i in self.history.items]
+        k = ids.index(item.id) if item.id in ids else len(ids)
+        return ids[k - 1] if k > 0 else None
+
+    async def _transcribe(self, p: PendingInput) -> None:
+        info = self.config.info
+        try:
+            result = await self.runtime.transcribe(p.audio, ASR_SAMPLE_RATE, language=info.get("asr_language"),
+                                                   context=info.get("asr_context"))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - reported to the client, the session carries on
+            self.emit("conversation.item.input_audio_transcription.failed", item_id=p.item.id, content_index=0,
+                      error={"type": "server_error", "code": "transcription_failed", "message": str(e)})
+            return
+        self._transcribed(p, getattr(result, "text", result))
+
+    def _transcribed(self, p: PendingInput, text: str) -> None:
+        p.item.text = text
+        p.audio = None
+        self.emit("conversation.item.input_audio_transcription.completed", item_id=p.item.id, content_index=0,
+                  transcript=p.item.text)
+        self.emit("conversation.item.done", item=p.item.to_json())
+
+    async def _clear_input(self, event: dict) -> None:
+        self._take_buffer()
+        self._buffer_speech = None
+        self.emit("input_audio_buffer.cleared")
+
+    async def _item_create(self, event: dict) -> None:
+        item = event.get("item")
+        if not isinstance(item, dict):
+            raise ClientError("invalid_item", "item must be an object", "item")
+        role = item.get("role", "user")
+        if item.get("type", "message") != "message" or role not in ("user", "assistant", "system"):
+            raise ClientError("invalid_item", "only message items with role user, assistant or system are "
+                              "supported (AURA has no function calls)", "item.type")
+        texts, images, audio = [], [], None
+        for k, part in enumerate(item.get("content") or []):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in ("input_text", "text", "output_text"):
+                texts.append(str(part.get("text", "")))
+            elif kind == "input_image" and role == "user":
+                url = part.get("image_url")
+                if not isinstance(url, str):
+                    raise ClientError("invalid_item", "input_image needs image_url (a data URL or base64)",
+                                      f"item.content[{k}].image_url")
+                images.append(url)
+            elif kind == "input_audio" and role == "user":
+                audio = part.get("audio")
+            elif kind in ("audio", "output_audio") and part.get("transcript"):
+                texts.append(str(part["transcript"]))
+            else:
+                raise ClientError("invalid_item", f"unsupported content part {kind!r} for role {role}",
+                                  f"item.content[{k}].type")
+        new = Item(item.get("id") or new_id("item"), role, "\n".join(t for t in texts if t))
+        if self.history.get(new.id) is not None:
+            raise ClientError("duplicate_item_id", f"item {new.id!r} already exists", "item.id")
+        if role != "user":
+            self.history.add(new)
+            previous = self._previous(new)
+            for name in ("conversation.item.added", "conversation.item.created", "conversation.item.done"):
+                self.emit(name, previous_item_id=previous, item=new.to_json())
+            return
+        samples = None
+        if audio is not None:
+            rate = self.config.input_sample_rate
+            try:
+                raw = base64.b64decode(audio, validate=True)
+            except (binascii.Error, ValueError, TypeError):
+                raise ClientError("invalid_base64", "input_audio.audio is not valid base64", "item.content") from None
+            samples = np.frombuffer(raw[:len(raw) // 2 * 2], "<i2").astype(np.float32) / 32768.0
+            samples = resample(samples, rate, ASR_SAMPLE_RATE).astype(np.float32) if rate != ASR_SAMPLE_RATE else samples
+        p = PendingInput(new, audio=samples if samples is not None and samples.size else None, images=images)
+        self._add_user_item(p, event)
+        if p.audio is not None:
+            p.transcription = asyncio.create_task(self._transcribe(p))
+        else:
+            self.emit("conversation.item.done", item=new.to_json())
+
+    def _item(self, event: dict) -> Item:
+        item_id = event.get("item_id")
+        item = self.history.get(item_id) if isinstance(item_id, str) else None
+        if item is None:
+            raise ClientError("item_not_found", f"no item with id {item_id!r} in this session", "item_id")
+        return item
+
+    async def _item_delete(self, event: dict) -> None:
+        item = self._item(event)
+        self.history.delete(item.id)
+        self.pending = [p for p in self.pending if p.item.id != item.id]
+        self.emit("conversation.item.deleted", item_id=item.id)
+
+    async def _item_retrieve(self, event: dict) -> None:
+        self.emit("conversation.item.retrieved", item=self._item(event).to_json())
+
+    async def _item_truncate(self, event: dict) -> None:
+        item = self._item(event)
+        if item.role != "assistant":
+            raise ClientError("invalid_item", "only assistant audio can be truncated", "item_id")
+        end = event.get("audio_end_ms")
+        if isinstance(end, bool) or not isinstance(end, (int, float)) or end < 0:
+            raise ClientError("invalid_value", "audio_end_ms must be a non-negative number", "audio_end_ms")
+        item.played_ms = min(float(end), item.audio_ms) if item.done else float(end)  # clamped past the audio's end
+        self.emit("conversation.item.truncated", item_id=item.id, content_index=event.get("content_index", 0),
+                  audio_end_ms=int(item.played_ms))
+
+    async def _playback_ack(self, event: dict) -> None:
+        item_id = event.get("item_id") or (f"item_{event['response_id']}" if event.get("response_id") else None)
+        item = self._item({"item_id": item_id})
+        played = event.get("played_ms")
+        committed = event.get("committed_ms", played)
+        if isinstance(committed, bool) or not isinstance(committed, (int, float)) or committed < 0:
+            raise ClientError("invalid_value", "committed_ms / played_ms must be non-negative numbers",
+                              "committed_ms")
+        item.played_ms = max(item.played_ms or 0.0, float(committed))  # cumulative
+        self.emit("playback.acknowledged", event={
+            "epoch": self.epoch, "item_id": item.id, "played_ms": played, "committed_ms": committed,
+            "playback": self._playback(item), "history_committed": item.heard_text(self.config.playback_commit_policy)})
+
+    @staticmethod
+    def _playback(item: Item | None) -> dict:
+        generated = int(item.audio_ms) if item else 0
+        played = int(item.played_ms or 0) if item else 0
+        return {"generated_ms": generated, "sent_ms": generated, "played_ms": played, "committed_ms": played}
+
+    async def _response_create(self, event: dict) -> None:
+        opts = event.get("response") or {}
+        if not isinstance(opts, dict):
+            raise ClientError("invalid_value", "response must be an object", "response")
+        if not self.pending and not self.frames.frames:
+            raise ClientError("response_create_without_input", "nothing to answer: commit audio, create an item or "
+                              "send video_frames first")
+        self._create_response(opts)
+
+    def _create_response(self, opts: dict | None) -> Response:
+        opts = opts or {}
+        config = self.config.with_update({k: v for k, v in opts.items() if k in RESPONSE_OPTIONS})
+        resp = Response(new_id("resp"), self.epoch, config, opts.get("metadata"), self.pending)
+        self.pending = []
+        if self._watch is not None:
+            self._watch.final[f"{resp.id}-aura"] = resp.aura_final
+        previous = list(self.responses)
+        self.responses.append(resp)
+        resp.task = asyncio.create_task(self._run(resp, previous))
+        return resp
+
+    async def _cancel_event(self, event: dict) -> None:
+        rid = event.get("response_id")
+        targets = [r for r in self.responses if rid is None or r.id == rid]
+        if not targets:
+            raise ClientError("response_cancel_not_active", f"no response {rid!r} in progress" if rid else
+                              "no response in progress", "response_id")
+        for resp in targets:
+            await self._cancel(resp, "client_cancelled")
+
+    async def _barge_in(self, event: dict) -> None:
+        if event["type"] == "turn.signal" and event.get("event") != "barge_in":
+            return  # other turn signals carry no meaning for AURA
+        for resp in list(self.responses):
+            await self._cancel(resp, "barge_in")
+        if event["type"] == "output_audio_buffer.clear":
+            self.emit("output_audio_buffer.cleared", response_id=event.get("response_id"))
+
+    async def _heartbeat(self, event: dict) -> None:
+        self.emit("session.heartbeat_ack", session_id=self.id)
+
+    async def _session_close(self, event: dict) -> None:
+        await self.close("client_close", event)
+
+    async def _resume(self, event: dict) -> None:
+        raise ClientError("session_resume_unsupported", "this server does not keep detached sessions; open a new "
+                          "session")
+
+    async def _ignore(self, event: dict) -> None:
+        return
+
+    # ------------------------------------------------------------------ responses
+    async def _cancel(self, resp: Response, reason: str, announce: bool = True) -> None:
+        """Stop every stage of a response; after this nothing of it is sent but its `response.done` (cancelled)."""
+        if resp.cancelled:
+            return
+        resp.cancelled = True  # from here on its deltas are dropped, even those already on their way
+        self.epoch += 1
+        while resp.task is not None and not resp.task.done():
+            resp.task.cancel()  # again if a wait_for inside swallowed it (its result arrived in the same tick)
+            await asyncio.wait({resp.task}, timeout=0.01)
+        self._finish(resp)
+        if announce and resp.started:
+            self.emit("response.done", response=self._response_json(resp, "cancelled", {"type": "cancelled",
+                                                                                          "reason": reason}))
+
+    def _finish(self, resp: Response) -> None:
+        if resp.item is not None:
+            resp.item.done = True
+            resp.item.text, resp.item.audio_ms = resp.text, resp.audio_ms
+        if resp in self.responses:
+            self.responses.remove(resp)
+        if self._watch is not None:
+            self._watch.final.pop(f"{resp.id}-aura", None)
+        resp.aura_final.set()
+
+    def _response_json(self, resp: Response, status: str, details: dict | None = None) -> dict:
+        output = [resp.item.to_json()] if resp.item is not None else []
+        out = {"id": resp.id, "object": "realtime.response", "status": status, "status_details": details,
+               "output": output, "output_modalities": ["audio", "text"] if resp.speak else ["text"],
+               "metadata": resp.metadata, "epoch": resp.epoch}
+        return out
+
+    async def _run(self, resp: Response, previous: list[Response]) -> None:
+        try:
+            for prev in previous:  # overlapped input: start once the earlier replies' text is final
+                await prev.aura_final.wait()
+            draining = [r for r in self.responses if r is not resp and r.aura_final.is_set()]
+            for old in draining[:-1]:  # at most one reply drains while this one runs
+                await self._cancel(old, "new_response")
+            for p in resp.inputs:
+                if p.transcription is not None:
+                    await asyncio.gather(p.transcription, return_exceptions=True)
+            req = await self._turn_request(resp)
+            if req.audio is None:  # with audio, after its transcript (vLLM-Omni's order)
+                self._created(resp)
+            done = await self._stream(resp, req)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - one failed turn is reported, the session carries on
+            err = None if isinstance(e, TurnTimeout) else client_error(e)  # only our request errors are the client's
+            kind, code = ("invalid_request_error", "invalid_request") if err else ("server_error", "turn_failed")
+            message = err.message if err else str(e) if isinstance(e, TurnTimeout) else internal_error(
+                f"realtime turn {resp.id}").message  # logged with its traceback; the client gets an error id
+            if isinstance(e, TurnTimeout):
+                code = "timeout"
+            self._finish(resp)
+            if not resp.cancelled:
+                self.error(code, message, kind=kind)
+                self._created(resp)
+                self.emit("response.done", response=self._response_json(
+                    resp, "failed", {"type": "failed", "error": {"type": kind, "code": code, "message": message}}))
+            return
+        self._finish(resp)
+        if resp.cancelled:
+            return
+        if done.silent or resp.item is None:
+            self._listen(resp)
+        else:
+            self._complete(resp, done)
+        self.emit("response.done", response=self._response_json(resp, "completed", {
+            "type": "completed", "reason": "listen" if resp.item is None else "completed"}) | {
+            "usage": {"input_tokens": done.prompt_tokens, "output_tokens": done.completion_tokens,
+                      "total_tokens": done.prompt_tokens + done.completion_tokens}})
+        self.emit("rate_limits.updated", rate_limits=[])
+
+    def _created(self, resp: Response) -> None:
+        if not resp.started and not resp.cancelled:
+            resp.started = True
+            self.emit("response.created", response=self._response_json(resp, "in_progress"))
+
+    def _spec(self, config: SessionConfig, texts: list[str], images: list[str], audio: np.ndarray | None,
+              exclude: set[str] = frozenset()) -> TurnSpec:
+        sampling = {}
+        if config.temperature is not None:
+            sampling["temperature"] = config.temperature
+        if config.max_output_tokens is not None:
+            sampling["max_tokens"] = config.max_output_tokens
+        info = dict(config.info)
+        if audio is None and not texts:
+            info["is_speech"] = False  # frames only (vision-follow): AURA decides whether to comment
+        return TurnSpec(audio=(audio, ASR_SAMPLE_RATE) if audio is not None else None,
+                        vision=[("image", url) for url in images], text_parts=texts,
+                        system_prompt=config.system_prompt,
+                        history=self.history.turns(config.playback_commit_policy, exclude), speak=config.speak, info=info,
+                        voice=config.voice, stage_sampling=config.stage_sampling, aura_sampling=sampling)
+
+    async def _turn_request(self, resp: Response):
+        audio = next((p.audio for p in reversed(resp.inputs) if p.audio is not None and p.transcription is None), None)
+        texts = [p.item.text for p in resp.inputs if p.item.text and p.audio is None]
+        images = [url for p in resp.inputs for url in p.images]
+        exclude = {p.item.id for p in resp.inputs} | {resp.item_id}
+        spec = self._spec(resp.config, texts, images, audio, exclude)
+        req = await self.builder.build(spec, resp.id)
+        clip = self.frames.clip()
+        if clip is not None:
+            aura = self.runtime.models.get(AURA)
+            checkpoint = getattr(getattr(aura, "stage", None), "model", None)
+            req.vision.append(await asyncio.to_thread(clip.to_vision_input, vision_configs(checkpoint)[1]))
+        return req
+
+    def _start_item(self, resp: Response) -> None:
+        if resp.item is not None:
+            return
+        resp.item = Item(resp.item_id, "assistant", done=False)
+        self.history.add(resp.item)
+        item = resp.item.to_json()
+        previous = self._previous(resp.item)
+        self._emit_for(resp, "conversation.item.added", previous_item_id=previous, item=item)
+        self._emit_for(resp, "conversation.item.created", previous_item_id=previous, item=item)
+        self._emit_for(resp, "response.output_item.added", response_id=resp.id, output_index=0, item=item)
+        part = {"type": "audio", "transcript": ""} if resp.speak else {"type": "text", "text": ""}
+        self._emit_for(resp, "response.content_part.added", response_id=resp.id, item_id=resp.item_id,
+                       output_index=0, content_index=0, part=part)
+
+    async def _stream(self, resp: Response, req) -> TurnDone:
+        done = None
+        where = dict(response_id=resp.id, item_id=resp.item_id, output_index=0, content_index=0)
+        events = self.pipeline.turn(req)
+        try:
+            async for ev in events:
+                if resp.cancelled:  # a cancel the turn's wait_for swallowed (Python 3.11) still ends it here
+                    break
+                if isinstance(ev, TranscriptReady):
+                    p = next((p for p in resp.inputs if p.audio is not None), None)
+                    if p is not None:
+                        self._transcribed(p, ev.text)
+                    self._created(resp)
+                    continue
+                self._created(resp)
+                if isinstance(ev, TextDelta):
+                    self._start_item(resp)
+                    resp.text += ev.text
+                    name = "response.output_audio_transcript.delta" if resp.speak else "response.output_text.delta"
+                    self._emit_for(resp, name, **where, delta=ev.text)
+                elif isinstance(ev, AudioChunk):
+                    self._start_item(resp)
+                    pcm = (np.clip(ev.samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+                    resp.samples += len(ev.samples)
+                    self._emit_for(resp, "response.output_audio.delta", **where,
+                                   delta=base64.b64encode(pcm).decode(), format="pcm16",
+                                   sample_rate_hz=TTS_SAMPLE_RATE,
+                                   metadata={"epoch": resp.epoch, "audio_duration_ms": round(resp.audio_ms)})
+                elif isinstance(ev, TurnDone):
+                    done = ev
+        finally:
+            await events.aclose()
+        if done is None:
+            raise RuntimeError("the turn ended without a result")
+        return done
+
+    def _listen(self, resp: Response) -> None:
+        """AURA chose `<|silent|>`: no TTS ran, the client hears nothing, history keeps the silence."""
+        if resp.item is None:
+            resp.item = self.history.add(Item(resp.item_id, "assistant", silent=True))
+        resp.item.silent = True
+        self.emit("response.listen", session_id=self.id, epoch=resp.epoch, response_id=resp.id, response={
+            "id": resp.id, "object": "realtime.response", "status": "listening",
+            "metadata": {"model_listen": True, "listen_source": "aura_silent", **(resp.metadata or {})}})
+
+    def _complete(self, resp: Response, done: TurnDone) -> None:
+        where = dict(response_id=resp.id, item_id=resp.item_id, output_index=0, content_index=0)
+        resp.item.text = done.text
+        if resp.speak:
+            self._emit_for(resp, "response.output_audio.done", **where)
+            self._emit_for(resp, "response.output_audio_transcript.done", **where, transcript=done.text)
+            part = {"type": "audio", "transcript": done.text}
+        else:
+            self._emit_for(resp, "response.output_text.done", **where, text=done.text)
+            part = {"type": "text", "text": done.text}
+        self._emit_for(resp, "response.content_part.done", **where, part=part)
+        item = resp.item.to_json()
+        self._emit_for(resp, "response.output_item.done", response_id=resp.id, output_index=0, item=item)
+        self._emit_for(resp, "conversation.item.done", item=item)
+
+    HANDLERS = {
+        "session.update": _session_update,
+        "input_audio_buffer.append": _append,
+        "input_audio_buffer.commit": _commit_event,
+        "input.commit": _commit_event,
+        "input_audio_buffer.clear": _clear_input,
+        "conversation.item.create": _item_create,
+        "conversation.item.delete": _item_delete,
+        "conversation.item.retrieve": _item_retrieve,
+        "conversation.item.truncate": _item_truncate,
+        "response.create": _response_create,
+        "response.cancel": _cancel_event,
+        "output_audio_buffer.clear": _barge_in,
+        "barge_in": _barge_in,
+        "input.cancel": _barge_in,
+        "turn.signal": _barge_in,
+        "playback.ack": _playback_ack,
+        "session.heartbeat": _heartbeat,
+        "session.event_ack": _ignore,
+        "session.resume": _resume,
+        "session.close": _session_close,
+    }

@@ -1,0 +1,1 @@
+"""The stages: each is an engine driven by one `StageLoop` (loop.py)."""

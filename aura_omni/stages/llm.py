@@ -1,0 +1,44 @@
+"""An LLMEngine as a stage loop's engine: one RequestOutput per request and step.
+
+`prepare` turns a stage request into the engine's (prompt ids, SamplingParams, MultimodalPrompt, state) on the loop
+thread, so model work done there (an encoder, prompt embeddings) runs on the stage's stream; `on_add` attaches
+per-request model state (the Talker's) to the new sequence; `after_step` runs after every step.
+"""
+
+from typing import Any, Callable
+
+from aura_omni.engine.llm_engine import LLMEngine
+from aura_omni.stages.loop import StageOutput
+
+# (prompt token ids, sampling params, multimodal prompt or None, per-request state for on_add or None)
+Prepared = tuple
+
+
+class LLMStageEngine:
+    def __init__(self, engine: LLMEngine, prepare: Callable[[Any], Prepared] | None = None, *,
+                 on_add: Callable[[Any, Any], None] | None = None, after_step: Callable[[], None] | None = None):
+        self.engine = engine
+        self.prepare = prepare or (lambda request: request)
+        self.on_add = on_add
+        self.after_step = after_step
+
+    def add(self, request_id: str, request: Any) -> None:
+        ids, params, mm, state = self.prepare(request)
+        seq = self.engine.add_request(request_id, ids, params, mm)
+        if self.on_add is not None:
+            self.on_add(seq, state)
+
+    def abort(self, request_id: str) -> None:
+        self.engine.abort(request_id)
+
+    def has_work(self) -> bool:
+        return self.engine.has_unfinished()
+
+    def step(self) -> list[StageOutput]:
+        outputs = self.engine.step()
+        if self.after_step is not None:
+            self.after_step()
+        return [StageOutput(o.request_id, o, o.finished) for o in outputs]
+
+    def stats(self) -> dict[str, float]:
+        return self.engine.stats()

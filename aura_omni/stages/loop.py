@@ -1,0 +1,275 @@
+"""The one loop that drives every stage: a thread that owns the stage's engine and CUDA stream.
+
+    loop = StageLoop(engine, device)
+    async for item in loop.submit("req-1", request):   # the engine's outputs for this request, in order
+        ...
+    for item in loop.run("req-2", request): ...         # the same from a plain thread (offline use, tests)
+
+The shape is vLLM v1's EngineCore busy loop plus its output handler. Between steps the loop takes new requests and
+aborts from its inbox (`engine.add` may run model work such as an encoder, on the stage's stream); it steps while the
+engine has work, and pushes each output to its request's sink (an asyncio queue on the caller's loop, or a thread-safe
+queue). Leaving `submit` early (client gone, task cancelled) aborts the request, which frees its state before the
+next step. A step that raises fails the requests then in the engine, not the loop; an engine fails one request by
+giving an exception as its output. Nothing outside the loop thread touches the engine: `/health` and `/metrics`
+read `counters`, which the loop publishes after every step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import contextlib
+import dataclasses
+import itertools
+import logging
+import queue
+import threading
+import time
+import weakref
+from typing import Any, AsyncIterator, Callable, Iterator, Protocol
+
+import torch
+
+from aura_omni.layers.device import on_device, on_stream, stage_stream
+
+log = logging.getLogger(__name__)
+_ids = itertools.count()
+_live_loops: "weakref.WeakSet[StageLoop]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_loops() -> None:
+    """Stop every loop thread before the interpreter tears down (a thread inside torch then aborts the process)."""
+    for loop in list(_live_loops):
+        loop.close()
+
+
+class StageError(RuntimeError):
+    """The stage failed this request: its step raised, or the stage is shut down (the cause is chained)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StageOutput:
+    request_id: str
+    item: Any
+    finished: bool
+
+
+class StageEngine(Protocol):
+    """What a stage loop drives. Called only from the loop's thread."""
+
+    def add(self, request_id: str, request: Any) -> None: ...  # may raise: that request fails alone
+    def abort(self, request_id: str) -> None: ...
+    def has_work(self) -> bool: ...
+    def step(self) -> list[StageOutput]: ...
+    def stats(self) -> dict[str, float]: ...  # running, waiting, KV blocks, ... (after each step)
+
+
+@dataclasses.dataclass(frozen=True)
+class StageCounters:
+    """What a loop publishes after every step; read without a lock (one reference swap)."""
+
+    alive: bool = True
+    queued: int = 0  # submitted, not yet taken into the engine
+    in_flight: int = 0  # requests with a live sink
+    steps: int = 0
+    batch_size: int = 0  # outputs of the last step
+    step_seconds: float = 0.0
+    busy_s: float = 0.0  # total time spent in steps
+    engine: dict = dataclasses.field(default_factory=dict)  # the engine's stats after the last step
+
+    def as_dict(self) -> dict[str, float]:
+        return {"alive": self.alive, "queued": self.queued, "in_flight": self.in_flight, "steps": self.steps,
+                "batch_size": self.batch_size, "step_seconds": self.step_seconds, "busy_s": self.busy_s, **self.engine}
+
+
+class _AsyncSink:
+    def __init__(self):
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    def put(self, item) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the caller's event loop is closed: nobody listens any more
+            pass
+
+
+class StageLoop:
+    def __init__(self, engine: StageEngine, device: torch.device | str = "cpu", *, name: str = "stage",
+                 priority: int = 0, streams: bool = True):
+        self.engine = engine
+        self.name = name
+        self.device = torch.device(device)
+        self.stream = stage_stream(self.device, priority) if streams else None
+        self._inbox: collections.deque = collections.deque()
+        self._wake = threading.Event()
+        self._sinks: dict[str, Callable[[Any], None]] = {}
+        self._barriers: list[threading.Event] = []  # `settle` callers, woken after the next publish
+        self._running = True
+        self.counters = StageCounters(engine=self._engine_stats())
+        self._thread = threading.Thread(target=self._main, name=f"stage-{name}", daemon=True)
+        self._thread.start()
+        _live_loops.add(self)
+
+    # ---- callers (any thread) ---------------------------------------------------------------------------
+    async def submit(self, request_id: str, request: Any) -> AsyncIterator[Any]:
+        """The request's outputs as the engine produces them; raises the request's failure (a bad request's
+        ValueError, or StageError). Leaving early aborts it."""
+        sink = _AsyncSink()
+        self._add(request_id, request, sink.put)
+        finished = False
+        try:
+            while True:
+                out = await sink.queue.get()
+                if isinstance(out, BaseException):
+                    finished = True
+                    raise out
+                finished = out.finished
+                yield out.item
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.abort(request_id)
+
+    async def result(self, request_id: str, request: Any) -> Any:
+        """The last output of a request that yields one result (a transcription, a decoded chunk)."""
+        item = None
+        async for item in self.submit(request_id, request):
+            pass
+        return item
+
+    def run(self, request_id: str, request: Any) -> Iterator[Any]:
+        """`submit` for a plain thread: a blocking iterator; closing it early aborts the request."""
+        for _, item in self.run_many([(request_id, request)]):
+            yield item
+
+    def run_many(self, requests: list[tuple[str, Any]]) -> Iterator[tuple[int, Any]]:
+        """(index, output) of several (request id, request) pairs as they come (they share the engine's steps)."""
+        sink: queue.SimpleQueue = queue.SimpleQueue()
+        index = {rid: i for i, (rid, _) in enumerate(requests)}
+        live = set(index)
+        for rid, request in requests:
+            self._add(rid, request, lambda out, rid=rid: sink.put((rid, out)))
+        try:
+            while live:
+                rid, out = sink.get()
+                if isinstance(out, BaseException):
+                    live.discard(rid)
+                    raise out
+                if out.finished:
+                    live.discard(rid)
+                yield index[rid], out.item
+        finally:
+            for rid in live:
+                self.abort(rid)
+
+    def abort(self, request_id: str) -> None:
+        """Drop a request; the loop frees its state before its next step."""
+        self._inbox.append(("abort", request_id, None, None))
+        self._wake.set()
+
+    def settle(self, timeout: float = 5.0) -> bool:
+        """Wait until the loop has applied everything queued so far (aborts included) and published its counters."""
+        done = threading.Event()
+        self._inbox.append(("settle", "", None, done))
+        self._wake.set()
+        return done.wait(timeout) if self._thread.is_alive() else True
+
+    def new_request_id(self) -> str:
+        return f"{self.name}-{next(_ids)}"
+
+    def close(self) -> None:
+        """Stop the loop; requests in flight get StageError."""
+        self._running = False
+        self._wake.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    # ---- the loop thread ------------------------------------------------------------------------------
+    def _add(self, request_id: str, request: Any, sink: Callable) -> None:
+        if not self._running:
+            raise StageError(f"stage {self.name} is shut down")
+        self._inbox.append(("add", request_id, request, sink))
+        self.counters = dataclasses.replace(self.counters, queued=len(self._inbox))
+        self._wake.set()
+
+    def _deliver(self, request_id: str, out: StageOutput | BaseException) -> None:
+        sink = self._sinks.get(request_id)
+        if sink is None:
+            return
+        if isinstance(out, StageOutput) and isinstance(out.item, BaseException):
+            out = out.item
+        if isinstance(out, BaseException) or out.finished:
+            del self._sinks[request_id]
+        sink(out)
+
+    def _drain_inbox(self) -> None:
+        while self._inbox:
+            op, rid, request, sink = self._inbox.popleft()
+            if op == "settle":
+                self._barriers.append(sink)
+                continue
+            if op == "abort":
+                if self._sinks.pop(rid, None) is not None:
+                    self.engine.abort(rid)
+                continue
+            if not self._running:
+                sink(StageError(f"stage {self.name} is shut down"))
+                continue
+            self._sinks[rid] = sink
+            try:
+                self.engine.add(rid, request)
+            except Exception as e:  # noqa: BLE001 - a bad request fails alone, at its caller
+                self.engine.abort(rid)
+                self._deliver(rid, e)
+
+    def _fail_all(self, err: BaseException) -> None:
+        for rid in list(self._sinks):
+            with contextlib.suppress(Exception):
+                self.engine.abort(rid)
+            self._deliver(rid, err)
+
+    def _engine_stats(self) -> dict:
+        try:
+            return dict(self.engine.stats())
+        except Exception:  # noqa: BLE001 - stats never stop the loop
+            return {}
+
+    def _publish(self, batch: int, step_s: float) -> None:
+        c = self.counters
+        self.counters = StageCounters(alive=self._running, queued=len(self._inbox), in_flight=len(self._sinks),
+                                      steps=c.steps + (batch >= 0), batch_size=max(batch, 0),
+                                      step_seconds=step_s if batch >= 0 else c.step_seconds,
+                                      busy_s=c.busy_s + step_s, engine=self._engine_stats())
+        barriers, self._barriers = self._barriers, []
+        for done in barriers:
+            done.set()
+
+    def _main(self) -> None:
+        with on_device(self.device), on_stream(self.stream), torch.inference_mode():
+            while self._running:
+                self._wake.wait()
+                self._wake.clear()  # before draining: a later add sets it again and is not missed
+                while self._running:
+                    self._drain_inbox()
+                    if not self.engine.has_work():
+                        self._publish(-1, 0.0)
+                        break
+                    start = time.perf_counter()
+                    try:
+                        outputs = self.engine.step()
+                    except Exception as e:  # noqa: BLE001 - fail the requests in the engine, keep the loop
+                        log.exception("stage %s: step failed", self.name)
+                        err = StageError(f"stage {self.name} failed: {type(e).__name__}: {e}")
+                        err.__cause__ = e
+                        self._fail_all(err)
+                        continue
+                    for out in outputs:
+                        self._deliver(out.request_id, out)
+                    self._publish(len(outputs), time.perf_counter() - start)
+            self._drain_inbox()  # pending aborts free their state; pending adds are refused
+            self._fail_all(StageError(f"stage {self.name} is shut down"))
+            self._publish(-1, 0.0)

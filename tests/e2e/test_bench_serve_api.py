@@ -1,0 +1,71 @@
+"""`aura-omni bench serve` against a served tiny four-stage deploy: the speech and chat backends at concurrency 1
+and 2 give sane numbers, and a bad model is counted as errors."""
+
+import importlib.util
+import json
+
+import pytest
+
+from aura_omni.cli import main
+
+MODEL = "tiny-tts"  # conftest's --served-model-name
+API_KEY = "test-key"  # conftest.API_KEY
+FEW = '{"additional_information": {"tts_max_new_tokens": 4}}'  # a short spoken reply per chat turn
+
+
+@pytest.fixture(scope="module")
+def ref_wav(tmp_path_factory, ref_wav_bytes):
+    path = tmp_path_factory.mktemp("bench") / "ref.wav"
+    path.write_bytes(ref_wav_bytes)
+    return path
+
+
+def bench(server, tmp_path, ref_wav, *argv: str) -> tuple[int, dict]:
+    result = tmp_path / "result.json"
+    rc = main(["bench", "serve", "--base-url", server.url, "--api-key", API_KEY, "--ref-audio", str(ref_wav),
+               "--save-result", "--result-filename", str(result), "--disable-tqdm", *argv])
+    return rc, json.loads(result.read_text())
+
+
+@pytest.mark.parametrize("backend, argv", [
+    ("speech", ["--max-tokens", "6"]),
+    ("chat", ["--max-tokens", "4", "--input-audio-seconds", "1", "--frame-size", "64", "--extra-body", FEW]),
+])
+def test_backend_at_concurrency_1_and_2_gives_sane_numbers(omni_server, tmp_path, ref_wav, backend, argv):
+    plot = tmp_path / "plot.svg"
+    rc, report = bench(omni_server, tmp_path, ref_wav, "--backend", backend, "--model", MODEL,
+                       "--max-concurrency", "1", "2", "--num-prompts", "3", "--plot", str(plot), *argv)
+    assert rc == 0 and report["backend"] == backend and [r["max_concurrency"] for r in report["runs"]] == [1, 2]
+    for run in report["runs"]:
+        assert run["completed"] == 3 and run["errors"] == 0, run["error_messages"]
+        assert 0 < run["p50_ttfa_ms"] <= run["p95_ttfa_ms"] <= run["p99_ttfa_ms"]
+        assert run["total_audio_s"] > 0 and run["audio_throughput"] > 0 and run["p50_rtf"] > 0
+        if backend == "chat":
+            assert 0 < run["p50_first_text_ms"]
+            assert run["total_audio_s"] <= 3 * 8 * 4 * 0.08  # at most 4 frames per sentence: the extra body held
+        else:
+            assert run["p50_first_text_ms"] is None
+            assert run["total_audio_s"] <= 3 * 6 * 0.08 + 1e-6  # 6 codec frames of 80 ms per request
+    assert plot.read_text().startswith("<svg")
+
+
+def test_a_bad_model_is_counted_as_errors_not_a_crash(omni_server, tmp_path, ref_wav, capsys):
+    rc, report = bench(omni_server, tmp_path, ref_wav, "--backend", "speech", "--model", "no-such-model",
+                       "--num-prompts", "2", "--max-tokens", "4")
+    run = report["runs"][0]
+    assert rc == 1 and run["completed"] == 0 and run["errors"] == 2
+    [(message, count)] = run["error_messages"].items()
+    assert count == 2 and message.startswith("HTTP 404") and "no-such-model" in message
+    assert "2 x HTTP 404" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("aura_omni.server.realtime") is None,
+                    reason="WS /v1/realtime is not in this build yet")
+def test_realtime_backend_runs_push_to_talk_turns(omni_server, tmp_path, ref_wav):
+    rc, report = bench(omni_server, tmp_path, ref_wav, "--backend", "realtime", "--model", MODEL, "--max-tokens", "4",
+                       "--input-audio-seconds", "1", "--frame-size", "64", "--extra-body", '{"tts_max_new_tokens": 4}',
+                       "--max-concurrency", "1", "--num-prompts", "2")  # the tiny deploy allows one session at a time
+    run = report["runs"][0]
+    assert rc == 0 and run["completed"] == 2 and run["errors"] == 0, run["error_messages"]
+    assert run["p50_first_text_ms"] > 0 or run["silent"] == 2
+    assert run["silent"] == 2 or (run["p50_ttfa_ms"] > 0 and run["total_audio_s"] > 0)

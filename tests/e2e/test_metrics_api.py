@@ -1,0 +1,62 @@
+"""GET /metrics on a served tiny four-stage deploy (ASR -> AURA -> Qwen3-TTS Base -> Code2Wav): after a streamed
+speech request, a streamed chat turn and a silent one, the counters and histograms have moved and the stages
+report."""
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID
+
+AUTH = {"Authorization": "Bearer test-key"}  # conftest.API_KEY
+MODEL = "tiny-tts"  # conftest's --served-model-name
+
+
+def scrape(server) -> dict[tuple, float]:
+    r = httpx.get(server.url + "/metrics", headers=AUTH, timeout=30)
+    assert r.status_code == 200
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(r.text) for s in family.samples}
+
+
+def test_metrics_move_after_a_speech_request_and_a_chat_turn(omni_server, ref_audio_b64):
+    server = omni_server
+    assert httpx.get(server.url + "/metrics", timeout=30).status_code == 401  # the API key rule holds here too
+    before = scrape(server)
+    r = httpx.post(server.url + "/v1/audio/speech", headers=AUTH, timeout=120, json={
+        "model": MODEL, "input": "Hello there.", "voice": "x", "response_format": "pcm", "stream": True,
+        "ref_audio": ref_audio_b64, "x_vector_only_mode": True, "max_new_tokens": 6})
+    assert r.status_code == 200 and len(r.content) > 0
+    speech_seconds = len(r.content) / 2 / 24000  # pcm16 at 24 kHz
+    r = httpx.post(server.url + "/v1/chat/completions", headers=AUTH, timeout=120, json={
+        "model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+        "audio": {"voice": "x", "format": "pcm16"},
+        "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True,
+                                   "tts_max_new_tokens": 4}})
+    assert r.status_code == 200 and '"data"' in r.text
+    r = httpx.post(server.url + "/v1/chat/completions", headers=AUTH, timeout=120, json={
+        "model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hm"}], "max_tokens": 4,
+        "logit_bias": {str(AURA_SILENT_TOKEN_ID): 100},  # AURA chooses silence
+        "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True}})
+    assert r.status_code == 200 and '"silent": true' in r.text
+    after = scrape(server)
+
+    def moved(name, endpoint, **labels):
+        key = (name, tuple(sorted({"endpoint": endpoint, **labels}.items())))
+        return after.get(key, 0) - before.get(key, 0)
+
+    speech, chat = "/v1/audio/speech", "/v1/chat/completions"
+    assert moved("aura_omni:requests_total", speech, status="200") == 1
+    assert moved("aura_omni:requests_total", chat, status="200") == 2
+    assert moved("aura_omni:silent_decision_seconds_count", chat) == 1
+    for endpoint in (speech, chat):
+        assert moved("aura_omni:audio_ttfp_seconds_count", endpoint) == 1
+        assert moved("aura_omni:audio_ttfp_seconds_sum", endpoint) > 0
+        assert moved("aura_omni:audio_rtf_count", endpoint) == 1
+        assert moved("aura_omni:audio_seconds_total", endpoint) > 0
+    assert moved("aura_omni:first_text_seconds_count", chat) == 1  # the silent turn has no text
+    assert moved("aura_omni:audio_seconds_total", speech) == pytest.approx(speech_seconds)
+    stages = {dict(labels)["stage"] for name, labels in after if name == "aura_omni:num_requests_running"}
+    assert stages == {"asr", "aura", "talker", "code2wav"}  # every stage loop reports
+    kv_stages = stages - {"code2wav"}  # the codec decoder keeps no KV cache
+    assert all(after[("aura_omni:kv_cache_usage_perc", (("stage", s),))] == 0 for s in kv_stages)  # idle again

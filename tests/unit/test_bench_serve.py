@@ -1,0 +1,279 @@
+"""`aura-omni bench serve` without a model server: the realtime backend against a fake in-process Realtime socket
+(OpenAI GA and beta event names, silent turns, errors, late chunks), the load generator, the report and the plot."""
+
+import asyncio
+import base64
+import json
+import math
+import random
+import xml.etree.ElementTree as ET
+from contextlib import asynccontextmanager
+
+import numpy as np
+import pytest
+from websockets.asyncio.server import serve
+
+from aura_omni.bench.backends import RequestResult, merged
+from aura_omni.bench.inputs import wav_bytes
+from aura_omni.bench.plot import concurrency_svg, nice_max
+from aura_omni.bench.serve import Progress, benchmark, markdown_table, run_once, summarize
+from aura_omni.cli import build_parser
+
+DELTA = base64.b64encode(b"\0\0" * 2400).decode()  # 0.1 s of PCM16 at 24 kHz
+
+
+class FakeRealtime:
+    """A Realtime endpoint that answers each commit by its `model` query: ga, beta, both, silent, slow, bad."""
+
+    def __init__(self):
+        self.sessions: list[dict] = []  # per connection: headers, the session.update, appends, commit
+
+    async def handler(self, ws):
+        model = ws.request.path.partition("model=")[2]
+        seen = {"path": ws.request.path, "auth": ws.request.headers.get("Authorization"), "appends": []}
+        self.sessions.append(seen)
+        await ws.send(json.dumps({"type": "session.created", "session": {}}))
+        async for message in ws:
+            event = json.loads(message)
+            kind = event["type"]
+            if kind == "session.update":
+                seen["session"] = event["session"]
+                if model == "bad":
+                    await ws.send(json.dumps({"type": "error", "error": {
+                        "type": "invalid_request_error", "code": "model_not_found", "message": "unknown model bad"}}))
+                    continue
+                await ws.send(json.dumps({"type": "session.updated", "session": event["session"]}))
+            elif kind == "input_audio_buffer.append":
+                seen["appends"].append(event)
+            elif kind == "input_audio_buffer.commit":
+                seen["commit"] = event
+                await self.respond(ws, model)
+            elif kind == "session.close":
+                await ws.send(json.dumps({"type": "session.closed"}))
+                return
+
+    async def respond(self, ws, model: str):
+        send = lambda **e: ws.send(json.dumps(e))  # noqa: E731
+        await send(type="response.created", response={"id": "resp_1", "status": "in_progress"})
+        if model == "silent":
+            await send(type="response.listen", response={"status": "listening"})
+            return
+        prefixes = {"beta": ["response.audio"], "both": ["response.output_audio", "response.audio"]}.get(
+            model, ["response.output_audio"])
+        await asyncio.sleep(0.02)
+        for prefix in prefixes:
+            await send(type=f"{prefix}_transcript.delta", delta="Hello")
+        for i in range(3):
+            if model == "slow" and i == 2:
+                await asyncio.sleep(0.3)  # the 0.2 s before it have played out: an underrun
+            for prefix in prefixes:  # "both": each delta under the GA and the beta name, as vLLM-Omni's aura does
+                await send(type=f"{prefix}.delta", delta=DELTA)
+        await send(type=f"{prefix}.done")
+        await send(type="response.done", response={"id": "resp_1", "status": "completed"})
+
+
+@asynccontextmanager
+async def fake_server():
+    fake = FakeRealtime()
+    async with serve(fake.handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        yield fake, f"http://127.0.0.1:{port}"
+
+
+def bench_args(*argv: str):
+    return build_parser().parse_args(["bench", "serve", "--disable-tqdm", "--num-warmups", "0", *argv])
+
+
+def realtime_run(model: str, *argv: str):
+    async def main():
+        async with fake_server() as (fake, url):
+            report = await benchmark(bench_args("--backend", "realtime", "--base-url", url, "--model", model,
+                                                "--api-key", "sk-1", "--frame-size", "32", "--input-audio-seconds",
+                                                "1", "--save-detailed", *argv))
+            return fake, report
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("model", ["ga", "beta", "both"])
+def test_realtime_turns_are_timed_from_the_commit_with_ga_or_beta_event_names(model):
+    fake, report = realtime_run(model, "--max-concurrency", "1", "2", "--num-prompts", "2")
+    assert [run["completed"] for run in report["runs"]] == [2, 2]
+    for run in report["runs"]:
+        assert run["errors"] == 0 and run["underruns"] == 0
+        assert run["total_audio_s"] == pytest.approx(0.6)  # 3 deltas of 0.1 s per turn, under either name or both
+        assert 0 < run["p50_first_text_ms"] < run["p50_ttfa_ms"]
+        assert run["p50_rtf"] > 0 and run["audio_throughput"] > 0
+    assert len(fake.sessions) == 4  # one session per turn
+    first = fake.sessions[0]
+    assert first["auth"] == "Bearer sk-1" and first["path"].startswith(f"/v1/realtime?model={model}")
+    assert first["session"]["modalities"] == ["audio", "text"] and first["session"]["turn_detection"] is None
+    assert first["commit"] == {"type": "input_audio_buffer.commit", "create_response": True}
+    audio = b"".join(base64.b64decode(a["audio"]) for a in first["appends"])
+    assert len(audio) == 2 * 16000  # 1 s of PCM16 at 16 kHz, in 200 ms appends
+    assert len(first["appends"]) == 5
+    assert all(a["sample_rate_hz"] == 16000 and len(a["video_frames"]) == 2 for a in first["appends"])
+
+
+def test_a_silent_realtime_turn_is_a_success_without_audio():
+    _, report = realtime_run("silent", "--num-prompts", "2")
+    run = report["runs"][0]
+    assert run["completed"] == 2 and run["silent"] == 2 and run["total_audio_s"] == 0 and run["p50_ttfa_ms"] is None
+    assert 0 < run["p50_silent_decision_ms"] <= run["p99_silent_decision_ms"]
+
+
+def test_a_late_realtime_chunk_counts_as_an_underrun():
+    _, report = realtime_run("slow", "--num-prompts", "1")
+    assert report["runs"][0]["underruns"] == 1 and report["runs"][0]["requests_with_underruns"] == 1
+
+
+def test_realtime_errors_are_counted_with_their_message():
+    _, report = realtime_run("bad", "--num-prompts", "2")
+    run = report["runs"][0]
+    assert run["completed"] == 0 and run["errors"] == 2
+    assert run["error_messages"] == {"error: unknown model bad": 2}
+
+
+def test_a_server_that_is_not_there_gives_errors_not_a_crash(capsys):
+    from aura_omni.cli import main
+
+    rc = main(["bench", "serve", "--backend", "speech", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2",
+               "--num-warmups", "0", "--disable-tqdm"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "| inf | 0 / 2 |" in out and "ConnectError" in out
+
+
+def test_bad_flags_are_refused_by_the_parser(capsys):
+    for argv in (["--request-rate", "0"], ["--max-concurrency", "0"], ["--extra-body", "[1]"],
+                 ["--extra-body", "{"], ["--backend", "grpc"]):
+        with pytest.raises(SystemExit) as e:
+            bench_args(*argv)
+        assert e.value.code == 2
+    from aura_omni.cli import main
+
+    assert main(["bench", "serve", "--base-url", "localhost:8000"]) == 2
+    assert main(["bench", "serve", "--ref-audio", "/no/such.wav"]) == 2
+    assert "--base-url must start with http://" in capsys.readouterr().err
+
+
+class CountingBackend:
+    def __init__(self):
+        self.in_flight = self.most = 0
+
+    async def request(self, prompt):
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        return RequestResult(ok=True, ttfa=0.01, latency=0.02, audio_seconds=1.0)
+
+
+def test_concurrency_caps_requests_in_flight_and_a_rate_spreads_their_starts():
+    assert bench_args().max_concurrency == [None]  # as vllm bench serve: no limit unless given
+    backend = CountingBackend()
+    asyncio.run(run_once(backend, ["x"] * 5, None, math.inf, 5, random.Random(0), Progress(5, "c=inf", False)))
+    assert backend.most == 5
+    backend = CountingBackend()
+    results, duration = asyncio.run(run_once(backend, ["x"] * 12, 3, math.inf, 5, random.Random(0),
+                                             Progress(12, "c=3", False)))
+    assert len(results) == 12 and backend.most == 3 and duration < 1
+    backend = CountingBackend()
+    _, duration = asyncio.run(run_once(backend, ["x"] * 6, 6, 20.0, 5, random.Random(0), Progress(6, "r", False)))
+    assert backend.most < 6 and duration > 0.1  # 5 gaps of 50 ms on average
+
+
+def test_summary_percentiles_errors_and_table():
+    results = [RequestResult(ok=True, ttfa=t, first_text=t / 2, latency=1.0, audio_seconds=2.0, underruns=u)
+               for t, u in [(0.1, 0), (0.2, 1), (0.3, 0), (0.4, 2)]]
+    results.append(RequestResult(error="HTTP 404: no such model"))
+    run = summarize(results, 2.0, 4, math.inf)
+    assert run["completed"] == 4 and run["errors"] == 1 and run["error_messages"] == {"HTTP 404: no such model": 1}
+    assert run["p50_ttfa_ms"] == pytest.approx(250) and run["p99_ttfa_ms"] == pytest.approx(397)
+    assert run["p50_first_text_ms"] == pytest.approx(125) and run["p50_rtf"] == pytest.approx(0.5)
+    assert run["audio_throughput"] == pytest.approx(4.0) and run["request_rate"] == "inf"
+    assert run["underruns"] == 3 and run["requests_with_underruns"] == 2
+    table = markdown_table({"runs": [run]})
+    assert "| 4 | 4 / 5 | 250 / 385 / 397 | 125 / 192 / 198 | 0.500 / 0.500 | 4.00 | 3 (2 requests) | 1 |" in table
+
+
+def test_plot_is_an_svg_with_both_panels_and_survives_missing_values():
+    runs = [{"max_concurrency": c, "p50_ttfa_ms": t, "p95_ttfa_ms": t and t * 1.5, "p99_ttfa_ms": t and t * 2,
+             "audio_throughput": a} for c, t, a in [(1, 34.0, 18.0), (8, 293.0, 50.0), (32, None, 0.0)]]
+    svg = concurrency_svg({"backend": "speech", "model": "m<&>", "base_url": "u", "runs": runs})
+    root = ET.fromstring(svg)  # well-formed, the model name escaped
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "TTFA p95" in texts and "audio-s/s" in texts and "32" in texts
+    assert len(list(root.iter("{http://www.w3.org/2000/svg}polyline"))) == 4
+    assert [nice_max(v) for v in (0, 0.3, 7, 23, 101, 1475)] == [1.0, 0.5, 10, 25, 200, 2000]
+
+
+def test_extra_body_merges_into_nested_objects():
+    body = {"additional_information": {"tts_ref_audio": "data:..."}, "max_tokens": 4}
+    assert merged(body, {"additional_information": {"tts_max_new_tokens": 4}, "max_tokens": 8}) == {
+        "additional_information": {"tts_ref_audio": "data:...", "tts_max_new_tokens": 4}, "max_tokens": 8}
+
+
+def http_result(backend_name: str, status: int, content: bytes, ctype: str) -> tuple[RequestResult, dict]:
+    """One request of the backend against a canned HTTP reply: its result, and the JSON body it sent."""
+    import httpx
+
+    from aura_omni.bench.backends import BACKENDS, BenchConfig
+
+    seen = []
+
+    def handler(request):
+        seen.append(json.loads(request.content))
+        return httpx.Response(status, content=content, headers={"content-type": ctype})
+
+    async def main():
+        backend = BACKENDS[backend_name](BenchConfig(base_url="http://x", model="m", frame_size=16,
+                                                     input_audio_seconds=0.5, api_key="sk"))
+        await backend.client.aclose()
+        backend.client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+        try:
+            return await backend.request("Say this.")
+        finally:
+            await backend.aclose()
+
+    return asyncio.run(main()), seen[0]
+
+
+def sse(*events) -> bytes:
+    return b"".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode() for e in events)
+
+
+def test_speech_backend_reads_pcm_and_refuses_replies_that_are_not_audio():
+    ok, body = http_result("speech", 200, b"\0\0" * 4800, "audio/pcm")
+    assert ok.ok and ok.audio_seconds == pytest.approx(0.2) and ok.ttfa > 0 and ok.rtf > 0
+    assert body["stream"] is True and body["response_format"] == "pcm" and body["model"] == "m"
+    for status, content, ctype, message in [
+            (200, b'{"object": "x"}', "application/json", "expected a PCM audio stream"),
+            (200, b"", "audio/pcm", "the reply had no audio"),
+            (400, b'{"error": {"message": "input: text to speak is empty"}}', "application/json",
+             "HTTP 400: input: text to speak is empty"),
+            (502, b"<html>bad gateway</html>", "text/html", "HTTP 502: <html>bad gateway</html>")]:
+        bad, _ = http_result("speech", status, content, ctype)
+        assert not bad.ok and bad.error.startswith(message), bad.error
+
+
+def test_chat_backend_reads_text_audio_silence_and_in_band_errors():
+    audio = base64.b64encode(b"\0\0" * 2400).decode()
+    chunk = lambda delta, finish=None: {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # noqa
+    ok, body = http_result("chat", 200, sse(chunk({"role": "assistant", "content": ""}), chunk({"content": "Hi"}),
+                                      chunk({"audio": {"id": "a", "data": audio}}),
+                                      chunk({"audio": {"id": "a", "data": audio}}), chunk({}, "stop"), "[DONE]"),
+                     "text/event-stream")
+    assert ok.ok and ok.first_text > 0 and ok.ttfa >= ok.first_text and ok.audio_seconds == pytest.approx(0.2)
+    content = body["messages"][0]["content"]
+    assert [p["type"] for p in content] == ["input_audio", "image_url", "image_url"]
+    assert body["audio"] == {"voice": "Vivian", "format": "pcm16"} and body["modalities"] == ["text", "audio"]
+    wav = base64.b64encode(wav_bytes(np.zeros(4800, np.float32), 24000)).decode()  # vLLM-Omni: audio in content
+    omni, _ = http_result("chat", 200, sse({**chunk({"content": "Hi"}), "modality": "text"},
+                                           {**chunk({"content": wav}), "modality": "audio"}, "[DONE]"),
+                          "text/event-stream")
+    assert omni.ok and omni.audio_seconds == pytest.approx(0.2) and omni.first_text > 0
+    silent, _ = http_result("chat", 200, sse(chunk({"silent": True}, "stop"), "[DONE]"), "text/event-stream")
+    assert silent.ok and silent.silent and silent.audio_seconds == 0
+    failed, _ = http_result("chat", 200, sse(chunk({"content": "Hi"}), {"error": {"message": "turn failed: boom"}},
+                                          "[DONE]"), "text/event-stream")
+    assert not failed.ok and failed.error == "turn failed: boom"

@@ -1,0 +1,451 @@
+"""The realtime session state machine without a server: the real orchestrator over scripted stages.
+
+The stages record when they run and when they are stopped, so ordering, overlap, barge-in and history are
+checked on the events the session emits, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+import soundfile as sf
+from PIL import Image
+
+from aura_omni.pipeline.orchestrator import AuraOmniPipeline
+from aura_omni.pipeline.stage_api import AuraDelta
+from aura_omni.pipeline.turn import TurnRequest
+from aura_omni.server.media_input import MediaPolicy
+from aura_omni.session import RealtimeSession, SessionConfig, SessionConfigError
+from aura_omni.session.frames import FrameWindow, similarity
+from aura_omni.session.history import History, Item
+from aura_omni.session.vad import ServerVad, load_silero
+
+SILENT = "<|silent|>"
+SPEECH_WAV = Path(__file__).resolve().parents[1] / "fixtures/speech_hello_16k.wav"  # espeak-ng, 16 kHz
+
+
+@pytest.fixture(scope="module")
+def speech_16k() -> np.ndarray:
+    wav, sr = sf.read(SPEECH_WAV, dtype="float32")
+    assert sr == 16000
+    return wav
+
+
+class ScriptedAura:
+    """Replies with `reply` (one token per word, `step_s` apart); records prompts."""
+
+    def __init__(self, reply: str = "Hello there. I see a red square.", step_s: float = 0.005):
+        self.reply, self.step_s = reply, step_s
+        self.prompts: list[str] = []
+        self.running = 0
+
+    async def generate(self, prompt, vision, *, request_id, sampling=None):
+        self.prompts.append(prompt)
+        self.running += 1
+        try:
+            words = self.reply.split(" ")
+            for k, w in enumerate(words):
+                await asyncio.sleep(self.step_s)
+                yield AuraDelta(w + (" " if k < len(words) - 1 else ""), [k], finished=k == len(words) - 1,
+                                prompt_tokens=len(prompt))
+        finally:
+            self.running -= 1
+
+
+class ScriptedSpeech:
+    """`chunks` chunks of 80 ms per sentence, `step_s` apart."""
+
+    def __init__(self, chunks: int = 3, step_s: float = 0.01):
+        self.chunks, self.step_s = chunks, step_s
+        self.running = 0
+        self.stopped_at: list[float] = []
+
+    async def speak(self, text, token_ids, template, *, request_id):
+        self.running += 1
+        try:
+            for _ in range(self.chunks):
+                await asyncio.sleep(self.step_s)
+                yield np.full(1920, 0.1, np.float32)
+        finally:
+            self.running -= 1
+            self.stopped_at.append(time.monotonic())
+
+
+class ScriptedAsr:
+    async def transcribe(self, samples, sample_rate, *, request_id, language=None, context=None, sampling=None):
+        await asyncio.sleep(0.005)
+        return "language English<asr_text>what is this"
+
+
+class FakeBuilder:
+    policy = MediaPolicy()
+
+    async def build(self, spec, request_id):
+        if spec.voice == "nobody":
+            raise ValueError("voice: unknown speaker 'nobody'")
+        info = spec.info or {}
+        return TurnRequest(request_id, audio=spec.audio, text_parts=list(spec.text_parts), history=list(spec.history),
+                           system_prompt=spec.system_prompt, is_speech=info.get("is_speech", True),
+                           speak=True if spec.speak is None else spec.speak, tts=object())
+
+
+class FakeRuntime:
+    def __init__(self, aura=None, speech=None):
+        self.aura, self.speech = aura or ScriptedAura(), speech or ScriptedSpeech()
+        self.pipeline = AuraOmniPipeline(ScriptedAsr(), self.aura, self.speech, sentence_min_chars=5)
+        self.models = {"qwen3_tts": None}  # a Talker is deployed: sessions speak by default
+
+    async def transcribe(self, samples, sample_rate, **kw):
+        return "what is this"
+
+
+def pcm_b64(seconds: float = 0.2, rate: int = 24000, amp: float = 0.2) -> str:
+    t = np.arange(int(seconds * rate)) / rate
+    return base64.b64encode((amp * np.sin(2 * np.pi * 220 * t) * 32767).astype("<i2").tobytes()).decode()
+
+
+def jpeg_b64(color=(255, 0, 0), size=64) -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (size, size), color).save(buf, "JPEG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+async def until(session: RealtimeSession, *types: str, timeout: float = 5.0) -> list:
+    """Events up to and including the first of `types`."""
+    out = []
+    while True:
+        ev = await asyncio.wait_for(session.next_event(), timeout)
+        out.append(ev)
+        if ev.type in types:
+            return out
+
+
+def drain(session: RealtimeSession) -> list:
+    out = []
+    while session.pending_events():
+        out.append(session._events.get_nowait())
+    return out
+
+
+def new_session(runtime=None, duplex=False) -> RealtimeSession:
+    s = RealtimeSession(runtime or FakeRuntime(), FakeBuilder(), model="tiny", duplex=duplex)
+    if not duplex:
+        s.start()
+    return s
+
+
+async def mid_reply() -> tuple[FakeRuntime, RealtimeSession]:
+    """A session whose reply has started speaking and would go on for 4 s."""
+    rt = FakeRuntime(speech=ScriptedSpeech(chunks=200, step_s=0.01))
+    s = new_session(rt)
+    await s.send("input_audio_buffer.append", audio=pcm_b64())
+    await s.send("input_audio_buffer.commit", create_response=True)
+    await until(s, "response.output_audio.delta")
+    return rt, s
+
+
+# ------------------------------------------------------------------------------------------------ pure pieces
+
+def test_session_update_ga_and_beta_shapes_mean_the_same():
+    ga = SessionConfig().with_update({"type": "realtime", "output_modalities": ["text"], "instructions": "Be brief.",
+                                      "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000},
+                                                          "turn_detection": {"type": "server_vad", "threshold": 0.6}},
+                                                "output": {"voice": "vivian"}}})
+    beta = SessionConfig().with_update({"modalities": ["text"], "instructions": "Be brief.", "voice": "vivian",
+                                        "input_audio_format": "pcm16",
+                                        "turn_detection": {"type": "server_vad", "threshold": 0.6}})
+    assert (ga.speak, ga.instructions, ga.voice, ga.turn_detection) == (beta.speak, beta.instructions, beta.voice,
+                                                                       beta.turn_detection)
+    assert ga.input_sample_rate == 16000 and beta.input_sample_rate == 24000  # beta pcm16 is OpenAI's 24 kHz
+    assert ga.turn_detection.threshold == 0.6 and ga.turn_detection.silence_duration_ms == 500
+
+
+def test_session_update_refuses_what_aura_cannot_do():
+    for session, code in (({"turn_detection": {"type": "semantic_vad"}}, "unsupported_turn_detection"),
+                          ({"input_audio_format": "g711_ulaw"}, "unsupported_audio_format"),
+                          ({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 44100}}}},
+                           "unsupported_sample_rate"),
+                          ({"tools": [{"type": "function", "name": "f"}]}, "unsupported_tools"),
+                          ({"turn_detection": {"threshold": 3}}, "invalid_value")):
+        with pytest.raises(SessionConfigError) as e:
+            SessionConfig().with_update(session)
+        assert e.value.code == code
+
+
+def test_extra_body_takes_chat_keys_and_sampling_list():
+    cfg = SessionConfig().with_update({"extra_body": {"tts_speaker": "Ryan", "aura_system_prompt": "S",
+                                                      "sampling_params_list": [None, {"logit_bias": {"1": 5}}],
+                                                      "auto_response": True, "max_frames": 4}})
+    assert cfg.info == {"tts_speaker": "Ryan", "aura_system_prompt": "S"}
+    assert cfg.stage_sampling == [None, {"logit_bias": {"1": 5}}] and cfg.auto_response and cfg.max_frames == 4
+
+
+def test_heard_text_is_cut_where_playback_stopped():
+    item = Item("a", "assistant", "one two three four", audio_ms=1000.0, played_ms=500.0)
+    assert item.heard_text("ack_only") == "one two"
+    item.played_ms = None
+    assert item.heard_text("ack_only") == "" and item.heard_text("commit_all_on_done") == "one two three four"
+    assert Item("s", "assistant", silent=True).heard_text("ack_only") == SILENT
+
+
+def test_history_prunes_to_30_rounds_past_45():
+    h = History()
+    for k in range(46):
+        h.add(Item(f"u{k}", "user", f"q{k}"))
+        h.add(Item(f"a{k}", "assistant", f"r{k}", played_ms=1.0, audio_ms=1.0))
+    assert h.rounds == 30 and h.items[0].id == "u16"
+    turns = h.turns("ack_only")
+    assert turns[0] == ("user", "q16") and turns[-1] == ("assistant", "r45")
+
+
+def test_near_duplicate_frames_are_dropped_and_latest_kept():
+    red = np.zeros((48, 64, 3), np.uint8)
+    red[..., 0] = 200
+    noisy = np.clip(red.astype(int) + 3, 0, 255).astype(np.uint8)
+    blue = np.zeros_like(red)
+    blue[..., 2] = 200
+    assert similarity(red, noisy) >= 0.95 > similarity(red, blue)
+    w = FrameWindow(max_frames=2)
+    assert w.push(red) and not w.push(noisy) and w.push(blue) and w.push(red)
+    assert len(w.frames) == 2 and w.frames[-1] is red and w.dropped == 1
+    lone = FrameWindow()
+    lone.push(red)
+    assert lone.clip().frames.shape[0] == 2  # one frame doubled into a 2-frame clip
+
+
+class StubVadModel:
+    def __init__(self, probs):
+        self.probs = list(probs)
+
+    def reset_states(self):
+        pass
+
+    def __call__(self, x, sr):
+        import torch
+
+        return torch.tensor(self.probs.pop(0) if self.probs else 0.0)
+
+
+def test_vad_start_and_stop_positions():
+    # 32 ms windows: silence x3, speech x10, silence x20 with 200 ms silence_duration
+    vad = ServerVad(0.5, 200, model=StubVadModel([0.0] * 3 + [0.9] * 10 + [0.0] * 20))
+    events = vad.feed(np.zeros(512 * 33, np.float32))
+    assert [(e.kind, e.ms) for e in events] == [("start", 96), ("stop", 416)]
+
+
+def test_silero_hears_speech_but_not_silence(speech_16k):
+    vad = ServerVad(0.5, 300, model=load_silero())
+    assert vad.feed(np.zeros(16000, np.float32)) == []
+    events = vad.feed(np.concatenate([speech_16k, np.zeros(16000, np.float32)]))
+    assert [e.kind for e in events] == ["start", "stop"]
+
+
+# ------------------------------------------------------------------------------------------------ the session
+
+@pytest.mark.asyncio
+async def test_push_to_talk_turn_follows_the_openai_sequence():
+    s = new_session()
+    await s.send("input_audio_buffer.append", audio=pcm_b64())
+    await s.send("input_audio_buffer.commit")
+    await s.send("response.create")
+    events = await until(s, "response.done")
+    types = [e.type for e in events]
+    assert types[:4] == ["session.created", "conversation.item.added", "conversation.item.created",
+                         "input_audio_buffer.committed"]
+    order = ["conversation.item.input_audio_transcription.completed", "response.created",
+             "response.output_item.added", "response.content_part.added", "response.output_audio_transcript.delta",
+             "response.output_audio.delta", "response.output_audio.done", "response.output_audio_transcript.done",
+             "response.content_part.done", "response.output_item.done", "response.done"]
+    assert [types.index(t) for t in order] == sorted(types.index(t) for t in order)
+    assert types.count("response.output_audio.delta") == types.count("response.audio.delta") > 0  # GA + beta
+    assert events[-1]["response"]["status"] == "completed"
+    assert len({e.event_id for e in events}) == len(events)
+    transcript = next(e for e in events if e.type == "response.output_audio_transcript.done")["transcript"]
+    assert transcript == "Hello there. I see a red square."
+
+
+@pytest.mark.asyncio
+async def test_silent_reply_is_response_listen_without_audio():
+    s = new_session(FakeRuntime(aura=ScriptedAura(SILENT)))
+    await s.send("input_audio_buffer.append", audio=pcm_b64())
+    await s.send("input_audio_buffer.commit", create_response=True)
+    events = await until(s, "response.done")
+    types = [e.type for e in events]
+    assert "response.listen" in types and not any("audio" in t and "delta" in t for t in types)
+    # ASR ran inside the turn: its transcript still comes before response.created (vLLM-Omni's order)
+    assert types.index("conversation.item.input_audio_transcription.completed") < types.index("response.created")
+    assert s.history.turns("ack_only")[-1] == ("assistant", SILENT)
+
+
+@pytest.mark.asyncio
+async def test_cancel_stops_stages_and_no_delta_follows_done():
+    rt, s = await mid_reply()
+    t0 = time.monotonic()
+    await s.send("response.cancel")
+    stopped = time.monotonic()
+    assert rt.speech.running == 0 and rt.aura.running == 0 and stopped - t0 < 0.1
+    events = await until(s, "response.done")
+    assert events[-1]["response"]["status"] == "cancelled"
+    assert events[-1]["response"]["status_details"]["reason"] == "client_cancelled"
+    await asyncio.sleep(0.1)
+    assert not [e for e in drain(s) if "delta" in e.type]
+    assert s.epoch == 1
+
+
+@pytest.mark.asyncio
+async def test_new_commit_overlaps_the_draining_reply():
+    rt = FakeRuntime(speech=ScriptedSpeech(chunks=30, step_s=0.01))
+    s = new_session(rt)
+    await s.send("input_audio_buffer.append", audio=pcm_b64())
+    await s.send("input_audio_buffer.commit", create_response=True)
+    await until(s, "response.output_audio.delta")  # AURA's text is final: the first reply drains in TTS
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64()], is_speech=False)
+    await s.send("input_audio_buffer.commit", create_response=True, is_speech=False)
+    events = []
+    while sum(e.type == "response.done" for e in events) < 2:
+        events.append(await asyncio.wait_for(s.next_event(), 5))
+    created = [e for e in events if e.type == "response.created"]
+    first_done = next(e for e in events if e.type == "response.done")
+    assert len(created) == 1 and created[0].response_id != first_done.response_id
+    assert events.index(created[0]) < events.index(first_done)  # the second turn ran while the first drained
+    assert [e["response"]["status"] for e in events if e.type == "response.done"] == ["completed", "completed"]
+    # the vision-follow turn: the frame as a clip, no words (is_speech false, no transcript)
+    assert rt.aura.prompts[-1].endswith("<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|><|im_end|>\n"
+                                        "<|im_start|>assistant\n")
+
+
+@pytest.mark.asyncio
+async def test_history_counts_only_what_was_played_in_duplex():
+    s = new_session(duplex=True)
+    await s.send("session.update", session={"instructions": "Be brief."})
+    await until(s, "session.updated")
+    await s.send("input_audio_buffer.append", audio=pcm_b64(rate=16000), sample_rate_hz=16000)
+    await s.send("input_audio_buffer.commit", create_response=True)
+    events = await until(s, "response.done")
+    rid = events[-1].response_id
+    assert s.history.turns(s.config.playback_commit_policy) == [("user", "what is this")]  # nothing acked yet
+    await s.send("playback.ack", response_id=rid, item_id=f"item_{rid}", played_ms=10_000, committed_ms=10_000)
+    ack = (await until(s, "playback.acknowledged"))[-1]
+    assert ack["event"]["history_committed"] == "Hello there. I see a red square."
+    assert all(e.seq is not None for e in events)  # duplex: server_event_seq on every event
+
+
+@pytest.mark.asyncio
+async def test_bad_events_get_errors_and_the_session_carries_on():
+    s = new_session(duplex=True)
+    await s.send("input_audio_buffer.append", audio=pcm_b64())  # before session.update
+    bad = [{"type": "no.such.event"}, {"type": "input_audio_buffer.append", "audio": "***not base64***"},
+           {"type": "input_audio_buffer.append", "audio": pcm_b64(rate=16000), "sample_rate_hz": 24000},
+           {"type": "input_audio_buffer.commit"}, {"type": "response.cancel"}, {"not": "an event"},
+           {"type": "conversation.item.delete", "item_id": "nope"}, {"type": "session.update",
+                                                                    "session": {"voice": "nobody"}}]
+    await s.send("session.update", session={})
+    await s.send("input_audio_buffer.append", audio=pcm_b64(rate=16000), sample_rate_hz=16000)
+    await s.send("input_audio_buffer.clear")
+    for event in bad:
+        await s.send(event)
+    await s.send("session.heartbeat")
+    events = await until(s, "session.heartbeat_ack")
+    codes = [e["error"]["code"] for e in events if e.type == "error"]
+    assert codes == ["session_not_started", "unknown_event_type", "invalid_base64", "sample_rate_mismatch",
+                     "input_audio_buffer_empty", "response_cancel_not_active", "invalid_event", "item_not_found",
+                     "invalid_session_config"]
+    assert all(set(e["error"]) >= {"type", "code", "message", "event_id"} for e in events if e.type == "error")
+    assert not s.closed and s.config.voice is None  # the refused update changed nothing
+
+
+@pytest.mark.asyncio
+async def test_server_vad_barge_in_cancels_the_reply():
+    rt, s = await mid_reply()
+    s.vad = ServerVad(0.5, 100, model=StubVadModel([0.9] * 5 + [0.0] * 10))  # the user starts talking
+    s.config = s.config.with_update({"turn_detection": {"type": "server_vad", "silence_duration_ms": 100}})
+    await s.send("input_audio_buffer.append", audio=pcm_b64(seconds=0.48, rate=24000))
+    events = await until(s, "input_audio_buffer.committed")
+    types = [e.type for e in events]
+    assert types.index("input_audio_buffer.speech_started") < types.index("response.done")
+    assert next(e for e in events if e.type == "response.done")["response"]["status_details"]["reason"] == "barge_in"
+    assert "input_audio_buffer.speech_stopped" in types
+
+
+@pytest.mark.asyncio
+async def test_close_stops_everything_and_is_last():
+    rt, s = await mid_reply()
+    await s.send("session.close")
+    events = await until(s, "session.closed")
+    assert events[-1]["reason"] == "client_close" and rt.speech.running == 0
+    await s.send("session.heartbeat")
+    assert drain(s)[0]["error"]["code"] == "session_closed"
+
+
+@pytest.mark.asyncio
+async def test_truncate_cuts_history_and_clamps_past_the_audio():
+    s = new_session()
+    await s.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                   "content": [{"type": "input_text", "text": "hi"}]})
+    await s.send("response.create")
+    rid = (await until(s, "response.done"))[-1].response_id
+    item = s.history.get(f"item_{rid}")
+    assert item.audio_ms > 0 and s.history.turns("commit_all_on_done")[-1] == ("assistant", item.text)
+    await s.send("conversation.item.truncate", item_id=item.id, content_index=0, audio_end_ms=10 ** 9)
+    assert (await until(s, "conversation.item.truncated"))[-1]["audio_end_ms"] == int(item.audio_ms)
+    await s.send("conversation.item.truncate", item_id=item.id, content_index=0, audio_end_ms=item.audio_ms / 2)
+    await until(s, "conversation.item.truncated")
+    heard = s.history.turns("commit_all_on_done")[-1][1]
+    assert 0 < len(heard) < len(item.text) and item.text.startswith(heard)
+
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.floats(allow_nan=True), st.text(max_size=8),
+                    st.lists(st.text(max_size=4), max_size=2), st.dictionaries(st.text(max_size=6), st.integers(),
+                                                                               max_size=2))
+_fields = ["audio", "sample_rate_hz", "is_speech", "video_frames", "format", "create_response", "item", "item_id",
+           "audio_end_ms", "response", "response_id", "session", "played_ms", "committed_ms", "event"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(sorted(set(RealtimeSession.HANDLERS) - {"session.close"}) + ["x.y", ""]),
+                          st.dictionaries(st.sampled_from(_fields), _values, max_size=3)), min_size=1, max_size=6))
+def test_any_sequence_of_malformed_events_leaves_the_session_serving(events):
+    async def run():
+        s = new_session()
+        for kind, fields in events:
+            await s.send({"type": kind, **fields})
+        for resp in list(s.responses):
+            await s._cancel(resp, "client_cancelled")
+        await s.send("session.heartbeat")
+        got = await until(s, "session.heartbeat_ack")
+        assert not s.closed and got[-1]["session_id"] == s.id
+
+    asyncio.run(run())
+
+
+@pytest.mark.asyncio
+async def test_response_create_overrides_apply_to_that_reply_only():
+    rt = FakeRuntime()
+    s = new_session(rt)
+    for options in ({"instructions": "Answer in French.", "output_modalities": ["text"],
+                     "metadata": {"client_event_id": "c1"}}, None):
+        await s.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                       "content": [{"type": "input_text", "text": "hi"}]})
+        await s.send("response.create", **({"response": options} if options else {}))
+        events = await until(s, "response.done")
+        types = [e.type for e in events]
+        if options:
+            assert rt.aura.prompts[-1].startswith("<|im_start|>system\nAnswer in French.<|im_end|>")
+            assert "response.output_text.delta" in types and "response.output_audio.delta" not in types
+            assert next(e for e in events if e.type == "response.created")["response"]["metadata"] == {
+                "client_event_id": "c1"}  # LiveKit matches its response.create by this echo
+        else:
+            assert "Answer in French." not in rt.aura.prompts[-1] and "response.output_audio.delta" in types
+    await s.send("conversation.item.create", item={"type": "message", "role": "user",
+                                                   "content": [{"type": "input_text", "text": "and now?"}]})
+    await s.send("response.create", response={"output_modalities": ["video"]})
+    assert (await until(s, "error"))[-1]["error"]["param"] == "session.output_modalities"
+    assert not s.responses and len(s.pending) == 1  # refused before anything started; the item still waits

@@ -1,0 +1,140 @@
+"""The stage loop: one thread steps the engine; adds and aborts are queued between steps; outputs reach each
+request's queue; a failed step fails its requests, not the loop; counters are read without waiting for a step."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+from engine_tiny_lm import prompts, tiny_lm
+
+from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.llm_engine import LLMEngine
+from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.stages.llm import LLMStageEngine
+from aura_omni.stages.loop import StageError, StageLoop
+
+CFG = dict(max_model_len=48, block_size=4, num_kv_blocks=64, max_num_batched_tokens=64, max_num_seqs=8)
+PROMPT = prompts([6])[0]
+
+
+def greedy(n: int) -> SamplingParams:
+    return SamplingParams(temperature=0, max_tokens=n)
+
+
+@pytest.fixture
+def stage():
+    eng = LLMEngine(tiny_lm(), EngineConfig(**CFG))
+    loop = StageLoop(LLMStageEngine(eng, lambda r: (*r, None, None)), name="lm")
+    yield eng, loop
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def free_run() -> list[int]:
+    return LLMEngine(tiny_lm(), EngineConfig(**CFG)).generate([PROMPT], greedy(12))[0]
+
+
+async def tokens(loop: StageLoop, rid: str, prompt, n: int) -> list[int]:
+    got = []
+    async for out in loop.submit(rid, (prompt, greedy(n))):
+        assert len(out.new_token_ids) == 1  # streamed token by token
+        got += out.new_token_ids
+    return got
+
+
+def test_concurrent_requests_stream_and_leaving_early_frees_blocks(stage, free_run):
+    eng, loop = stage
+    start_free = eng.blocks.num_free
+
+    async def leave_midway():
+        async for out in loop.submit("c", (prompts([20])[0], greedy(40))):
+            if out.num_output_tokens == 2:
+                break  # the client went away
+
+    async def main():
+        return await asyncio.gather(tokens(loop, "a", PROMPT, 12), tokens(loop, "b", prompts([9])[0], 5),
+                                    leave_midway())
+
+    a, b, _ = asyncio.run(asyncio.wait_for(main(), timeout=60))
+    assert a == free_run and len(b) == 5
+    deadline = time.monotonic() + 5
+    while (eng.blocks.num_free != start_free or eng.has_unfinished()) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the abort is applied by the loop before its next step
+    assert eng.blocks.num_free == start_free and not eng.has_unfinished()
+
+
+def test_a_bad_request_fails_alone(stage, free_run):
+    _, loop = stage
+
+    async def main():
+        good = asyncio.ensure_future(tokens(loop, "a", PROMPT, 12))
+        with pytest.raises(ValueError):  # longer than max_model_len
+            await tokens(loop, "bad", list(range(48)), 4)
+        return await good
+
+    assert asyncio.run(asyncio.wait_for(main(), timeout=60)) == free_run
+
+
+def test_submit_does_not_wait_for_a_running_step(stage):
+    eng, loop = stage
+    released = threading.Event()
+    original_step = eng.step
+
+    def slow_step():
+        released.wait(5)  # a long prefill chunk holds the engine
+        return original_step()
+
+    eng.step = slow_step
+
+    async def main():
+        first = loop.submit("a", (PROMPT, greedy(2)))
+        task = asyncio.ensure_future(anext(first))
+        await asyncio.sleep(0.05)  # the loop thread is now inside slow_step
+        t = time.monotonic()
+        second = loop.submit("b", (PROMPT, greedy(2)))
+        pending = asyncio.ensure_future(anext(second))
+        await asyncio.sleep(0)
+        queued_s = time.monotonic() - t
+        counters = loop.counters  # read while the step runs
+        released.set()
+        await task
+        await pending
+        await first.aclose()
+        await second.aclose()
+        return queued_s, counters
+
+    queued_s, counters = asyncio.run(asyncio.wait_for(main(), timeout=30))
+    assert queued_s < 0.5 and counters.alive
+
+
+def test_a_failed_step_fails_its_requests_and_the_loop_serves_the_next(stage, free_run):
+    eng, loop = stage
+    original_step = eng.step
+    calls = {"n": 0}
+
+    def failing_once():
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected")
+        return original_step()
+
+    eng.step = failing_once
+    with pytest.raises(StageError, match="injected"):
+        list(loop.run("a", (PROMPT, greedy(4))))
+    assert list(t for out in loop.run("b", (PROMPT, greedy(12))) for t in out.new_token_ids) == free_run
+    assert not eng.has_unfinished() and loop.counters.steps > 0
+
+
+def test_close_fails_waiting_requests_and_refuses_new_ones(stage):
+    eng, loop = stage
+    eng.step = lambda: time.sleep(0.05) or []  # never finishes anything
+    it = loop.run("a", (PROMPT, greedy(4)))
+    t = threading.Thread(target=lambda: (time.sleep(0.2), loop.close()))
+    t.start()
+    with pytest.raises(StageError, match="shut down"):
+        list(it)
+    t.join()
+    with pytest.raises(StageError):
+        list(loop.run("b", (PROMPT, greedy(4))))
+    assert not loop.counters.alive
