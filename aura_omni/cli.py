@@ -1,6 +1,6 @@
 """`aura-omni` command line, with vLLM's spellings.
 
-  aura-omni serve [MODEL] --omni --deploy-config PATH --served-model-name NAME --trust-remote-code
+  aura-omni serve [MODEL] --omni --deploy-config PATH --served-model-name NAME [NAME ...] --trust-remote-code
                   --host H --port P --api-key KEY --device cpu --dtype auto --load-format {auto,dummy}
   aura-omni make-tiny DIR [--seed N]
   aura-omni bench serve --backend {speech,chat,realtime} --base-url URL --model NAME --max-concurrency N [N ...]
@@ -30,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "without --deploy-config it must be a Qwen3-TTS checkpoint (TTS-only serving)")
     serve.add_argument("--model", dest="model_flag", default=None, help=argparse.SUPPRESS)
     serve.add_argument("--deploy-config", default=None, help="deploy YAML (pipeline, stages, connectors)")
-    serve.add_argument("--served-model-name", default=None, help="name clients send as `model` (default: MODEL)")
+    serve.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                       help="names clients may send as `model`; the first is the one reported (default: MODEL, else "
+                            "the AURA or Talker stage's checkpoint)")
     serve.add_argument("--omni", action="store_true", help="accepted for vLLM-Omni compatibility (always on)")
     serve.add_argument("--trust-remote-code", action="store_true",
                        help="accepted for compatibility; code inside checkpoints is never executed")
@@ -99,7 +101,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.trust_remote_code or any(s.trust_remote_code for s in deploy.stages):
         log.info("--trust-remote-code accepted for compatibility: aura-omni runs its own model code and never "
                  "executes code shipped inside a checkpoint")
-    name = args.served_model_name or args.model or args.model_flag or deploy.stages[0].model
+    name = args.served_model_name or args.model or args.model_flag  # None: the AURA (or Talker) stage's model
     try:
         limits = serve_limits(args, deploy)
     except ValueError as e:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fresh machine -> the full aura-omni server on CPU over tiny random checkpoints (http://127.0.0.1:8000).
+# Fresh machine -> the full aura-omni server on CPU over tiny random checkpoints: the page at http://127.0.0.1:8091/
+# and the API the README's examples call, unchanged (port 8091; `model` aurateam/AURA or qwen3-tts).
 # Tiny weights speak noise, but every endpoint, format and streaming path is real.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,5 +8,7 @@ bash scripts/install.sh
 VENV=${VENV:-.venv}
 TINY=${TINY:-tiny}
 [ -f "$TINY/deploy.yaml" ] || "$VENV/bin/aura-omni" make-tiny "$TINY"
-exec "$VENV/bin/aura-omni" serve --omni --deploy-config "$TINY/deploy.yaml" --served-model-name aura-omni-tiny \
-  --host "${HOST:-127.0.0.1}" --port "${PORT:-8000}" --device cpu
+# the first name is the one reported; the others are the names the README's examples send
+exec "$VENV/bin/aura-omni" serve --omni --deploy-config "$TINY/deploy.yaml" \
+  --served-model-name aura-omni-tiny aurateam/AURA qwen3-tts --trust-remote-code \
+  --host "${HOST:-127.0.0.1}" --port "${PORT:-8091}" --device cpu

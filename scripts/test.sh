@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Fresh machine -> every test: installs the project venv, the isolated qwen-tts reference venv (TTS
-# parity tests), runs pytest over tests/ (extra arguments go to it), then the Triton kernels on the CPU
+# Fresh machine -> every test: the system packages of the browser test (Debian chromium, espeak-ng and sox for
+# the fake microphone's wav; apt-get, non-interactive), the project venv, the isolated qwen-tts reference venv
+# (TTS parity tests), pytest over tests/ (extra arguments go to it), then the Triton kernels on the CPU
 # (scripts/test_triton.sh: interpreter runs and sm_90 compiles).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/install_browser_deps.sh
 bash scripts/install.sh
 bash scripts/setup_qwen_tts_reference.sh
 VENV=${VENV:-.venv}
+# with apt-get here the browser test must run, not skip (a machine without it skips when chromium is missing)
+if command -v apt-get >/dev/null; then export AURA_OMNI_REQUIRE_BROWSER=1; fi
 "$VENV/bin/python" -m pytest -q tests/ "$@"
 VENV="$VENV" bash scripts/test_triton.sh

@@ -89,7 +89,7 @@ def _match(name: str, choices, what: str, param: str) -> str:
         if c.lower() == name.strip().lower():
             return c
     raise PipelineRequestError(f"{param}: unknown {what} {name!r}; send one of {', '.join(sorted(choices or []))}",
-                               param=param)
+                               param=param, code=f"unknown_{what}")
 
 
 def _voice_name(ask: TTSAsk, voices) -> tuple[str | None, Any]:
@@ -106,16 +106,17 @@ def check_tts(ask: TTSAsk, ctx: TalkerContext) -> TTSPlan:
         task = TASK_ALIASES.get(str(ask.task_type).replace(" ", "").lower())
         if task is None:
             raise PipelineRequestError(f"{ask.param('task_type')}: unknown task type {ask.task_type!r}; send Base, "
-                                       f"CustomVoice or VoiceDesign", param=ask.param("task_type"))
+                                       f"CustomVoice or VoiceDesign", param=ask.param("task_type"),
+                                       code="unsupported_task_type")
     if task != served:
         raise PipelineRequestError(f"{ask.param('task_type')}: {task} needs a Qwen3-TTS {task} checkpoint; this "
                                    f"deployment serves {served}: send {served} or leave the field out",
-                                   param=ask.param("task_type"))
+                                   param=ask.param("task_type"), code="unsupported_task_type")
     language = _match(ask.language, tts.languages, "language", ask.param("language")) if ask.language else "auto"
     if ask.max_new_tokens is not None and not 1 <= ask.max_new_tokens <= ctx.max_new_tokens:
         raise PipelineRequestError(f"{ask.param('max_new_tokens')}: at most {ctx.max_new_tokens} for this deployment "
                                    f"(got {ask.max_new_tokens}); send 1 to {ctx.max_new_tokens}",
-                                   param=ask.param("max_new_tokens"))
+                                   param=ask.param("max_new_tokens"), code="limit_exceeded")
     defaults = ctx.stage.default_sampling_params
     sampling = {k: getattr(defaults, k) for k in TALKER_SAMPLING if getattr(defaults, k) is not None}
     sampling.update({k: v for k, v in ask.sampling.items() if k in TALKER_SAMPLING and v is not None})
@@ -133,27 +134,28 @@ def check_tts(ask: TTSAsk, ctx: TalkerContext) -> TTSPlan:
             if not ask.x_vector_only and not (ask.ref_text or "").strip():
                 raise PipelineRequestError(
                     f"{ask.param('ref_text')}: in-context cloning needs the transcript of the reference audio; send "
-                    f"{ask.param('ref_text')}, or set {ask.param('x_vector_only')}: true", param=ask.param("ref_text"))
+                    f"{ask.param('ref_text')}, or set {ask.param('x_vector_only')}: true", param=ask.param("ref_text"),
+                    code="missing_ref_text")
             reference = ask.ref_audio
         elif registered is None:
             got = f"{name!r} is not a registered voice" if name else "no voice was given"
             raise PipelineRequestError(
                 f"{ask.param('voice')}: a Base checkpoint clones a reference voice and {got}; send "
                 f"{ask.param('ref_audio')} (with {ask.param('ref_text')}) or register a voice with "
-                f"POST /v1/audio/voices", param=ask.param("voice"))
+                f"POST /v1/audio/voices", param=ask.param("voice"), code="missing_reference")
         instruct = None
     elif task == "CustomVoice":
         if registered is not None:
             raise PipelineRequestError(f"{ask.param('voice')}: {name!r} is a cloned voice, and cloning needs a Base "
                                        f"checkpoint; send one of the speakers of GET /v1/audio/voices",
-                                       param=ask.param("voice"))
+                                       param=ask.param("voice"), code="unsupported_task_type")
         speaker = normalize_speaker(_match(name or DEFAULT_CUSTOM_VOICE_SPEAKER, tts.speakers, "speaker",
                                            ask.param("voice")))
     else:  # VoiceDesign: the voice is described in words
         registered = None
         if not instruct:
             raise PipelineRequestError(f"{ask.param('instruct')}: VoiceDesign needs a description of the voice in "
-                                       f"words", param=ask.param("instruct"))
+                                       f"words", param=ask.param("instruct"), code="missing_instructions")
     known = {f.name for f in dataclasses.fields(TTSRequest)}
     template = TTSRequest(task_type=task, language=language, speaker=speaker, instruct=instruct,
                           non_streaming_mode=ask.non_streaming_mode,
@@ -169,12 +171,13 @@ async def finish_tts(plan: TTSPlan, ask: TTSAsk, ctx: TalkerContext) -> TTSReque
         try:
             wav, sr = await asyncio.to_thread(ctx.load_reference, plan.reference)
         except (MediaError, AudioDecodeError) as e:
-            raise PipelineRequestError(f"{ask.param('ref_audio')}: {e}", param=ask.param("ref_audio")) from None
+            raise PipelineRequestError(f"{ask.param('ref_audio')}: {e}", param=ask.param("ref_audio"),
+                                       code="invalid_audio") from None
         try:
             voice = await ctx.voice_prompt(wav, sr, (ask.ref_text or "").strip() or None, ask.x_vector_only)
         except TTSRequestError as e:  # unusable reference audio (NaN, too short, ...)
             raise PipelineRequestError(f"{ask.param('ref_audio')}: {e}; send a clear recording of the voice, a few "
-                                       f"seconds long", param=ask.param("ref_audio")) from None
+                                       f"seconds long", param=ask.param("ref_audio"), code="invalid_audio") from None
         template = dataclasses.replace(template, voice=voice)
     elif plan.registered is not None:
         template = dataclasses.replace(template, voice=plan.registered.prompt)

@@ -1,6 +1,6 @@
-"""Admission before any endpoint code runs: the body-size limit (413), HTTP requests in flight (429) and open
-WebSocket sessions (closed with 1013, "try again later"), all from the server's one `Limits`. `/health` is never
-counted or refused. A refused request has done no work, so nothing is half-processed."""
+"""Admission before any endpoint code runs: the body-size limit (413) and HTTP requests in flight (429), from the
+server's one `Limits` (WebSocket sessions are counted by the socket endpoints: realtime.session_slots). `/health` is
+never counted or refused. A refused request has done no work, so nothing is half-processed."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .auth import OPEN_PATHS
 from .errors import error_body
 
-WS_TRY_AGAIN_LATER = 1013  # RFC 6455 close code
+NEVER_REFUSED = {"/health"}  # load balancers must always get an answer
 
 
 def _too_large(limit: int) -> str:
@@ -23,12 +22,9 @@ class Admission:
     def __init__(self, app: ASGIApp, state):
         self.app, self.state = app, state
         self.requests = 0  # HTTP requests in flight (a streamed response counts until its last byte)
-        self.sessions = 0  # open WebSockets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket":
-            return await self._socket(scope, receive, send)
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or scope["path"] in NEVER_REFUSED:
             return await self.app(scope, receive, send)
         limits = self.state.limits
         length = dict(scope["headers"]).get(b"content-length")
@@ -44,17 +40,6 @@ class Admission:
             await self.app(scope, _capped(receive, limits.max_body_bytes), send)
         finally:
             self.requests -= 1
-
-    async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.sessions >= self.state.limits.max_concurrent_sessions:
-            await send({"type": "websocket.close", "code": WS_TRY_AGAIN_LATER,
-                        "reason": "too many open sessions; retry shortly"})
-            return
-        self.sessions += 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.sessions -= 1
 
 
 def _capped(receive: Receive, limit: int) -> Receive:

@@ -1,4 +1,4 @@
-"""The FastAPI application: OpenAI-style errors, optional API key, limits, one router per endpoint module."""
+"""The FastAPI application: OpenAI-style errors, optional API key, one router per endpoint module."""
 
 from __future__ import annotations
 
@@ -10,16 +10,18 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
+from starlette.requests import HTTPConnection
 
 from .. import __version__
 from ..config import DeployConfig
 from ..media.limits import Limits
 from .admission import Admission
-from .auth import OPEN_PATHS, check_api_key, check_ws_api_key  # noqa: F401 - check_ws_api_key: for socket routes
 from .errors import install_error_handlers
+from .health import main_model
 from .metrics import RequestMetrics
 from .runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .state import ServerState
+from .websocket_auth import check_api_key as check_key
 
 log = logging.getLogger("aura_omni.server")
 
@@ -28,30 +30,46 @@ ENDPOINT_MODULES = [
     "chat",
     "health",
     "metrics",
+    "page",
     "realtime",
     "speech",
+    "speech_stream",
     "transcriptions",
     "voices",
 ]
+OPEN_PATHS = {"/health", "/"}  # answered without an API key (and the page's assets, OPEN_PREFIX)
+OPEN_PREFIX = "/web/"
 ALLOWED_MEDIA_DOMAINS_ENV = "AURA_OMNI_ALLOWED_MEDIA_DOMAINS"  # comma-separated; remote media is off by default
 
 
-def create_app(deploy_config: DeployConfig, served_model_name: str | None = None, api_key: str | None = None, *,
+async def check_api_key(conn: HTTPConnection) -> None:
+    """`Authorization: Bearer <key>` when the server was started with --api-key. WebSocket endpoints check the key
+    themselves (browsers cannot set headers; websocket_auth.py takes `?api_key=` and a subprotocol too)."""
+    path = conn.url.path
+    if conn.scope["type"] != "websocket" and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIX):
+        check_key(conn, conn.app.state.server.api_key)
+
+
+def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] | None = None,
+               api_key: str | None = None, *,
                runtime: Runtime | None = None, device: str | None = None, dtype: str | None = None,
                load_format: str | None = None, allowed_local_media_path: str | Path | None = None,
                allowed_media_domains: list[str] | None = None,
                request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S, limits: Limits | None = None) -> FastAPI:
     """Build the server; loads the deploy's stage models unless a ready `runtime` is given (tests).
+    `served_model_name`: the name (or names, the first reported, as vLLM's) requests may send as `model`.
     `request_timeout_s`: a chat turn running longer is cancelled in every stage and answered 504 (None: no limit).
     `limits`: default the deploy file's `limits:` section over the built-in defaults."""
     if runtime is None:  # loaded and warmed here: /health answers only once every stage has served a request
         runtime = Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
         asyncio.run(runtime.warm_up())
     runtime.request_timeout_s = request_timeout_s
-    name = served_model_name or deploy_config.stages[0].model
+    names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name or [])
+    names = names or [main_model(deploy_config)]
     if allowed_media_domains is None:
         allowed_media_domains = [d for d in os.environ.get(ALLOWED_MEDIA_DOMAINS_ENV, "").split(",") if d.strip()]
-    state = ServerState(runtime=runtime, served_model_name=name, api_key=api_key or None,
+    state = ServerState(runtime=runtime, served_model_name=names[0], model_aliases=tuple(names[1:]),
+                        api_key=api_key or None,
                         allowed_local_media_path=Path(allowed_local_media_path) if allowed_local_media_path else None,
                         limits=limits or Limits.from_values(deploy_config.limits),
                         allowed_media_domains=tuple(d.strip() for d in allowed_media_domains))
@@ -61,9 +79,11 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | None = None
         yield
         runtime.close()
 
-    app = FastAPI(title="aura-omni", version=__version__, lifespan=lifespan, dependencies=[Depends(check_api_key)])
+    # /docs and /redoc load their assets from a CDN (blank offline): off; the schema stays at /openapi.json
+    app = FastAPI(title="aura-omni", version=__version__, lifespan=lifespan, dependencies=[Depends(check_api_key)],
+                  docs_url=None, redoc_url=None)
     app.state.server = state
-    app.add_middleware(Admission, state=state)
+    app.add_middleware(Admission, state=state)  # body size, requests in flight, open sockets: Limits
     install_error_handlers(app)
     app.add_middleware(RequestMetrics)  # arrival time for the endpoints' timings; requests_total
     for module in ENDPOINT_MODULES:

@@ -60,7 +60,7 @@ def client_error(exc: BaseException) -> APIError | None:
     from ..media.limits import plain
 
     status = getattr(exc, "status", 400)
-    code = "limit_exceeded" if type(exc).__name__ == "LimitError" else "invalid_request"
+    code = getattr(exc, "code", None) or ("limit_exceeded" if type(exc).__name__ == "LimitError" else "invalid_request")
     return APIError(plain(exc), status, param=getattr(exc, "param", None), code=code)
 
 

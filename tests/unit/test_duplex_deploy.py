@@ -1,0 +1,27 @@
+"""configs/aura_omni_duplex.yaml parses and carries vLLM-Omni's current (full-duplex) AURA deploy values."""
+
+from pathlib import Path
+
+from aura_omni.config import ASR, AURA, CODE2WAV, TALKER, load_deploy_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CUSTOM_VOICE = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
+
+
+def test_shipped_duplex_config_is_a_live_session_deploy():
+    cfg = load_deploy_config(CONFIGS / "aura_omni_duplex.yaml")
+    assert cfg.pipeline == "aura_omni" and cfg.roles == {ASR, AURA, TALKER, CODE2WAV}
+    assert (cfg.session_mode, cfg.async_chunk, cfg.duplex_session.max_sessions) == ("duplex", True, 1)
+    assert [s.model for s in cfg.stages] == ["Qwen/Qwen3-ASR-1.7B", "aurateam/AURA", CUSTOM_VOICE, CUSTOM_VOICE]
+    codec = cfg.codec_streaming()
+    assert (codec.codec_chunk_frames, codec.codec_left_context_frames, codec.initial_codec_chunk_frames) == (25, 72, 8)
+
+
+def test_duplex_config_differs_from_the_seed_only_where_upstream_does():
+    seed = load_deploy_config(CONFIGS / "aura_omni.yaml")
+    duplex = load_deploy_config(CONFIGS / "aura_omni_duplex.yaml")
+    assert seed.session_mode == "turn" and seed.codec_streaming().initial_codec_chunk_frames == 1
+    for a, b in zip(seed.stages, duplex.stages):
+        same = {k: v for k, v in a.model_dump().items() if k != "model"}
+        assert same == {k: v for k, v in b.model_dump().items() if k != "model"}, a.stage_id
+    assert duplex.platforms == seed.platforms
