@@ -255,9 +255,9 @@ class RealtimeSession:
             self.error(e.code, str(e), client_id, param=e.param)
         except (ValueError, TypeError, KeyError, AttributeError) as e:  # a field of the wrong shape
             self.error("invalid_event", f"{event.get('type')}: {e}", client_id)
-        except Exception as e:  # noqa: BLE001 - a bug must not end the session either
-            log.exception("realtime session %s: %s failed", self.id, event.get("type"))
-            self.error("server_error", f"{event.get('type')} failed: {e}", client_id, kind="server_error")
+        except Exception:  # noqa: BLE001 - a bug must not end the session either (logged; the client gets an id)
+            err = internal_error(f"realtime session {self.id}: {event.get('type')}")
+            self.error("server_error", f"{event.get('type')}: {err.message}", client_id, kind="server_error")
 
     async def _session_update(self, event: dict) -> None:
         new = self.config.with_update(event.get("session", {}))
@@ -280,8 +280,10 @@ class RealtimeSession:
         """Refuse a voice, TTS option or sampling value now rather than at the first turn."""
         try:
             await self.builder.build(self._spec(config, ["probe"], [], None), f"{self.id}-probe")
-        except ValueError as e:
-            raise ClientError("invalid_session_config", str(e), "session") from None
+        except Exception as e:
+            if (err := client_error(e)) is None:  # ours, not the session's: a server_error event, never invalid_event
+                raise RuntimeError("building the probe turn failed") from e
+            raise ClientError("invalid_session_config", err.message, err.param or "session") from None
 
     async def _append(self, event: dict) -> None:
         fmt = event.get("format", event.get("input_audio_format", "pcm16"))
