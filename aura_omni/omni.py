@@ -101,7 +101,7 @@ class Omni:
                         text_parts=[text] if text else [], speak=speak, info=info, aura_sampling=sampling,
                         history=list(history or []), voice=options.get("voice"),
                         vision_params=[f"images[{i}]" for i in range(len(images))]
-                        + [f"video[{i}]" for i in range(len(videos))], content_param="text")
+                        + [f"video[{i}]" for i in range(len(videos))])
 
     async def astream(self, audio=None, images=None, video=None, text: str | None = None, speak: bool = True,
                       history: Sequence[tuple[str, str]] = (), **options) -> AsyncIterator[TurnEvent]:

@@ -158,6 +158,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
             raise APIError(f"audio.format: {fmt!r} cannot be {'streamed' if body.stream else 'produced'} by this "
                            f"server; use one of {list(allowed)}", param="audio.format",
                            code="unsupported_format") from None
+    info = body.additional_information
+    state.limits.check_text(sum(len(t) for m in body.messages for t in m.texts())
+                            + len(info.aura_system_prompt or "" if info else ""), "messages")  # the client's text
     transcripts = _app_store(request, "chat_audio_transcripts", AudioTranscripts)
     spec = turn_spec(body, transcripts, speak)
     rid = f"chatcmpl-{uuid.uuid4().hex}"

@@ -123,17 +123,11 @@ class TurnBuilder:
                 ask = entry_ask
         return ask
 
-    def check_text(self, spec: TurnSpec, info: AdditionalInformation) -> None:
-        chars = (sum(len(t) for t in spec.text_parts) + sum(len(t) for _, t in spec.history)
-                 + len(spec.system_prompt or "") + len(info.aura_system_prompt or ""))
-        self.limits.check_text(chars, spec.content_param)
-
     async def build(self, spec: TurnSpec, request_id: str) -> TurnRequest:
         info = AdditionalInformation.parse(spec.info)
         speak = (TALKER in self.runtime.models) if spec.speak is None else spec.speak
         # missing stages first: refused before any work (the probe carries stand-ins for audio and template)
         self.runtime.pipeline.check(TurnRequest(request_id, audio=spec.audio, speak=speak, tts=speak or None))
-        self.check_text(spec, info)
         entries = self.stage_entries(spec.stage_sampling)
         aura_sampling = self.aura_sampling(entries.get(AURA), spec.aura_sampling)
         asr_sampling = self.asr_sampling(entries.get(ASR))

@@ -654,6 +654,14 @@ def test_example_client_saves_text_and_wav(base, tmp_path, ref_wav_bytes):
         assert sr == SR and wav.size > 0 and (out / "reply.txt").read_text()
 
 
+def test_text_over_the_limit_is_refused_and_history_counts(client):
+    history = [{"role": "user", "content": "x" * 20000}, {"role": "assistant", "content": "y" * 20000}]
+    with pytest.raises(openai.BadRequestError, match="40002 characters; at most 32768") as err:
+        client.chat.completions.create(model=MODEL, modalities=["text"], max_tokens=1,
+                                       messages=history + [{"role": "user", "content": "hi"}])
+    assert err.value.body["param"] == "messages" and err.value.body["code"] == "limit_exceeded"
+
+
 def test_example_client_prints_the_servers_message_on_a_400(base, tmp_path):
     run = subprocess.run(
         [sys.executable, str(EXAMPLE), "--base-url", base.url + "/v1", "--api-key", API_KEY, "--model", MODEL,
