@@ -71,6 +71,7 @@ class Limits(MediaLimits):
     max_body_bytes: int = 128 * 1024 * 1024  # one HTTP request body (413 over it); base64 media counts 4/3
     max_text_chars: int = 32_768  # text of one chat request (all messages) or one speech input
     max_frames_per_request: int = 1536  # video frames kept, summed over a request's videos
+    max_pixels_per_request: int = 256 * 1024 * 1024  # resized pixels AURA encodes, summed over images and frames
     max_aura_tokens: int = 4096  # AURA `max_tokens` cap (a larger request is a 400, never a long run)
     max_asr_tokens: int = 1024  # ASR `max_tokens` cap (sampling_params_list)
     max_tts_new_tokens: int = 4096  # Talker codec frames per utterance (12.5 per second: 5.5 min)

@@ -154,10 +154,7 @@ class TurnBuilder:
                 vision.append(await asyncio.to_thread(self._vision, kind, source))
             except MEDIA_ERRORS as e:
                 raise PipelineRequestError(f"{param}: {e}", param=param) from None
-        frames = sum(v.frames.shape[0] for v in vision if v.kind == "video" and v.frames is not None)
-        if frames > self.limits.max_frames_per_request:
-            raise LimitError(f"the request's videos keep {frames} frames; at most {self.limits.max_frames_per_request} "
-                             f"per request: send shorter or fewer videos", param=spec.content_param)
+        self.check_vision_totals(vision, spec.content_param)
         template = await finish_tts(plan, ask, talker) if speak else None
         return TurnRequest(
             request_id, audio=audio, vision=vision, text_parts=list(spec.text_parts), history=list(spec.history),
@@ -166,6 +163,17 @@ class TurnBuilder:
             speak=speak, tts=template, tts_pass_token_ids=info.tts_pass_token_ids,
             asr_sampling=asr_sampling, aura_sampling=aura_sampling,
             asr_language=info.asr_language, asr_context=info.asr_context, timeout_s=spec.timeout_s)
+
+    def check_vision_totals(self, vision: list, param: str) -> None:
+        """Frames and pixels (as AURA sees them, after resizing) summed over the request's images and videos."""
+        frames = sum(v.frames.shape[0] for v in vision if v.kind == "video" and v.frames is not None)
+        if frames > self.limits.max_frames_per_request:
+            raise LimitError(f"the request's videos keep {frames} frames; at most {self.limits.max_frames_per_request} "
+                             f"per request: send shorter or fewer videos", param=param)
+        pixels = sum(v.frames.shape[0] * v.frames.shape[-2] * v.frames.shape[-1] for v in vision if v.frames is not None)
+        if pixels > self.limits.max_pixels_per_request:
+            raise LimitError(f"the request's images and videos come to {pixels} pixels after resizing; at most "
+                             f"{self.limits.max_pixels_per_request} per request: send fewer or smaller ones", param=param)
 
     def _vision(self, kind: str, source: Any):
         aura = self.runtime.models.get(AURA)

@@ -15,7 +15,7 @@ from PIL import Image
 
 from aura_omni.config import TALKER, parse_deploy_config
 from aura_omni.media.audio import AudioDecodeError
-from aura_omni.media.limits import Limits, MediaError, MediaLimits
+from aura_omni.media.limits import LimitError, Limits, MediaError, MediaLimits
 from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.server import turn_builder
 from aura_omni.server.errors import APIError
@@ -123,6 +123,18 @@ def test_image_and_video_counts_are_refused_before_decoding():
     with pytest.raises(PipelineRequestError, match="base64") as err:  # within the limits: decoded (and refused)
         asyncio.run(builder.build(spec, "r"))
     assert err.value.param == "messages[0].content[0].image_url"  # the part at fault, by its place in the request
+
+
+def test_pixels_per_request_are_summed_after_resizing():
+    jpeg = jpeg_b64()
+    one = asyncio.run(TurnBuilder(FakeRuntime()).build(TurnSpec(vision=[("image", jpeg)], speak=False), "r"))
+    pixels = one.vision[0].frames.shape[-2] * one.vision[0].frames.shape[-1]
+    builder = TurnBuilder(FakeRuntime(), policy=MediaPolicy(limits=Limits(max_pixels_per_request=2 * pixels)))
+    asyncio.run(builder.build(TurnSpec(vision=[("image", jpeg)] * 2, speak=False), "r"))  # at the limit: fine
+    spec = TurnSpec(vision=[("image", jpeg)] * 3, speak=False, content_param="messages[0].content")
+    with pytest.raises(LimitError, match=f"{3 * pixels} pixels after resizing; at most {2 * pixels}") as err:
+        asyncio.run(builder.build(spec, "r"))
+    assert err.value.param == "messages[0].content"
 
 
 def test_registered_voice_deleted_while_media_decodes(monkeypatch):
