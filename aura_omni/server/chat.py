@@ -113,7 +113,8 @@ def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak:
                 spec.text_parts.append(part.text)
         elif isinstance(part, (InputAudioPart, AudioURLPart)):
             if spec.audio is not None:
-                raise APIError(f"{where}[{j}]: one audio part per turn; send the other audio in a turn of its own", param=f"{where}[{j}]", code="too_many_audio")
+                raise APIError(f"{where}[{j}]: one audio part per turn; send the other audio in a turn of its own",
+                               param=f"{where}[{j}]", code="too_many_audio")
             spec.audio = part.input_audio.data if isinstance(part, InputAudioPart) else part.audio_url.url
             spec.audio_is_base64 = isinstance(part, InputAudioPart)  # OpenAI's input_audio.data is always base64
             spec.audio_param = f"{where}[{j}].{part.type}"

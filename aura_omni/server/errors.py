@@ -125,7 +125,8 @@ def validation_error(exc: RequestValidationError) -> APIError:
 
 # Starlette's and FastAPI's own words, said so that a person knows what to send
 _PLAIN_HTTP_DETAILS = {
-    (404, "Not Found"): "no such endpoint; see /docs for the API",
+    (404, "Not Found"): "no such endpoint; this server answers /v1/chat/completions, /v1/audio/speech, "
+                        "/v1/audio/transcriptions, /v1/audio/voices, /v1/models, /v1/realtime and /health",
     (400, "There was an error parsing the body"): "request body could not be read; send UTF-8 JSON "
                                                  "(Content-Type: application/json) or a multipart form",
     (400, "Missing boundary in multipart."): "the multipart form has no boundary; let your HTTP client build the "

@@ -65,11 +65,11 @@ async def create_transcription(request: Request):
                        f"(Qwen3-ASR gives no timestamps without its forced aligner)", param="response_format",
                        code="unsupported_value")
     if form.getlist("timestamp_granularities[]") or form.getlist("timestamp_granularities"):
-        raise APIError("timestamp_granularities: timestamps are not available (no forced aligner is deployed); leave it out",
-                       param="timestamp_granularities", code="unsupported_value")
+        raise APIError("timestamp_granularities: timestamps are not available (no forced aligner is deployed); "
+                       "leave it out", param="timestamp_granularities", code="unsupported_value")
     if str(form.get("stream", "false")).lower() == "true":
-        raise APIError("stream: streamed transcription is not supported on this endpoint; leave stream out", param="stream",
-                       code="unsupported_value")
+        raise APIError("stream: streamed transcription is not supported on this endpoint; leave stream out",
+                       param="stream", code="unsupported_value")
     temperature = _form_float(form, "temperature", 0.0, 0.0, MAX_TEMPERATURE)
     language = form.get("language") or None
     context = check_asr_context(form.get("prompt") or None, "prompt")

@@ -116,8 +116,9 @@ class TurnBuilder:
         ask = info.tts_ask(voice, {k: values[k] for k in TALKER_SAMPLING if k in values},
                            default_language=DEFAULT_TTS_LANGUAGE)  # vLLM-Omni aura2tts speaks English by default
         if values.get("max_tokens") is not None:
+            param = f"sampling_params_list[{index}].max_tokens"
             entry_ask = dataclasses.replace(ask, max_new_tokens=values["max_tokens"],
-                                            params={**ask.params, "max_new_tokens": f"sampling_params_list[{index}].max_tokens"})
+                                            params={**ask.params, "max_new_tokens": param})
             check_tts(entry_ask, self.talker_context())  # in range even where tts_max_new_tokens wins
             if ask.max_new_tokens is None:
                 ask = entry_ask

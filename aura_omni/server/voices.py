@@ -115,7 +115,8 @@ async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.n
     try:
         payload = await request.json()
     except ValueError as e:
-        raise APIError("request body is not valid JSON; send a JSON object or a multipart form", code="invalid_json") from None
+        raise APIError("request body is not valid JSON; send a JSON object or a multipart form",
+                       code="invalid_json") from None
     if not isinstance(payload, dict):
         raise APIError("request body must be a JSON object", code="invalid_request_body")
     try:
@@ -149,7 +150,8 @@ async def create_voice(request: Request):
                        param="ref_audio", code="unsupported_task_type")
     body, (wav, sr) = await _create_body(request)
     if body.name.lower() in {s.lower() for s in (tts.speakers or [])}:
-        raise APIError(f"name: {body.name!r} is a built-in speaker; choose another name", 409, param="name", code="voice_exists")
+        raise APIError(f"name: {body.name!r} is a built-in speaker; choose another name", 409, param="name",
+                       code="voice_exists")
     if state.voices.get(body.name) is not None:
         raise APIError(f"name: a voice named {body.name!r} is already registered (DELETE it first)", 409,
                        param="name", code="voice_exists")
@@ -170,5 +172,6 @@ async def delete_voice(voice_id: str, request: Request):
     state = request.app.state.server
     state.runtime.require(TALKER, "/v1/audio/voices")
     if not re.match(VOICE_NAME_PATTERN, voice_id) or not state.voices.remove(voice_id):
-        raise APIError(f"voice_id: no registered voice named {voice_id!r}; GET /v1/audio/voices lists them", 404, param="voice_id", code="voice_not_found")
+        raise APIError(f"voice_id: no registered voice named {voice_id!r}; GET /v1/audio/voices lists them", 404,
+                       param="voice_id", code="voice_not_found")
     return {"id": voice_id, "deleted": True, "object": "audio.voice.deleted"}

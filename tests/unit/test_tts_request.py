@@ -40,8 +40,8 @@ class Voices:
         return self.named.get(name.lower())
 
 
-STAGE = Stage(stage_id=2, model="/srv/checkpoints/qwen3-tts", default_sampling_params=SamplingParams(temperature=0.9, top_k=50, max_tokens=256,
-                                                                              seed=42),
+STAGE = Stage(stage_id=2, model="/srv/checkpoints/qwen3-tts",
+              default_sampling_params=SamplingParams(temperature=0.9, top_k=50, max_tokens=256, seed=42),
               subtalker_sampling_params=SubtalkerSamplingParams(do_sample=True, temperature=0.8))
 
 
