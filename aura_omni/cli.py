@@ -10,9 +10,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
+
+from .media.limits import Limits
 
 log = logging.getLogger("aura_omni")
 
@@ -48,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--request-timeout", type=float, default=300.0, metavar="SECONDS",
                        help="cancel a chat turn in every stage after this long (504); 0 = no limit")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    limits = serve.add_argument_group("limits", "request limits (default: the deploy file's `limits:`, else built in)")
+    for f in dataclasses.fields(Limits):
+        limits.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=f.type, default=None, metavar="N",
+                            help=f"default {f.default}")
 
     tiny = sub.add_parser("make-tiny", help="write tiny random checkpoints of all four stages + deploy files")
     tiny.add_argument("dir")
@@ -72,6 +79,11 @@ def load_serve_config(args: argparse.Namespace):
     return single_model_config(model)
 
 
+def serve_limits(args: argparse.Namespace, deploy) -> Limits:
+    """Built-in defaults < the deploy file's `limits:` < `--max-...` flags."""
+    return Limits.from_values(deploy.limits, {f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -89,7 +101,12 @@ def serve(args: argparse.Namespace) -> int:
                  "executes code shipped inside a checkpoint")
     name = args.served_model_name or args.model or args.model_flag  # None: the AURA (or Talker) stage's model
     try:
-        app = create_app(deploy, name, args.api_key, device=args.device, dtype=args.dtype,
+        limits = serve_limits(args, deploy)
+    except ValueError as e:
+        print(f"aura-omni serve: {e}", file=sys.stderr)
+        return 2
+    try:
+        app = create_app(deploy, name, args.api_key, device=args.device, dtype=args.dtype, limits=limits,
                          load_format=args.load_format, allowed_local_media_path=args.allowed_local_media_path,
                          allowed_media_domains=args.allowed_media_domains,
                          request_timeout_s=args.request_timeout or None)
@@ -98,7 +115,8 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     log.info("serving %s (pipeline %s, stages %s) on http://%s:%d", name, deploy.pipeline,
              sorted(deploy.roles), args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ws="websockets-sansio")
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ws="websockets-sansio",
+                ws_max_size=limits.max_ws_message_bytes)
     return 0
 
 

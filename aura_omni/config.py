@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .engine.sampling_params import MAX_TOP_K, SEED_RANGE
+from .media.limits import Limits
 
 # Roles a stage can play; spelled as upstream's `model_stage`.
 ASR, AURA, TALKER, CODE2WAV = "asr", "aura", "qwen3_tts", "code2wav"
@@ -174,7 +175,14 @@ class DeployConfig(_Strict):
     connectors: dict[str, Connector] = Field(default_factory=dict)
     stages: list[Stage] = Field(min_length=1)
     platforms: dict[str, Platform] = Field(default_factory=dict)
+    limits: dict[str, float] = Field(default_factory=dict)  # media.limits.Limits fields; `serve --max-...` flags win
     _source: str = PrivateAttr("<memory>")  # the file it came from, for messages
+
+    @field_validator("limits")
+    @classmethod
+    def _known_limits(cls, v: dict[str, float]) -> dict[str, float]:
+        Limits.from_values(v)  # unknown or non-positive limits are refused at start
+        return v
 
     @property
     def source(self) -> str:

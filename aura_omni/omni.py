@@ -32,6 +32,7 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 import numpy as np
 
 from .config import DeployConfig, load_deploy_config
+from .media.limits import Limits
 from .pipeline.constants import TTS_SAMPLE_RATE
 from .pipeline.media_input import MediaPolicy
 from .pipeline.runtime import Runtime
@@ -80,24 +81,27 @@ class Omni:
         deploy = deploy_config if isinstance(deploy_config, DeployConfig) else load_deploy_config(deploy_config)
         self.runtime = Runtime.load(deploy, device=device, dtype=dtype, load_format=load_format)
         # offline scripts may read any local file (the server only below --allowed-local-media-path)
-        self.builder = TurnBuilder(self.runtime, voices, MediaPolicy(allowed_local_media_path=Path("/")))
+        self.builder = TurnBuilder(self.runtime, voices, MediaPolicy(allowed_local_media_path=Path("/"),
+                                                                     limits=Limits.from_values(deploy.limits)))
         self._loop = asyncio.new_event_loop()  # one loop for sync calls: the runtime's queues live on it
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="omni-loop", daemon=True)
         self._loop_thread.start()
 
     # ------------------------------------------------------------------ turns
     def _spec(self, audio, images, video, text, speak, history, options) -> TurnSpec:
-        info = {k: v for k, v in options.items() if k not in AURA_SAMPLING_OPTIONS}
-        ref = info.get("tts_ref_audio")
-        if ref is not None:  # a (samples, rate) pair must survive "first value of a list"
-            info["tts_ref_audio"] = [ref] if isinstance(ref, tuple) else _source(ref)
+        info = {k: v for k, v in options.items() if k not in AURA_SAMPLING_OPTIONS and k != "voice"}
+        if info.get("tts_ref_audio") is not None:
+            info["tts_ref_audio"] = _source(info["tts_ref_audio"])
         sampling = {k: v for k, v in options.items() if k in AURA_SAMPLING_OPTIONS and v is not None}
         if isinstance(sampling.get("stop"), str):
             sampling["stop"] = [sampling["stop"]]
-        vision = [("image", _source(i)) for i in _many(images)] + [("video", _source(v)) for v in _many(video)]
+        images, videos = _many(images), _many(video)
+        vision = [("image", _source(i)) for i in images] + [("video", _source(v)) for v in videos]
         return TurnSpec(audio=_source(audio) if audio is not None else None, vision=vision,
                         text_parts=[text] if text else [], speak=speak, info=info, aura_sampling=sampling,
-                        history=list(history or []), voice=info.pop("voice", None))
+                        history=list(history or []), voice=options.get("voice"),
+                        vision_params=[f"images[{i}]" for i in range(len(images))]
+                        + [f"video[{i}]" for i in range(len(videos))])
 
     async def astream(self, audio=None, images=None, video=None, text: str | None = None, speak: bool = True,
                       history: Sequence[tuple[str, str]] = (), **options) -> AsyncIterator[TurnEvent]:

@@ -8,6 +8,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from aura_omni.media.limits import plain
+
 
 class AudioDecodeError(ValueError):
     """Bytes that are not audio we can decode (the server maps this to a 400)."""
@@ -19,7 +21,8 @@ MAX_AUDIO_SAMPLE_RATE = 192_000
 _BLOCK_FRAMES = 1 << 16
 
 
-def decode_audio(data: bytes, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS) -> tuple[np.ndarray, int]:
+def decode_audio(data: bytes, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS,
+                 max_sample_rate: int = MAX_AUDIO_SAMPLE_RATE) -> tuple[np.ndarray, int]:
     """wav/flac/ogg/mp3 bytes -> (float32 mono samples, sample rate). Stereo is averaged.
 
     Length, channels and rate are checked from the header before anything is decoded, and channels are
@@ -31,10 +34,11 @@ def decode_audio(data: bytes, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS) ->
             sr, channels, frames = int(f.samplerate), int(f.channels), int(f.frames)
             if channels > MAX_AUDIO_CHANNELS:
                 raise AudioDecodeError(f"audio has {channels} channels; at most {MAX_AUDIO_CHANNELS}")
-            if not 0 < sr <= MAX_AUDIO_SAMPLE_RATE:
-                raise AudioDecodeError(f"audio sample rate {sr} Hz is outside 1..{MAX_AUDIO_SAMPLE_RATE} Hz")
+            if not 0 < sr <= max_sample_rate:
+                raise AudioDecodeError(f"audio sample rate {sr} Hz is outside 1..{max_sample_rate} Hz; "
+                                       f"resample it (16 or 24 kHz is plenty for speech)")
             if frames > max_seconds * sr:
-                raise AudioDecodeError(f"audio is {frames / sr:.1f} s; at most {max_seconds:.0f} s")
+                raise AudioDecodeError(f"audio is {frames / sr:.1f} s; at most {max_seconds:.0f} s: send a shorter clip")
             wav = np.empty(frames, np.float32)  # reads never go past the header's frame count
             n = 0
             for block in f.blocks(_BLOCK_FRAMES, frames=frames, dtype="float32", always_2d=True):
@@ -43,7 +47,8 @@ def decode_audio(data: bytes, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS) ->
     except AudioDecodeError:
         raise
     except Exception as e:  # soundfile raises several types for corrupt input
-        raise AudioDecodeError(f"cannot decode audio ({e})") from e
+        detail = getattr(e, "error_string", None) or plain(e)  # libsndfile's own words, without the file object
+        raise AudioDecodeError(f"cannot decode audio ({detail.rstrip('.')}); send a wav, flac, ogg or mp3 file") from e
     if n == 0:
         raise AudioDecodeError("audio has no samples")
     return wav[:n], sr

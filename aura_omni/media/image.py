@@ -13,7 +13,7 @@ from typing import Iterable
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from aura_omni.media.limits import MediaError, MediaLimits
+from aura_omni.media.limits import MediaError, MediaLimits, plain
 
 IMAGE_FORMATS = ("JPEG", "PNG", "WEBP")
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?)(?P<b64>;base64)?,(?P<data>.*)$", re.S)
@@ -31,7 +31,7 @@ def decode_base64(payload: str) -> bytes:
     try:
         return base64.b64decode("".join(payload.split()), validate=True)
     except (binascii.Error, ValueError) as e:
-        raise MediaError(f"invalid base64 media payload: {e}") from e
+        raise MediaError(f"invalid base64 media payload ({plain(e)}); send base64 or a data URL") from e
 
 
 def is_remote_url_allowed(url: str, allowed_domains: Iterable[str]) -> bool:
@@ -74,7 +74,7 @@ def fetch_remote(url: str, allowed_domains: Iterable[str], max_bytes: int, timeo
         with opener.open(url, timeout=timeout_s) as resp:  # noqa: S310 - scheme and host checked on every hop
             data = resp.read(max_bytes + 1)
     except OSError as e:
-        raise MediaError(f"cannot fetch {url}: {e}") from e
+        raise MediaError(f"cannot fetch {url} ({plain(e)}); send the media inline as a base64 data URL") from e
     if len(data) > max_bytes:
         raise MediaError(f"remote media at {url} is over the limit of {max_bytes} bytes")
     return data
@@ -116,5 +116,5 @@ def decode_image(data: bytes, limits: MediaLimits = MediaLimits()) -> np.ndarray
     except MediaError:
         raise
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
-        raise MediaError(f"cannot decode image: {e}") from e
+        raise MediaError(f"cannot decode image ({plain(e)}); send a JPEG, PNG or WebP image") from e
     return to_rgb(img)

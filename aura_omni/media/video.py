@@ -12,7 +12,7 @@ from typing import Iterable
 import numpy as np
 
 from aura_omni.media.image import decode_image, media_bytes
-from aura_omni.media.limits import MediaError, MediaLimits
+from aura_omni.media.limits import MediaError, MediaLimits, plain
 from aura_omni.media.vision_preprocess import (VIDEO_FPS, VIDEO_MIN_FRAMES, VisionInput, VisionPreprocessConfig,
                                                preprocess_video, sample_frame_indices)
 
@@ -77,7 +77,7 @@ def decode_video(data: bytes, limits: MediaLimits = MediaLimits(), fps: float = 
     except MediaError:
         raise
     except (av.FFmpegError, ValueError, OSError, EOFError) as e:
-        raise MediaError(f"cannot decode video: {e}") from e
+        raise MediaError(f"cannot decode video ({plain(e)}); send an mp4, webm, mkv or mov file") from e
     if not kept:
         raise MediaError("the video has no decodable frames")
     # a stream can decode to fewer frames than it has packets: reuse the last decoded one

@@ -23,4 +23,3 @@ DEFAULT_AURA_SYSTEM_PROMPT = (
 )
 DEFAULT_CUSTOM_VOICE_SPEAKER = "Vivian"
 DEFAULT_TTS_LANGUAGE = "English"  # aura2tts default in vLLM-Omni's merged (G1) path
-DEFAULT_TTS_MAX_NEW_TOKENS = 2048

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..media.audio import AudioDecodeError, decode_audio
 from ..media.image import decode_base64, decode_image, media_bytes
-from ..media.limits import MediaError, MediaLimits
+from ..media.limits import Limits, MediaError
 from ..media.video import decode_video
 from ..media.vision_preprocess import VisionInput, VisionPreprocessConfig, preprocess_image
 
@@ -33,7 +33,7 @@ class MediaPolicy:
 
     allowed_local_media_path: Path | None = None
     allowed_media_domains: tuple[str, ...] = ()
-    limits: MediaLimits = field(default_factory=MediaLimits)
+    limits: Limits = field(default_factory=Limits)
 
 
 def is_base64_text(value: str) -> bool:
@@ -94,12 +94,21 @@ def load_audio(source: str | bytes | tuple[np.ndarray, int], policy: MediaPolicy
         if wav.ndim != 1 or wav.size == 0 or int(sr) <= 0:
             raise AudioDecodeError(f"audio must be non-empty mono samples with a positive rate (got {wav.shape}, {sr})")
     else:
-        wav, sr = decode_audio(source_bytes(source, "audio", policy), max_seconds)
+        wav, sr = decode_audio(source_bytes(source, "audio", policy), max_seconds, policy.limits.max_audio_sample_rate)
     if not np.isfinite(wav).all():
         raise AudioDecodeError("audio contains NaN or infinite samples")
     if len(wav) / sr > max_seconds:
-        raise AudioDecodeError(f"audio is {len(wav) / sr:.0f} s; at most {max_seconds:.0f} s per turn")
+        raise AudioDecodeError(f"audio is {len(wav) / sr:.0f} s; at most {max_seconds:.0f} s: send a shorter clip")
     return wav, int(sr)
+
+
+def load_reference_audio(source, policy: MediaPolicy) -> tuple[np.ndarray, int]:
+    """TTS reference audio, the one loader for speech, chat, Omni and voice registration: any audio reference
+    `load_audio` takes, at most `max_ref_audio_seconds` long (checked from the header, before decoding)."""
+    if isinstance(source, str) and not source.strip():
+        raise AudioDecodeError("reference audio is empty; send base64 audio or a data URL")
+    return load_audio(source.strip() if isinstance(source, str) else source, policy,
+                      policy.limits.max_ref_audio_seconds)
 
 
 @functools.lru_cache(maxsize=8)

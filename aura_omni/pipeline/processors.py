@@ -1,21 +1,17 @@
 """Stage input processors: pure functions from one stage's output (plus the request) to the next stage's input.
 
 asr2aura  : ASR Transcript + vision items + request text -> AURA prompt turns (AuraPrompt)
-aura2tts  : AURA reply -> silent gate, cleaned text or wrapped token ids, TTS options
+aura2tts  : AURA reply -> silent gate, cleaned text or wrapped token ids (the Talker request: tts_request.py)
 Behaviour follows vLLM-Omni's aura_omni processors (merged G1 format; G4 cleaning rules), with the
 deviations noted inline where the upstream behaviour is a known bug.
 """
 
 import re
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from aura_omni.asr.transcript import Transcript
 from aura_omni.pipeline.constants import (
     DEFAULT_AURA_SYSTEM_PROMPT,
-    DEFAULT_CUSTOM_VOICE_SPEAKER,
-    DEFAULT_TTS_LANGUAGE,
-    DEFAULT_TTS_MAX_NEW_TOKENS,
     QWEN_IM_END_ID,
     QWEN_IM_START_ID,
     QWEN_NEWLINE_ID,
@@ -27,32 +23,15 @@ from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTurn
 
 
 class PipelineRequestError(ValueError):
-    """A request the pipeline cannot serve as asked (the server answers 400 before any stage runs)."""
+    """A request the pipeline cannot serve as asked (the server answers 400 before any stage runs).
+    `param`: the request field at fault, in the request's own spelling; `code`: OpenAI's error code."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.param, self.code = param, code
 
 
 # ---------------------------------------------------------------------------------------------- values
-
-def first_value(value: Any, default: Any = None) -> Any:
-    """additional_information values may be scalars or lists: take element 0 of a list."""
-    if isinstance(value, (list, tuple)):
-        return value[0] if value else default
-    return default if value is None else value
-
-
-def as_bool(value: Any) -> bool:
-    value = first_value(value, False)
-    if isinstance(value, str):
-        return value.strip().lower() in {"1", "true", "yes", "on"}
-    return bool(value)
-
-
-def text_value(info: dict, key: str, default: str | None = None) -> str | None:
-    """First value of a text field; anything but a string (a number, an object) is a client error."""
-    value = first_value(info.get(key), default)
-    if value is not None and not isinstance(value, str):
-        raise PipelineRequestError(f"{key} must be a string (got {type(value).__name__})")
-    return value
-
 
 def normalize_speaker(name: str | None) -> str:
     """'vivian'/'VIVIAN' -> 'Vivian'; names with '_' (Uncle_Fu, Ono_Anna) are kept as given."""
@@ -149,92 +128,3 @@ def wrap_tts_token_ids(aura_ids: Sequence[int]) -> list[int]:
     return [*TTS_ASSISTANT_PREFIX_IDS, *ids, *TTS_ASSISTANT_SUFFIX_IDS]
 
 
-TASK_TYPES = {"base": "Base", "customvoice": "CustomVoice", "custom_voice": "CustomVoice",
-              "voicedesign": "VoiceDesign", "voice_design": "VoiceDesign"}
-CHECKPOINT_TASK_TYPE = {"base": "Base", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}
-
-
-@dataclass(frozen=True)
-class TTSOptions:
-    """Per-request Talker settings, fixed when the request arrives and reused for every sentence."""
-
-    task_type: str
-    language: str
-    speaker: str | None = None
-    instruct: str | None = None
-    ref_audio: Any = None  # base64 / data URL / (wav, sr): decoded by the TTS stage
-    ref_text: str | None = None
-    x_vector_only: bool = False
-    voice: str | None = None  # a registered (cloned) voice name
-    max_new_tokens: int = DEFAULT_TTS_MAX_NEW_TOKENS
-    non_streaming_mode: bool | None = None
-    pass_token_ids: bool = False
-
-
-def tts_options(
-    info: dict | None,
-    *,
-    checkpoint_type: str,
-    registered_voices: Sequence[str] = (),
-    voice: str | None = None,
-) -> TTSOptions:
-    """TTS options from `additional_information` (and the OpenAI `audio.voice`), validated up front.
-
-    The default task type follows the loaded Talker checkpoint. Base needs a reference: tts_ref_audio with
-    tts_ref_text (in-context clone), tts_ref_audio with tts_x_vector_only_mode, or a registered voice.
-    """
-    info = info or {}
-    raw_task = first_value(info.get("tts_task_type"))
-    if raw_task is None:
-        task_type = CHECKPOINT_TASK_TYPE[checkpoint_type]
-    else:
-        task_type = TASK_TYPES.get(str(raw_task).replace(" ", "").lower())
-        if task_type is None:
-            raise PipelineRequestError(f"tts_task_type must be Base, CustomVoice or VoiceDesign (got {raw_task!r})")
-    if task_type != CHECKPOINT_TASK_TYPE[checkpoint_type]:
-        raise PipelineRequestError(
-            f"tts_task_type {task_type} needs a {task_type} Qwen3-TTS checkpoint; this deployment loads a "
-            f"{CHECKPOINT_TASK_TYPE[checkpoint_type]} one"
-        )
-    language = text_value(info, "tts_language", DEFAULT_TTS_LANGUAGE)
-    instruct = text_value(info, "tts_instruct") or None
-    max_new = first_value(info.get("tts_max_new_tokens"), DEFAULT_TTS_MAX_NEW_TOKENS)
-    try:
-        max_new = int(max_new)
-    except (TypeError, ValueError, OverflowError):  # OverflowError: JSON Infinity / 1e400
-        raise PipelineRequestError(f"tts_max_new_tokens must be an integer (got {max_new!r})") from None
-    if max_new < 1:
-        raise PipelineRequestError(f"tts_max_new_tokens must be >= 1 (got {max_new})")
-    non_streaming = first_value(info.get("tts_non_streaming_mode"))
-    common = dict(
-        task_type=task_type, language=language, instruct=instruct, max_new_tokens=max_new,
-        non_streaming_mode=non_streaming if isinstance(non_streaming, bool) else None,
-        pass_token_ids=as_bool(info.get("tts_pass_token_ids")),
-    )
-    if task_type == "CustomVoice":
-        speaker = text_value(info, "tts_speaker") or voice or DEFAULT_CUSTOM_VOICE_SPEAKER
-        return TTSOptions(speaker=normalize_speaker(str(speaker)), **common)
-    if task_type == "VoiceDesign":
-        if not instruct:
-            raise PipelineRequestError("VoiceDesign needs tts_instruct describing the voice")
-        return TTSOptions(**common)
-    ref_audio = first_value(info.get("tts_ref_audio"))
-    ref_text = text_value(info, "tts_ref_text") or None
-    x_vector_only = as_bool(info.get("tts_x_vector_only_mode"))
-    named = text_value(info, "tts_voice") or voice
-    if ref_audio:
-        if not ref_text and not x_vector_only:
-            raise PipelineRequestError(
-                "Base TTS with tts_ref_audio needs tts_ref_text (in-context clone) or tts_x_vector_only_mode: true"
-            )
-        return TTSOptions(ref_audio=ref_audio, ref_text=ref_text, x_vector_only=x_vector_only, **common)
-    if named and named in registered_voices:
-        return TTSOptions(voice=named, **common)
-    if named:
-        raise PipelineRequestError(
-            f"voice {named!r} is not registered; register it with POST /v1/audio/voices or pass tts_ref_audio"
-        )
-    raise PipelineRequestError(
-        "Base TTS requires a reference voice: tts_ref_audio with tts_ref_text, tts_ref_audio with "
-        "tts_x_vector_only_mode, or a registered voice name"
-    )

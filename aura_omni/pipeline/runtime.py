@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import numpy as np
@@ -133,7 +134,7 @@ class Runtime:
         """The model serving `role`, or StageNotDeployedError saying what this deployment lacks."""
         if role in self.models:
             return self.models[role]
-        raise StageNotDeployedError(f"{endpoint} is not available: this deployment ({self.deploy.source}, pipeline "
+        raise StageNotDeployedError(f"{endpoint} is not available: this deployment ({Path(self.deploy.source).name}, pipeline "
                                     f"{self.deploy.pipeline!r}, stages {sorted(self.deploy.roles)}) lacks "
                                     f"{ROLE_NAMES[role]}")
 

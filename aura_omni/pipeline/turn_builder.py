@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..config import ASR, AURA, TALKER  # Code2Wav takes no sampling: its list entry is accepted, unused
-from ..pipeline.constants import AURA_STOP_TOKEN_IDS
-from ..pipeline.processors import PipelineRequestError, TTSOptions, as_bool, first_value, tts_options
+from ..media.limits import LimitError, Limits
+from ..pipeline.additional_information import AdditionalInformation
+from ..pipeline.constants import AURA_STOP_TOKEN_IDS, DEFAULT_TTS_LANGUAGE
+from ..pipeline.processors import PipelineRequestError
 from ..stages.engine_config import sampling_params
+from ..pipeline.tts_request import (TALKER_SAMPLING, TalkerContext, check_tts, finish_tts, sampling_field,
+                                    talker_token_cap)
 from ..pipeline.turn import TurnRequest
-from .media_input import (MAX_REF_AUDIO_SECONDS, MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input,
-                          load_video_input)
-
-# sampling_params_list keys the Talker honours -> TTSRequest fields
-_TALKER_SAMPLING = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p",
-                    "repetition_penalty": "repetition_penalty", "seed": "seed", "max_tokens": "max_new_tokens"}
+from .media_input import MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input, load_reference_audio, load_video_input
 
 
 @dataclass
@@ -38,11 +38,15 @@ class TurnSpec:
     system_prompt: str | None = None  # from system messages; additional_information.aura_system_prompt wins
     history: list[tuple[str, str]] = field(default_factory=list)  # earlier (role, text) turns
     speak: bool | None = None  # None: speak when the deployment has TTS stages
-    info: dict = field(default_factory=dict)  # vLLM-Omni additional_information
+    info: dict = field(default_factory=dict)  # vLLM-Omni additional_information (AdditionalInformation keys)
     voice: str | None = None  # OpenAI audio.voice: a CustomVoice speaker or a registered voice
     stage_sampling: list[dict | None] | None = None  # sampling_params_list, one entry per stage in order
     aura_sampling: dict = field(default_factory=dict)  # explicit top-level OpenAI fields: win for AURA
     timeout_s: float | None = None
+    # where each input sits in the request, for errors (`messages[0].content[1].image_url`)
+    audio_param: str = "audio"
+    vision_params: list[str] = field(default_factory=list)
+    content_param: str = "content"  # the user turn as a whole
 
 
 class VoiceRegistry(Protocol):
@@ -65,99 +69,127 @@ class TurnBuilder:
     def __init__(self, runtime, voices: VoiceRegistry | None = None, policy: MediaPolicy = MediaPolicy()):
         self.runtime, self.voices, self.policy = runtime, voices, policy
 
-    def stage_entries(self, entries: list[dict | None] | None) -> dict[str, dict]:
-        """sampling_params_list -> role -> that stage's dict; absent tail entries keep the YAML defaults."""
+    @property
+    def limits(self) -> Limits:
+        return self.policy.limits
+
+    def talker_context(self) -> TalkerContext:
+        """How this server builds Talker requests: its checkpoint, deploy defaults and cap, voices, reference loader."""
+        stage = self.runtime.deploy.stage(TALKER)
+        return TalkerContext(tts=self.runtime.models[TALKER], stage=stage,
+                             max_new_tokens=talker_token_cap(stage, self.limits), voices=self.voices,
+                             load_reference=functools.partial(load_reference_audio, policy=self.policy),
+                             voice_prompt=self.runtime.voice_prompt)
+
+    def stage_entries(self, entries: list[dict | None] | None) -> dict[str, tuple[int, dict]]:
+        """sampling_params_list -> role -> (index, that stage's dict); absent tail entries keep the YAML defaults."""
         stages = sorted(self.runtime.deploy.stages, key=lambda s: s.stage_id)
         entries = list(entries or [])
         if len(entries) > len(stages):
-            raise PipelineRequestError(f"sampling_params_list has {len(entries)} entries; this deployment has "
-                                       f"{len(stages)} stages ({', '.join(self.runtime.deploy.role_of(s) for s in stages)})")
-        return {self.runtime.deploy.role_of(s): dict(e) for s, e in zip(stages, entries) if e}
+            raise PipelineRequestError(
+                f"sampling_params_list has {len(entries)} entries; this deployment has {len(stages)} stages "
+                f"({', '.join(self.runtime.deploy.role_of(s) for s in stages)}): send at most one entry per stage",
+                param="sampling_params_list")
+        return {self.runtime.deploy.role_of(s): (i, dict(e)) for i, (s, e) in enumerate(zip(stages, entries)) if e}
 
-    def aura_sampling(self, entry: dict, overrides: dict) -> dict:
-        merged = {**entry, **overrides}
+    def aura_sampling(self, entry: tuple[int, dict] | None, overrides: dict) -> dict:
+        index, values = entry or (None, {})
+        merged = {**values, **overrides}
+        for key in merged.get("logit_bias") or {}:
+            if not str(key).lstrip("-").isdigit():
+                raise PipelineRequestError(f"logit_bias: {key!r} is not a token id; send token ids as keys "
+                                           f"(e.g. {{\"151669\": -100}})", param="logit_bias")
+        param = "max_tokens" if "max_tokens" in overrides else f"sampling_params_list[{index}].max_tokens"
+        self.limits.check_tokens(merged.get("max_tokens"), self.limits.max_aura_tokens, param)
         aura = self.runtime.models.get(AURA)
         if aura is None:
             return merged
-        params = sampling_params(aura.stage.default_sampling_params, merged, stop_token_ids=list(AURA_STOP_TOKEN_IDS))
+        try:
+            params = sampling_params(aura.stage.default_sampling_params, merged,
+                                     stop_token_ids=list(AURA_STOP_TOKEN_IDS))
+        except (ValueError, TypeError) as e:  # the engine's own range checks of the merged values
+            raise PipelineRequestError(f"{e}; send a value in range", param=sampling_field(str(e))) from None
         vocab = aura.model.config.vocab_size
         bad = sorted(t for t in params.logit_bias if not 0 <= t < vocab)
         if bad:
-            raise PipelineRequestError(f"logit_bias: token id {bad[0]} is outside AURA's vocabulary (size {vocab})")
+            raise PipelineRequestError(f"logit_bias: token id {bad[0]} is outside AURA's vocabulary (size {vocab}); "
+                                       f"send ids from 0 to {vocab - 1}", param="logit_bias")
         return merged
 
-    async def tts_template(self, opts: TTSOptions, info: dict, entry: dict, registered=None):
-        """The Talker request for every sentence of this turn, with the cloned voice's prompt computed once.
-        `registered`: the voice `opts.voice` named, fetched once when the options were checked."""
-        from ..stages.tts import TTSRequest, TTSRequestError
+    def asr_sampling(self, entry: tuple[int, dict] | None) -> dict | None:
+        if entry is None:
+            return None
+        index, values = entry
+        self.limits.check_tokens(values.get("max_tokens"), self.limits.max_asr_tokens,
+                                 f"sampling_params_list[{index}].max_tokens")
+        return values
 
-        tts = self.runtime.models[TALKER]
-        language = next((lang for lang in tts.languages if lang.lower() == opts.language.lower()), None)
-        if language is None:
-            raise PipelineRequestError(f"tts_language: unknown language {opts.language!r}; this checkpoint has "
-                                       f"{sorted(tts.languages)}")
-        stage = self.runtime.deploy.stage(TALKER)
-        defaults = stage.default_sampling_params.model_dump(exclude_none=True)
-        sampling = {ours: v for key, ours in _TALKER_SAMPLING.items()
-                    if (v := entry.get(key, defaults.get(key))) is not None}
-        if info.get("tts_max_new_tokens") is not None:
-            sampling["max_new_tokens"] = opts.max_new_tokens
-        sub = stage.subtalker_sampling_params
-        if sub is not None:
-            sampling.update({k: v for k, v in dict(subtalker_dosample=sub.do_sample, subtalker_temperature=sub.temperature,
-                                                   subtalker_top_k=sub.top_k, subtalker_top_p=sub.top_p).items()
-                             if v is not None})
-        template = TTSRequest(task_type=opts.task_type, language=language, speaker=opts.speaker,
-                              instruct=opts.instruct, non_streaming_mode=opts.non_streaming_mode, **sampling)
-        if opts.task_type == "Base":
-            if opts.ref_audio is not None:
-                try:
-                    wav, sr = await asyncio.to_thread(load_audio, opts.ref_audio, self.policy, MAX_REF_AUDIO_SECONDS)
-                except MEDIA_ERRORS as e:
-                    raise PipelineRequestError(f"tts_ref_audio: {e}") from None
-                if len(wav) / sr > MAX_REF_AUDIO_SECONDS:
-                    raise PipelineRequestError(f"tts_ref_audio: reference audio is {len(wav) / sr:.1f} s; at most "
-                                               f"{MAX_REF_AUDIO_SECONDS:.0f} s")
-                try:
-                    voice = await self.runtime.voice_prompt(wav, sr, opts.ref_text, opts.x_vector_only)
-                except TTSRequestError as e:
-                    raise PipelineRequestError(f"tts_ref_audio: {e}") from None
-            else:
-                if registered is None:
-                    raise PipelineRequestError(f"voice: {opts.voice!r} is not a registered voice (was it deleted?)")
-                voice = registered.prompt
-            template = dataclasses.replace(template, voice=voice)
-        tts.validate(dataclasses.replace(template, text="check"))  # TTSRequestError: speaker, sampling, ...
-        return template
+    def tts_ask(self, info: AdditionalInformation, voice: str | None, entry: tuple[int, dict] | None):
+        """The turn's Talker request as asked: additional_information, the Talker's sampling_params_list entry, the
+        OpenAI `audio.voice`. The entry's max_tokens counts when tts_max_new_tokens is not given."""
+        index, values = entry or (None, {})
+        ask = info.tts_ask(voice, {k: values[k] for k in TALKER_SAMPLING if k in values},
+                           default_language=DEFAULT_TTS_LANGUAGE)  # vLLM-Omni aura2tts speaks English by default
+        if values.get("max_tokens") is not None:
+            param = f"sampling_params_list[{index}].max_tokens"
+            entry_ask = dataclasses.replace(ask, max_new_tokens=values["max_tokens"],
+                                            params={**ask.params, "max_new_tokens": param})
+            check_tts(entry_ask, self.talker_context())  # in range even where tts_max_new_tokens wins
+            if ask.max_new_tokens is None:
+                ask = entry_ask
+        return ask
 
     async def build(self, spec: TurnSpec, request_id: str) -> TurnRequest:
-        info = spec.info or {}
+        info = AdditionalInformation.parse(spec.info)
         speak = (TALKER in self.runtime.models) if spec.speak is None else spec.speak
         # missing stages first: refused before any work (the probe carries stand-ins for audio and template)
         self.runtime.pipeline.check(TurnRequest(request_id, audio=spec.audio, speak=speak, tts=speak or None))
         entries = self.stage_entries(spec.stage_sampling)
-        aura_sampling = self.aura_sampling(entries.get(AURA, {}), spec.aura_sampling)
-        opts = registered = None
-        if speak:  # cheap option checks (Base without a reference fails here, in milliseconds)
-            opts = tts_options(info, checkpoint_type=self.runtime.models[TALKER].model_type,
-                               registered_voices=_RegisteredNames(self.voices), voice=spec.voice)
-            # keep the voice object: a DELETE while the media below decodes must not pull it from under us
-            registered = self.voices.get(opts.voice) if self.voices is not None and opts.voice else None
-        self.policy.limits.check_counts(sum(kind == "image" for kind, _ in spec.vision),
-                                        sum(kind == "video" for kind, _ in spec.vision))
+        aura_sampling = self.aura_sampling(entries.get(AURA), spec.aura_sampling)
+        asr_sampling = self.asr_sampling(entries.get(ASR))
+        ask = plan = talker = None
+        if speak:  # cheap checks first: Base without a reference fails here, in milliseconds
+            talker = self.talker_context()
+            ask = self.tts_ask(info, spec.voice, entries.get(TALKER))
+            plan = check_tts(ask, talker)
+        try:
+            self.limits.check_counts(sum(kind == "image" for kind, _ in spec.vision),
+                                     sum(kind == "video" for kind, _ in spec.vision))
+        except MEDIA_ERRORS as e:
+            raise PipelineRequestError(f"{spec.content_param}: {e}; send fewer", param=spec.content_param) from None
         audio = None
         if spec.audio is not None:
-            audio = await asyncio.to_thread(load_audio, spec.audio, self.policy, None, spec.audio_is_base64)
-        vision = [await asyncio.to_thread(self._vision, kind, source) for kind, source in spec.vision]
-        template = await self.tts_template(opts, info, entries.get(TALKER, {}), registered) if speak else None
+            try:
+                audio = await asyncio.to_thread(load_audio, spec.audio, self.policy, None, spec.audio_is_base64)
+            except MEDIA_ERRORS as e:
+                raise PipelineRequestError(f"{spec.audio_param}: {e}", param=spec.audio_param) from None
+        vision = []
+        for i, (kind, source) in enumerate(spec.vision):
+            param = spec.vision_params[i] if i < len(spec.vision_params) else f"{kind}[{i}]"
+            try:
+                vision.append(await asyncio.to_thread(self._vision, kind, source))
+            except MEDIA_ERRORS as e:
+                raise PipelineRequestError(f"{param}: {e}", param=param) from None
+        self.check_vision_totals(vision, spec.content_param)
+        template = await finish_tts(plan, ask, talker) if speak else None
         return TurnRequest(
             request_id, audio=audio, vision=vision, text_parts=list(spec.text_parts), history=list(spec.history),
-            system_prompt=first_value(info.get("aura_system_prompt")) or spec.system_prompt,
-            is_speech=as_bool(info["is_speech"]) if info.get("is_speech") is not None else True,
-            speak=speak, tts=template, tts_pass_token_ids=bool(opts and opts.pass_token_ids),
-            asr_sampling=entries.get(ASR), aura_sampling=aura_sampling,
-            asr_language=first_value(info.get("asr_language")), asr_context=first_value(info.get("asr_context")),
-            timeout_s=spec.timeout_s)
+            system_prompt=info.aura_system_prompt or spec.system_prompt,
+            is_speech=info.is_speech if info.is_speech is not None else True,
+            speak=speak, tts=template, tts_pass_token_ids=info.tts_pass_token_ids,
+            asr_sampling=asr_sampling, aura_sampling=aura_sampling,
+            asr_language=info.asr_language, asr_context=info.asr_context, timeout_s=spec.timeout_s)
+
+    def check_vision_totals(self, vision: list, param: str) -> None:
+        """Frames and pixels (as AURA sees them, after resizing) summed over the request's images and videos."""
+        frames = sum(v.frames.shape[0] for v in vision if v.kind == "video" and v.frames is not None)
+        if frames > self.limits.max_frames_per_request:
+            raise LimitError(f"the request's videos keep {frames} frames; at most {self.limits.max_frames_per_request} "
+                             f"per request: send shorter or fewer videos", param=param)
+        pixels = sum(v.frames.shape[0] * v.frames.shape[-2] * v.frames.shape[-1] for v in vision if v.frames is not None)
+        if pixels > self.limits.max_pixels_per_request:
+            raise LimitError(f"the request's images and videos come to {pixels} pixels after resizing; at most "
+                             f"{self.limits.max_pixels_per_request} per request: send fewer or smaller ones", param=param)
 
     def _vision(self, kind: str, source: Any):
         aura = self.runtime.models.get(AURA)
@@ -166,5 +198,4 @@ class TurnBuilder:
             return load_image_input(source, self.policy, checkpoint)
         if kind == "video":
             return load_video_input(source, self.policy, checkpoint)
-        raise PipelineRequestError(f"unknown vision input kind {kind!r}")
-
+        raise PipelineRequestError(f"unknown vision input kind {kind!r}; send image or video")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -13,7 +14,9 @@ from starlette.requests import HTTPConnection
 
 from .. import __version__
 from ..config import DeployConfig
+from ..media.limits import Limits
 from ..pipeline.runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
+from .admission import Admission
 from .errors import install_error_handlers
 from .health import main_model
 from .metrics import RequestMetrics
@@ -36,6 +39,7 @@ ENDPOINT_MODULES = [
 ]
 OPEN_PATHS = {"/health", "/"}  # answered without an API key (and the page's assets, OPEN_PREFIX)
 OPEN_PREFIX = "/web/"
+ALLOWED_MEDIA_DOMAINS_ENV = "AURA_OMNI_ALLOWED_MEDIA_DOMAINS"  # comma-separated; remote media is off by default
 
 
 async def check_api_key(conn: HTTPConnection) -> None:
@@ -51,19 +55,24 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
                runtime: Runtime | None = None, device: str | None = None, dtype: str | None = None,
                load_format: str | None = None, allowed_local_media_path: str | Path | None = None,
                allowed_media_domains: list[str] | None = None,
-               request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S) -> FastAPI:
+               request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S, limits: Limits | None = None) -> FastAPI:
     """Build the server; loads the deploy's stage models unless a ready `runtime` is given (tests).
     `served_model_name`: the name (or names, the first reported, as vLLM's) requests may send as `model`.
-    `request_timeout_s`: a chat turn running longer is cancelled in every stage and answered 504 (None: no limit)."""
+    `request_timeout_s`: a chat turn running longer is cancelled in every stage and answered 504 (None: no limit).
+    `limits`: default the deploy file's `limits:` section over the built-in defaults."""
     if runtime is None:  # loaded and warmed here: /health answers only once every stage has served a request
         runtime = Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
         asyncio.run(runtime.warm_up())
     runtime.request_timeout_s = request_timeout_s
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name or [])
     names = names or [main_model(deploy_config)]
+    if allowed_media_domains is None:
+        allowed_media_domains = [d for d in os.environ.get(ALLOWED_MEDIA_DOMAINS_ENV, "").split(",") if d.strip()]
     state = ServerState(runtime=runtime, served_model_name=names[0], model_aliases=tuple(names[1:]),
                         api_key=api_key or None,
-                        allowed_local_media_path=Path(allowed_local_media_path) if allowed_local_media_path else None)
+                        allowed_local_media_path=Path(allowed_local_media_path) if allowed_local_media_path else None,
+                        limits=limits or Limits.from_values(deploy_config.limits),
+                        allowed_media_domains=tuple(d.strip() for d in allowed_media_domains))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -74,7 +83,7 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
     app = FastAPI(title="aura-omni", version=__version__, lifespan=lifespan, dependencies=[Depends(check_api_key)],
                   docs_url=None, redoc_url=None)
     app.state.server = state
-    app.state.allowed_media_domains = allowed_media_domains  # remote chat media hosts; None: $AURA_OMNI_ALLOWED_MEDIA_DOMAINS
+    app.add_middleware(Admission, state=state)  # body size, requests in flight, open sockets: Limits
     install_error_handlers(app)
     app.add_middleware(RequestMetrics)  # arrival time for the endpoints' timings; requests_total
     for module in ENDPOINT_MODULES:

@@ -22,7 +22,6 @@ import base64
 import contextlib
 import json
 import logging
-import os
 import time
 import uuid
 from collections import OrderedDict
@@ -41,7 +40,7 @@ from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .chat_protocol import (AudioReply, AudioURLPart, ChatCompletion, ChatCompletionRequest, Choice, ImageURLPart,
                             InputAudioPart, ReplyMessage, STREAM_AUDIO_FORMATS, TextPart, Usage, VideoURLPart)
 from .disconnect import unless_client_leaves
-from .errors import APIError, error_body
+from .errors import APIError, client_error, error_body, internal_error
 from .metrics import arrival
 
 log = logging.getLogger("aura_omni.server")
@@ -49,7 +48,6 @@ router = APIRouter()
 
 AUDIO_TTL_S = 24 * 3600  # OpenAI: an audio reply can be referred to for 24 hours
 MAX_REMEMBERED_AUDIO = 4096  # transcripts kept for `assistant.audio.id` references (oldest dropped)
-ALLOWED_MEDIA_DOMAINS_ENV = "AURA_OMNI_ALLOWED_MEDIA_DOMAINS"  # comma-separated; remote media is off by default
 
 
 def _encoder_format(fmt: str) -> str:
@@ -80,15 +78,6 @@ def _app_store(request: Request, name: str, factory):
     return value
 
 
-def media_policy(request: Request) -> MediaPolicy:
-    state = request.app.state.server
-    domains = getattr(request.app.state, "allowed_media_domains", None)
-    if domains is None:
-        domains = [d for d in os.environ.get(ALLOWED_MEDIA_DOMAINS_ENV, "").split(",") if d.strip()]
-    return MediaPolicy(allowed_local_media_path=state.allowed_local_media_path,
-                       allowed_media_domains=tuple(domains))
-
-
 # ---------------------------------------------------------------------------------------------- request -> turn
 
 def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak: bool) -> TurnSpec:
@@ -110,13 +99,14 @@ def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak:
             history.append(("assistant", text))
         elif text:
             history.append((msg.role, text))
-    spec = TurnSpec(system_prompt="\n".join(system) or None, history=history, speak=speak,
-                    info=dict(body.additional_information or {}),
+    where = f"messages[{len(body.messages) - 1}].content"
+    info = body.additional_information.model_dump(exclude_unset=True) if body.additional_information else {}
+    spec = TurnSpec(system_prompt="\n".join(system) or None, history=history, speak=speak, info=info,
+                    content_param=where, audio_param=where,
                     voice=body.audio.voice_name if body.audio else None,
                     stage_sampling=[p.model_dump(exclude_none=True) if p is not None else None
                                     for p in body.sampling_params_list] if body.sampling_params_list else None,
                     aura_sampling=body.aura_sampling())
-    where = f"messages[{len(body.messages) - 1}].content"
     parts = [TextPart(type="text", text=last.content)] if isinstance(last.content, str) else list(last.content or [])
     for j, part in enumerate(parts):
         if isinstance(part, TextPart):
@@ -124,13 +114,15 @@ def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak:
                 spec.text_parts.append(part.text)
         elif isinstance(part, (InputAudioPart, AudioURLPart)):
             if spec.audio is not None:
-                raise APIError(f"{where}[{j}]: one audio part per turn", param=f"{where}[{j}]", code="too_many_audio")
+                raise APIError(f"{where}[{j}]: one audio part per turn; send the other audio in a turn of its own",
+                               param=f"{where}[{j}]", code="too_many_audio")
             spec.audio = part.input_audio.data if isinstance(part, InputAudioPart) else part.audio_url.url
             spec.audio_is_base64 = isinstance(part, InputAudioPart)  # OpenAI's input_audio.data is always base64
-        elif isinstance(part, ImageURLPart):
-            spec.vision.append(("image", part.image_url.url))
-        elif isinstance(part, VideoURLPart):
-            spec.vision.append(("video", part.video_url.url))
+            spec.audio_param = f"{where}[{j}].{part.type}"
+        elif isinstance(part, (ImageURLPart, VideoURLPart)):
+            url = part.image_url.url if isinstance(part, ImageURLPart) else part.video_url.url
+            spec.vision.append((part.type.removesuffix("_url"), url))
+            spec.vision_params.append(f"{where}[{j}].{part.type}")
     if spec.audio is None and not spec.vision and not spec.text_parts:
         raise APIError(f"{where}: the user turn is empty (send audio, an image, a video or text)", param=where,
                        code="empty_turn")
@@ -139,15 +131,15 @@ def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak:
 
 @contextlib.contextmanager
 def client_errors():
-    """What a bad request raises anywhere in the turn -> an OpenAI-style 4xx (the server stays healthy)."""
+    """What a bad request raises anywhere in the turn -> an OpenAI-style 4xx; anything else propagates (a 500)."""
     try:
         yield
-    except APIError:
-        raise
     except TurnTimeout as e:
         raise APIError(str(e), 504, code="timeout") from None
-    except ValueError as e:  # PipelineRequestError, TTSRequestError, MediaError, AudioDecodeError, SamplingParams,
-        raise APIError(str(e), 400, code="invalid_request") from None  # PromptTooLongError, bad ASR language
+    except Exception as e:
+        if (err := client_error(e)) is None:
+            raise
+        raise err from None
 
 
 # ---------------------------------------------------------------------------------------------- endpoint
@@ -168,11 +160,14 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
             raise APIError(f"audio.format: {fmt!r} cannot be {'streamed' if body.stream else 'produced'} by this "
                            f"server; use one of {list(allowed)}", param="audio.format",
                            code="unsupported_format") from None
+    info = body.additional_information
+    state.limits.check_text(sum(len(t) for m in body.messages for t in m.texts())
+                            + len(info.aura_system_prompt or "" if info else ""), "messages")  # the client's text
     transcripts = _app_store(request, "chat_audio_transcripts", AudioTranscripts)
     spec = turn_spec(body, transcripts, speak)
     rid = f"chatcmpl-{uuid.uuid4().hex}"
     with client_errors():
-        turn = await TurnBuilder(runtime, state.voices, media_policy(request)).build(spec, rid)
+        turn = await TurnBuilder(runtime, state.voices, state.media_policy()).build(spec, rid)
     events = state.metrics.turn_events(request.url.path, runtime.pipeline.turn(turn), arrival(request), body.stream)
     name = body.model or state.served_model_name
     if not body.stream:
@@ -264,11 +259,9 @@ async def _stream(first, events: AsyncIterator, rid: str, model: str, speak: boo
                         "choices": [], "usage": usage})
     except TurnTimeout as e:
         yield _sse(error_body(str(e), 504, code="timeout"))
-    except ValueError as e:
-        yield _sse(error_body(str(e), 400, code="invalid_request"))
     except Exception as e:  # headers are sent: report in-band, keep serving others
-        log.exception("chat stream failed")
-        yield _sse(error_body(f"turn failed: {type(e).__name__}: {e}", 500))
+        err = client_error(e) or internal_error("chat stream")
+        yield _sse(error_body(err.message, err.status, param=err.param, code=err.code, type=err.type))
     finally:
         await events.aclose()  # client gone or done: cancels every stage's work for this turn
     yield _sse("[DONE]")

@@ -15,10 +15,12 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import SamplingParams as StageSamplingParams
 from ..engine.sampling_params import MAX_TOP_K, SEED_RANGE
+from ..pipeline.additional_information import AdditionalInformation
+from .protocol import MAX_PENALTY, MAX_TEMPERATURE
 
 # OpenAI `audio.format` values this server can produce (`aac` has no encoder in libsndfile).
 AUDIO_FORMATS = ("wav", "pcm16", "flac", "mp3", "opus")
@@ -29,6 +31,8 @@ class StageSampling(StageSamplingParams):
     """One `sampling_params_list` entry: the deploy file's per-stage fields plus vLLM's logit_bias."""
 
     logit_bias: dict[str, float] | None = None
+    temperature: float | None = Field(None, ge=0, le=MAX_TEMPERATURE)
+    repetition_penalty: float | None = Field(None, gt=0, le=MAX_PENALTY)
 
 
 class _Body(BaseModel):
@@ -123,7 +127,7 @@ class ChatCompletionRequest(_Body):
     stream: bool = False
     stream_options: StreamOptions | None = None
     # OpenAI sampling fields: they apply to the AURA stage
-    temperature: float | None = Field(None, ge=0, le=2)
+    temperature: float | None = Field(None, ge=0, le=MAX_TEMPERATURE)
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -135,13 +139,13 @@ class ChatCompletionRequest(_Body):
     # vLLM sampling extensions, also for the AURA stage
     top_k: int | None = Field(None, ge=-1, le=MAX_TOP_K)
     min_p: float | None = Field(None, ge=0, le=1)
-    repetition_penalty: float | None = Field(None, gt=0)
+    repetition_penalty: float | None = Field(None, gt=0, le=MAX_PENALTY)
     min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = None
     # vLLM-Omni extensions
     sampling_params_list: list[StageSampling | None] | None = None
-    additional_information: dict[str, Any] | None = None
+    additional_information: AdditionalInformation | None = None  # typed: a misspelt key is a 400 naming it
     # OpenAI fields accepted only at values this server honours (else 400 naming the field)
     n: int | None = Field(None, ge=1, le=1)
     logprobs: Literal[False] | None = None
@@ -158,13 +162,20 @@ class ChatCompletionRequest(_Body):
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
 
-    @model_validator(mode="after")
-    def _check(self) -> ChatCompletionRequest:
-        if self.response_format is not None and self.response_format.get("type", "text") != "text":
-            raise ValueError("response_format: only {\"type\": \"text\"} is supported")
-        if self.modalities is not None and "text" not in self.modalities:
-            raise ValueError("modalities: must include \"text\" (AURA's reply is always returned as text)")
-        return self
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None and v.get("type", "text") != "text":
+            raise ValueError("only {\"type\": \"text\"} is supported; leave response_format out")
+        return v
+
+    @field_validator("modalities")
+    @classmethod
+    def _with_text(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and "text" not in v:
+            raise ValueError("must include \"text\" (AURA's reply is always returned as text); send [\"text\"] or "
+                             "[\"text\", \"audio\"]")
+        return v
 
     def aura_sampling(self) -> dict[str, Any]:
         """The top-level sampling fields the client set explicitly (they override the AURA stage's)."""

@@ -2,6 +2,9 @@
 
 FastAPI's own 422 validation answer becomes a 400 `invalid_request_error` naming the field, and
 malformed JSON a 400 too, so every client error looks like OpenAI's and the server stays healthy.
+
+Only our own request-error types (`request_error_types`) are answered as client errors; anything else is a
+500 `server_error` with a generic message (the traceback goes to the log, never to the client).
 """
 
 import json
@@ -12,26 +15,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..pipeline.errors import _TYPES, APIError, client_error, internal_error, request_error_types  # noqa: F401
 from ..pipeline.runtime import StageNotDeployedError
 
 log = logging.getLogger("aura_omni.server")
-
-# HTTP status -> OpenAI error type.
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-          404: "not_found_error", 405: "invalid_request_error", 409: "conflict_error",
-          413: "invalid_request_error", 415: "invalid_request_error", 422: "invalid_request_error",
-          429: "rate_limit_error", 500: "server_error", 503: "service_unavailable_error"}
-
-
-class APIError(Exception):
-    """Raise anywhere in a handler to answer with an OpenAI-style error."""
-
-    def __init__(self, message: str, status: int = 400, *, param: str | None = None, code: str | None = None,
-                 type: str | None = None):
-        super().__init__(message)
-        self.message, self.status, self.param, self.code = message, status, param, code
-        self.type = type or _TYPES.get(status, "invalid_request_error")
-
 
 def error_body(message: str, status: int, *, param: str | None = None, code: str | None = None,
                type: str | None = None) -> dict:
@@ -44,8 +31,15 @@ def error_response(err: APIError) -> JSONResponse:
                         status_code=err.status)
 
 
+_UNION_MEMBERS = {"str", "int", "float", "bool", "list", "dict", "none"}  # pydantic names union branches in `loc`
+
+
+def _is_union_member(part) -> bool:
+    return isinstance(part, str) and (part in _UNION_MEMBERS or "[" in part or part[:1].isupper())
+
+
 def _field(loc: tuple) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header") and not _is_union_member(p)]
     out = ""
     for p in parts:
         out += f"[{p}]" if p.isdigit() else ("." if out else "") + p
@@ -54,12 +48,14 @@ def _field(loc: tuple) -> str:
 
 def validation_error(exc: RequestValidationError) -> APIError:
     errors = exc.errors()
+    # a value matching no branch of a union fails once per branch: the deepest failure is the one that explains it
+    errors = sorted(errors, key=lambda e: -len([p for p in e.get("loc", ()) if not _is_union_member(p)]))
     first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
     if first.get("type") == "json_invalid":
         return APIError(f"request body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])})",
                         param=None, code="invalid_json")
     field = _field(tuple(first.get("loc", ())))
-    msg = str(first.get("msg", "invalid value"))
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     if not field and first.get("type") == "missing":
         return APIError("request body is missing: send a JSON object", code="invalid_request_body")
     if not field and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
@@ -69,9 +65,21 @@ def validation_error(exc: RequestValidationError) -> APIError:
     if first.get("type") == "missing":
         msg = "required field is missing"
     elif first.get("type") == "extra_forbidden":
-        msg = "unknown field"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        msg = "unknown field; check its spelling against the API reference"
+    fields = {_field(tuple(e.get("loc", ()))) for e in errors}
+    more = f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
     return APIError(f"{field}: {msg}{more}" if field else f"{msg}{more}", param=field or None, code="invalid_value")
+
+
+# Starlette's and FastAPI's own words, said so that a person knows what to send
+_PLAIN_HTTP_DETAILS = {
+    (404, "Not Found"): "no such endpoint; this server answers /v1/chat/completions, /v1/audio/speech, "
+                        "/v1/audio/transcriptions, /v1/audio/voices, /v1/models, /v1/realtime and /health",
+    (400, "There was an error parsing the body"): "request body could not be read; send UTF-8 JSON "
+                                                 "(Content-Type: application/json) or a multipart form",
+    (400, "Missing boundary in multipart."): "the multipart form has no boundary; let your HTTP client build the "
+                                             "multipart/form-data body",
+}
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -94,12 +102,17 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException):
         message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
-        if exc.status_code == 404 and message == "Not Found":
-            message = "no such endpoint"
+        message = _PLAIN_HTTP_DETAILS.get((exc.status_code, message), message)
         return JSONResponse(error_body(message, exc.status_code), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
+    async def _request_error(_: Request, exc: Exception):
+        return error_response(client_error(exc))
+
+    for error_type in request_error_types():  # handled here, not re-raised to the server's error log
+        app.add_exception_handler(error_type, _request_error)
+
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception):
-        log.exception("unhandled error")
-        return error_response(APIError(f"internal error: {type(exc).__name__}: {exc}", 500))
+    async def _unexpected(request: Request, exc: Exception):
+        err = client_error(exc)
+        return error_response(err if err is not None else internal_error(f"{request.method} {request.url.path}"))

@@ -12,6 +12,8 @@ from ..engine.sampling_params import MAX_TOP_K, SEED_RANGE
 from ..media.encode import OPENAI_FORMATS
 
 TaskType = Literal["Base", "CustomVoice", "VoiceDesign"]
+MAX_TEMPERATURE = 2.0  # OpenAI's chat range, for every stage: past float32's range sampling turns to NaN
+MAX_PENALTY = 100.0  # repetition_penalty: far past any useful value, well inside float32
 VOICE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 
 
@@ -46,10 +48,10 @@ class SpeechRequest(_Body):
     seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     initial_codec_chunk_frames: int | None = Field(None, ge=1)
     non_streaming_mode: bool | None = None
-    temperature: float | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0, le=MAX_TEMPERATURE)
     top_k: int | None = Field(None, ge=0, le=MAX_TOP_K)
     top_p: float | None = Field(None, gt=0, le=1)
-    repetition_penalty: float | None = Field(None, gt=0)
+    repetition_penalty: float | None = Field(None, gt=0, le=MAX_PENALTY)
 
     @property
     def voice_name(self) -> str | None:

@@ -4,8 +4,9 @@ The transport only: JSON text frames in and out, the API key, the session limit.
 `aura_omni.session.RealtimeSession`, the same handler `Omni.session()` drives in process.
 
 API key (when the server has one): `Authorization: Bearer KEY`, `?api_key=KEY`, or the subprotocol
-`openai-insecure-api-key.KEY` (browsers cannot set headers on a WebSocket). Sessions at once: the deploy file's
-`duplex_session.max_sessions` (1 when absent); one more gets `error` `resource_exhausted` and is closed.
+`openai-insecure-api-key.KEY` (browsers cannot set headers on a WebSocket). Sessions at once: the server's
+`max_concurrent_sessions` limit (media/limits.py), or `duplex_session.max_sessions` on a duplex deployment; one more
+gets `error` `resource_exhausted` and is closed.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ import logging
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from ..config import AURA, DuplexSession
+from ..config import AURA
 from ..session import RealtimeSession
 from ..session.events import new_id
-from .chat import media_policy
 from .metrics import RealtimeMeter
 from .errors import APIError
 from ..pipeline.turn_builder import TurnBuilder
@@ -54,8 +54,10 @@ class SessionSlots:
 def session_slots(app) -> SessionSlots:
     slots = getattr(app.state, "realtime_slots", None)
     if slots is None:
-        deploy = app.state.server.runtime.deploy
-        slots = app.state.realtime_slots = SessionSlots((deploy.duplex_session or DuplexSession()).max_sessions)
+        state = app.state.server
+        deploy = state.runtime.deploy
+        limit = deploy.duplex_session.max_sessions if deploy.duplex_session else state.limits.max_concurrent_sessions
+        slots = app.state.realtime_slots = SessionSlots(limit)
     return slots
 
 
@@ -129,7 +131,7 @@ async def realtime(ws: WebSocket) -> None:
             await ws.close(TRY_AGAIN_LATER, reason="resource_exhausted")
         return
     try:
-        builder = TurnBuilder(state.runtime, state.voices, media_policy(ws))
+        builder = TurnBuilder(state.runtime, state.voices, state.media_policy())
         session = RealtimeSession(state.runtime, builder, model=ws.query_params.get("model") or state.served_model_name,
                                   duplex=duplex, max_sessions=slots.limit)
         if not duplex:

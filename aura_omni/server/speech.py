@@ -14,7 +14,7 @@ import base64
 import dataclasses
 import json
 import logging
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -22,115 +22,40 @@ from fastapi.responses import Response, StreamingResponse
 
 from ..config import TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk, media_type
+from ..pipeline.tts_request import TALKER_SAMPLING, TTSAsk, build_tts_request
 from .disconnect import unless_client_leaves
-from .errors import APIError, error_body
+from .errors import APIError, client_error, error_body, internal_error
 from .metrics import arrival
 from .protocol import SpeechRequest
-from .voices import decode_ref_audio
+from ..pipeline.turn_builder import TurnBuilder
 
 log = logging.getLogger("aura_omni.server")
 router = APIRouter()
 
 SAMPLE_RATE = 24000  # Qwen3-TTS Code2Wav output rate
 SAMPLES_PER_FRAME = 1920  # 24 kHz / 12.5 Hz codec frames
-# checkpoint `tts_model_type` -> the task_type names of the API
-TASK_OF_MODEL_TYPE = {"base": "Base", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}
+# TTSAsk fields this endpoint spells differently (errors name the request's own field)
+SPEECH_PARAMS = {"instruct": "instructions", "x_vector_only": "x_vector_only_mode"}
 
 
-def _tts_module():
-    from ..stages import tts as tts_module
-
-    return tts_module
-
-
-def _match(name: str, choices, what: str, param: str) -> str:
-    """Case-insensitive lookup returning the checkpoint's own spelling, or a 400 listing the choices."""
-    for c in choices or ():
-        if c.lower() == name.lower():
-            return c
-    raise APIError(f"{param}: unknown {what} {name!r}; this checkpoint has {sorted(choices or [])}",
-                   param=param, code=f"unknown_{what}")
+def speech_ask(req: SpeechRequest) -> TTSAsk:
+    return TTSAsk(task_type=req.task_type, language=req.language, voice=req.voice_name, instruct=req.instructions,
+                  ref_audio=req.ref_audio, ref_text=req.ref_text, x_vector_only=req.x_vector_only_mode,
+                  max_new_tokens=req.max_new_tokens, non_streaming_mode=req.non_streaming_mode,
+                  sampling={k: getattr(req, k) for k in TALKER_SAMPLING}, params=SPEECH_PARAMS)
 
 
-async def build_tts_request(state, req: SpeechRequest, tts) -> Any:
-    """Validate a speech request against the loaded checkpoint and turn it into the facade's TTSRequest."""
+async def speech_request(state, req: SpeechRequest):
+    """Validate a speech request against the loaded checkpoint: the facade's TTSRequest (400s before any work)."""
     text = req.input.strip()
     if not text:
-        raise APIError("input: text to speak is empty", param="input", code="empty_input")
+        raise APIError("input: the text to speak is empty; send some words", param="input", code="empty_input")
+    state.limits.check_text(len(req.input), "input")
     if req.speed != 1.0:
-        raise APIError(f"speed: only 1.0 is supported (got {req.speed}); time-stretching is not implemented",
-                       param="speed", code="unsupported_value")
-    model_task = TASK_OF_MODEL_TYPE.get(getattr(tts, "model_type", ""), "Base")
-    task = req.task_type or model_task
-    if task != model_task:
-        raise APIError(f"task_type: {task} needs a Qwen3-TTS {task} checkpoint; this deployment serves "
-                       f"{model_task} ({state.runtime.deploy.stage(TALKER).model})", param="task_type",
-                       code="unsupported_task_type")
-
-    language = _match(req.language, tts.languages, "language", "language") if req.language else None
-    speaker = instruct = voice_prompt = None
-    x_vector_only = req.x_vector_only_mode
-    if task == "Base":
-        if req.ref_audio:  # an inline reference wins; `voice` is then ignored (the SDK requires one)
-            ref_text = (req.ref_text or "").strip() or None
-            if not x_vector_only and ref_text is None:
-                raise APIError("ref_text: Base in-context cloning needs the transcript of ref_audio; send ref_text "
-                               "or set x_vector_only_mode: true", param="ref_text", code="missing_ref_text")
-            wav, sr = await asyncio.to_thread(decode_ref_audio, req.ref_audio, state.allowed_local_media_path)
-            try:
-                voice_prompt = await state.runtime.voice_prompt(wav, sr, ref_text, x_vector_only)
-            except _tts_module().TTSRequestError as e:  # unusable reference audio (NaN, too short, ...)
-                raise APIError(f"ref_audio: {e}", param="ref_audio", code="invalid_audio") from None
-        elif req.voice_name and state.voices.get(req.voice_name) is not None:
-            voice_prompt = state.voices.get(req.voice_name).prompt
-        else:
-            got = f"voice {req.voice_name!r} is not a registered voice" if req.voice_name else "no voice was given"
-            raise APIError(f"voice: a Base checkpoint clones a reference voice and {got}; send ref_audio "
-                           f"(+ ref_text) or register one with POST /v1/audio/voices", param="voice",
-                           code="missing_reference")
-    elif task == "CustomVoice":
-        if not req.voice_name:
-            raise APIError(f"voice: CustomVoice needs one of the speakers {sorted(tts.speakers or [])}",
-                           param="voice", code="missing_voice")
-        if state.voices.get(req.voice_name) is not None:
-            raise APIError(f"voice: {req.voice_name!r} is a cloned voice; cloning needs a Base checkpoint",
-                           param="voice", code="unsupported_task_type")
-        speaker = _match(req.voice_name, tts.speakers, "speaker", "voice")
-        instruct = (req.instructions or "").strip() or None
-    else:  # VoiceDesign: the voice is described in words
-        instruct = (req.instructions or "").strip()
-        if not instruct:
-            raise APIError("instructions: VoiceDesign needs a description of the voice", param="instructions",
-                           code="missing_instructions")
-
-    stage = state.runtime.deploy.stage(TALKER)
-    defaults = stage.default_sampling_params
-    limit = defaults.max_tokens or 4096
-    if req.max_new_tokens is not None and req.max_new_tokens > limit:
-        raise APIError(f"max_new_tokens: at most {limit} for this deployment (got {req.max_new_tokens})",
-                       param="max_new_tokens", code="invalid_value")
-    fields = dict(
-        text=text, task_type=task, language=language or "Auto", speaker=speaker, instruct=instruct,
-        voice=voice_prompt, max_new_tokens=req.max_new_tokens or limit,
-        seed=req.seed if req.seed is not None else defaults.seed,
-        temperature=req.temperature if req.temperature is not None else defaults.temperature,
-        top_k=req.top_k if req.top_k is not None else defaults.top_k,
-        top_p=req.top_p if req.top_p is not None else defaults.top_p,
-        repetition_penalty=req.repetition_penalty if req.repetition_penalty is not None else defaults.repetition_penalty,
-        non_streaming_mode=req.non_streaming_mode,
-    )
-    sub = stage.subtalker_sampling_params
-    if sub is not None:
-        fields.update(subtalker_dosample=sub.do_sample, subtalker_temperature=sub.temperature,
-                      subtalker_top_k=sub.top_k, subtalker_top_p=sub.top_p)
-    mod = _tts_module()
-    known = {f.name for f in dataclasses.fields(mod.TTSRequest)}
-    tts_req = mod.TTSRequest(**{k: v for k, v in fields.items() if k in known and v is not None})
-    try:
-        tts.validate(tts_req)
-    except mod.TTSRequestError as e:
-        raise APIError(str(e), param=getattr(e, "param", None), code="invalid_tts_request") from None
-    return tts_req
+        raise APIError(f"speed: only 1.0 is supported (got {req.speed}); time-stretching is not implemented, "
+                       f"so leave speed out or send 1.0", param="speed", code="unsupported_value")
+    talker = TurnBuilder(state.runtime, state.voices, state.media_policy()).talker_context()
+    return dataclasses.replace(await build_tts_request(speech_ask(req), talker), text=text)
 
 
 def _stream_windows(state, req: SpeechRequest) -> tuple[int, int, int]:
@@ -150,18 +75,14 @@ async def create_speech(req: SpeechRequest, request: Request):
     try:
         check_format(req.response_format, streaming=stream_format is not None)
     except UnsupportedFormatError as e:
-        raise APIError(str(e), param="response_format", code="unsupported_format") from None
-    mod = _tts_module()
-    tts_req = await build_tts_request(state, req, tts)
+        raise APIError(f"response_format: {e}", param="response_format", code="unsupported_format") from None
+    tts_req = await speech_request(state, req)
 
     initial, steady, left = _stream_windows(state, req)
     if stream_format is None:  # streamed inside (frame-exact, same audio) so a client that leaves stops the Talker
         chunks = state.metrics.audio_stream(request.url.path, state.runtime.speak(tts_req, steady, steady),
                                             arrival(request), streamed=False)
-        try:
-            parts = await unless_client_leaves(request, _collect(chunks))
-        except mod.TTSRequestError as e:
-            raise APIError(str(e), code="invalid_tts_request") from None
+        parts = await unless_client_leaves(request, _collect(chunks))
         if isinstance(parts, Response):
             return parts
         wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
@@ -174,8 +95,9 @@ async def create_speech(req: SpeechRequest, request: Request):
         first = await anext(chunks)
     except StopAsyncIteration:
         first = np.zeros(0, np.float32)
-    except mod.TTSRequestError as e:
-        raise APIError(str(e), code="invalid_tts_request") from None
+    except BaseException:
+        await chunks.aclose()
+        raise
     if stream_format == "audio":
         return StreamingResponse(_audio_stream(first, chunks, req.response_format),
                                  media_type=media_type(req.response_format))
@@ -224,8 +146,9 @@ async def _sse_stream(first: np.ndarray, rest: AsyncIterator, fmt: str, input_to
             yield _sse({"type": "speech.audio.delta",
                         "audio": base64.b64encode(encode_stream_chunk(chunk, SAMPLE_RATE, fmt, first=False)).decode()})
     except Exception as e:
-        log.exception("speech stream failed")
-        yield _sse({"type": "error", **error_body(f"speech generation failed: {e}", 500)})
+        err = client_error(e) or internal_error("speech stream")
+        yield _sse({"type": "error", **error_body(err.message, err.status, param=err.param, code=err.code,
+                                                  type=err.type)})
         return
     finally:
         await rest.aclose()

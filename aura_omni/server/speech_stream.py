@@ -31,9 +31,9 @@ from pydantic import ValidationError
 from ..config import TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk
 from ..pipeline.sentences import SentenceSplitter
-from .errors import APIError, validation_error
+from .errors import APIError, client_error, internal_error, validation_error
 from .protocol import SpeechRequest
-from .speech import SAMPLE_RATE, _stream_windows, _tts_module, build_tts_request
+from .speech import SAMPLE_RATE, _stream_windows, speech_request
 from .websocket_auth import accept_with_key
 
 log = logging.getLogger("aura_omni.server")
@@ -164,12 +164,17 @@ class SpeechStreamSession:
         except ValidationError as e:
             raise validation_error(RequestValidationError(e.errors())) from None
         self.state.check_model(req.model)
-        tts = self.state.runtime.require(TALKER, "/v1/audio/speech/stream")
+        self.state.runtime.require(TALKER, "/v1/audio/speech/stream")
         try:
             check_format(req.response_format, streaming=stream_audio)
         except UnsupportedFormatError as e:
             raise APIError(str(e), param="response_format", code="unsupported_format") from None
-        tts_request = await build_tts_request(self.state, req, tts)
+        try:  # the one Talker request builder, as /v1/audio/speech
+            tts_request = await speech_request(self.state, req)
+        except Exception as e:
+            if (err := client_error(e)) is None:
+                raise
+            raise err from None
         initial, steady, _ = _stream_windows(self.state, req)
         return tts_request, SpeechOptions(req.response_format, stream_audio, initial, steady)
 
@@ -235,17 +240,13 @@ class SpeechStreamSession:
                 data = encode_audio(wav.astype(np.float32, copy=False), SAMPLE_RATE, o.response_format)
                 total = len(data)
                 await self.send_bytes(data)
-        except _tts_module().TTSRequestError as e:
-            failed = True
-            await self.send_json({"type": "error", "message": f"sentence {s.sentence_index}: {e}",
-                                  "code": "invalid_tts_request", "param": None, **where})
         except WebSocketDisconnect:
             raise
-        except Exception as e:  # one sentence failed: say so and keep the session
-            log.exception("speech stream sentence failed")
+        except Exception as e:  # one sentence failed: say so and keep the session (ours: logged, an error id)
             failed = True
-            await self.send_json({"type": "error", "message": f"speech generation failed: {e}",
-                                  "code": "server_error", "param": None, **where})
+            err = client_error(e) or internal_error("speech stream sentence")
+            await self.send_json({"type": "error", "message": f"sentence {s.sentence_index}: {err.message}",
+                                  "code": err.code, "param": err.param, **where})
         finally:
             await chunks.aclose()  # also on cancel: aborts the Talker request and frees its decoder state
         await self.send_json({"type": "audio.done", **where, "total_bytes": total, "error": failed})

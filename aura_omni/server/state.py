@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fastapi import Request
+
+from ..media.limits import Limits
+from ..pipeline.media_input import MediaPolicy
 from ..pipeline.runtime import Runtime
 from .errors import APIError
-from ..pipeline.runtime import Runtime
 from .metrics import ServerMetrics
 from .voices import VoiceRegistry
 
@@ -20,10 +23,16 @@ class ServerState:
     api_key: str | None = None
     allowed_local_media_path: Path | None = None  # server-local reference audio only below this root
     voices: VoiceRegistry = field(default_factory=VoiceRegistry)
+    limits: Limits = field(default_factory=Limits)  # the same on every endpoint
+    allowed_media_domains: tuple[str, ...] = ()  # hosts of http(s) media; none by default
     metrics: ServerMetrics | None = None  # GET /metrics; built over the runtime's stage stats when not given
 
     def __post_init__(self):
         self.metrics = self.metrics or ServerMetrics(lambda: self.runtime.stage_stats())
+
+    def media_policy(self) -> MediaPolicy:
+        return MediaPolicy(allowed_local_media_path=self.allowed_local_media_path,
+                           allowed_media_domains=self.allowed_media_domains, limits=self.limits)
 
     @property
     def model_names(self) -> set[str]:

@@ -17,14 +17,14 @@ from starlette.datastructures import UploadFile
 
 from ..config import ASR
 from ..media.audio import AudioDecodeError, decode_audio
-from ..media.limits import MediaLimits
+from ..pipeline.additional_information import check_asr_context
 from .disconnect import unless_client_leaves
 from .errors import APIError
+from .protocol import MAX_TEMPERATURE  # OpenAI's range for this endpoint is 0..1; accept what chat accepts
 
 router = APIRouter()
 
 RESPONSE_FORMATS = ("json", "text", "verbose_json")
-MAX_TEMPERATURE = 2.0  # OpenAI's range for this endpoint is 0..1; accept what chat accepts
 
 
 def _form_float(form, name: str, default: float, lo: float, hi: float) -> float:
@@ -40,7 +40,15 @@ def _form_float(form, name: str, default: float, lo: float, hi: float) -> float:
     return value
 
 
-@router.post("/v1/audio/transcriptions")
+# the form is read by hand (multipart, any field order); the schema documents it for /docs and schema tests
+FORM_SCHEMA = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file"], "properties": {
+        "file": {"type": "string", "format": "binary"}, "model": {"type": "string"}, "language": {"type": "string"},
+        "prompt": {"type": "string"}, "temperature": {"type": "number"},
+        "response_format": {"type": "string", "enum": list(RESPONSE_FORMATS)}}}}}}}
+
+
+@router.post("/v1/audio/transcriptions", openapi_extra=FORM_SCHEMA)
 async def create_transcription(request: Request):
     state = request.app.state.server
     state.runtime.require(ASR, "/v1/audio/transcriptions")
@@ -57,23 +65,27 @@ async def create_transcription(request: Request):
                        f"(Qwen3-ASR gives no timestamps without its forced aligner)", param="response_format",
                        code="unsupported_value")
     if form.getlist("timestamp_granularities[]") or form.getlist("timestamp_granularities"):
-        raise APIError("timestamp_granularities: timestamps are not available (no forced aligner is deployed)",
-                       param="timestamp_granularities", code="unsupported_value")
+        raise APIError("timestamp_granularities: timestamps are not available (no forced aligner is deployed); "
+                       "leave it out", param="timestamp_granularities", code="unsupported_value")
     if str(form.get("stream", "false")).lower() == "true":
-        raise APIError("stream: streamed transcription is not supported on this endpoint", param="stream",
-                       code="unsupported_value")
+        raise APIError("stream: streamed transcription is not supported on this endpoint; leave stream out",
+                       param="stream", code="unsupported_value")
     temperature = _form_float(form, "temperature", 0.0, 0.0, MAX_TEMPERATURE)
     language = form.get("language") or None
-    context = form.get("prompt") or None
+    context = check_asr_context(form.get("prompt") or None, "prompt")
+    if context is not None:
+        state.limits.check_text(len(context), "prompt")
 
-    limits = getattr(request.app.state, "media_limits", None) or MediaLimits()
+    limits = state.limits
     try:  # the length is checked from the header: Qwen3-ASR splits long audio, but not without end
-        wav, sr = await asyncio.to_thread(decode_audio, await upload.read(), limits.max_audio_seconds)
+        wav, sr = await asyncio.to_thread(decode_audio, await upload.read(), limits.max_audio_seconds,
+                                          limits.max_audio_sample_rate)
     except AudioDecodeError as e:
         raise APIError(f"file: {e}", param="file", code="invalid_audio") from None
     duration = wav.shape[0] / sr
 
     from ..asr.transcript import UnsupportedLanguageError
+    from ..engine.llm_engine import PromptTooLongError
 
     try:  # a client that leaves stops the transcription at the next engine step
         transcript = await unless_client_leaves(request, state.runtime.transcribe(
@@ -82,8 +94,8 @@ async def create_transcription(request: Request):
         raise APIError(f"language: {e}", param="language", code="unsupported_language") from None
     except AudioDecodeError as e:
         raise APIError(f"file: {e}", param="file", code="invalid_audio") from None
-    except ValueError as e:  # PromptTooLongError (a long `prompt`), a prompt with the model's special tokens, ...
-        raise APIError(str(e), param="prompt" if context else None, code="invalid_request") from None
+    except PromptTooLongError as e:  # a long `prompt`
+        raise APIError(f"prompt: {e}; send a shorter prompt", param="prompt", code="invalid_request") from None
     if isinstance(transcript, Response):
         return transcript  # the client left
 

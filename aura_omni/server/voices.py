@@ -13,7 +13,6 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,12 +20,12 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
 from ..config import TALKER
-from ..media.audio import AudioDecodeError, decode_audio, decode_base64_audio
+from ..media.audio import AudioDecodeError
 from ..media.limits import MediaError
 from ..pipeline.media_input import MAX_REF_AUDIO_SECONDS, MediaPolicy, local_path, read_local
 from .errors import APIError, validation_error
+from ..pipeline.media_input import MediaPolicy, load_reference_audio
 from .protocol import VOICE_NAME_PATTERN, VoiceCard, VoiceCreateRequest
-
 
 def _tts_error_types() -> tuple[type[Exception], ...]:
     try:
@@ -36,43 +35,13 @@ def _tts_error_types() -> tuple[type[Exception], ...]:
     return (TTSRequestError,)
 
 
-def decode_ref_audio(value: str, allowed_root: Path | None, param: str = "ref_audio") -> tuple[np.ndarray, int]:
-    """base64 / data URL / server-local path (below `allowed_root` only) -> (float32 mono, sample rate)."""
-    value = value.strip()
-    if not value:
-        raise APIError(f"{param} is empty", param=param, code="invalid_audio")
+def decode_ref_audio(value: str | bytes, policy: MediaPolicy, param: str = "ref_audio") -> tuple[np.ndarray, int]:
+    """Reference audio by the one loader of speech, chat and Omni (`load_reference_audio`), as an APIError
+    naming `param` when it is refused."""
     try:
-        if value.startswith(("http://", "https://")):
-            raise APIError(f"{param}: URLs are not fetched by this server; send base64 or a data URL",
-                           param=param, code="invalid_audio")
-        if (path := local_path(value)) is not None:
-            wav, sr = decode_audio(_read_local(path, allowed_root, param), MAX_REF_AUDIO_SECONDS)
-        else:
-            wav, sr = decode_base64_audio(value, MAX_REF_AUDIO_SECONDS)
-    except AudioDecodeError as e:
-        raise APIError(f"{param}: {_plain(e)}", param=param, code="invalid_audio") from None
-    _check_duration(wav, sr, param)
-    return wav, sr
-
-
-def _plain(err: Exception) -> str:
-    """The decoder's message without Python object reprs (`<_io.BytesIO object at 0x...>`)."""
-    return re.sub(r"<[\w.]+ object at 0x[0-9a-f]+>", "input", str(err))
-
-
-def _read_local(path: str, allowed_root: Path | None, param: str) -> bytes:
-    """The chat's rules for server-local media (below `allowed_root` only, byte-capped) as an APIError."""
-    try:
-        return read_local(path, "audio", MediaPolicy(allowed_local_media_path=allowed_root))
-    except MediaError as e:
-        raise APIError(f"{param}: {str(e).removeprefix('audio: ')}", param=param, code="invalid_audio") from None
-
-
-def _check_duration(wav: np.ndarray, sr: int, param: str) -> None:
-    seconds = len(wav) / sr
-    if seconds > MAX_REF_AUDIO_SECONDS:
-        raise APIError(f"{param}: reference audio is {seconds:.1f} s; at most {MAX_REF_AUDIO_SECONDS:.0f} s",
-                       param=param, code="invalid_audio")
+        return load_reference_audio(value, policy)
+    except (AudioDecodeError, MediaError) as e:
+        raise APIError(f"{param}: {e}", param=param, code="invalid_audio") from None
 
 
 @dataclass
@@ -142,24 +111,20 @@ async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.n
         except ValidationError as e:
             raise _as_api_error(e) from None
         if audio_bytes is None:
-            return body, await asyncio.to_thread(decode_ref_audio, body.ref_audio, state.allowed_local_media_path)
-        try:
-            wav, sr = await asyncio.to_thread(decode_audio, audio_bytes, MAX_REF_AUDIO_SECONDS)
-        except AudioDecodeError as e:
-            raise APIError(f"audio_sample: {_plain(e)}", param="audio_sample", code="invalid_audio") from None
-        _check_duration(wav, sr, "audio_sample")
-        return body, (wav, sr)
+            return body, await asyncio.to_thread(decode_ref_audio, body.ref_audio, state.media_policy())
+        return body, await asyncio.to_thread(decode_ref_audio, audio_bytes, state.media_policy(), "audio_sample")
     try:
         payload = await request.json()
     except ValueError as e:
-        raise APIError(f"request body is not valid JSON ({e})", code="invalid_json") from None
+        raise APIError("request body is not valid JSON; send a JSON object or a multipart form",
+                       code="invalid_json") from None
     if not isinstance(payload, dict):
         raise APIError("request body must be a JSON object", code="invalid_request_body")
     try:
         body = VoiceCreateRequest.model_validate(payload)
     except ValidationError as e:
         raise _as_api_error(e) from None
-    return body, await asyncio.to_thread(decode_ref_audio, body.ref_audio, state.allowed_local_media_path)
+    return body, await asyncio.to_thread(decode_ref_audio, body.ref_audio, state.media_policy())
 
 
 def _as_api_error(e: ValidationError) -> APIError:
@@ -168,17 +133,26 @@ def _as_api_error(e: ValidationError) -> APIError:
     return validation_error(RequestValidationError(e.errors()))
 
 
-@router.post("/v1/audio/voices")
+# JSON or OpenAI's multipart form, read by hand; the schema documents both for /docs and schema tests
+CREATE_SCHEMA = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": VoiceCreateRequest.model_json_schema()},
+    "multipart/form-data": {"schema": {"type": "object", "required": ["name", "audio_sample"], "properties": {
+        "name": {"type": "string"}, "audio_sample": {"type": "string", "format": "binary"},
+        "ref_text": {"type": "string"}, "consent": {"type": "string"}}}}}}}
+
+
+@router.post("/v1/audio/voices", openapi_extra=CREATE_SCHEMA)
 async def create_voice(request: Request):
     state = request.app.state.server
     tts = state.runtime.require(TALKER, "/v1/audio/voices")
     if getattr(tts, "model_type", None) != "base":
-        raise APIError(f"voice cloning needs a Qwen3-TTS Base checkpoint; this deployment's TTS is "
-                       f"{getattr(tts, 'model_type', '?')!r} (use its preset voices: GET /v1/audio/voices)",
+        raise APIError(f"ref_audio: voice cloning needs a Qwen3-TTS Base checkpoint; this deployment's TTS is "
+                       f"{getattr(tts, 'model_type', '?')}: use its preset voices (GET /v1/audio/voices)",
                        param="ref_audio", code="unsupported_task_type")
     body, (wav, sr) = await _create_body(request)
     if body.name.lower() in {s.lower() for s in (tts.speakers or [])}:
-        raise APIError(f"name: {body.name!r} is a built-in speaker", 409, param="name", code="voice_exists")
+        raise APIError(f"name: {body.name!r} is a built-in speaker; choose another name", 409, param="name",
+                       code="voice_exists")
     if state.voices.get(body.name) is not None:
         raise APIError(f"name: a voice named {body.name!r} is already registered (DELETE it first)", 409,
                        param="name", code="voice_exists")
@@ -187,7 +161,7 @@ async def create_voice(request: Request):
     try:
         prompt = await state.runtime.voice_prompt(wav, sr, ref_text, x_vector_only)
     except _tts_error_types() as e:
-        raise APIError(str(e), param="ref_audio", code="invalid_audio") from None
+        raise APIError(f"ref_audio: {e}", param="ref_audio", code="invalid_audio") from None
     card = VoiceCard(id=body.name, name=body.name, type="audio_sample", ref_text=ref_text,
                      x_vector_only_mode=x_vector_only, created_at=int(time.time()))
     state.voices.add(RegisteredVoice(card=card, prompt=prompt))
@@ -199,5 +173,6 @@ async def delete_voice(voice_id: str, request: Request):
     state = request.app.state.server
     state.runtime.require(TALKER, "/v1/audio/voices")
     if not re.match(VOICE_NAME_PATTERN, voice_id) or not state.voices.remove(voice_id):
-        raise APIError(f"no registered voice named {voice_id!r}", 404, param="voice_id", code="voice_not_found")
+        raise APIError(f"voice_id: no registered voice named {voice_id!r}; GET /v1/audio/voices lists them", 404,
+                       param="voice_id", code="voice_not_found")
     return {"id": voice_id, "deleted": True, "object": "audio.voice.deleted"}

@@ -12,7 +12,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..pipeline.additional_information import AdditionalInformation
 from ..pipeline.constants import TTS_SAMPLE_RATE
+from ..pipeline.processors import PipelineRequestError
 
 INPUT_SAMPLE_RATES = (16000, 24000)  # pcm16 input the session resamples to ASR's 16 kHz
 OPENAI_INPUT_SAMPLE_RATE = 24000  # OpenAI Realtime's pcm16 is 24 kHz
@@ -236,4 +238,9 @@ def _extra_body(value: Any, info: dict) -> dict:
     nested = body.pop("additional_information", None)  # also accepted nested, as the chat request spells it
     body.update(_obj(nested, "session.extra_body.additional_information"))
     out["info"] = {**info, **body}
+    try:  # typed as on the chat endpoint: a misspelt key is refused by name at session.update
+        AdditionalInformation.parse(out["info"])
+    except PipelineRequestError as e:
+        key = (e.param or "").removeprefix("additional_information.")
+        raise SessionConfigError(f"session.extra_body.{key}", str(e).removeprefix(f"{key}: ")) from None
     return out

@@ -30,6 +30,7 @@ from ..media.limits import MediaError
 from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
+from ..pipeline.errors import client_error, internal_error
 from ..pipeline.media_input import MediaPolicy, vision_configs
 from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .config import SessionConfig, SessionConfigError, check_input_rate
@@ -254,9 +255,9 @@ class RealtimeSession:
             self.error(e.code, str(e), client_id, param=e.param)
         except (ValueError, TypeError, KeyError, AttributeError) as e:  # a field of the wrong shape
             self.error("invalid_event", f"{event.get('type')}: {e}", client_id)
-        except Exception as e:  # noqa: BLE001 - a bug must not end the session either
-            log.exception("realtime session %s: %s failed", self.id, event.get("type"))
-            self.error("server_error", f"{event.get('type')} failed: {e}", client_id, kind="server_error")
+        except Exception:  # noqa: BLE001 - a bug must not end the session either (logged; the client gets an id)
+            err = internal_error(f"realtime session {self.id}: {event.get('type')}")
+            self.error("server_error", f"{event.get('type')}: {err.message}", client_id, kind="server_error")
 
     async def _session_update(self, event: dict) -> None:
         new = self.config.with_update(event.get("session", {}))
@@ -279,8 +280,10 @@ class RealtimeSession:
         """Refuse a voice, TTS option or sampling value now rather than at the first turn."""
         try:
             await self.builder.build(self._spec(config, ["probe"], [], None), f"{self.id}-probe")
-        except ValueError as e:
-            raise ClientError("invalid_session_config", str(e), "session") from None
+        except Exception as e:
+            if (err := client_error(e)) is None:  # ours, not the session's: a server_error event, never invalid_event
+                raise RuntimeError("building the probe turn failed") from e
+            raise ClientError("invalid_session_config", err.message, err.param or "session") from None
 
     async def _append(self, event: dict) -> None:
         fmt = event.get("format", event.get("input_audio_format", "pcm16"))
@@ -642,18 +645,18 @@ class RealtimeSession:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - one failed turn is reported, the session carries on
-            client = isinstance(e, ValueError) and not isinstance(e, TurnTimeout)
-            kind, code = ("invalid_request_error", "invalid_request") if client else ("server_error", "turn_failed")
+            err = None if isinstance(e, TurnTimeout) else client_error(e)  # only our request errors are the client's
+            kind, code = ("invalid_request_error", "invalid_request") if err else ("server_error", "turn_failed")
+            message = err.message if err else str(e) if isinstance(e, TurnTimeout) else internal_error(
+                f"realtime turn {resp.id}").message  # logged with its traceback; the client gets an error id
             if isinstance(e, TurnTimeout):
                 code = "timeout"
-            if not client:
-                log.exception("realtime turn %s failed", resp.id)
             self._finish(resp)
             if not resp.cancelled:
-                self.error(code, str(e), kind=kind)
+                self.error(code, message, kind=kind)
                 self._created(resp)
                 self.emit("response.done", response=self._response_json(
-                    resp, "failed", {"type": "failed", "error": {"type": kind, "code": code, "message": str(e)}}))
+                    resp, "failed", {"type": "failed", "error": {"type": kind, "code": code, "message": message}}))
             return
         self._finish(resp)
         if resp.cancelled:

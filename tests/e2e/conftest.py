@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
+import yaml
 from serving import API_KEY, _cli, _start
 
 from aura_omni.bench.inputs import speech_like
@@ -25,6 +26,17 @@ def tiny_dir(tmp_path_factory) -> Path:
     if not (root / "deploy_tts_customvoice.yaml").exists():
         subprocess.run(_cli("make-tiny", str(root)), check=True, timeout=600)
     return root
+
+
+@pytest.fixture(scope="session")
+def chat_customvoice_deploy(tiny_dir) -> Path:
+    """The four chat stages with the CustomVoice Talker (make-tiny writes only a TTS-only CustomVoice deploy)."""
+    data = yaml.safe_load((tiny_dir / "deploy.yaml").read_text())
+    for stage in data["stages"][2:]:
+        stage["model"] = "./qwen3_tts_custom_voice"
+    path = tiny_dir / "deploy_chat_customvoice.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 @pytest.fixture(scope="session")

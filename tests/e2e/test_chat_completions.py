@@ -25,7 +25,6 @@ import openai
 import pytest
 import soundfile as sf
 import uvicorn
-import yaml
 from PIL import Image
 
 from aura_omni.config import load_deploy_config
@@ -80,14 +79,8 @@ def base(tiny_dir, media_root):
 
 
 @pytest.fixture(scope="module")
-def custom_voice(tiny_dir):
-    """The same four stages with the CustomVoice Talker (make-tiny writes only a TTS-only CustomVoice deploy)."""
-    data = yaml.safe_load((tiny_dir / "deploy.yaml").read_text())
-    for stage in data["stages"][2:]:
-        stage["model"] = "./qwen3_tts_custom_voice"
-    path = tiny_dir / "deploy_chat_customvoice.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    server = ThreadServer(path)
+def custom_voice(chat_customvoice_deploy):
+    server = ThreadServer(chat_customvoice_deploy)
     yield server
     server.stop()
 
@@ -266,11 +259,21 @@ def test_registered_voice_by_openai_audio_voice(base, client, ref_audio_b64):
     r = httpx.post(base.url + "/v1/audio/voices", headers=AUTH,
                    json={"name": "chatvoice", "ref_audio": ref_audio_b64})
     assert r.status_code == 200, r.text
-    resp = client.chat.completions.create(model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=3,
-                                          audio={"voice": "chatvoice", "format": "flac"},
-                                          extra_body={"additional_information": {"tts_max_new_tokens": FEW}})
+    kwargs = dict(model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=3, seed=2)
+    speech = Spy(base.runtime.pipeline.speech, "speak")
+    try:
+        resp = client.chat.completions.create(audio={"voice": "chatvoice", "format": "flac"}, extra_body={
+            "additional_information": {"tts_max_new_tokens": FEW}}, **kwargs)
+        inline = client.chat.completions.create(audio={"voice": "x", "format": "flac"}, extra_body=xvector(
+            ref_audio_b64), **kwargs)
+    finally:
+        speech.restore()
+    registered = base.app.state.server.voices.get("chatvoice").prompt
+    assert speech.calls[0][0][2].voice is registered  # the registered voice's prompt, not a new clone
     wav, sr = decode_wav(resp.choices[0].message.audio.data)
     assert sr == SR and wav.size > 0
+    # registered from the same reference (x-vector only), it speaks exactly as the reference sent inline
+    assert np.array_equal(wav, decode_wav(inline.choices[0].message.audio.data)[0])
 
 
 def test_custom_voice_speaker(custom_voice, ref_audio_b64):
@@ -316,6 +319,63 @@ def test_stream_gives_text_and_audio_deltas_before_the_final_chunk(client, ref_a
     assert heard == [whole.model_extra["input_transcript"]]
 
 
+class SlowTalker:
+    """Talker frames at most every `pause` s (the tiny Talker is otherwise done in milliseconds), with arrival
+    times, so a test can tell audio sent as it is made from audio sent at the end."""
+
+    def __init__(self, tts, pause: float = 0.1):
+        self.tts, self.pause, self.times = tts, pause, []
+        self.original = tts.frames
+        tts.frames = self.frames
+
+    async def frames(self, req, request_id=None):
+        async for item in self.original(req, request_id):
+            await asyncio.sleep(self.pause)
+            self.times.append(time.monotonic())
+            yield item
+
+    def restore(self):
+        del self.tts.frames
+
+
+def test_chat_audio_streams_while_the_talker_still_speaks(base, ref_audio_b64):
+    slow = SlowTalker(base.runtime.tts)
+    body = {"model": MODEL, "stream": True, "messages": user({"type": "text", "text": "hi"}), "max_tokens": 3,
+            "seed": 1, "audio": {"voice": "x", "format": "pcm16"}, **xvector(ref_audio_b64, tts_max_new_tokens=12)}
+    first_audio = None
+    try:
+        with httpx.stream("POST", base.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60) as r:
+            for line in r.iter_lines():
+                if first_audio is None and line.startswith("data: {") and '"data"' in line:
+                    first_audio = (time.monotonic(), len(slow.times))
+            done = time.monotonic()
+    finally:
+        slow.restore()
+    assert first_audio is not None and len(slow.times) >= 4
+    arrived, frames_made = first_audio
+    # the first audio left after the first frame (the deploy's initial_codec_chunk_frames: 1), long before the end
+    assert frames_made < len(slow.times) and done - arrived >= slow.pause * (len(slow.times) - frames_made - 1)
+
+
+def test_speech_audio_streams_while_the_talker_still_speaks(base, ref_audio_b64):
+    slow = SlowTalker(base.runtime.tts)
+    body = {"model": MODEL, "input": "Stream me.", "voice": "x", "response_format": "pcm", "stream_format": "audio",
+            "ref_audio": ref_audio_b64, "x_vector_only_mode": True, "max_new_tokens": 12, "seed": 2,
+            "initial_codec_chunk_frames": 1}
+    arrivals = []
+    try:
+        with httpx.stream("POST", base.url + "/v1/audio/speech", json=body, headers=AUTH, timeout=60) as r:
+            for chunk in r.iter_bytes():
+                if chunk:
+                    arrivals.append((time.monotonic(), len(slow.times)))
+            done = time.monotonic()
+    finally:
+        slow.restore()
+    assert len(slow.times) >= 4 and len(arrivals) >= 2
+    arrived, frames_made = arrivals[0]
+    assert frames_made < len(slow.times) and done - arrived >= slow.pause * (len(slow.times) - frames_made - 1)
+
+
 def test_stream_silent_turn_says_so(client, ref_audio_b64):
     chunks = list(client.chat.completions.create(
         model=MODEL, stream=True, messages=user({"type": "text", "text": "hm"}), max_tokens=4,
@@ -354,7 +414,7 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
     body = {"model": MODEL, "stream": True, "messages": user({"type": "text", "text": "talk for a while"}),
             "max_tokens": 400, "ignore_eos": True, "seed": 7,
             "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True,
-                                       "tts_max_new_tokens": 400}}
+                                       "tts_max_new_tokens": 256}}
     try:
         with httpx.stream("POST", base.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60) as r:
             assert r.status_code == 200
@@ -376,7 +436,7 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
     assert stats["free_blocks"] == start_free
     assert talker_idle()  # the Talker holds no sequence
     assert [a[0][0] for a in aborts.calls if a[0][0].endswith("-aura")], "AURA was not cancelled mid-reply"
-    assert 0 < len(frames) < 100, "the Talker was not cancelled mid-sentence"  # it may speak up to 400 frames
+    assert 0 < len(frames) < 100, "the Talker was not cancelled mid-sentence"  # it may speak up to 256 frames
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -418,7 +478,7 @@ def test_non_streaming_turn_stops_when_its_client_leaves(base, ref_audio_b64):
     start_free = aura.engine.stats()["free_blocks"]
     body = {"model": MODEL, "messages": user({"type": "text", "text": "talk for a long time"}), "max_tokens": 400,
             "ignore_eos": True, "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True,
-                                                           "tts_max_new_tokens": 400}}
+                                                           "tts_max_new_tokens": 256}}
     with pytest.raises(httpx.ReadTimeout):  # the client gives up long before 400 tokens and 400 frames are done
         httpx.post(base.url + "/v1/chat/completions", headers=AUTH, json=body, timeout=1.0)
     left = time.monotonic()
@@ -440,7 +500,7 @@ def test_turn_past_the_timeout_is_504_and_cancelled(base, ref_audio_b64):
         r = httpx.post(base.url + "/v1/chat/completions", headers=AUTH, timeout=60, json={
             "model": MODEL, "messages": user({"type": "text", "text": "talk for a long time"}), "max_tokens": 400,
             "ignore_eos": True, "additional_information": {"tts_ref_audio": ref_audio_b64,
-                                                           "tts_x_vector_only_mode": True, "tts_max_new_tokens": 400}})
+                                                           "tts_x_vector_only_mode": True, "tts_max_new_tokens": 256}})
     finally:
         pipeline.default_timeout_s = 300.0
     assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
@@ -478,11 +538,48 @@ def test_base_without_reference_is_refused_at_once(base, client):
 def test_bad_media_is_400_before_any_stage_runs(base, client, part, match):
     aura = Spy(base.runtime.pipeline.aura, "generate")
     try:
-        with pytest.raises(openai.BadRequestError, match=match):
+        with pytest.raises(openai.BadRequestError, match=match) as err:
             client.chat.completions.create(model=MODEL, modalities=["text"], messages=user(part), max_tokens=2)
     finally:
         aura.restore()
     assert aura.calls == []
+    body = err.value.body
+    assert body["param"] == f"messages[0].content[0].{part['type']}"  # the part at fault, by its place
+    assert body["message"].startswith(body["param"] + ": ") and " object at 0x" not in body["message"]
+
+
+def test_a_text_file_sent_as_audio_is_explained_in_words(client):
+    text_file = base64.b64encode(b"Dear diary, today I sent a text file as audio.\n" * 20).decode()
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, modalities=["text"], messages=user(audio_part(text_file)))
+    message = err.value.body["message"]
+    assert message == ("messages[0].content[0].input_audio: cannot decode audio (Format not recognised); "
+                       "send a wav, flac, ogg or mp3 file")
+
+
+@pytest.mark.parametrize("extra, param, words", [
+    ({"additional_information": {"tts_refaudio": "x"}}, "additional_information.tts_refaudio", "unknown field"),
+    ({"additional_information": {"tts_max_new_tokens": 100000000, "tts_ref_audio": "REF",
+                                 "tts_x_vector_only_mode": True}},
+     "additional_information.tts_max_new_tokens", "at most 256"),  # the deploy's Talker cap, as on /v1/audio/speech
+    ({"sampling_params_list": [{}, {}, {"max_tokens": 100000}]}, "sampling_params_list[2].max_tokens", "at most 256"),
+    ({"max_tokens": 100000}, "max_tokens", "at most 4096"),  # the server's AURA cap
+    ({"sampling_params_list": [{"max_tokens": 100000}]}, "sampling_params_list[0].max_tokens", "at most 1024"),
+])
+def test_limits_and_misspelt_options_are_400s_naming_the_field(base, client, ref_audio_b64, extra, param, words):
+    info = extra.get("additional_information", {})
+    extra = {**extra, "additional_information": {k: ref_audio_b64 if v == "REF" else v for k, v in info.items()}
+             or xvector(ref_audio_b64)["additional_information"]}
+    aura = Spy(base.runtime.pipeline.aura, "generate")
+    try:
+        start = time.monotonic()
+        with pytest.raises(openai.BadRequestError, match=words) as err:
+            client.chat.completions.create(model=MODEL, messages=user({"type": "text", "text": "hi"}),
+                                           extra_body=extra)
+        assert time.monotonic() - start < 2.0
+    finally:
+        aura.restore()
+    assert err.value.body["param"] == param and aura.calls == []
 
 
 def test_slash_leading_bare_base64_is_media_and_image_counts_are_capped(base, client):
@@ -515,6 +612,8 @@ def test_slash_leading_bare_base64_is_media_and_image_counts_are_capped(base, cl
     ({"extra_body": {"sampling_params_list": [{"seed": 2**64}]}}, "seed"),
     ({"extra_body": {"sampling_params_list": [{}, {}, {"top_k": 2**63}]}}, "top_k"),
     ({"extra_body": {"top_k": 2**63}}, "top_k"),
+    ({"extra_body": {"sampling_params_list": [{}, {}, {"temperature": 1e39}]}}, "temperature"),  # NaN in float32
+    ({"logit_bias": {"abc": 1}}, "not a token id"),
 ])
 def test_bad_options_are_400(client, extra, match):
     with pytest.raises(openai.BadRequestError, match=match):
@@ -555,6 +654,24 @@ def test_example_client_saves_text_and_wav(base, tmp_path, ref_wav_bytes):
         assert sr == SR and wav.size > 0 and (out / "reply.txt").read_text()
 
 
+def test_text_over_the_limit_is_refused_and_history_counts(client):
+    history = [{"role": "user", "content": "x" * 20000}, {"role": "assistant", "content": "y" * 20000}]
+    with pytest.raises(openai.BadRequestError, match="40002 characters; at most 32768") as err:
+        client.chat.completions.create(model=MODEL, modalities=["text"], max_tokens=1,
+                                       messages=history + [{"role": "user", "content": "hi"}])
+    assert err.value.body["param"] == "messages" and err.value.body["code"] == "limit_exceeded"
+
+
+def test_example_client_prints_the_servers_message_on_a_400(base, tmp_path):
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--base-url", base.url + "/v1", "--api-key", API_KEY, "--model", MODEL,
+         "--prompt", "hi", "--max-tokens", "100000", "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == ("the server refused the request with 400 (max_tokens): max_tokens: at most 4096 "
+                                  "for this server (got 100000); send a smaller value")
+
+
 def test_health_after_all_bad_inputs(base):
     r = httpx.get(base.url + "/health")
     assert r.status_code == 200 and r.json()["status"] == "ok"
@@ -580,3 +697,8 @@ def test_offline_omni_generate_and_stream(tiny_dir, tmp_path, ref_wav_bytes):
         assert kinds[0] == "TextDelta" and kinds[-1] == "TurnDone" and "TranscriptReady" not in kinds
         with pytest.raises(ValueError, match="reference"):  # Base without a reference, as over HTTP
             omni.generate(text="hi", max_tokens=2)
+        with pytest.raises(ValueError, match="tts_refaudio: unknown option") as err:  # typed, as over HTTP
+            omni.generate(text="hi", max_tokens=2, tts_refaudio=str(ref))
+        assert err.value.param == "additional_information.tts_refaudio"
+        with pytest.raises(ValueError, match="at most 256"):  # the deploy's Talker cap, as over HTTP
+            omni.generate(text="hi", tts_ref_audio=str(ref), tts_x_vector_only_mode=True, tts_max_new_tokens=10**8)

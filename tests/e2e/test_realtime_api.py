@@ -43,7 +43,7 @@ def realtime_deploy(tiny_dir: Path, max_sessions: int, codec_chunk_frames: int |
     for stage in data["stages"][2:]:
         stage["model"] = "./qwen3_tts_custom_voice"
     data["stages"][1]["enable_prefix_caching"] = True
-    data["duplex_session"] = {"max_sessions": max_sessions}
+    data["limits"] = {"max_concurrent_sessions": max_sessions}
     name = f"deploy_realtime_{max_sessions}_{codec_chunk_frames}.yaml"
     (tiny_dir / name).write_text(yaml.safe_dump(data, sort_keys=False))
     return name

@@ -151,10 +151,17 @@ def test_registered_voice_is_listed_used_and_deleted(client, base_server, ref_au
     assert card.id == "sampled" and card.object == "audio.voice"
     listed = httpx.get(base_server.url + "/v1/audio/voices", headers=AUTH).json()
     assert {"narrator", "sampled"} <= set(listed["voices"])
+    said = {}
     for voice in ("narrator", {"id": "sampled"}):
         resp = client.audio.speech.create(model="tiny-tts", input="Registered voice.", voice=voice,
-                                          response_format="wav", extra_body={"max_new_tokens": FEW})
+                                          response_format="wav", extra_body={"max_new_tokens": FEW, "seed": 4})
         _assert_audio(_decode(resp.content)[0])
+        said[voice if isinstance(voice, str) else voice["id"]] = resp.content
+    # the registered voice is the one spoken: `sampled` (an x-vector of ref.wav) says exactly what the same
+    # reference sent inline says, and the in-context `narrator` voice says something else
+    inline = client.audio.speech.create(model="tiny-tts", input="Registered voice.", voice="x", response_format="wav",
+                                        extra_body=_xvec(ref_audio_b64, max_new_tokens=FEW, seed=4)).content
+    assert said["sampled"] == inline and said["narrator"] != said["sampled"]
     assert client.audio.voices.delete("sampled").deleted is True
     with pytest.raises(openai.NotFoundError):
         client.audio.voices.delete("sampled")
@@ -167,21 +174,32 @@ def test_customvoice_presets(cv_client, customvoice_server):
     listed = httpx.get(customvoice_server.url + "/v1/audio/voices", headers=AUTH).json()
     assert {v.lower() for v in listed["voices"]} >= {"vivian", "serena", "uncle_fu", "dylan", "eric", "ryan",
                                                       "aiden", "ono_anna", "sohee"}
-    for voice, extra in (("Vivian", {}), ("ryan", {"language": "English"}), ("Eric", {"task_type": "CustomVoice"})):
+    said = {}
+    for voice, extra in (("Vivian", {}), ("ryan", {"language": "English"}), ("Eric", {"task_type": "CustomVoice"}),
+                         ("vivian", {})):
         resp = cv_client.audio.speech.create(model="tiny-tts", input="Preset speaker.", voice=voice,
                                              instructions="Speak warmly.", response_format="wav",
                                              extra_body={"max_new_tokens": FEW, "seed": 5, **extra})
         wav, sr = _decode(resp.content)
         assert sr == SR
         _assert_audio(wav)
+        said.setdefault(voice.lower(), []).append(resp.content)
+    # the named speaker is the one spoken: same seed, other speaker, other audio; same speaker, same audio
+    assert said["vivian"][0] == said["vivian"][1]
+    assert len({said["vivian"][0], said["ryan"][0], said["eric"][0]}) == 3
 
 
 def test_customvoice_stream(cv_client):
+    extra = {"max_new_tokens": 12, "initial_codec_chunk_frames": 2, "seed": 6}
+    whole = cv_client.audio.speech.create(model="tiny-tts", input="Stream a preset.", voice="vivian",
+                                          response_format="pcm", extra_body=extra).content
     with cv_client.audio.speech.with_streaming_response.create(
             model="tiny-tts", input="Stream a preset.", voice="vivian", response_format="pcm", stream_format="audio",
-            extra_body={"max_new_tokens": 12, "initial_codec_chunk_frames": 2}) as resp:
-        chunks = _timed_chunks(resp.iter_bytes())
-    assert len(chunks) >= 1 and sum(len(c) for _, c in chunks) > 0
+            extra_body=extra) as resp:
+        chunks = [c for c in resp.iter_bytes() if c]
+    a, b = np.frombuffer(whole, "<i2").astype(int), np.frombuffer(b"".join(chunks), "<i2").astype(int)
+    assert len(a) == len(b) > 0 and np.abs(a - b).max() <= 1  # the speaker's audio, streamed
+    assert len(chunks[0]) <= 2 * 2 * FRAME < len(whole)  # the first piece is the 2-frame window, not the whole
 
 
 # ---------------------------------------------------------------------------------------- bad input
@@ -238,6 +256,9 @@ BASE_BAD = [
     ("too many tokens", {"input": "hi", "voice": "x", "ref_audio": "REF", "x_vector_only_mode": True,
                          "max_new_tokens": 100000}, 400, "max_new_tokens", "at most"),
     ("wrong model", {"model": "gpt-4o-mini-tts", "input": "hi", "voice": "x"}, 404, "model", "does not exist"),
+    # past float32's range the Talker's sampling turned to NaN and Code2Wav failed: a 500 before
+    ("temperature past float32", {"input": "hi", "voice": "x", "ref_audio": "REF", "x_vector_only_mode": True,
+                                  "temperature": 1e39}, 400, "temperature", "less than or equal to 2"),
 ]
 
 

@@ -1,11 +1,16 @@
 """The HTTP layer without models: OpenAI-style errors, API keys, and endpoints whose stages are absent."""
 
 import pytest
+from fastapi import WebSocket
 from fastapi.testclient import TestClient
+from starlette.testclient import WebSocketDenialResponse
+from starlette.websockets import WebSocketDisconnect
 
-from aura_omni.config import parse_deploy_config
-from aura_omni.pipeline.runtime import Runtime
+from aura_omni.config import load_deploy_config, parse_deploy_config
+from aura_omni.media.limits import Limits
 from aura_omni.server.app import create_app
+from aura_omni.server.websocket_auth import accept_with_key
+from aura_omni.pipeline.runtime import Runtime
 
 AUTH = {"Authorization": "Bearer k"}
 
@@ -48,3 +53,106 @@ def test_auth_and_unknown_routes(asr_aura_only):
 def test_unknown_model_is_404(asr_aura_only):
     r = asr_aura_only.post("/v1/audio/speech", headers=AUTH, json={"model": "gpt-4o", "input": "hi", "voice": "x"})
     assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+
+
+# ---------------------------------------------------------------------------------------------- internal errors
+
+def test_an_internal_error_is_a_generic_500_never_a_400(asr_aura_only, caplog):
+    app = asr_aura_only.app
+
+    @app.get("/v1/boom")
+    async def boom():
+        raise ValueError("secret detail at /srv/models/aura <object at 0x7f>")
+
+    client = TestClient(app, raise_server_exceptions=False)
+    r = client.get("/v1/boom", headers=AUTH)
+    err = r.json()["error"]
+    assert r.status_code == 500 and err["type"] == "server_error" and err["code"] == "server_error"
+    assert "secret" not in err["message"] and "/srv" not in err["message"] and "error id" in err["message"]
+    assert any("secret detail" in (rec.exc_text or "") for rec in caplog.records)  # the log keeps the traceback
+
+
+# ---------------------------------------------------------------------------------------------- limits
+
+def _limited(**limits) -> TestClient:
+    deploy = parse_deploy_config({"pipeline": "aura_omni", "stages": [{"stage_id": 0, "model": "asr"}],
+                                  "limits": {"max_concurrent_requests": 8}}, "limits.yaml")
+    return TestClient(create_app(deploy, "served", "k", runtime=Runtime(deploy, {}),
+                                 limits=Limits.from_values(deploy.limits, limits)))
+
+
+def test_deploy_limits_and_flags_reach_the_app():
+    client = _limited(max_body_bytes=1000)
+    limits = client.app.state.server.limits
+    assert limits.max_concurrent_requests == 8 and limits.max_body_bytes == 1000
+    with pytest.raises(ValueError, match="unknown limit 'max_bodybytes'"):
+        Limits.from_values({"max_bodybytes": 1})
+    with pytest.raises(ValueError, match="positive"):
+        Limits.from_values({"max_body_bytes": 0})
+
+
+def test_a_body_over_the_limit_is_413_before_any_endpoint_code():
+    client = _limited(max_body_bytes=1000)
+    body = {"model": "served", "input": "x" * 2000, "voice": "x"}
+    r = client.post("/v1/audio/speech", headers=AUTH, json=body)
+    assert r.status_code == 413 and "1000 bytes" in r.json()["error"]["message"]
+
+    def chunks():  # no Content-Length: counted as it arrives
+        yield b'{"model": "served", "input": "'
+        for _ in range(10):
+            yield b"x" * 200
+        yield b'", "voice": "x"}'
+
+    r = client.post("/v1/audio/speech", headers={**AUTH, "Content-Type": "application/json"}, content=chunks())
+    assert r.status_code == 413 and r.json()["error"]["type"] == "invalid_request_error"
+    assert client.get("/health").status_code == 200
+
+
+def test_requests_over_the_concurrency_limit_get_429():
+    client = _limited(max_concurrent_requests=1)
+    client.get("/v1/models", headers=AUTH)  # builds the middleware stack
+    stack = client.app.middleware_stack
+    while not hasattr(stack, "requests"):
+        stack = stack.app
+    stack.requests = 1  # one request in flight
+    r = client.get("/v1/models", headers=AUTH)
+    assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_error" and r.headers["retry-after"]
+    assert client.get("/health").status_code == 200  # never counted, never refused
+    stack.requests = 0
+    assert client.get("/v1/models", headers=AUTH).status_code == 200
+
+
+# ---------------------------------------------------------------------------------------------- websockets
+
+def _socket_app(api_key="k", **limits):
+    deploy = parse_deploy_config({"pipeline": "aura_omni", "stages": [{"stage_id": 0, "model": "asr"}]}, "ws.yaml")
+    app = create_app(deploy, "served", api_key, runtime=Runtime(deploy, {}), limits=Limits.from_values(limits))
+
+    @app.websocket("/v1/echo")
+    async def echo(websocket: WebSocket):
+        if not await accept_with_key(websocket):
+            return
+        await websocket.send_text(await websocket.receive_text())
+        await websocket.close()
+
+    return TestClient(app)
+
+
+@pytest.mark.parametrize("how", ["header", "query", "subprotocol"])
+def test_websocket_api_key_in_any_of_three_places(how):
+    client = _socket_app()
+    kwargs = {"header": dict(headers={"Authorization": "Bearer k"}), "query": {},
+              "subprotocol": dict(subprotocols=["realtime", "openai-insecure-api-key.k"])}[how]
+    url = "/v1/echo?api_key=k" if how == "query" else "/v1/echo"
+    with client.websocket_connect(url, **kwargs) as ws:
+        ws.send_text("hi")
+        assert ws.receive_text() == "hi"
+
+
+@pytest.mark.parametrize("url,kwargs", [("/v1/echo", {}), ("/v1/echo?api_key=wrong", {}),
+                                        ("/v1/echo", {"subprotocols": ["openai-insecure-api-key.wrong"]})])
+def test_websocket_without_the_key_is_refused(url, kwargs):
+    with pytest.raises(WebSocketDenialResponse) as e:  # the handshake answered 401, OpenAI error JSON
+        with _socket_app().websocket_connect(url, **kwargs) as ws:
+            ws.receive_text()
+    assert e.value.status_code == 401 and e.value.json()["error"]["type"] == "authentication_error"

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from aura_omni.config import parse_deploy_config
 from aura_omni.media.audio import AudioDecodeError
-from aura_omni.media.limits import MediaError
+from aura_omni.media.limits import LimitError, MediaError
 from aura_omni.pipeline.media_input import MediaPolicy, load_audio, source_bytes
 from aura_omni.pipeline.orchestrator import TurnTimeout
 from aura_omni.pipeline.processors import PipelineRequestError
@@ -124,8 +124,8 @@ class FakeRuntime:
 
 def test_sampling_params_list_maps_to_stage_roles_and_rejects_extra_entries():
     builder = TurnBuilder(FakeRuntime())
-    assert builder.stage_entries([{"max_tokens": 8}, {"seed": 1}, None]) == {"asr": {"max_tokens": 8},
-                                                                             "aura": {"seed": 1}}
+    assert builder.stage_entries([{"max_tokens": 8}, {"seed": 1}, None]) == {"asr": (0, {"max_tokens": 8}),
+                                                                             "aura": (1, {"seed": 1})}
     assert builder.stage_entries(None) == {}
     with pytest.raises(PipelineRequestError, match="5 entries"):
         builder.stage_entries([{}] * 5)
@@ -133,7 +133,7 @@ def test_sampling_params_list_maps_to_stage_roles_and_rejects_extra_entries():
 
 @pytest.mark.parametrize("error,status", [
     (PipelineRequestError("Base TTS requires a reference voice"), 400), (MediaError("cannot decode image"), 400),
-    (AudioDecodeError("audio is empty"), 400), (ValueError("top_p must be in (0, 1]"), 400),
+    (AudioDecodeError("audio is empty"), 400), (LimitError("max_tokens: at most 8", param="max_tokens"), 400),
     (TurnTimeout("turn r exceeded its 1 s timeout"), 504), (APIError("nope", 404), 404),
 ])
 def test_client_errors_become_openai_errors(error, status):
@@ -143,10 +143,12 @@ def test_client_errors_become_openai_errors(error, status):
     assert err.value.status == status and str(error) in err.value.message
 
 
-def test_internal_errors_are_not_disguised_as_client_errors():
-    with pytest.raises(RuntimeError):
+@pytest.mark.parametrize("error", [RuntimeError("engine step failed"), ValueError("a bug in our own code"),
+                                   KeyError("x")])
+def test_internal_errors_are_not_disguised_as_client_errors(error):
+    with pytest.raises(type(error)):  # propagates: the app answers 500 server_error (test_app_errors)
         with client_errors():
-            raise RuntimeError("engine step failed")
+            raise error
 
 
 # ---------------------------------------------------------------------------------------------- media sources

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aura_omni.cli import build_parser, load_serve_config, main
-from aura_omni.config import CODE2WAV, TALKER, load_deploy_config
+from aura_omni.cli import build_parser, load_serve_config, main, serve_limits
+from aura_omni.config import CODE2WAV, TALKER, load_deploy_config, parse_deploy_config
 from aura_omni.testing.make_tiny import CHECKPOINTS, deploy_files
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -31,6 +31,17 @@ def test_serve_defaults_and_bad_choices():
     assert opened.allowed_media_domains == ["cdn.example.com", "img.example.org"]
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--load-format", "pt"])
+
+
+def test_limits_come_from_defaults_then_the_deploy_file_then_flags():
+    deploy = parse_deploy_config({"stages": [{"stage_id": 0, "model": "asr", "model_stage": "asr"}],
+                                  "limits": {"max_body_bytes": 1000, "max_text_chars": 10}})
+    args = build_parser().parse_args(["serve", "--max-text-chars", "20", "--max-audio-seconds", "2.5"])
+    limits = serve_limits(args, deploy)
+    assert (limits.max_body_bytes, limits.max_text_chars, limits.max_audio_seconds) == (1000, 20, 2.5)
+    assert limits.max_concurrent_requests == 64  # untouched: the built-in default
+    with pytest.raises(ValueError, match="max_body_bytes must be a positive number"):
+        serve_limits(build_parser().parse_args(["serve", "--max-body-bytes", "0"]), deploy)
 
 
 def test_stage_model_wins_over_cli_model():

@@ -15,9 +15,10 @@ from PIL import Image
 
 from aura_omni.config import TALKER, parse_deploy_config
 from aura_omni.media.audio import AudioDecodeError
-from aura_omni.media.limits import MediaError, MediaLimits
+from aura_omni.media.limits import LimitError, Limits, MediaError, MediaLimits
 from aura_omni.pipeline import turn_builder
 from aura_omni.pipeline.media_input import MediaPolicy, load_audio, load_image_input, read_local, source_bytes
+from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.pipeline.turn_builder import TurnBuilder, TurnSpec
 from aura_omni.server.errors import APIError
 from aura_omni.server.voices import RegisteredVoice, VoiceRegistry, decode_ref_audio
@@ -51,7 +52,7 @@ def test_bare_base64_starting_with_a_slash_is_base64_not_a_path():
     assert sr == 16000 and len(wav) > 0
     wav, sr = load_audio(mp3, MediaPolicy(), base64_only=True)
     assert sr == 16000 and len(wav) > 0
-    wav, sr = decode_ref_audio(mp3, None)
+    wav, sr = decode_ref_audio(mp3, MediaPolicy())
     assert sr == 16000 and len(wav) > 0
 
 
@@ -60,7 +61,7 @@ def test_server_local_paths_stay_refused_without_an_allowed_folder():
         with pytest.raises(MediaError, match="server-local paths are disabled"):
             source_bytes(ref, "image", MediaPolicy())
         with pytest.raises(APIError, match="server-local paths are disabled"):
-            decode_ref_audio(ref, None)
+            decode_ref_audio(ref, MediaPolicy())
     with pytest.raises(MediaError, match="base64"):  # input_audio.data is never read as a path
         load_audio("/etc/passwd", MediaPolicy(allowed_local_media_path=Path("/")),
                    base64_only=True)
@@ -77,9 +78,9 @@ def test_local_reference_audio_gets_the_duration_check(tmp_path):
     (tmp_path / "long.flac").write_bytes(audio_bytes(61, 8000, "FLAC"))
     (tmp_path / "ok.wav").write_bytes(audio_bytes(1))
     with pytest.raises(APIError, match="at most 60 s") as err:
-        decode_ref_audio(str(tmp_path / "long.flac"), tmp_path)
+        decode_ref_audio(str(tmp_path / "long.flac"), MediaPolicy(allowed_local_media_path=tmp_path))
     assert err.value.param == "ref_audio" and err.value.status == 400
-    wav, sr = decode_ref_audio(f"file://{tmp_path}/ok.wav", tmp_path)
+    wav, sr = decode_ref_audio(f"file://{tmp_path}/ok.wav", MediaPolicy(allowed_local_media_path=tmp_path))
     assert sr == 16000 and len(wav) == 16000
 
 
@@ -107,17 +108,33 @@ class FakeRuntime:
             {"stage_id": i, "model": m} for i, m in enumerate(["asr", "aura", "tts", "tts"])]})
         self.models = {TALKER: tts} if tts is not None else {}
         self.pipeline = types.SimpleNamespace(check=lambda turn: None)
+        self.voice_prompt = None  # no reference audio is cloned here
 
 
 def test_image_and_video_counts_are_refused_before_decoding():
-    limits = MediaLimits(max_images_per_request=2, max_videos_per_request=1)
+    limits = Limits(max_images_per_request=2, max_videos_per_request=1)
     builder = TurnBuilder(FakeRuntime(), policy=MediaPolicy(limits=limits))
     for vision, match in (([("image", "@@not media@@")] * 3, "3 images; at most 2"),
                           ([("video", "@@not media@@")] * 2, "2 videos; at most 1")):
-        with pytest.raises(MediaError, match=match):  # not the decoder's "invalid base64"
+        with pytest.raises(PipelineRequestError, match=match):  # not the decoder's "invalid base64"
             asyncio.run(builder.build(TurnSpec(vision=vision, speak=False), "r"))
-    with pytest.raises(MediaError, match="base64"):  # within the limits: decoded (and refused) as usual
-        asyncio.run(builder.build(TurnSpec(vision=[("image", "@@not media@@")] * 2, speak=False), "r"))
+    spec = TurnSpec(vision=[("image", "@@not media@@")] * 2, speak=False,
+                    vision_params=["messages[0].content[0].image_url", "messages[0].content[1].image_url"])
+    with pytest.raises(PipelineRequestError, match="base64") as err:  # within the limits: decoded (and refused)
+        asyncio.run(builder.build(spec, "r"))
+    assert err.value.param == "messages[0].content[0].image_url"  # the part at fault, by its place in the request
+
+
+def test_pixels_per_request_are_summed_after_resizing():
+    jpeg = jpeg_b64()
+    one = asyncio.run(TurnBuilder(FakeRuntime()).build(TurnSpec(vision=[("image", jpeg)], speak=False), "r"))
+    pixels = one.vision[0].frames.shape[-2] * one.vision[0].frames.shape[-1]
+    builder = TurnBuilder(FakeRuntime(), policy=MediaPolicy(limits=Limits(max_pixels_per_request=2 * pixels)))
+    asyncio.run(builder.build(TurnSpec(vision=[("image", jpeg)] * 2, speak=False), "r"))  # at the limit: fine
+    spec = TurnSpec(vision=[("image", jpeg)] * 3, speak=False, content_param="messages[0].content")
+    with pytest.raises(LimitError, match=f"{3 * pixels} pixels after resizing; at most {2 * pixels}") as err:
+        asyncio.run(builder.build(spec, "r"))
+    assert err.value.param == "messages[0].content"
 
 
 def test_registered_voice_deleted_while_media_decodes(monkeypatch):

@@ -3,24 +3,15 @@
 import pytest
 
 from aura_omni.pipeline.processors import (
-    PipelineRequestError,
-    as_bool,
     asr2aura,
-    first_value,
     is_effectively_silent,
     is_silent_prefix,
     normalize_speaker,
     strip_assistant_text,
-    tts_options,
     wrap_tts_token_ids,
 )
 from aura_omni.asr.transcript import Transcript
 from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTurn
-
-
-def test_value_rules():
-    assert first_value(["a", "b"]) == "a" and first_value([], "d") == "d" and first_value(None, "d") == "d"
-    assert as_bool(" Yes ") and as_bool(["on"]) and not as_bool("no") and as_bool(1) and not as_bool([])
 
 
 @pytest.mark.parametrize("raw, expect", [
@@ -75,32 +66,6 @@ def test_token_id_passthrough_vector():
     assert wrap_tts_token_ids([151644, 77091, 198, 151645]) == []
 
 
-def test_tts_options_default_follows_checkpoint():
-    cv = tts_options({"tts_speaker": ["vivian"]}, checkpoint_type="custom_voice")
-    assert (cv.task_type, cv.speaker, cv.language) == ("CustomVoice", "Vivian", "English")
-    assert tts_options({}, checkpoint_type="custom_voice").speaker == "Vivian"
-    base = tts_options({"tts_ref_audio": "data:audio/wav;base64,AAAA", "tts_ref_text": "hi"}, checkpoint_type="base")
-    assert base.task_type == "Base" and base.ref_text == "hi" and not base.x_vector_only
-    xv = tts_options({"tts_ref_audio": "AAAA", "tts_x_vector_only_mode": "true"}, checkpoint_type="base")
-    assert xv.x_vector_only and xv.ref_text is None
-    assert tts_options({}, checkpoint_type="base", registered_voices=["alice"], voice="alice").voice == "alice"
-
-
-@pytest.mark.parametrize("info, kwargs, message", [
-    ({}, {}, "requires a reference voice"),
-    ({"tts_ref_audio": "AAAA"}, {}, "needs tts_ref_text"),
-    ({"tts_task_type": "CustomVoice"}, {}, "needs a CustomVoice"),
-    ({"tts_task_type": "Opera"}, {}, "must be Base, CustomVoice or VoiceDesign"),
-    ({}, {"voice": "nobody"}, "not registered"),
-    ({"tts_ref_audio": "A", "tts_ref_text": "t", "tts_max_new_tokens": "many"}, {}, "integer"),
-    ({"tts_ref_audio": "A", "tts_ref_text": "t", "tts_max_new_tokens": float("inf")}, {}, "integer"),
-    ({"tts_ref_audio": "A", "tts_ref_text": 5}, {}, "tts_ref_text must be a string"),
-    ({"tts_ref_audio": "A", "tts_x_vector_only_mode": True, "tts_language": {"x": 1}}, {}, "tts_language must be"),
-    ({"tts_ref_audio": "A", "tts_x_vector_only_mode": True, "tts_instruct": [3]}, {}, "tts_instruct must be"),
-])
-def test_tts_options_refuses_what_cannot_be_served(info, kwargs, message):
-    with pytest.raises(PipelineRequestError, match=message):
-        tts_options(info, checkpoint_type="base", **kwargs)
 
 
 def test_client_text_cannot_add_prompt_structure_or_vision_slots():

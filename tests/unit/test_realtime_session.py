@@ -21,6 +21,7 @@ from PIL import Image
 
 from aura_omni.asr.transcript import Transcript
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline
+from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.pipeline.stage_api import AuraDelta
 from aura_omni.pipeline.turn import TurnRequest
 from aura_omni.pipeline.media_input import MediaPolicy
@@ -92,7 +93,9 @@ class FakeBuilder:
 
     async def build(self, spec, request_id):
         if spec.voice == "nobody":
-            raise ValueError("voice: unknown speaker 'nobody'")
+            raise PipelineRequestError("voice: unknown speaker 'nobody'", param="voice")
+        if spec.voice == "bug":
+            raise ValueError("an internal bug at /srv/aura_omni/x.py")
         info = spec.info or {}
         return TurnRequest(request_id, audio=spec.audio, text_parts=list(spec.text_parts), history=list(spec.history),
                            system_prompt=spec.system_prompt, is_speech=info.get("is_speech", True),
@@ -188,6 +191,15 @@ def test_extra_body_takes_chat_keys_and_sampling_list():
                                                       "auto_response": True, "max_frames": 4}})
     assert cfg.info == {"tts_speaker": "Ryan", "aura_system_prompt": "S"}
     assert cfg.stage_sampling == [None, {"logit_bias": {"1": 5}}] and cfg.auto_response and cfg.max_frames == 4
+
+
+def test_extra_body_keys_are_typed_as_on_the_chat_endpoint():
+    with pytest.raises(SessionConfigError) as e:
+        SessionConfig().with_update({"extra_body": {"tts_speakr": "Ryan"}})
+    assert e.value.param == "session.extra_body.tts_speakr" and "unknown option" in str(e.value)
+    with pytest.raises(SessionConfigError) as e:
+        SessionConfig().with_update({"extra_body": {"additional_information": {"tts_max_new_tokens": "many"}}})
+    assert e.value.param == "session.extra_body.tts_max_new_tokens"
 
 
 def test_heard_text_is_cut_where_playback_stopped():
@@ -338,6 +350,19 @@ async def test_history_counts_only_what_was_played_in_duplex():
     ack = (await until(s, "playback.acknowledged"))[-1]
     assert ack["event"]["history_committed"] == "Hello there. I see a red square."
     assert all(e.seq is not None for e in events)  # duplex: server_event_seq on every event
+
+
+@pytest.mark.asyncio
+async def test_a_bug_is_a_server_error_without_its_details_and_a_request_error_is_the_clients():
+    s = new_session(duplex=True)
+    await s.send("session.update", session={"voice": "bug"})
+    await s.send("session.update", session={"voice": "nobody"})
+    await s.send("session.heartbeat")
+    errors = [e["error"] for e in await until(s, "session.heartbeat_ack") if e.type == "error"]
+    assert [(e["type"], e["code"]) for e in errors] == [("server_error", "server_error"),
+                                                       ("invalid_request_error", "invalid_session_config")]
+    assert "/srv" not in errors[0]["message"] and "error id" in errors[0]["message"]
+    assert errors[1]["message"] == "voice: unknown speaker 'nobody'"
 
 
 @pytest.mark.asyncio

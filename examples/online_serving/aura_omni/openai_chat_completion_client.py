@@ -20,7 +20,7 @@ import sys
 import wave
 from pathlib import Path
 
-from openai import OpenAI
+from openai import APIConnectionError, APIStatusError, OpenAI
 
 SAMPLE_RATE = 24000  # Code2Wav output
 
@@ -168,5 +168,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def main(argv: list[str] | None = None) -> int:
+    """`run`, with the server's own words instead of a traceback when it refuses the request."""
+    try:
+        return run(parse_args(argv))
+    except APIStatusError as e:
+        error = e.body if isinstance(e.body, dict) else {}
+        field = f" ({error['param']})" if error.get("param") else ""
+        print(f"the server refused the request with {e.status_code}{field}: {error.get('message') or e.message}",
+              file=sys.stderr)
+        return 1
+    except APIConnectionError as e:
+        print(f"cannot reach the server at {e.request.url}: is `aura-omni serve` running?", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(run(parse_args()))
+    sys.exit(main())
