@@ -67,8 +67,12 @@ class AuraPipelineStage:
         """The prompt's token ids, vision placeholders expanded (host work)."""
         return self.prompt_tokens(prompt, vision)
 
-    def encode_prompt(self, ids: list[int], vision: list[VisionInput]):
+    def encode_prompt(self, prompt: AuraPrompt, vision: list[VisionInput]):
         """Token ids + engine prompt (embeddings, MRoPE positions, DeepStack). Runs the vision encoder."""
+        return self.embed_prompt(self.prompt_ids(prompt, vision), vision)
+
+    def embed_prompt(self, ids: list[int], vision: list[VisionInput]):
+        """(ids, MultimodalPrompt) of prompt ids: the vision encoder and the embeddings (device work)."""
         with torch.inference_mode(), kernel_switches.using(self.kernels):
             encoded = self.vision_cache(vision) if vision else None
             return vl_request(self.model.build_prompt(ids, vision, encoded), vision)
@@ -76,7 +80,7 @@ class AuraPipelineStage:
     def _prepare(self, request):
         """The loop's engine request from (ids, vision, params): the device work, on the stage's stream."""
         ids, vision, params = request
-        ids, mm = self.encode_prompt(ids, vision)
+        ids, mm = self.embed_prompt(ids, vision)
         return ids, params, mm, None
 
     async def generate(self, prompt: AuraPrompt, vision: list[VisionInput], *, request_id: str,

@@ -374,7 +374,10 @@ def test_concurrent_requests_each_get_their_own_answer(client, base_server, ref_
         assert [f.result() for f in bads] == [400, 400]
     for data in results:
         _assert_audio(_decode(data)[0])
-    assert results[0] == good(11)  # a request's audio depends on its seed, not on what ran beside it
+    # a request's audio depends on its seed, not on what ran beside it: the same codes, decoded alone or batched with
+    # another stream's chunk, differ at most by the rounding of one 16-bit step
+    beside, alone = _decode(results[0])[0], _decode(good(11))[0]
+    assert beside.shape == alone.shape and np.abs(beside - alone).max() <= 1.5 / 32768
 
 
 def test_icl_stream_joins_into_the_non_streamed_audio(client, ref_audio_b64):
