@@ -197,7 +197,8 @@ def test_api_key_by_query_subprotocol_or_header(customvoice_server):
         async with websockets.connect(_url(customvoice_server, ""),
                                       subprotocols=["realtime", "openai-insecure-api-key.test-key"]) as ws:
             chosen = ws.subprotocol
-        async with websockets.connect(_url(customvoice_server, ""), subprotocols=["openai-insecure-api-key.test-key"]) as ws:
+        async with websockets.connect(_url(customvoice_server, ""),
+                                      subprotocols=["openai-insecure-api-key.test-key"]) as ws:
             only_key = ws.subprotocol
         async with websockets.connect(_url(customvoice_server, ""),
                                       additional_headers={"Authorization": "Bearer test-key"}) as ws:

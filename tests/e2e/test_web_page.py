@@ -172,7 +172,8 @@ def test_push_to_talk_turn_is_transcribed_answered_and_played(tab):
     assert "silent" not in (assistant.get_attribute("class") or "") and assistant.inner_text().strip()
     assert tab.sent("input_audio_buffer.commit") == [{"type": "input_audio_buffer.commit", "create_response": True}]
     [update] = tab.sent("session.update")
-    assert update["session"]["audio"]["input"] == {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}
+    assert update["session"]["audio"]["input"] == {"format": {"type": "audio/pcm", "rate": 16000},
+                                                   "turn_detection": None}
     [ack] = tab.sent("playback.ack")
     assert ack["played_ms"] > 0 and ack["committed_ms"] == ack["played_ms"] and "truncate" not in ack
 
