@@ -20,7 +20,6 @@ from aura_omni.asr.service import AsrService
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
-from aura_omni.testing.asr_reference import hf_asr_inputs
 
 SR = 16000
 
@@ -107,6 +106,12 @@ def reference_model(svc: AsrService, device: str, dtype: torch.dtype):
 
 
 def run_reference(svc: AsrService, ref, clips, concurrency: int, new_tokens: int, device: str) -> dict:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the reference's inputs live with the parity tests
+    from tests.parity.asr_reference import hf_asr_inputs
+
     sync(device)
     t0 = time.perf_counter()
     ttft = []

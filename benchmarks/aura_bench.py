@@ -129,7 +129,7 @@ def main() -> None:
     one = SamplingParams(temperature=0, max_tokens=1)
     rows = []
 
-    def encode(prompt: str, videos) -> tuple[float, list[int], object]:
+    def encode(prompt, videos) -> tuple[float, list[int], object]:
         sync(device)
         t = time.perf_counter()
         ids, mm = stage.encode_prompt(prompt, videos)
@@ -139,8 +139,8 @@ def main() -> None:
     def turn(system: str, second: bool, videos=None):
         """(encode seconds, ids, mm) of turn 1 (video + text) or turn 2 (turn 1 as history + new text)."""
         history = [("user", text1, ["video"]), ("assistant", "Okay.")]
-        prompt = (asr2aura("", text_parts=[text2], history=history, system_prompt=system) if second
-                  else asr2aura("", vision_items=["video"], text_parts=[text1], system_prompt=system))
+        prompt = (asr2aura(None, text_parts=[text2], history=history, system_prompt=system) if second
+                  else asr2aura(None, vision_items=["video"], text_parts=[text1], system_prompt=system))
         return encode(prompt, videos or [video])
 
     def ttft(rid, encoded) -> tuple[float, int, float]:
@@ -190,8 +190,8 @@ def session_turn(turns: int, args, tok, encode, ttft, fresh_video, profile: bool
     videos = [fresh_video() for _ in range(turns + 1)]
     history = [t for _ in range(turns) for t in (("user", said, ["video"]), ("assistant", "<|silent|>"))]
 
-    def prompt(system: str, upto: int) -> str:
-        return asr2aura("", vision_items=["video"], text_parts=[said], history=history[:2 * upto], system_prompt=system)
+    def prompt(system: str, upto: int):
+        return asr2aura(None, vision_items=["video"], text_parts=[said], history=history[:2 * upto], system_prompt=system)
 
     system = f"Session {turns}."
     ttft(f"session{turns}-prev", encode(prompt(system, turns - 1), videos[:turns]))
@@ -225,7 +225,7 @@ def session_encode_split(turns: int, args, tok, stage, new_frames) -> dict:
     frames new each time): preprocessing, the vision encoder call, and the host rest of `encode_prompt`."""
     said = user_text(tok, args.session_text_tokens)
     history = [t for _ in range(turns) for t in (("user", said, ["video"]), ("assistant", "<|silent|>"))]
-    prompt = asr2aura("", vision_items=["video"], text_parts=[said], history=history, system_prompt=f"Split {turns}.")
+    prompt = asr2aura(None, vision_items=["video"], text_parts=[said], history=history, system_prompt=f"Split {turns}.")
     videos = [preprocess_video(new_frames(), video_fps=2.0) for _ in range(turns)]
     stage.encode_prompt(prompt, videos + [preprocess_video(new_frames(), video_fps=2.0)])  # history now cached
     model = stage.model

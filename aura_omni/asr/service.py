@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from aura_omni.asr.prompt import ASR_TEXT_ID, AsrPromptBuilder, load_asr_tokenizer
-from aura_omni.asr.split import MAX_ASR_INPUT_SECONDS, SEARCH_SECONDS, split_long_audio
+from aura_omni.asr.split import MAX_ASR_INPUT_SECONDS, split_long_audio
 from aura_omni.asr.transcript import Transcript, join_texts, merge_languages, normalize_language, parse_asr_output
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
@@ -74,12 +74,13 @@ class AsrService:
         # a piece must fit the engine with its prompt and reply: split long audio shorter than qwen-asr's 20 minutes
         # when max_model_len is small (13 audio tokens per second)
         room = (self.engine_config.max_model_len - max_new_tokens - PROMPT_TOKENS) / TOKENS_PER_CHUNK
-        self.max_seconds = max(SEARCH_SECONDS * 2, min(max_seconds, room))
+        self.max_seconds = min(max_seconds, room)
         self.languages = tuple(model.config.support_languages) or None
         self.engine = LLMEngine(self.model, self.engine_config, list(self.eos_token_ids), name="asr")
         # the head of the voice chain: on a shared GPU its loop's stream has high priority, so its steps do not queue
         # behind the AURA and Talker steps already issued (audio in, token ids out: nothing crosses on device)
-        self.loop = StageLoop(AsrStageEngine(self), model.device, name="asr", priority=-1)
+        self.loop = StageLoop(AsrStageEngine(self), model.device, name="asr", priority=-1,
+                              streams=self.engine_config.use_stage_stream, kernels=self.engine_config.kernels)
 
     @classmethod
     def from_pretrained(cls, model: str | Path, *, dtype: torch.dtype | None = None, device: str = "cpu",

@@ -14,7 +14,6 @@ of the backbone captured at their padded token count (engine/prefill_graphs.py);
 """
 
 import logging
-import os
 import time
 from typing import Any
 
@@ -30,14 +29,13 @@ from aura_omni.engine.memory import KVPlan, plan_kv_cache
 from aura_omni.engine.model_api import CausalLMAdapter, ModelAdapter, Piece, StepInputs
 from aura_omni.engine.prefill_graphs import PrefillGraphs, graph_sizes
 from aura_omni.engine.scheduler import ScheduledSeq, SchedulerOutput
-from aura_omni.layers import attention_backend
+from aura_omni.layers import attention_backend, kernel_switches
 from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.layers.device import on_device, upload_async
 from aura_omni.layers.sampler import Sampler, is_plain_greedy
 
 log = logging.getLogger(__name__)
 
-PREFILL_GRAPHS_ENV = "AURA_OMNI_PREFILL_GRAPHS"  # "0": prefill steps stay eager (A/B benchmarks)
 
 
 def _dtype_of(module: torch.nn.Module) -> torch.dtype:
@@ -106,6 +104,12 @@ def _deepstack_layers(adapter: ModelAdapter) -> int:
 
 class ModelRunner:
     def __init__(self, adapter: ModelAdapter, config: EngineConfig, name: str = "stage"):
+        # this stage's kernel switches, in force for everything the runner runs (layers/kernel_switches.py)
+        self.kernels = config.kernels
+        with kernel_switches.using(self.kernels):
+            self._setup(adapter, config, name)
+
+    def _setup(self, adapter: ModelAdapter, config: EngineConfig, name: str) -> None:
         self.adapter = adapter
         self.config = config
         self.backbone = adapter.backbone
@@ -144,10 +148,10 @@ class ModelRunner:
 
     def _prefill_graphs(self, name: str) -> PrefillGraphs | None:
         """Graphs for steps of up to `prefill_graph_tokens` tokens: on CUDA where the Triton paged prefill passed its
-        check (None = 512); elsewhere only when set, run eagerly over the same static buffers (tests).
-        `AURA_OMNI_PREFILL_GRAPHS=0` turns them off (A/B benchmarks)."""
+        check (None = 512); elsewhere only when set, run eagerly over the same static buffers (tests). Off for a stage
+        with `prefill_graphs` off (process default: `AURA_OMNI_PREFILL_GRAPHS=0`, A/B benchmarks)."""
         limit, cuda = self.config.prefill_graph_tokens, self.device.type == "cuda"
-        if os.environ.get(PREFILL_GRAPHS_ENV, "1") == "0":
+        if not self.config.use_prefill_graphs:
             return None
         if cuda:
             probe = torch.empty(1, dtype=self.dtype, device=self.device)
@@ -318,7 +322,7 @@ class ModelRunner:
         """Queue one step on the device; its sampled tokens (and extras) come back through the returned handle
         (`ahead`: the caller queues another step before reading them). `pending`: the step queued before this one,
         whose tokens some rows here take as input (`can_run_ahead` must have said yes)."""
-        with on_device(self.device):
+        with on_device(self.device), kernel_switches.using(self.kernels):
             return self._launch(out.scheduled, ahead, pending)
 
     def _launch(self, sched: list[ScheduledSeq], ahead: bool, pending: LaunchedStep | None) -> LaunchedStep:

@@ -16,16 +16,16 @@ Kernels (each checked the same way):
 - `triton_prefill`: layers/triton_prefill.py, any cached step from the pages with no host sync: the attention of
   graph-captured prefill steps (engine/prefill_graphs.py);
 - `gemv`: layers/triton_gemv.py (projections of at most 16 rows with their norm / SiLU*mul / residual fused),
-  on top of `fused_layers`; a model then uses them for one-row steps if they time faster (models/qwen3.py);
-  `AURA_OMNI_GEMV=0` leaves them off (A/B benchmarks).
+  on top of `fused_layers`; a model then uses them for one-row steps if they time faster (models/qwen3.py).
 torch 2.11's varlen_attn takes no `enable_gqa`; its flash kernel still accepts unexpanded K/V heads, which a probe
 confirms once before the expansion (two copies of the keys per layer) is skipped.
-The choice is made once per (device, dtype, prefer_fast, AURA_OMNI_GEMV) per process.
+The checks run once per (device, dtype) per process, and what passed is kept per device: a stage on the CPU, or one
+that asks for plain torch, never turns a kernel off for another stage. Which of the checked kernels a stage uses is its
+own choice (`kernels:` in the deploy file -> EngineConfig -> layers/kernel_switches.py), read at each use.
 """
 
 import inspect
 import logging
-import os
 
 import torch
 import torch.nn.functional as F
@@ -40,17 +40,16 @@ except ImportError:  # pragma: no cover - older torch
     _varlen_attn, _VARLEN_ARGS = None, set()
 
 from aura_omni.layers.device import on_device
-from aura_omni.layers import triton_gemv, triton_ops, triton_prefill, triton_short_attention
+from aura_omni.layers import kernel_switches, triton_gemv, triton_ops, triton_prefill, triton_short_attention
 
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_layers", "gemv", "triton_prefill",
             "short_attention")
-GEMV_ENV = "AURA_OMNI_GEMV"  # "0": keep cuBLAS + separate norm/SiLU kernels at small M (A/B benchmarks)
-_enabled = dict.fromkeys(_KERNELS, False)
-_enabled_dtypes: set[torch.dtype] = set()  # dtypes the Triton kernels were checked in
-_native_gqa = [False]  # flash takes unexpanded GQA heads (see _probe_native_gqa)
-_selected: dict[tuple, dict[str, bool]] = {}  # (device, dtype, prefer_fast, gemv wanted) -> outcome; checks run once
+GEMV_ENV = kernel_switches.GEMV_ENV
+_passed: dict[tuple[torch.device, torch.dtype], dict[str, bool]] = {}  # the kernels that passed on (device, dtype)
+_native_gqa: set[tuple[torch.device, torch.dtype]] = set()  # where flash takes unexpanded GQA heads (_probe_native_gqa)
+_selected: dict[tuple, dict[str, bool]] = {}  # (device, dtype, GEMVs checked) -> outcome; checks run once
 
 
 def available() -> dict[str, bool]:
@@ -68,44 +67,62 @@ def available() -> dict[str, bool]:
     }
 
 
-def enabled() -> dict[str, bool]:
-    return dict(_enabled)
+def _device_key(device: torch.device) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def enabled(device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> dict[str, bool]:
+    """What the running stage may use on `device` (default: the current CUDA device) in `dtype` (default: any):
+    passed its check there and allowed by the stage's switches."""
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    device = _device_key(device)
+    passed = [p for (d, t), p in _passed.items() if d == device and dtype in (None, t)]
+    return {name: _allowed(name) and any(p[name] for p in passed) for name in _KERNELS}
+
+
+def _allowed(name: str) -> bool:
+    switches = kernel_switches.current()
+    return switches.fast_attention and (name != "gemv" or switches.gemv)
+
+
+def _on(name: str, x: torch.Tensor) -> bool:
+    return x.is_cuda and _passed.get((x.device, x.dtype), {}).get(name, False) and _allowed(name)
 
 
 def varlen_enabled(q: torch.Tensor) -> bool:
-    return _enabled["varlen"] and q.is_cuda and q.dtype in _FLASH_DTYPES
+    return q.dtype in _FLASH_DTYPES and _on("varlen", q)
 
 
 def paged_varlen_enabled(q: torch.Tensor) -> bool:
-    return _enabled["paged_varlen"] and q.is_cuda and q.dtype in _FLASH_DTYPES
+    return q.dtype in _FLASH_DTYPES and _on("paged_varlen", q)
 
 
 def varlen_cached_enabled(q: torch.Tensor) -> bool:
-    return _enabled["varlen_cached"] and q.is_cuda and q.dtype in _FLASH_DTYPES
+    return q.dtype in _FLASH_DTYPES and _on("varlen_cached", q)
 
 
 def triton_decode_enabled(q: torch.Tensor) -> bool:
-    return _enabled["triton_decode"] and q.is_cuda and q.dtype in _enabled_dtypes and triton_ops.supports(q.shape[-1], 1)
+    return _on("triton_decode", q) and triton_ops.supports(q.shape[-1], 1)
 
 
 def fused_layers_enabled(x: torch.Tensor) -> bool:
-    return _enabled["fused_layers"] and x.is_cuda and x.dtype in _enabled_dtypes
+    return _on("fused_layers", x)
 
 
 def triton_prefill_enabled(x: torch.Tensor, head_dim: int) -> bool:
-    return _enabled["triton_prefill"] and x.is_cuda and x.dtype in _enabled_dtypes and triton_prefill.supports(head_dim)
+    return _on("triton_prefill", x) and triton_prefill.supports(head_dim)
 
 
 def short_attention_enabled(x: torch.Tensor) -> bool:
-    return _enabled["short_attention"] and x.is_cuda and x.dtype in _enabled_dtypes
+    return _on("short_attention", x)
 
 
 def gemv_enabled(x: torch.Tensor) -> bool:
-    return _enabled["gemv"] and x.is_cuda and x.dtype in _enabled_dtypes
-
-
-def _gemv_wanted() -> bool:
-    return os.environ.get(GEMV_ENV, "1") != "0"
+    return _on("gemv", x)
 
 
 def triton_paged_decode(q, k_cache, v_cache, meta, scale: float) -> torch.Tensor:
@@ -138,7 +155,7 @@ def _call(q, k, v, cu_q, cu_k, max_q, max_k, scale, **extra):
     if q.shape[1] != k.shape[-2]:
         if "enable_gqa" in _VARLEN_ARGS:
             kwargs["enable_gqa"] = True
-        elif not _native_gqa[0]:  # expand the kv heads for kernels without GQA
+        elif (q.device, q.dtype) not in _native_gqa:  # expand the kv heads for kernels without GQA
             rep = q.shape[1] // k.shape[-2]
             k, v = k.repeat_interleave(rep, dim=-2), v.repeat_interleave(rep, dim=-2)
     return _varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **kwargs)
@@ -182,55 +199,62 @@ def _reference(q, k, v, context: int) -> torch.Tensor:
 
 
 def select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool = True) -> dict[str, bool]:
-    """Enable each available kernel that gives the reference's answer on this device and dtype."""
+    """Check each available kernel the running stage wants (kernel_switches.current()) against the reference on this
+    device and dtype, once; returns what the stage may use. `prefer_fast=False`: no checks, plain torch for the stage."""
+    if not prefer_fast or torch.device(device).type != "cuda" or dtype not in _TRITON_DTYPES:
+        return {name: False for name in _KERNELS}
+    device = _device_key(device)
     with on_device(device):
-        return _select_backend(device, dtype, prefer_fast)
+        outcome = _select_backend(device, dtype)
+    passed = _passed.setdefault((device, dtype), dict.fromkeys(_KERNELS, False))
+    for name, ok in outcome.items():  # what passed stays passed: another stage's choice never turns it off
+        passed[name] |= ok
+    return enabled(device, dtype)
 
 
-def _select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool) -> dict[str, bool]:
+def _select_backend(device: torch.device, dtype: torch.dtype) -> dict[str, bool]:
     from aura_omni.layers.attention import AttentionMetadata
 
-    key = (str(device), dtype, prefer_fast, _gemv_wanted())
+    gemv_wanted = kernel_switches.current().gemv
+    key = (device, dtype, gemv_wanted)
     if key in _selected:
-        _enabled.update(_selected[key])
-        return enabled()
-    _enabled.update(dict.fromkeys(_KERNELS, False))
-    if not prefer_fast or device.type != "cuda" or dtype not in _TRITON_DTYPES:
-        _selected[key] = enabled()
-        return enabled()
+        return _selected[key]
+    outcome = dict.fromkeys(_KERNELS, False)
+    triton_checked = False  # the fused-kernel check ran in this dtype (the others build on its kernels)
     offer = available()
-    offer["gemv"] &= _gemv_wanted()
+    offer["gemv"] &= gemv_wanted
     if offer["triton_decode"]:
         try:
             tol = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}[dtype]
             errors = triton_ops.self_check(device, dtype)
-            _enabled["triton_decode"] = errors["paged_decode"] <= tol
-            _enabled["fused_layers"] = all(v <= tol for k, v in errors.items() if k != "paged_decode")
-            _enabled_dtypes.add(dtype)
+            outcome["triton_decode"] = errors["paged_decode"] <= tol
+            outcome["fused_layers"] = all(v <= tol for k, v in errors.items() if k != "paged_decode")
+            triton_checked = True
             log.info("triton kernels vs reference (%s): %s", dtype, {k: f"{v:.1e}" for k, v in errors.items()})
         except Exception as e:  # noqa: BLE001
             log.warning("triton kernels unusable here (%s: %s); using torch", type(e).__name__, e)
         for name, check in (("triton_prefill", triton_prefill.self_check),
                             ("short_attention", triton_short_attention.self_check)):
-            if offer[name] and dtype in _enabled_dtypes and (name != "short_attention" or _enabled["fused_layers"]):
+            if offer[name] and triton_checked and (name != "short_attention" or outcome["fused_layers"]):
                 try:
                     error = check(device, dtype)
-                    _enabled[name] = error <= tol
+                    outcome[name] = error <= tol
                     log.info("triton %s vs reference (%s): %.1e", name, dtype, error)
                 except Exception as e:  # noqa: BLE001 - the kernels it would replace stay on
                     log.warning("triton %s unusable here (%s: %s)", name, type(e).__name__, e)
-        offer["gemv"] &= _enabled["fused_layers"]  # the GEMV layer runs inside the fused one
+        offer["gemv"] &= outcome["fused_layers"]  # the GEMV layer runs inside the fused one
         if offer["gemv"]:
             try:
                 errors = triton_gemv.self_check(device, dtype)
-                _enabled["gemv"] = all(v <= tol for v in errors.values())
+                outcome["gemv"] = all(v <= tol for v in errors.values())
                 log.info("triton GEMVs vs reference (%s): %s", dtype, {k: f"{v:.1e}" for k, v in errors.items()})
             except Exception as e:  # noqa: BLE001
                 log.warning("triton GEMVs unusable here (%s: %s); using cuBLAS", type(e).__name__, e)
     if dtype not in _FLASH_DTYPES:
         offer = dict(offer, varlen=False, varlen_cached=False, paged_varlen=False)
     if _varlen_attn is not None and any(offer[k] for k in ("varlen", "varlen_cached", "paged_varlen")):
-        _native_gqa[0] = "enable_gqa" not in _VARLEN_ARGS and _probe_native_gqa(device, dtype)
+        if "enable_gqa" not in _VARLEN_ARGS and _probe_native_gqa(device, dtype):
+            _native_gqa.add((device, dtype))
     gen = torch.Generator(device="cpu").manual_seed(0)
     hq, hkv, d, bs = 4, 2, 64, 16
     rnd = lambda *shape: torch.randn(*shape, generator=gen).to(device, dtype)
@@ -241,7 +265,7 @@ def _select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool)
             meta = AttentionMetadata.prefill(lens, device)
             got = varlen_prefill(q, k, v, meta, d**-0.5).float()
             want = torch.cat([_reference(q[:5], k[:5], v[:5], 0), _reference(q[5:], k[5:], v[5:], 0)])
-            _enabled["varlen"] = bool((got - want).abs().max() < 2e-2)
+            outcome["varlen"] = bool((got - want).abs().max() < 2e-2)
         except Exception as e:  # noqa: BLE001 - any failure means: do not use it
             log.warning("varlen_attn prefill unusable here (%s: %s); using SDPA", type(e).__name__, e)
     if offer["varlen_cached"]:
@@ -255,7 +279,7 @@ def _select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool)
             got = varlen_cached(q, k_all, v_all, meta, d**-0.5).float()
             want = torch.cat([_reference(q[cu_q[i]:cu_q[i + 1]], k_all[cu_k[i]:cu_k[i + 1]],
                                          v_all[cu_k[i]:cu_k[i + 1]], ctx[i]) for i in range(2)])
-            _enabled["varlen_cached"] = bool((got - want).abs().max() < 2e-2)
+            outcome["varlen_cached"] = bool((got - want).abs().max() < 2e-2)
         except Exception as e:  # noqa: BLE001
             log.warning("varlen_attn over cached keys unusable here (%s: %s); using per-sequence SDPA",
                         type(e).__name__, e)
@@ -274,13 +298,13 @@ def _select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool)
                 keys = k_cache[tables[i].long()].reshape(-1, hkv, d)[:c + n]
                 vals = v_cache[tables[i].long()].reshape(-1, hkv, d)[:c + n]
                 want.append(_reference(q[cu[i]:cu[i] + n], keys, vals, c))
-            _enabled["paged_varlen"] = bool((got - torch.cat(want)).abs().max() < 2e-2)
+            outcome["paged_varlen"] = bool((got - torch.cat(want)).abs().max() < 2e-2)
         except Exception as e:  # noqa: BLE001
             log.warning("varlen_attn with block_table unusable here (%s: %s); using gathered SDPA", type(e).__name__, e)
-    for name, on in _enabled.items():
+    for name, on in outcome.items():
         if offer[name] and not on:
             log.warning("attention kernel %s is offered by torch %s but disagreed with the reference: off",
                         name, torch.__version__)
-    log.info("attention kernels: %s", _enabled)
-    _selected[key] = enabled()
-    return enabled()
+    log.info("attention kernels (%s, %s): %s", device, dtype, outcome)
+    _selected[key] = outcome
+    return outcome

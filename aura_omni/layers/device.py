@@ -9,12 +9,12 @@ ops do not need this.
 
 `stage_stream` / `on_stream`: a CUDA stream of a stage's own, for a stage whose inputs and outputs cross on the host
 (the ASR stage: audio in, token ids out), so its kernels neither queue behind the other stages' on a shared GPU nor
-race them. `AURA_OMNI_STAGE_STREAMS=0` keeps every stage on the default stream (A/B benchmarks).
+race them. Per stage (EngineConfig.stage_stream, deploy `kernels.stage_stream`); `AURA_OMNI_STAGE_STREAMS=0` is the
+process default that keeps every stage on the default stream (A/B benchmarks).
 """
 
 import contextlib
 import functools
-import os
 
 import torch
 
@@ -29,11 +29,11 @@ def on_device(device: torch.device):
     return torch.cuda.device(device)
 
 
-def stage_stream(device: torch.device, priority: int = 0) -> "torch.cuda.Stream | None":
-    """A stream of its own on `device` (None on CPU) that first waits for the work queued so far (the weights'
-    upload). `priority` < 0 is served first when SMs free up; CUDA clamps it to the device's range."""
+def stage_stream(device: torch.device, priority: int = 0, enabled: bool = True) -> "torch.cuda.Stream | None":
+    """A stream of its own on `device` (None on CPU or when not `enabled`) that first waits for the work queued so
+    far (the weights' upload). `priority` < 0 is served first when SMs free up; CUDA clamps it to the device's range."""
     device = torch.device(device)
-    if device.type != "cuda" or os.environ.get(STAGE_STREAMS_ENV, "1") == "0":
+    if device.type != "cuda" or not enabled:
         return None
     stream = torch.cuda.Stream(device, priority=priority)
     stream.wait_stream(torch.cuda.current_stream(device))

@@ -14,8 +14,8 @@ Every kernel launched with PDL must obey, or it races:
   before it have, which later kernels rely on when they read older outputs.
 
 Kernels take a `PDL: tl.constexpr`, start with `begin(PDL)` (or its two steps around their early work) and are
-launched with `**flags(device)`. Off on CPU (the interpreter), before sm_90, and with `AURA_OMNI_PDL=0` (A/B
-benchmarks).
+launched with `**flags(device)`. Off on CPU (the interpreter), before sm_90, and for a stage whose switches say so
+(`kernels.pdl` in the deploy file; process default `AURA_OMNI_PDL=0`, A/B benchmarks: layers/kernel_switches.py).
 """
 
 import functools
@@ -23,7 +23,9 @@ import os
 
 import torch
 
-ENV = "AURA_OMNI_PDL"
+from aura_omni.layers import kernel_switches
+
+ENV = kernel_switches.PDL_ENV
 
 try:
     import triton
@@ -55,7 +57,7 @@ def _supported(device: torch.device) -> bool:
 
 
 def enabled(device: torch.device) -> bool:
-    return os.environ.get(ENV, "1") != "0" and _supported(torch.device(device))
+    return kernel_switches.current().pdl and _supported(torch.device(device))
 
 
 def flags(device: torch.device) -> dict:

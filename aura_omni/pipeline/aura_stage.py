@@ -1,4 +1,4 @@
-"""AURA (Qwen3-VL) as the pipeline's stage 1: prompt text + vision inputs -> streamed reply deltas.
+"""AURA (Qwen3-VL) as the pipeline's stage 1: prompt turns + vision inputs -> streamed reply deltas.
 
 Runs on the continuous-batching engine under the stage's loop (stages/loop.py), so concurrent turns share decode
 steps and a repeated system prompt / conversation history hits the prefix cache. The prompt is tokenised off the
@@ -15,12 +15,13 @@ import torch
 from aura_omni.config import Stage
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.prompts import vl_request
+from aura_omni.layers import kernel_switches
 from aura_omni.media.vision_preprocess import VisionInput
 from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
 from aura_omni.models.tokenizer import load_tokenizer
 from aura_omni.models.vision_graphs import VisionGraphs
 from aura_omni.pipeline.constants import AURA_STOP_TOKEN_IDS
-from aura_omni.pipeline.prompt_tokens import ChatMLTokens, prompt_token_ids
+from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTokenizer
 from aura_omni.pipeline.stage_api import AuraDelta
 from aura_omni.pipeline.stage_engine import engine_config, sampling_params
 from aura_omni.pipeline.vision_cache import VisionEmbeddingCache
@@ -38,11 +39,18 @@ def stop_prefix_len(text: str, stops: list[str]) -> int:
 class AuraPipelineStage:
     def __init__(self, model: Qwen3VLForCausalLM, tokenizer, engine: LLMEngine, stage: Stage):
         self.model, self.tokenizer, self.engine, self.stage = model, tokenizer, engine, stage
+        self.kernels = engine_config(stage).kernels  # the vision encoder runs with the stage's kernel switches too
         if model.device.type == "cuda" and not stage.enforce_eager:
-            model.vision_graphs = VisionGraphs(model.visual)
+            with kernel_switches.using(self.kernels):
+                model.vision_graphs = VisionGraphs(model.visual)
         self.vision_cache = VisionEmbeddingCache(model.encode_vision)
-        self.prompt_tokens = ChatMLTokens(tokenizer)
-        self.loop = StageLoop(LLMStageEngine(engine, self._prepare), model.device, name="aura")
+        self.prompt_tokens = PromptTokenizer(tokenizer)
+        pads = (self.prompt_tokens.image_pad, self.prompt_tokens.video_pad)
+        if pads != (model.config.image_token_id, model.config.video_token_id):
+            raise ValueError(f"{stage.model}: tokenizer vision pads {pads} differ from config.json's "
+                             f"{(model.config.image_token_id, model.config.video_token_id)}")
+        self.loop = StageLoop(LLMStageEngine(engine, self._prepare), model.device, name="aura",
+                              streams=engine.config.use_stage_stream, kernels=self.kernels)
 
     @classmethod
     def load(cls, stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> "AuraPipelineStage":
@@ -54,14 +62,13 @@ class AuraPipelineStage:
                            detokenize=lambda ids: tokenizer.decode(ids, skip_special_tokens=False), name="aura")
         return cls(model, tokenizer, engine, stage)
 
-    def prompt_ids(self, prompt: str, vision: list[VisionInput]) -> list[int]:
+    def prompt_ids(self, prompt: AuraPrompt, vision: list[VisionInput]) -> list[int]:
         """The prompt's token ids, vision placeholders expanded (host work)."""
-        cfg = self.model.config
-        return prompt_token_ids(self.prompt_tokens, prompt, vision, (cfg.image_token_id, cfg.video_token_id))
+        return self.prompt_tokens(prompt, vision)
 
     def encode_prompt(self, ids: list[int], vision: list[VisionInput]):
         """Token ids + engine prompt (embeddings, MRoPE positions, DeepStack). Runs the vision encoder."""
-        with torch.inference_mode():
+        with torch.inference_mode(), kernel_switches.using(self.kernels):
             encoded = self.vision_cache(vision) if vision else None
             return vl_request(self.model.build_prompt(ids, vision, encoded), vision)
 
@@ -71,7 +78,7 @@ class AuraPipelineStage:
         ids, mm = self.encode_prompt(ids, vision)
         return ids, params, mm, None
 
-    async def generate(self, prompt: str, vision: list[VisionInput], *, request_id: str,
+    async def generate(self, prompt: AuraPrompt, vision: list[VisionInput], *, request_id: str,
                        sampling: dict | None = None) -> AsyncIterator[AuraDelta]:
         params = sampling_params(self.stage.default_sampling_params, sampling, stop_token_ids=list(AURA_STOP_TOKEN_IDS))
         ids = await asyncio.to_thread(self.prompt_ids, prompt, vision)

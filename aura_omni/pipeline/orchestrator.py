@@ -10,15 +10,16 @@ import asyncio
 import time
 from typing import AsyncIterator
 
+from aura_omni.asr.transcript import Transcript
 from aura_omni.pipeline.constants import SILENT_TEXT, TTS_SAMPLE_RATE
 from aura_omni.pipeline.processors import (
     PipelineRequestError,
     asr2aura,
     is_effectively_silent,
-    normalize_asr_transcript,
     strip_assistant_text,
     wrap_tts_token_ids,
 )
+from aura_omni.pipeline.prompt_tokens import AuraPrompt
 from aura_omni.pipeline.sentences import SentenceSplitter
 from aura_omni.pipeline.stage_api import AsrStage, AuraStage, SpeechStage
 from aura_omni.pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnEvent, TurnRequest
@@ -31,10 +32,22 @@ class TurnTimeout(TimeoutError):
 _END = object()
 
 
+def aura_prompt(req: TurnRequest, transcript: Transcript | None) -> AuraPrompt:
+    """The AURA prompt turns of one turn: its transcript (None without audio), vision, text, system prompt, history.
+    `req.vision` is in prompt order: the items shown in history turns (their kinds in the turn), then this turn's."""
+    shown = sum(len(turn[2]) for turn in req.history if len(turn) > 2)
+    return asr2aura(transcript, vision_items=[v.kind for v in req.vision[shown:]], text_parts=req.text_parts,
+                    system_prompt=req.system_prompt, history=req.history, is_speech=req.is_speech)
+
+
 class AuraOmniPipeline:
     def __init__(self, asr: AsrStage | None, aura: AuraStage | None, speech: SpeechStage | None,
-                 *, sentence_min_chars: int = 30, default_timeout_s: float | None = 300.0):
+                 *, sentence_min_chars: int = 30, default_timeout_s: float | None = 300.0,
+                 stream_text_to_talker: bool = True):
         self.asr, self.aura, self.speech = asr, aura, speech
+        # deploy `async_chunk`: AURA's text reaches the Talker sentence by sentence while AURA decodes (True), or the
+        # whole reply once AURA has finished (False)
+        self.stream_text_to_talker = stream_text_to_talker
         self.sentence_min_chars = sentence_min_chars
         self.default_timeout_s = default_timeout_s
 
@@ -88,20 +101,20 @@ class AuraOmniPipeline:
             events.put_nowait(e)
 
     async def _run_stages(self, req: TurnRequest, events: asyncio.Queue) -> None:
-        transcript = ""
+        transcript = None
         if req.audio is not None:
             samples, sr = req.audio
-            transcript = normalize_asr_transcript(await self.asr.transcribe(
-                samples, sr, request_id=f"{req.request_id}-asr", language=req.asr_language,
-                context=req.asr_context, sampling=req.asr_sampling))
-            events.put_nowait(TranscriptReady(transcript))
-        prompt = asr2aura(transcript, vision_items=[v.kind for v in req.vision], text_parts=req.text_parts,
-                          system_prompt=req.system_prompt, history=req.history, is_speech=req.is_speech)
+            transcript = await self.asr.transcribe(samples, sr, request_id=f"{req.request_id}-asr",
+                                                   language=req.asr_language, context=req.asr_context,
+                                                   sampling=req.asr_sampling)
+            events.put_nowait(TranscriptReady(transcript.text, transcript.language))
+        prompt = aura_prompt(req, transcript)
 
         sentences: asyncio.Queue = asyncio.Queue()
         speaker = asyncio.create_task(self._speak(req, sentences, events)) if req.speak else None
         splitter = SentenceSplitter(self.sentence_min_chars)
-        by_sentence = req.speak and not req.tts_pass_token_ids  # token passthrough speaks the whole reply's ids
+        # token passthrough speaks the whole reply's ids
+        by_sentence = req.speak and not req.tts_pass_token_ids and self.stream_text_to_talker
         raw, shown, ids, prompt_tokens, finish_reason = "", "", [], 0, "stop"
         try:
             async for delta in self.aura.generate(prompt, req.vision, request_id=f"{req.request_id}-aura",
@@ -123,8 +136,8 @@ class AuraOmniPipeline:
                 if by_sentence:
                     for piece in splitter.finish(raw):
                         sentences.put_nowait((piece, None))
-                else:
-                    wrapped = wrap_tts_token_ids(ids)
+                else:  # the whole reply at once: its text, or its own ids for token passthrough
+                    wrapped = wrap_tts_token_ids(ids) if req.tts_pass_token_ids else []
                     sentences.put_nowait((strip_assistant_text(raw), wrapped or None))
             if speaker is not None:
                 sentences.put_nowait(_END)
@@ -136,7 +149,8 @@ class AuraOmniPipeline:
                 speaker.cancel()
                 await asyncio.gather(speaker, return_exceptions=True)
         text = "" if silent else strip_assistant_text(raw)
-        events.put_nowait(TurnDone(text=text, raw_text=raw, token_ids=ids, silent=silent, transcript=transcript,
+        events.put_nowait(TurnDone(text=text, raw_text=raw, token_ids=ids, silent=silent,
+                                   transcript=transcript.text if transcript is not None else "",
                                    prompt_tokens=prompt_tokens, completion_tokens=len(ids),
                                    audio_seconds=audio_seconds, finish_reason=finish_reason))
 

@@ -1,6 +1,6 @@
 """Stage input processors: pure functions from one stage's output (plus the request) to the next stage's input.
 
-asr2aura  : ASR transcript + vision items + request text -> AURA ChatML prompt
+asr2aura  : ASR Transcript + vision items + request text -> AURA prompt turns (AuraPrompt)
 aura2tts  : AURA reply -> silent gate, cleaned text or wrapped token ids, TTS options
 Behaviour follows vLLM-Omni's aura_omni processors (merged G1 format; G4 cleaning rules), with the
 deviations noted inline where the upstream behaviour is a known bug.
@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from aura_omni.asr.transcript import Transcript
 from aura_omni.pipeline.constants import (
     CODEC_FRAME_RATE,
     DEFAULT_AURA_SYSTEM_PROMPT,
@@ -24,6 +25,7 @@ from aura_omni.pipeline.constants import (
     TTS_ASSISTANT_PREFIX_IDS,
     TTS_ASSISTANT_SUFFIX_IDS,
 )
+from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTurn
 
 
 class PipelineRequestError(ValueError):
@@ -64,24 +66,6 @@ def normalize_speaker(name: str | None) -> str:
 
 # ---------------------------------------------------------------------------------------------- asr2aura
 
-_ASR_TEXT_TAG = "<asr_text>"
-
-
-def normalize_asr_transcript(text: str | None) -> str:
-    """Qwen3-ASR raw output `language X<asr_text>text` -> `text`; `language None` -> ''.
-
-    Unlike upstream G4 the `language X` prefix is dropped only when no <asr_text> tag was present,
-    so a transcript that itself begins with "Language ..." survives.
-    """
-    text = (text or "").strip()
-    if _ASR_TEXT_TAG in text:
-        return text.split(_ASR_TEXT_TAG, 1)[1].replace("</asr_text>", "").strip()
-    if text.lower().startswith("language "):
-        words = text.split(None, 2)
-        return words[2].strip() if len(words) > 2 else ""
-    return text
-
-
 # Prompt-structure tokens: text from clients (typed text, history) or from ASR never carries them, so a turn
 # cannot close its own user message, open a system one, or add vision slots that shift the real images.
 CONTROL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|vision_start|>", "<|vision_end|>",
@@ -94,46 +78,32 @@ def strip_control_tokens(text: str) -> str:
     return text
 
 
-VISION_PLACEHOLDER = {
-    "video": "<|vision_start|><|video_pad|><|vision_end|>",
-    "image": "<|vision_start|><|image_pad|><|vision_end|>",
-}
-
-
-def render_chatml(role: str, content: str) -> str:
-    return f"<|im_start|>{role}\n{content}<|im_end|>\n"
-
-
-def vision_placeholders(kinds: Sequence[str]) -> str:
-    return "".join(VISION_PLACEHOLDER[kind] for kind in kinds)
-
-
-# A past turn: (role, text) or (role, text, vision kinds shown in that turn, rendered before its text).
+# A past turn: (role, text) or (role, text, vision kinds shown in that turn, placed before its text).
 HistoryTurn = tuple[str, str] | tuple[str, str, Sequence[str]]
 
 
 def asr2aura(
-    transcript: str | None,
+    transcript: Transcript | None,
     *,
     vision_items: Sequence[str] = (),
     text_parts: Sequence[str] = (),
     system_prompt: str | None = None,
     history: Sequence[HistoryTurn] = (),
     is_speech: bool = True,
-) -> str:
-    """The AURA prompt for one user turn, in Qwen ChatML with newlines (the merged upstream format).
+) -> AuraPrompt:
+    """The AURA prompt for one user turn as structured ChatML turns (the merged upstream format; its ids are built by
+    pipeline/prompt_tokens.py, never by tokenising a rendered string).
 
-    vision_items: "image"/"video" per media item in message order; one placeholder each (upstream
-    emits one for all items, which mismatches the processor when there are several). Text from the
-    transcript, the request and the history is stripped of prompt-structure tokens (CONTROL_TOKENS).
+    transcript: ASR's result (None without audio). vision_items: "image"/"video" per media item in message order;
+    one placeholder each (upstream emits one for all items, which mismatches the processor when there are several).
+    Text from the transcript, the request and the history is stripped of prompt-structure tokens (CONTROL_TOKENS).
     """
-    transcript = normalize_asr_transcript(transcript) if is_speech else ""
-    words = strip_control_tokens("\n".join(p for p in [transcript, *(t.strip() for t in text_parts)] if p))
+    said = transcript.text.strip() if transcript is not None and is_speech else ""
+    words = strip_control_tokens("\n".join(p for p in [said, *(t.strip() for t in text_parts)] if p))
     system = system_prompt if system_prompt else DEFAULT_AURA_SYSTEM_PROMPT
-    past = "".join(render_chatml(turn[0], vision_placeholders(turn[2] if len(turn) > 2 else ())
-                                 + strip_control_tokens(turn[1])) for turn in history)
-    return (render_chatml("system", system) + past + render_chatml("user", vision_placeholders(vision_items) + words)
-            + "<|im_start|>assistant\n")
+    past = [PromptTurn(turn[0], strip_control_tokens(turn[1]), tuple(turn[2]) if len(turn) > 2 else ())
+            for turn in history]
+    return AuraPrompt((PromptTurn("system", system), *past, PromptTurn("user", words, tuple(vision_items))))
 
 
 # ---------------------------------------------------------------------------------------------- aura2tts

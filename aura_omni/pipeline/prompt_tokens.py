@@ -1,79 +1,117 @@
-"""AURA prompt text -> token ids: ChatML turns tokenised once per session, vision pads expanded in the id list.
+"""AURA prompt ids, built per turn from structured turns: ChatML markers and vision tokens are ids, only text is
+tokenised (each text span once per session, remembered by its text).
 
-A live session's prompt carries its whole history every turn; tokenising it again cost ~3 ms a turn at 24 turns
-of history. Turns are remembered by their text, and each vision item is tokenised as one pad per image / temporal
-group and expanded afterwards (pads are special tokens, so the text around them tokenises the same).
+The ids equal tokenising the rendered ChatML with every vision item expanded (what upstream asr2aura + the
+Qwen3-VL processor produce; tests/parity/test_qwen3_vl_parity.py checks it against transformers): the tokenizer
+splits special tokens off before any merge, so the text spans between them tokenise on their own.
 """
 
-import re
 import threading
 from collections import OrderedDict
-
-import numpy as np
+from itertools import chain
+from dataclasses import dataclass
 
 from aura_omni.media.vision_preprocess import VisionInput
-from aura_omni.models.qwen3_vl_prompt import IM_START, pad_runs, render_vision
-from aura_omni.pipeline.processors import VISION_PLACEHOLDER
+from aura_omni.models.qwen3_vl_prompt import IM_END, IM_START, IMAGE_PAD, VIDEO_PAD, VISION_END, VISION_START, timestamp_text
 
-TURN_START = re.compile(f"(?={re.escape(IM_START)})")  # splits before each <|im_start|>, keeping it
+ROLES = ("system", "user", "assistant")
 
 
-class ChatMLTokens:
-    """Token ids of ChatML text, tokenised one `<|im_start|>` turn at a time and remembered by the turn's text.
+@dataclass(frozen=True)
+class PromptTurn:
+    role: str  # "system" | "user" | "assistant"
+    text: str = ""
+    vision: tuple[str, ...] = ()  # "image" / "video" per item shown in this turn, placed before the text
 
-    The ids equal tokenising the whole text: the tokenizer splits special tokens off before any merge, so text
-    on either side of `<|im_start|>` never tokenises together.
-    """
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(f"unknown chat role {self.role!r}")
+        for kind in self.vision:
+            if kind not in ("image", "video"):
+                raise ValueError(f"unknown vision input kind {kind!r}")
 
-    def __init__(self, tokenizer, max_turns: int = 4096):
-        self.tokenizer, self.max_turns = tokenizer, max_turns
-        self.by_turn = len(self.encode(IM_START)) == 1  # a tokenizer without it as a special token: whole texts
-        self._turns: OrderedDict[str, list[int]] = OrderedDict()
+
+@dataclass(frozen=True)
+class AuraPrompt:
+    """System, history, this user turn; the open assistant turn follows (asr2aura builds it)."""
+
+    turns: tuple[PromptTurn, ...]
+
+    @property
+    def vision_kinds(self) -> list[str]:
+        return [kind for turn in self.turns for kind in turn.vision]
+
+    def chatml(self) -> str:
+        """The prompt as upstream's asr2aura writes it (one unexpanded placeholder per vision item): for logs and
+        tests; the engine gets ids from PromptTokenizer, never this string re-tokenised."""
+        pad = {"image": IMAGE_PAD, "video": VIDEO_PAD}
+        return "".join(f"{IM_START}{t.role}\n" + "".join(f"{VISION_START}{pad[k]}{VISION_END}" for k in t.vision)
+                       + f"{t.text}{IM_END}\n" for t in self.turns) + f"{IM_START}assistant\n"
+
+
+class PromptTokenizer:
+    """AuraPrompt + its vision inputs (in prompt order) -> token ids."""
+
+    def __init__(self, tokenizer, max_texts: int = 4096):
+        self.tokenizer, self.max_texts = tokenizer, max_texts
+        names = (IM_START, IM_END, VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD)
+        ids = [tokenizer.convert_tokens_to_ids(n) for n in names]
+        missing = [n for n, i in zip(names, ids) if not isinstance(i, int) or i == tokenizer.unk_token_id]
+        if missing:
+            raise ValueError(f"the AURA tokenizer lacks the Qwen3-VL special tokens {missing}")
+        self.im_start, self.im_end, self.vision_start, self.vision_end, self.image_pad, self.video_pad = ids
+        self._texts: OrderedDict[str, list[int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def __call__(self, text: str) -> list[int]:
-        if not self.by_turn:
-            return self.encode(text)
-        turns = [t for t in TURN_START.split(text) if t]
+    def _text_ids(self, spans: list[str]) -> dict[str, list[int]]:
         with self._lock:
-            ids = {t: self._turns[t] for t in turns if t in self._turns}
-            for t in ids:
-                self._turns.move_to_end(t)
-        new = {t: self.encode(t) for t in dict.fromkeys(turns) if t not in ids}
+            known = {t: self._texts[t] for t in spans if t in self._texts}
+            for t in known:
+                self._texts.move_to_end(t)
+        new = {t: self.encode(t) for t in dict.fromkeys(spans) if t not in known}
         if new:
             with self._lock:
-                self._turns.update(new)
-                while len(self._turns) > self.max_turns:
-                    self._turns.popitem(last=False)
-        ids.update(new)
-        return [i for t in turns for i in ids[t]]
+                self._texts.update(new)
+                while len(self._texts) > self.max_texts:
+                    self._texts.popitem(last=False)
+        return known | new
 
+    def _vision_pieces(self, item: VisionInput) -> list[str | list[int]]:
+        if item.kind == "image":
+            return [[self.vision_start] + [self.image_pad] * item.num_tokens + [self.vision_end]]
+        if len(item.timestamps) != item.grid_thw[0]:
+            raise ValueError(f"video has {item.grid_thw[0]} temporal groups but {len(item.timestamps)} timestamps")
+        group = [self.vision_start] + [self.video_pad] * item.tokens_per_group + [self.vision_end]
+        return [p for t in item.timestamps for p in (timestamp_text(t), group)]
 
-def expand_vision_placeholders(prompt: str, vision: list[VisionInput], compact: bool = False) -> str:
-    """Replace each compact `<|vision_start|><|x_pad|><|vision_end|>` (asr2aura) by the item's tokens
-    (`compact`: one pad per group, for `prompt_token_ids`)."""
-    out, rest = [], prompt
-    for item in vision:
-        marker = VISION_PLACEHOLDER[item.kind]
-        head, found, rest = rest.partition(marker)
-        if not found:
-            raise ValueError(f"prompt has fewer {item.kind} placeholders than {item.kind} inputs")
-        out += [head, render_vision(item, compact)]
-    return "".join(out) + rest
+    def vision_ids(self, item: VisionInput) -> list[int]:
+        """One item's ids as they appear in a prompt (its timestamps tokenised alone)."""
+        return [i for p in self._vision_pieces(item) for i in (self.encode(p) if isinstance(p, str) else p)]
 
-
-def prompt_token_ids(tokens: ChatMLTokens, prompt: str, vision: list[VisionInput], pad_ids: tuple[int, int]) -> list[int]:
-    """Token ids of the prompt with every vision item expanded. pad_ids: (image pad, video pad)."""
-    ids = np.asarray(tokens(expand_vision_placeholders(prompt, vision, compact=True)), dtype=np.int64)
-    is_pad = np.isin(ids, pad_ids)
-    runs = pad_runs(vision)
-    if is_pad.sum() > len(runs):
-        raise ValueError("prompt has more vision placeholder tokens than its vision inputs")
-    if is_pad.sum() < len(runs):
-        raise ValueError("prompt has fewer vision placeholder tokens than its vision inputs")
-    counts = np.ones(len(ids), dtype=np.int64)
-    counts[is_pad] = runs
-    return np.repeat(ids, counts).tolist()
+    def __call__(self, prompt: AuraPrompt, vision: list[VisionInput]) -> list[int]:
+        kinds = prompt.vision_kinds
+        if len(kinds) != len(vision):
+            fewer = "fewer" if len(kinds) < len(vision) else "more"
+            raise ValueError(f"prompt has {fewer} vision placeholders ({len(kinds)}) than vision inputs ({len(vision)})")
+        for i, (kind, item) in enumerate(zip(kinds, vision)):
+            if kind != item.kind:
+                raise ValueError(f"vision placeholder {i} is {kind!r} but vision input {i} is {item.kind!r}")
+        items = iter(vision)
+        pieces: list[str | list[int]] = []  # text spans and id runs; adjacent texts are joined, then tokenised
+        for turn in prompt.turns:
+            pieces += [[self.im_start], f"{turn.role}\n"]
+            for _ in turn.vision:
+                pieces += self._vision_pieces(next(items))
+            pieces += [turn.text, [self.im_end], "\n"]
+        pieces += [[self.im_start], "assistant\n"]
+        joined: list[str | list[int]] = []
+        for p in pieces:
+            if isinstance(p, str) and joined and isinstance(joined[-1], str):
+                joined[-1] += p
+            elif p != "":
+                joined.append(p)
+        text_ids = self._text_ids([p for p in joined if isinstance(p, str)])
+        return list(chain.from_iterable(text_ids[p] if isinstance(p, str) else p for p in joined))

@@ -7,6 +7,8 @@ import numpy as np
 
 from typing import Any
 
+from aura_omni.asr.transcript import Transcript
+from aura_omni.pipeline.prompt_tokens import AuraPrompt
 
 @dataclass
 class AuraDelta:
@@ -19,11 +21,11 @@ class AuraDelta:
 
 class AsrStage(Protocol):
     async def transcribe(self, samples: np.ndarray, sample_rate: int, *, request_id: str, language: str | None = None,
-                         context: str | None = None, sampling: dict | None = None) -> str: ...
+                         context: str | None = None, sampling: dict | None = None) -> Transcript: ...
 
 
 class AuraStage(Protocol):
-    def generate(self, prompt: str, vision: list[Any], *, request_id: str,
+    def generate(self, prompt: AuraPrompt, vision: list[Any], *, request_id: str,
                  sampling: dict | None = None) -> AsyncIterator[AuraDelta]: ...
 
 

@@ -1,6 +1,8 @@
 """Deploy-file stage settings -> engine settings, and per-request sampling merged over the stage defaults."""
 
-from aura_omni.config import SamplingParams as DeploySampling, Stage
+import dataclasses
+
+from aura_omni.config import CODEC_NUM_QUANTIZERS, ConnectorExtra, SamplingParams as DeploySampling, Stage
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.sampling_params import SamplingParams
 
@@ -10,7 +12,12 @@ SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                  "min_tokens", "max_tokens", "ignore_eos")
 
 
-def engine_config(stage: Stage, *, cpu_kv_cache_bytes: int | None = None) -> EngineConfig:
+def engine_config(stage: Stage, defaults: EngineConfig | None = None, *,
+                  cpu_kv_cache_bytes: int | None = None) -> EngineConfig:
+    """The stage's engine settings: `defaults` (the model family's own, e.g. the Talker's; else EngineConfig's) with
+    the deploy stage's fields laid over them. The one place a deploy stage becomes an EngineConfig: every loader calls
+    it, so every field the deploy schema accepts for an engine stage reaches its engine (config.py refuses the rest).
+    On CUDA the KV budget is the stage's gpu_memory_utilization share; `cpu_kv_cache_bytes` sets it on the CPU."""
     fields = dict(
         max_num_seqs=stage.max_num_seqs,
         enable_prefix_caching=stage.enable_prefix_caching,
@@ -23,7 +30,21 @@ def engine_config(stage: Stage, *, cpu_kv_cache_bytes: int | None = None) -> Eng
         fields["max_model_len"] = stage.max_model_len
     if stage.max_num_batched_tokens is not None:
         fields["max_num_batched_tokens"] = stage.max_num_batched_tokens
-    return EngineConfig(**fields)
+    k = stage.kernels
+    if k.fast_attention is not None:
+        fields["fast_attention"] = k.fast_attention
+    fields.update({name: value for name, value in (("gemv", k.gemv), ("pdl", k.pdl), ("prefill_graphs", k.prefill_graphs),
+                                                   ("stage_stream", k.stage_stream)) if value is not None})
+    return dataclasses.replace(defaults, **fields) if defaults is not None else EngineConfig(**fields)
+
+
+def code2wav_max_batch(stage: Stage, codec: ConnectorExtra) -> int:
+    """Streams whose windows one batched Code2Wav decode takes: the Code2Wav stage's max_num_seqs, and no more codes
+    a step than its max_num_batched_tokens (16 codes a frame, steady windows of codec_chunk_frames)."""
+    if stage.max_num_batched_tokens is None:
+        return stage.max_num_seqs
+    per_stream = codec.codec_chunk_frames * CODEC_NUM_QUANTIZERS
+    return max(1, min(stage.max_num_seqs, stage.max_num_batched_tokens // per_stream))
 
 
 def sampling_params(defaults: DeploySampling, request: dict | None = None, **forced) -> SamplingParams:

@@ -29,6 +29,7 @@ class TurnRequest:
 @dataclass
 class TranscriptReady:
     text: str
+    language: str = ""  # what Qwen3-ASR detected (or was forced to); "" when unknown or silent
 
 
 @dataclass

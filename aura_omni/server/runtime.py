@@ -8,7 +8,6 @@ Endpoints ask `require(role)`; a role the deployment lacks answers a clear 400.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import importlib
 import logging
 from typing import Any, AsyncIterator, Callable
@@ -37,13 +36,10 @@ STAGE_LOADERS: dict[str, str] = {
 
 
 def load_qwen3_tts(stage: Stage, device: str, dtype: Any, load_format: str):
+    from ..pipeline.stage_engine import engine_config
     from ..stages.tts import Qwen3TTS, default_engine_config
 
-    # the Talker's engine: TTS defaults, with the deploy stage's concurrency and share of the GPU
-    config = dataclasses.replace(default_engine_config(device), max_num_seqs=stage.max_num_seqs,
-                                 enforce_eager=stage.enforce_eager, async_scheduling=stage.async_scheduling)
-    if device.startswith("cuda"):
-        config = dataclasses.replace(config, kv_cache_bytes=None, gpu_memory_utilization=stage.gpu_memory_utilization)
+    config = engine_config(stage, default_engine_config(device))  # the Talker's engine: TTS defaults + deploy fields
     return Qwen3TTS.load(stage.model, device=device, dtype=dtype, load_format=load_format, engine_config=config)
 
 
@@ -104,6 +100,10 @@ class Runtime:
             loader: Callable = getattr(importlib.import_module(module), attr)
             log.info("loading stage %d (%s) from %s on %s", stage.stage_id, role, stage.model, dev)
             models[role] = loader(stage, dev, stage_dtype(stage, dtype, dev), "auto" if fmt == "safetensors" else fmt)
+        if TALKER in models and getattr(models[TALKER], "code2wav_loop", None) is not None:
+            from ..pipeline.stage_engine import code2wav_max_batch  # the Code2Wav stage's engine fields
+            models[TALKER].code2wav_loop.engine.max_batch = code2wav_max_batch(deploy.stage(CODE2WAV),
+                                                                               deploy.codec_streaming())
         return cls(deploy, models)
 
     @property
@@ -126,7 +126,7 @@ class Runtime:
                 self.models.get(AURA),
                 SpeechPipelineStage(tts, initial_chunk_frames=initial,
                                     chunk_frames=codec.codec_chunk_frames) if tts is not None else None,
-                default_timeout_s=self.request_timeout_s)
+                default_timeout_s=self.request_timeout_s, stream_text_to_talker=self.deploy.async_chunk)
         return self._pipeline
 
     def require(self, role: str, endpoint: str) -> Any:

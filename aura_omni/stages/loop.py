@@ -31,7 +31,9 @@ from typing import Any, AsyncIterator, Callable, Iterator, Protocol
 
 import torch
 
+from aura_omni.layers import kernel_switches
 from aura_omni.layers.device import on_device, on_stream, stage_stream
+from aura_omni.layers.kernel_switches import KernelSwitches
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
@@ -98,11 +100,12 @@ class _AsyncSink:
 
 class StageLoop:
     def __init__(self, engine: StageEngine, device: torch.device | str = "cpu", *, name: str = "stage",
-                 priority: int = 0, streams: bool = True):
+                 priority: int = 0, streams: bool = True, kernels: KernelSwitches | None = None):
         self.engine = engine
         self.name = name
         self.device = torch.device(device)
-        self.stream = stage_stream(self.device, priority) if streams else None
+        self.stream = stage_stream(self.device, priority, enabled=streams)
+        self.kernels = kernels  # the stage's kernel switches, for everything its thread runs (None: the default)
         self._inbox: collections.deque = collections.deque()
         self._wake = threading.Event()
         self._sinks: dict[str, Callable[[Any], None]] = {}
@@ -249,7 +252,8 @@ class StageLoop:
             done.set()
 
     def _main(self) -> None:
-        with on_device(self.device), on_stream(self.stream), torch.inference_mode():
+        switches = kernel_switches.using(self.kernels) if self.kernels is not None else contextlib.nullcontext()
+        with on_device(self.device), on_stream(self.stream), switches, torch.inference_mode():
             while self._running:
                 self._wake.wait()
                 self._wake.clear()  # before draining: a later add sets it again and is not missed

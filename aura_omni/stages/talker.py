@@ -14,6 +14,7 @@ from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.engine.talker_adapter import TalkerAdapter
+from aura_omni.layers import kernel_switches
 from aura_omni.models.qwen3_tts.generate import FrameDecoder, TalkerInput, TalkerRequestState
 from aura_omni.models.qwen3_tts.sampling import seed_key
 from aura_omni.models.qwen3_tts.talker import Talker
@@ -28,8 +29,9 @@ class TalkerEngine:
         self.adapter = TalkerAdapter(talker, pad_embed)
         self.engine = LLMEngine(self.adapter, config, eos_token_ids=[talker.config.codec_eos_token_id], name=name)
         # after the engine: its start-up picks the kernels (and fuses the backbone) the frame graphs then capture
-        self.adapter.decoder = FrameDecoder(talker, config.max_num_seqs, use_graphs=cuda and not config.enforce_eager,
-                                            buckets=config.cuda_graph_batch_sizes)
+        with kernel_switches.using(config.kernels):  # the frame graphs capture this stage's kernels
+            self.adapter.decoder = FrameDecoder(talker, config.max_num_seqs, use_graphs=cuda and not config.enforce_eager,
+                                                buckets=config.cuda_graph_batch_sizes)
 
     @staticmethod
     def _start(seq, inp: TalkerInput) -> None:

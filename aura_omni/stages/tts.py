@@ -112,9 +112,11 @@ class Qwen3TTS:
             pad = talker.embed_text(torch.tensor([config.tts_pad_token_id], device=talker.codec_head.weight.device))
         device = talker.codec_head.weight.device
         self.engine = TalkerEngine(talker, pad, engine_config or default_engine_config(device), name="talker")
-        self.talker_loop = StageLoop(self.engine.stage_engine(self._talker_input), device, name="talker")
-        self.code2wav_loop = (StageLoop(Code2WavStageEngine(code2wav), code2wav_device(code2wav), name="code2wav")
-                              if code2wav is not None else None)
+        config = self.engine.engine.config
+        self.talker_loop = StageLoop(self.engine.stage_engine(self._talker_input), device, name="talker",
+                                     streams=config.use_stage_stream, kernels=config.kernels)
+        self.code2wav_loop = (StageLoop(Code2WavStageEngine(code2wav), code2wav_device(code2wav), name="code2wav",
+                                        streams=config.use_stage_stream) if code2wav is not None else None)
 
     # ------------------------------------------------------------------ loading
     @classmethod

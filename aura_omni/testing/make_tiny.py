@@ -57,7 +57,7 @@ def deploy_files(root: Path) -> dict[str, dict]:
     """The three deploy YAMLs as dicts; stage models are paths relative to the deploy file."""
     base, custom = "./" + CHECKPOINTS["tts_base"][2], "./" + CHECKPOINTS["tts_custom_voice"][2]
     full = {
-        "pipeline": "aura_omni", "async_chunk": False, "connectors": {"codec": CODEC_CONNECTOR},
+        "pipeline": "aura_omni", "async_chunk": True, "connectors": {"codec": CODEC_CONNECTOR},
         "stages": [
             _stage(0, "./" + CHECKPOINTS["asr"][2], default_sampling_params={"temperature": 0.0, "max_tokens": 32}),
             _stage(1, "./" + CHECKPOINTS["aura"][2], default_sampling_params={"temperature": 0.5, "max_tokens": 32}),

@@ -31,6 +31,7 @@ from PIL import Image
 from aura_omni.config import load_deploy_config
 from aura_omni.media.encode import pcm16_to_float
 from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, TTS_ASSISTANT_PREFIX_IDS, TTS_ASSISTANT_SUFFIX_IDS
+from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTurn
 from aura_omni.server.app import create_app
 
 MODEL = "aura-tiny"
@@ -196,10 +197,9 @@ def test_system_messages_and_history_reach_the_aura_prompt(base, client):
     finally:
         aura.restore()
     first, second = (call[0][0] for call in aura.calls)
-    assert first == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nfirst question<|im_end|>\n"
-                     "<|im_start|>assistant\nfirst answer<|im_end|>\n<|im_start|>user\nsecond question<|im_end|>\n"
-                     "<|im_start|>assistant\n")
-    assert second.startswith("<|im_start|>system\nOverride.<|im_end|>\n")
+    assert first == AuraPrompt((PromptTurn("system", "Be brief."), PromptTurn("user", "first question"),
+                                PromptTurn("assistant", "first answer"), PromptTurn("user", "second question")))
+    assert second.turns[0] == PromptTurn("system", "Override.")
 
 
 def test_image_and_video_parts_become_aura_vision_inputs(base, client):
@@ -215,7 +215,7 @@ def test_image_and_video_parts_become_aura_vision_inputs(base, client):
         aura.restore()
     (prompt, vision), _ = aura.calls[0]
     assert [v.kind for v in vision] == ["image", "video"]
-    assert "<|vision_start|><|image_pad|><|vision_end|><|vision_start|><|video_pad|><|vision_end|>what is this?" in prompt
+    assert prompt.turns[-1] == PromptTurn("user", "what is this?", ("image", "video"))
     assert resp.usage.prompt_tokens > vision[0].num_tokens + vision[1].num_tokens
 
 

@@ -194,3 +194,30 @@ def test_stages_on_the_second_gpu_match_cpu(tiny):
                      do_sample=False, subtalker_dosample=False, max_new_tokens=12)
     codes = {d: Qwen3TTS.load(tiny["tts"], device=d).generate_codes([req])[0].cpu() for d in ("cpu", "cuda:1")}
     assert torch.equal(codes["cuda:1"], codes["cpu"])
+
+
+def test_stages_on_one_gpu_keep_their_own_kernel_switches():
+    """A stage asking for plain torch and a CPU stage, started after a fast one, leave it its fused kernels; each
+    engine steps with its own switches and all give the CPU's tokens."""
+    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.llm_engine import LLMEngine
+    from aura_omni.engine.sampling_params import SamplingParams
+    from aura_omni.layers import attention_backend
+    from tests.unit.engine_tiny_lm import prompts, tiny_lm
+
+    batch = prompts([5, 17, 40])
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    cfg = lambda **k: EngineConfig(max_model_len=256, max_num_seqs=8, kv_cache_bytes=64 << 20,  # noqa: E731
+                                   gpu_memory_utilization=0.05, **k)
+    fused: dict[str, set[bool]] = {"fast": set(), "plain": set()}
+    engines = {}
+    for name, config in (("fast", cfg()), ("plain", cfg(fast_attention=False, gemv=False, pdl=False))):
+        model = tiny_lm().to("cuda")
+        model.backbone.register_forward_pre_hook(
+            lambda module, args, n=name: fused[n].add(attention_backend.fused_layers_enabled(args[0])))
+        engines[name] = LLMEngine(model, config, name=name)
+    cpu = LLMEngine(tiny_lm(), cfg(), name="cpu")  # a CPU stage starting last
+    want = cpu.generate(batch, params)
+    assert engines["plain"].generate(batch, params) == want
+    assert engines["fast"].generate(batch, params) == want
+    assert fused == {"fast": {True}, "plain": {False}}

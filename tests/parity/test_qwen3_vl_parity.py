@@ -1,23 +1,40 @@
-"""AURA stage (native Qwen3-VL) against transformers' Qwen3VLForConditionalGeneration on the tiny checkpoint:
-text-only, one image, a 4-frame video and a mixed batch; image preprocessing against transformers' PIL
-image processor; video preprocessing against golden values made by transformers' torchvision processor."""
+"""AURA stage (native Qwen3-VL) against transformers' Qwen3VLForConditionalGeneration on the tiny checkpoint, from
+request-level input (transcript, frames, typed text, system prompt, history) through the production prompt path
+(orchestrator.aura_prompt -> asr2aura -> AuraPipelineStage.encode_prompt): its ids against upstream's prompt (the
+ChatML of vllm-omni asr2aura, vision expanded by transformers' Qwen3VLProcessor, tokenised by transformers) and the
+reference id vectors of aura_omni_pipeline.md, its logits and greedy tokens against transformers. Also image
+preprocessing against transformers' PIL image processor and video preprocessing against golden values made by
+transformers' torchvision processor."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
+from aura_omni.asr.transcript import Transcript
+from aura_omni.config import Stage
 from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.media.vision_preprocess import VisionPreprocessConfig, preprocess_image, preprocess_video
+from aura_omni.models.qwen3 import DeepStack
 from aura_omni.models.qwen3_vl import AURA_STOP_TOKEN_IDS, Qwen3VLForCausalLM
-from tests.unit.aura_engine import engine_generate
-from aura_omni.models.qwen3_vl_prompt import build_aura_prompt
+from aura_omni.models.tokenizer import load_tokenizer
+from aura_omni.pipeline.aura_stage import AuraPipelineStage
+from aura_omni.pipeline.constants import DEFAULT_AURA_SYSTEM_PROMPT
+from aura_omni.pipeline.orchestrator import aura_prompt
+from aura_omni.pipeline.turn import TurnRequest
 from aura_omni.testing.tiny_vl import write_tiny_aura
+from tests.unit.aura_engine import engine_generate
 
 pytestmark = pytest.mark.parity
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_vl_video_golden.npz"
 NEW_TOKENS = 6
+
+# Upstream id vectors (aura_omni_pipeline.md §3.1 and §5: Qwen vocabulary ids, AURA's added <|silent|>).
+IM_START, IM_END, ASSISTANT, NEWLINE, SILENT = 151644, 151645, 77091, 198, 151669
+ASSISTANT_HEADER = [IM_START, ASSISTANT, NEWLINE]
+VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = 151652, 151653, 151655, 151656
 
 
 def moving_square_frames(n: int, height: int, width: int) -> np.ndarray:
@@ -38,13 +55,71 @@ def tiny(tmp_path_factory):
     ckpt = write_tiny_aura(tmp_path_factory.mktemp("tiny_aura"))
     ours = Qwen3VLForCausalLM.from_pretrained(ckpt)
     ref = Qwen3VLForConditionalGeneration.from_pretrained(ckpt, dtype=torch.float32).eval()
-    return ckpt, ours, ref, AutoTokenizer.from_pretrained(ckpt)
+    stage = AuraPipelineStage(ours, load_tokenizer(ckpt), None, Stage(stage_id=1, model=str(ckpt)))
+    return ckpt, ours, ref, AutoTokenizer.from_pretrained(ckpt), stage
+
+
+def _processor_stand_in():
+    """Qwen3VLProcessor's placeholder expansion without its torchvision video processor (transformers' own code)."""
+    from transformers import Qwen3VLProcessor
+
+    stand_in = SimpleNamespace(image_processor=SimpleNamespace(merge_size=2),
+                               video_processor=SimpleNamespace(merge_size=2, temporal_patch_size=2),
+                               image_token="<|image_pad|>", video_token="<|video_pad|>",
+                               vision_start_token="<|vision_start|>", vision_end_token="<|vision_end|>")
+    stand_in._calculate_timestamps = lambda *a: Qwen3VLProcessor._calculate_timestamps(stand_in, *a)
+    return stand_in, Qwen3VLProcessor
+
+
+def upstream_ids(tok, req: TurnRequest, transcript: Transcript | None, fps: dict[int, tuple[int, float]]) -> list[int]:
+    """vllm-omni asr2aura's prompt (§3.3: ChatML with newlines; here one placeholder per item), expanded as
+    Qwen3VLProcessor expands it and tokenised by transformers. fps: video index -> (frames, fps)."""
+    from transformers.video_utils import VideoMetadata
+
+    stand_in, processor = _processor_stand_in()
+    placeholder = {"image": "<|vision_start|><|image_pad|><|vision_end|>",
+                   "video": "<|vision_start|><|video_pad|><|vision_end|>"}
+    kinds = iter(v.kind for v in req.vision)
+    chatml = lambda role, body: f"<|im_start|>{role}\n{body}<|im_end|>\n"  # noqa: E731
+    said = transcript.text.strip() if transcript is not None else ""
+    user = "\n".join(p for p in [said, *(t.strip() for t in req.text_parts)] if p)
+    text = (chatml("system", req.system_prompt or DEFAULT_AURA_SYSTEM_PROMPT)
+            + "".join(chatml(t[0], "".join(placeholder[next(kinds)] for _ in (t[2] if len(t) > 2 else ())) + t[1])
+                      for t in req.history)
+            + chatml("user", "".join(placeholder[k] for k in kinds) + user) + "<|im_start|>assistant\n")
+    for i, item in enumerate(req.vision):
+        if item.kind == "image":
+            pads = processor.replace_image_token(stand_in, {"image_grid_thw": torch.tensor([item.grid_thw])}, 0)
+            text = text.replace(placeholder["image"], "<|vision_start|>" + pads.replace("<|image_pad|>", "<|x|>")
+                                + "<|vision_end|>", 1)
+        else:
+            n, rate = fps[i]
+            inputs = {"video_grid_thw": torch.tensor([item.grid_thw]),
+                      "video_metadata": [VideoMetadata(total_num_frames=n, fps=rate, frames_indices=list(range(n)))]}
+            text = text.replace(placeholder["video"], processor.replace_video_token(stand_in, inputs, 0)
+                                .replace("<|video_pad|>", "<|y|>"), 1)
+    text = text.replace("<|x|>", "<|image_pad|>").replace("<|y|>", "<|video_pad|>")  # expanded pads: not matched again
+    return tok(text)["input_ids"]
+
+
+def check_reference_id_vectors(ids: list[int], req: TurnRequest) -> None:
+    turns = 2 + len(req.history)  # system, history, the user turn; then the open assistant turn
+    assert ids[0] == IM_START and ids[-3:] == ASSISTANT_HEADER
+    assert ids.count(IM_START) == turns + 1 and ids.count(IM_END) == turns
+    assert all(ids[i + 1] == NEWLINE for i, t in enumerate(ids) if t == IM_END)
+    images, videos = [v for v in req.vision if v.kind == "image"], [v for v in req.vision if v.kind == "video"]
+    assert ids.count(IMAGE_PAD) == sum(v.num_tokens for v in images)
+    assert ids.count(VIDEO_PAD) == sum(v.num_tokens for v in videos)
+    assert ids.count(VISION_START) == ids.count(VISION_END) == len(images) + sum(v.grid_thw[0] for v in videos)
+    for start in (i for i, t in enumerate(ids) if t == VISION_START):  # each group: start, pads of one kind, end
+        end = ids.index(VISION_END, start)
+        assert len(set(ids[start + 1:end])) == 1 and ids[start + 1] in (IMAGE_PAD, VIDEO_PAD)
 
 
 def _hf_inputs(ids: list[int], media):
     ids_t = torch.tensor([ids])
     kw = {"input_ids": ids_t, "attention_mask": torch.ones_like(ids_t),
-          "mm_token_type_ids": ((ids_t == 151655) * 1 + (ids_t == 151656) * 2).int()}
+          "mm_token_type_ids": ((ids_t == IMAGE_PAD) * 1 + (ids_t == VIDEO_PAD) * 2).int()}
     images = [m for m in media if m.kind == "image"]
     videos = [m for m in media if m.kind == "video"]
     if images:
@@ -56,61 +131,76 @@ def _hf_inputs(ids: list[int], media):
     return kw
 
 
-def _check_against_reference(tiny, user_text: str, media) -> None:
-    _, ours, ref, tok = tiny
-    text, media = build_aura_prompt(user_text, media)
-    ids = tok(text)["input_ids"]
-    kw = _hf_inputs(ids, media)
+def _check_turn(tiny, req: TurnRequest, transcript: Transcript | None = None,
+                fps: dict[int, tuple[int, float]] | None = None) -> None:
+    _, ours, ref, tok, stage = tiny
     with torch.no_grad():
-        prompt = ours.build_prompt(ids, media)
-        hidden = ours(prompt.inputs_embeds, prompt.positions, AttentionMetadata.prefill([len(prompt)]), prompt.deepstack)
+        ids, mm = stage.encode_prompt(aura_prompt(req, transcript), req.vision)  # the production path
+    assert ids == upstream_ids(tok, req, transcript, fps or {})
+    check_reference_id_vectors(ids, req)
+    kw = _hf_inputs(ids, req.vision)
+    deepstack = DeepStack(mm.deepstack_positions, mm.deepstack_features) if mm.deepstack_features else None
+    with torch.no_grad():
+        hidden = ours(mm.embeds, mm.positions, AttentionMetadata.prefill([len(ids)]), deepstack)
         logits = ours.compute_logits(hidden)
         expect = ref(**kw).logits[0]
         assert torch.allclose(logits, expect, atol=1e-4, rtol=0), (logits - expect).abs().max()
-        if media:
+        if req.vision:
             ref_pos, ref_delta = ref.model.get_rope_index(
                 kw["input_ids"], kw["mm_token_type_ids"], kw.get("image_grid_thw"), kw.get("video_grid_thw"),
                 kw["attention_mask"])
-            assert torch.equal(prompt.positions, ref_pos[:, 0]), "MRoPE position ids differ"
-            assert prompt.rope_delta == int(ref_delta)
+            assert torch.equal(mm.positions, ref_pos[:, 0]), "MRoPE position ids differ"
+            assert mm.rope_delta == int(ref_delta)
         ref_ids = ref.generate(**kw, max_new_tokens=NEW_TOKENS, do_sample=False,
                                eos_token_id=list(AURA_STOP_TOKEN_IDS), pad_token_id=151643)[0, len(ids):].tolist()
-    ours_ids = engine_generate(ours, [prompt], NEW_TOKENS)[0].token_ids
-    assert ours_ids == ref_ids
+    assert engine_generate(ours, [(ids, mm)], NEW_TOKENS)[0].token_ids == ref_ids
 
 
-def test_text_only_matches_transformers(tiny):
-    _check_against_reference(tiny, "What is on the table?", [])
+def test_typed_text_turn_matches_transformers(tiny):
+    _check_turn(tiny, TurnRequest("t", text_parts=["What is on the table?"]))
+
+
+def test_spoken_turn_with_history_and_system_prompt_matches_transformers(tiny):
+    req = TurnRequest("t", text_parts=["and this?"], system_prompt="You watch a live stream.",
+                      history=[("user", "hello"), ("assistant", "<|silent|>"), ("user", "still there?"),
+                               ("assistant", "Yes.")])
+    _check_turn(tiny, req, Transcript("English", " What is on the table? "))
+    ids = tiny[4].encode_prompt(aura_prompt(req, Transcript("English", "x")), [])[0]
+    assert SILENT in ids  # the silent reply in the history is AURA's special token
 
 
 def test_one_image_matches_transformers(tiny):
     image = preprocess_image(moving_square_frames(1, 70, 90)[0])
     assert image.grid_thw == (1, 16, 20)  # 70x90 scaled up to the 256*256 minimum budget: 256x320
-    _check_against_reference(tiny, "Describe the picture.", [image])
+    _check_turn(tiny, TurnRequest("t", vision=[image]), Transcript("English", "Describe the picture."))
 
 
 def test_four_frame_video_matches_transformers(tiny):
     video = preprocess_video(moving_square_frames(4, 64, 64), video_fps=2.0)
     assert video.grid_thw == (2, 4, 4) and video.timestamps == [0.25, 1.25]
-    _check_against_reference(tiny, "Tell me when the square stops.", [video])
+    _check_turn(tiny, TurnRequest("t", vision=[video], text_parts=["Tell me when the square stops."]),
+                fps={0: (4, 2.0)})
 
 
-def test_image_and_video_in_one_prompt_match_transformers(tiny):
+def test_video_and_image_with_vision_in_history_match_transformers(tiny):
+    earlier = preprocess_video(moving_square_frames(5, 48, 80), video_fps=2.0)
+    video = preprocess_video(moving_square_frames(4, 64, 64), video_fps=2.0)
     image = preprocess_image(moving_square_frames(1, 40, 300)[0])
-    video = preprocess_video(moving_square_frames(5, 48, 80), video_fps=2.0)
-    _check_against_reference(tiny, "Compare them.", [video, image])
+    req = TurnRequest("t", vision=[earlier, video, image], text_parts=["Compare them."],
+                      history=[("user", "look", ["video"]), ("assistant", "A square.")])
+    _check_turn(tiny, req, Transcript("Chinese", "现在呢"), fps={0: (5, 2.0), 1: (4, 2.0)})
 
 
 def test_batched_generation_equals_each_prompt_alone(tiny):
-    _, ours, _, tok = tiny
-    cases = [("Hello there", []), ("Look.", [preprocess_image(moving_square_frames(1, 64, 96)[0])]),
-             ("Now?", [preprocess_video(moving_square_frames(3, 64, 64), video_fps=2.0)])]
-    prompts = []
-    for text, media in cases:
-        t, media = build_aura_prompt(text, media)
-        prompts.append(ours.build_prompt(tok(t)["input_ids"], media))
-    batched = [r.token_ids for r in engine_generate(ours, prompts, NEW_TOKENS)]
-    alone = [engine_generate(ours, [p], NEW_TOKENS)[0].token_ids for p in prompts]
+    stage = tiny[4]
+    turns = [TurnRequest("a", text_parts=["Hello there"]),
+             TurnRequest("b", vision=[preprocess_image(moving_square_frames(1, 64, 96)[0])], text_parts=["Look."]),
+             TurnRequest("c", vision=[preprocess_video(moving_square_frames(3, 64, 64), video_fps=2.0)],
+                         text_parts=["Now?"])]
+    with torch.no_grad():
+        requests = [stage.encode_prompt(aura_prompt(req, None), req.vision) for req in turns]
+    batched = [r.token_ids for r in engine_generate(stage.model, requests, NEW_TOKENS)]
+    alone = [engine_generate(stage.model, [r], NEW_TOKENS)[0].token_ids for r in requests]
     assert batched == alone
 
 
@@ -156,21 +246,15 @@ def test_image_preprocessing_default_matches_torchvision_golden():
         assert torch.allclose(ours.pixel_values, _from_codes(golden[f"image_{case}_pixel_codes"]), atol=1e-4, rtol=0)
 
 
-def test_video_prompt_expansion_matches_transformers_processor():
-    """Our placeholder text equals Qwen3VLProcessor.replace_video_token's (called on a stand-in instance)."""
-    from types import SimpleNamespace
-
-    from transformers import Qwen3VLProcessor
+def test_video_prompt_expansion_matches_transformers_processor(tiny):
+    """Our ids of a video equal Qwen3VLProcessor.replace_video_token's text (called on a stand-in) tokenised."""
     from transformers.video_utils import VideoMetadata
 
-    from aura_omni.models.qwen3_vl_prompt import render_vision
-
+    _, _, _, tok, stage = tiny
+    stand_in, processor = _processor_stand_in()
     for n, fps in [(4, 2.0), (5, 2.0), (6, 30.0)]:
         video = preprocess_video(moving_square_frames(n, 64, 96), video_fps=fps)
-        stand_in = SimpleNamespace(video_processor=SimpleNamespace(merge_size=2, temporal_patch_size=2),
-                                   vision_start_token="<|vision_start|>", vision_end_token="<|vision_end|>",
-                                   video_token="<|video_pad|>")
-        stand_in._calculate_timestamps = lambda *a: Qwen3VLProcessor._calculate_timestamps(stand_in, *a)
         inputs = {"video_grid_thw": torch.tensor([video.grid_thw]),
                   "video_metadata": [VideoMetadata(total_num_frames=n, fps=fps, frames_indices=list(range(n)))]}
-        assert render_vision(video) == Qwen3VLProcessor.replace_video_token(stand_in, inputs, 0)
+        expect = tok(processor.replace_video_token(stand_in, inputs, 0))["input_ids"]
+        assert stage.prompt_tokens.vision_ids(video) == expect

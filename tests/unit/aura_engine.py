@@ -16,13 +16,13 @@ class Generated:
 
 
 def engine_generate(model, prompts, max_new_tokens: int, block_size: int = 4) -> list[Generated]:
-    """VLPrompts -> greedy outputs, all prompts batched together on one engine."""
+    """VLPrompts (or engine requests: (ids, MultimodalPrompt)) -> greedy outputs, all batched on one engine."""
     engine = LLMEngine(model, EngineConfig(max_model_len=2048, block_size=block_size, num_kv_blocks=512,
                                            enforce_eager=True), eos_token_ids=list(AURA_STOP_TOKEN_IDS))
     params = SamplingParams(temperature=0, max_tokens=max_new_tokens)
     out = {f"r{i}": Generated([], "") for i in range(len(prompts))}
     for i, prompt in enumerate(prompts):
-        ids, mm = vl_request(prompt)
+        ids, mm = prompt if isinstance(prompt, tuple) else vl_request(prompt)
         engine.add_request(f"r{i}", ids, params, mm)
     while engine.has_unfinished():
         for o in engine.step():

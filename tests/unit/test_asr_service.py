@@ -158,17 +158,17 @@ def test_concurrent_transcriptions_share_the_engine_and_match_alone(svc):
     assert stats["running"] == 0 and stats["free_blocks"] == stats["total_blocks"]
 
 
-def test_pipeline_stage_returns_the_model_output_format(svc):
+def test_pipeline_stage_returns_the_transcript_as_data(svc):
     import asyncio
 
     from aura_omni.asr.stage import AsrPipelineStage
-    from aura_omni.pipeline.processors import normalize_asr_transcript
+    from aura_omni.asr.transcript import Transcript
 
     stage = AsrPipelineStage(svc)
-    raw = asyncio.run(stage.transcribe(tone(1), SR, request_id="r", language="English", sampling={"max_tokens": 3}))
-    assert raw.startswith("language English<asr_text>")
-    assert normalize_asr_transcript(raw) == svc.transcribe([(tone(1), SR)], language="English", max_new_tokens=3)[0].text
-    assert asyncio.run(stage.transcribe(np.zeros(SR, dtype=np.float32), SR, request_id="s")) == ""
+    got = asyncio.run(stage.transcribe(tone(1), SR, request_id="r", language="English", sampling={"max_tokens": 3}))
+    assert got == svc.transcribe([(tone(1), SR)], language="English", max_new_tokens=3)[0]
+    assert got.language == "English"
+    assert asyncio.run(stage.transcribe(np.zeros(SR, dtype=np.float32), SR, request_id="s")) == Transcript("", "")
 
 
 def test_a_cancelled_transcription_is_aborted_and_frees_its_blocks(svc):

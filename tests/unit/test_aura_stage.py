@@ -21,7 +21,7 @@ def stage(tmp_path_factory):
 
 def reply(stage, rid, **sampling):
     async def run():
-        return [d async for d in stage.generate(asr2aura("hello"), [], request_id=rid, sampling=sampling)]
+        return [d async for d in stage.generate(asr2aura(None, text_parts=["hello"]), [], request_id=rid, sampling=sampling)]
     return asyncio.run(run())
 
 
@@ -40,25 +40,3 @@ def test_stop_string_is_neither_streamed_nor_returned(stage):
     kept = "".join(d.text for d in reply(stage, "kept", temperature=0, max_tokens=12, ignore_eos=True, stop=[stop],
                                          include_stop_str_in_output=True))
     assert kept == free[:free.index(stop) + len(stop)]
-
-
-def test_prompt_ids_expand_pads_like_tokenising_the_expanded_prompt(stage):
-    import numpy as np
-
-    from aura_omni.media.vision_preprocess import preprocess_image, preprocess_video
-    from aura_omni.pipeline.prompt_tokens import expand_vision_placeholders, prompt_token_ids
-
-    rng = np.random.RandomState(0)
-    video = preprocess_video(rng.randint(0, 256, (4, 64, 96, 3), dtype=np.uint8), video_fps=2.0)
-    image = preprocess_image(rng.randint(0, 256, (64, 64, 3), dtype=np.uint8))
-    vision = [video, video, image]  # text that touches the placeholders on both sides, incl. '<' and spaces
-    prompt = asr2aura("hello <there> ", vision_items=["video", "image"], text_parts=[" x<y "],
-                      history=[("user", "a <b ", ["video"]), ("assistant", "<|silent|>")], system_prompt="S <")
-    pads = (151655, 151656)
-    want = stage.tokenizer.encode(expand_vision_placeholders(prompt, vision), add_special_tokens=False)
-    assert prompt_token_ids(stage.prompt_tokens, prompt, vision, pads) == want
-    assert sum(t in pads for t in want) == 2 * video.num_tokens + image.num_tokens
-    with pytest.raises(ValueError, match="fewer"):
-        prompt_token_ids(stage.prompt_tokens, prompt, vision + [image], pads)
-    with pytest.raises(ValueError, match="more vision placeholder"):
-        prompt_token_ids(stage.prompt_tokens, prompt + "<|image_pad|>", vision, pads)

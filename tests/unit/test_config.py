@@ -147,3 +147,146 @@ def test_stage_engine_settings_reach_the_engine_config():
     assert aura.async_scheduling and aura.enable_prefix_caching == cfg.stage(AURA).enable_prefix_caching
     plain = parse_deploy_config(_aura())
     assert not engine_config(plain.stage(AURA)).async_scheduling  # the deploy field's default: off
+
+
+# --- every field honoured, or refused with the file and the field ------------------------------------------------
+
+def _tts(talker: dict | None = None, code2wav: dict | None = None, extra: dict | None = None, **top) -> dict:
+    return {"pipeline": "qwen3_tts", **top,
+            "connectors": {"shm": {"name": "SharedMemoryConnector", "extra": extra or {}}},
+            "stages": [{"stage_id": 0, "model": "tts", "output_connectors": {"to_stage_1": "shm"}, **(talker or {})},
+                       {"stage_id": 1, "model": "tts", "input_connectors": {"from_stage_0": "shm"}, **(code2wav or {})}]}
+
+
+def _refused(data: dict, field: str, why: str) -> None:
+    with pytest.raises(DeployConfigError) as e:
+        parse_deploy_config(data, "d.yaml")
+    lines = str(e.value).splitlines()
+    assert any(line.startswith(f"d.yaml: {field}: ") and why in line for line in lines), str(e.value)
+
+
+@pytest.mark.parametrize("key, value, why", [
+    ("shm_threshold_bytes", 65536, "no shared-memory transport"),
+    ("connector_get_sleep_s", 0.01, "nothing polls"),
+    ("connector_get_max_wait_first_chunk", 3000, "nothing polls"),
+    ("connector_get_max_wait", 300, "nothing polls"),
+    ("decode_cudagraph_capture_sizes", [25, 73], "Code2Wav runs eagerly"),
+    ("ref_code_context_frames", 10, "prime the stateful Code2Wav decoder"),
+    ("codec_chunk_ramp", [2, 4], "adaptive codec chunk scheduling is not implemented"),
+    ("codec_chunk_adaptive", True, "adaptive"),
+    ("codec_chunk_min_frames", 2, "adaptive"),
+    ("codec_chunk_safety_margin_ms", 50, "adaptive"),
+    ("codec_chunk_ramp_divisor", 15, "adaptive"),
+    ("codec_chunk_ramp_delta_min", 2, "adaptive"),
+    ("codec_streaming", False, "always streams codec frames"),
+    ("codec_left_context_frames", 25, "stateful Code2Wav decoder keeps every frame"),
+    ("initial_codec_chunk_frames", 0, "not implemented"),
+])
+def test_connector_extras_this_build_would_ignore_are_refused(key, value, why):
+    _refused(_tts(extra={key: value}), f"connectors.shm.extra.{key}", why)
+
+
+def test_every_upstream_connector_extra_is_honoured_or_refused():
+    from aura_omni.config import REFUSED_EXTRAS, ConnectorExtra
+
+    honoured = {"codec_chunk_frames", "initial_codec_chunk_frames", "codec_left_context_frames", "codec_streaming"}
+    assert set(ConnectorExtra.model_fields) == honoured | set(REFUSED_EXTRAS)
+    cfg = parse_deploy_config(_tts(extra={"codec_streaming": True, "codec_chunk_frames": 10, "codec_left_context_frames": 72,
+                                          "initial_codec_chunk_frames": 3}))
+    assert (cfg.codec_streaming().codec_chunk_frames, cfg.codec_streaming().initial_codec_chunk_frames) == (10, 3)
+
+
+@pytest.mark.parametrize("data, field, why", [
+    (_tts(talker={"enable_prefix_caching": True}), "stages[0].enable_prefix_caching", "never cached"),
+    (_tts(code2wav={"enforce_eager": False}), "stages[1].enforce_eager", "always runs eagerly"),
+    (_tts(code2wav={"async_scheduling": False}), "stages[1].async_scheduling", "never waits"),
+    (_tts(code2wav={"devices": "1"}), "stages[1].devices", "runs on the Talker's device"),
+    (_tts(code2wav={"dtype": "bfloat16"}), "stages[1].dtype", "float32"),
+    (_tts(code2wav={"load_format": "dummy"}), "stages[1].load_format", "Talker's checkpoint"),
+    (_tts(code2wav={"max_num_batched_tokens": 100}), "stages[1].max_num_batched_tokens", "needs 400 codes"),
+    (_tts(talker={"max_model_len": 4096}, code2wav={"max_model_len": 1000}), "stages[1].max_model_len", "65536 codes"),
+    (_tts(code2wav={"default_sampling_params": {"temperature": 0.7}}), "stages[1].default_sampling_params.temperature",
+     "does not sample"),
+    (_tts(talker={"default_sampling_params": {"min_tokens": 5}}), "stages[0].default_sampling_params.min_tokens",
+     "accepted: 2"),
+    (_tts(talker={"default_sampling_params": {"stop_token_ids": [7]}}),
+     "stages[0].default_sampling_params.stop_token_ids", "accepted: [], [2150]"),
+    (_tts(code2wav={"subtalker_sampling_params": {"top_k": 5}}), "stages[1].subtalker_sampling_params", "code predictor"),
+    (_tts(talker={"devices": "0,1"}), "stages[0].devices", "one device"),
+    (_tts(talker={"kernels": {"stage_stream": True}}), "stages[0].kernels.stage_stream", "only the asr stage"),
+    (_tts(talker={"gpu_memory_utilization": 0.7}, code2wav={"gpu_memory_utilization": 0.5}), "stages", "add up to 1.2"),
+    (_tts(async_chunk=False), "async_chunk", "always streams codec windows"),
+    (_tts(session_mode="duplex"), "session_mode", "aura_omni pipeline mode"),
+    (dict(_aura(), duplex_session={"max_sessions": 2}), "duplex_session", "only with session_mode: duplex"),
+    (dict(_aura(), connectors={"c": {"name": "MooncakeConnector"}}), "connectors.c.name", "only SharedMemoryConnector"),
+    (dict(_tts(), connectors={"shm": {}, "spare": {}}), "connectors.spare", "no stage uses it"),
+    (dict(_aura(), connectors={"c": {}}, stages=[dict(s, output_connectors={"to_stage_1": "c"}) if s["stage_id"] == 0
+                                                 else s for s in _aura()["stages"]]),
+     "stages[0].output_connectors", "only the Talker -> Code2Wav edge"),
+    (dict(_tts(code2wav={"input_connectors": {"from_stage_0": "other"}}), connectors={"shm": {}, "other": {}}),
+     "stages[1].input_connectors", "must name the Talker's output connector (shm)"),
+    (dict(_tts(), platforms={"rocm": {"stages": [{"stage_id": 0, "enforce_eager": True}]}}), "platforms.rocm",
+     "cuda, cpu, npu"),
+])
+def test_stage_and_top_level_fields_this_build_would_ignore_are_refused(data, field, why):
+    _refused(data, field, why)
+
+
+@pytest.mark.parametrize("role_index, key, value", [
+    (0, "top_p", 0.8), (0, "temperature", 0.7), (0, "stop", ["x"]), (1, "logprobs", 5), (1, "n", 2),
+    (1, "skip_special_tokens", True),
+])
+def test_sampling_defaults_a_text_stage_would_ignore_are_refused(role_index, key, value):
+    _refused(_aura() | {"stages": [dict(s, default_sampling_params={key: value}) if i == role_index else s
+                                  for i, s in enumerate(_aura()["stages"])]},
+             f"stages[{role_index}].default_sampling_params.{key}", "got")
+
+
+def test_a_platform_override_is_checked_as_merged():
+    data = _tts()
+    data["platforms"] = {"npu": {"stages": [{"stage_id": 1, "enforce_eager": False}]}}
+    _refused(data, "stages[1].enforce_eager", "(platforms.npu merged)")
+
+
+def test_duplex_session_settings_are_recorded_for_the_realtime_endpoint():
+    cfg = parse_deploy_config(dict(_aura(), session_mode="duplex", duplex_session={"max_sessions": 2}))
+    assert cfg.session_mode == "duplex" and cfg.duplex_session.max_sessions == 2
+
+
+def test_talker_engine_gets_the_deploy_lengths_over_its_defaults():
+    from aura_omni.stages.tts import default_engine_config
+    from aura_omni.pipeline.stage_engine import engine_config
+
+    cfg = load_deploy_config(CONFIGS / "aura_omni.yaml")
+    talker = engine_config(cfg.stage(TALKER), default_engine_config("cpu"))
+    assert (talker.max_model_len, talker.max_num_batched_tokens, talker.max_num_seqs) == (4096, 512, 8)
+    assert talker.cuda_graph_max_seq_len == 2048 and not talker.enable_prefix_caching  # the rest: TTS defaults
+    bare = engine_config(parse_deploy_config(_tts()).stage(TALKER), default_engine_config("cpu"))
+    assert (bare.max_model_len, bare.max_num_batched_tokens) == (8192, 8192)
+
+
+def test_code2wav_engine_fields_bound_its_batched_decode():
+    from aura_omni.pipeline.stage_engine import code2wav_max_batch
+
+    cfg = load_deploy_config(CONFIGS / "aura_omni.yaml")
+    assert code2wav_max_batch(cfg.stage(CODE2WAV), cfg.codec_streaming()) == 8  # max_num_seqs; 65536 codes is more
+    small = parse_deploy_config(_tts(code2wav={"max_num_seqs": 64, "max_num_batched_tokens": 1200}))
+    assert code2wav_max_batch(small.stage(CODE2WAV), small.codec_streaming()) == 3  # 1200 // (25 frames * 16 codes)
+
+
+def test_kernel_switches_reach_the_stage_engine_config(monkeypatch):
+    from aura_omni.pipeline.stage_engine import engine_config
+
+    monkeypatch.setenv("AURA_OMNI_GEMV", "0")  # a process default for A/B runs: a stage's own setting wins
+    cfg = parse_deploy_config(_aura() | {"stages": [dict(s, kernels={"gemv": True, "pdl": False, "prefill_graphs": False})
+                                                    if s["stage_id"] == 1 else s for s in _aura()["stages"]]})
+    aura, asr = engine_config(cfg.stage(AURA)), engine_config(cfg.stage(ASR))
+    assert aura.kernels.gemv and not aura.kernels.pdl and not aura.use_prefill_graphs
+    assert not asr.kernels.gemv and asr.kernels.pdl and asr.use_prefill_graphs
+
+
+def test_code2wav_on_the_talkers_gpu_spelled_either_way_is_accepted():
+    cfg = parse_deploy_config(_tts(talker={"devices": "0", "gpu_memory_utilization": 0.3},
+                                   code2wav={"devices": "cuda:0", "gpu_memory_utilization": 0.2, "enforce_eager": True,
+                                             "default_sampling_params": {"temperature": 0.0, "seed": 42}}))
+    assert cfg.stage(CODE2WAV).devices == "cuda:0"

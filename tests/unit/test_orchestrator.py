@@ -9,8 +9,10 @@ import asyncio
 import numpy as np
 import pytest
 
+from aura_omni.asr.transcript import Transcript
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
 from aura_omni.pipeline.processors import PipelineRequestError
+from aura_omni.pipeline.prompt_tokens import PromptTurn
 from aura_omni.pipeline.stage_api import AuraDelta
 from aura_omni.pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnRequest
 
@@ -62,10 +64,10 @@ TTS = object()  # the speech stage's request template: opaque to the orchestrato
 
 
 def test_audio_turn_runs_every_stage_in_order():
-    asr, aura, speech = ScriptedAsr("language English<asr_text>hello"), ScriptedAura(["Hi ", "there."]), ScriptedSpeech()
+    asr, aura, speech = ScriptedAsr(Transcript("English", "hello")), ScriptedAura(["Hi ", "there."]), ScriptedSpeech()
     events = _run(AuraOmniPipeline(asr, aura, speech), TurnRequest("r1", audio=(np.zeros(16000), 16000), tts=TTS))
-    assert isinstance(events[0], TranscriptReady) and events[0].text == "hello"
-    assert "<|im_start|>user\nhello<|im_end|>" in aura.prompts[0]
+    assert events[0] == TranscriptReady("hello", "English")
+    assert aura.prompts[0].turns[-1] == PromptTurn("user", "hello")  # ASR's text reaches AURA as data
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hi there."
     assert speech.requests == [("Hi there.", None)]
     done = events[-1]
@@ -88,6 +90,16 @@ def test_first_sentence_is_spoken_while_aura_still_decodes():
     first_audio = kinds.index("AudioChunk")
     last_text = len(kinds) - 1 - kinds[::-1].index("TextDelta")
     assert first_audio < last_text
+
+
+def test_without_async_chunk_the_talker_speaks_the_whole_reply_after_aura():
+    pieces = ["The first sentence is long enough to speak now. ", "Then ", "more ", "words ", "follow."]
+    speech = ScriptedSpeech()
+    events = _run(AuraOmniPipeline(None, ScriptedAura(pieces, delay=0.01), speech, stream_text_to_talker=False),
+                  TurnRequest("r3b", tts=TTS))
+    kinds = [type(e).__name__ for e in events]
+    assert kinds.index("AudioChunk") > len(kinds) - 1 - kinds[::-1].index("TextDelta")
+    assert speech.requests == [("".join(pieces).strip(), None)]
 
 
 def test_token_passthrough_speaks_wrapped_ids_once():

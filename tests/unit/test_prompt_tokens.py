@@ -1,4 +1,5 @@
-"""AURA prompt ids: ChatML turns tokenised once and remembered, equal to tokenising the whole prompt."""
+"""AURA prompt ids built from prompt turns: equal to tokenising upstream's rendered ChatML (vision expanded), each
+text span tokenised once per session."""
 
 import numpy as np
 import pytest
@@ -6,10 +7,12 @@ import pytest
 from aura_omni.media.vision_preprocess import preprocess_image, preprocess_video
 from aura_omni.models.tokenizer import load_tokenizer
 from aura_omni.pipeline.processors import asr2aura
-from aura_omni.pipeline.prompt_tokens import ChatMLTokens, expand_vision_placeholders, prompt_token_ids
+from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTokenizer, PromptTurn
 from aura_omni.testing.tokenizer import write_qwen_tokenizer
 
-PADS = (151655, 151656)  # image pad, video pad
+# Qwen vocabulary ids (aura_omni_pipeline.md §3.1, §5): ChatML markers and the vision markers.
+IM_START, IM_END, NEWLINE, ASSISTANT = 151644, 151645, 198, 77091
+VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = 151652, 151653, 151655, 151656
 
 
 @pytest.fixture(scope="module")
@@ -19,60 +22,80 @@ def tokenizer(tmp_path_factory):
     return load_tokenizer(out)
 
 
-def session(turns: int) -> str:
+def rendered(prompt: AuraPrompt, vision) -> str:
+    """Upstream's form: the ChatML string with each vision item expanded as Qwen3VLProcessor does (test oracle)."""
+    items, out = iter(vision), ""
+    for turn in prompt.turns:
+        body = ""
+        for _ in turn.vision:
+            v = next(items)
+            if v.kind == "image":
+                body += "<|vision_start|>" + "<|image_pad|>" * v.num_tokens + "<|vision_end|>"
+            else:
+                body += "".join(f"<{t:.1f} seconds><|vision_start|>" + "<|video_pad|>" * v.tokens_per_group
+                                + "<|vision_end|>" for t in v.timestamps)
+        out += f"<|im_start|>{turn.role}\n{body}{turn.text}<|im_end|>\n"
+    return out + "<|im_start|>assistant\n"
+
+
+def session(turns: int) -> AuraPrompt:
     """Turn N+1 of a live session: every turn brought a video and words, and got its own reply."""
     said = [f"look  <here> {k}?" for k in range(turns + 1)]
     history = [t for k in range(turns) for t in (("user", said[k], ["video"]), ("assistant", f" ok {k}"))]
-    return asr2aura("", vision_items=["video"], text_parts=[said[turns]], history=history, system_prompt="System <s>")
+    return asr2aura(None, vision_items=["video"], text_parts=[said[turns]], history=history, system_prompt="System <s>")
 
 
 def whole(tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-@pytest.mark.parametrize("text", [
-    "lead-in text<|im_start|>user\n a  <|im_start|><|im_start|>assistant\n  trailing ",  # before the first turn, empty turns
-    "no turns at all  ",
-    "",
-])
-def test_turn_by_turn_ids_equal_the_whole_text_tokenised(tokenizer, text):
-    tokens = ChatMLTokens(tokenizer)
-    assert tokens(text) == whole(tokenizer, text)
-    assert tokens(text) == whole(tokenizer, text)  # the second time from the remembered turns
+def videos(n: int):
+    rng = np.random.RandomState(0)
+    return [preprocess_video(rng.randint(0, 256, (4, 64, 96, 3), dtype=np.uint8), video_fps=2.0) for _ in range(n)]
 
 
-def test_a_session_turn_tokenises_only_its_new_turns(tokenizer):
-    tokens = ChatMLTokens(tokenizer)
+def test_prompt_ids_of_a_session_equal_the_rendered_prompt_tokenised(tokenizer):
+    tokens, vids = PromptTokenizer(tokenizer), videos(4)
+    for turns in range(4):
+        prompt = session(turns)
+        ids = tokens(prompt, vids[:turns + 1])
+        assert ids == whole(tokenizer, rendered(prompt, vids[:turns + 1]))
+        assert ids[:3] == [IM_START, 8948, NEWLINE] and ids[-3:] == [IM_START, ASSISTANT, NEWLINE]
+        assert ids.count(VIDEO_PAD) == (turns + 1) * vids[0].num_tokens
+
+
+def test_text_touching_markers_and_vision_tokenises_as_upstream(tokenizer):
+    rng = np.random.RandomState(1)
+    image = preprocess_image(rng.randint(0, 256, (64, 64, 3), dtype=np.uint8))
+    prompt = AuraPrompt((PromptTurn("system", "S <"), PromptTurn("user", "\n a <b ", ("video",)),
+                         PromptTurn("assistant", "<|silent|>"), PromptTurn("user", " x<y \n\n", ("video", "image")),
+                         PromptTurn("user", "")))
+    vision = videos(2) + [image]
+    ids = PromptTokenizer(tokenizer)(prompt, vision)
+    assert ids == whole(tokenizer, rendered(prompt, vision))
+    assert 151669 in ids  # <|silent|> in the history stays AURA's special token
+    start = ids.index(IMAGE_PAD) - 1
+    assert ids[start:start + image.num_tokens + 2] == [VISION_START] + [IMAGE_PAD] * image.num_tokens + [VISION_END]
+
+
+def test_a_session_turn_tokenises_only_its_new_text(tokenizer):
+    tokens, vids = PromptTokenizer(tokenizer), videos(4)
     encoded = []
     encode = tokens.encode
     tokens.encode = lambda text: encoded.append(text) or encode(text)
     for turns in range(4):
         encoded.clear()
-        assert tokens(session(turns)) == whole(tokenizer, session(turns))
-        if turns:
-            assert len(encoded) == 2  # the previous turn's reply and this turn's user message
-    assert len(tokens._turns) == 2 + 2 * 3 + 1  # system, opener, three exchanges, the last user message
+        tokens(session(turns), vids[:turns + 1])
+        if turns:  # the previous reply and this user message (its timestamps and "\n" were seen before)
+            assert encoded == [f"assistant\n ok {turns - 1}", f"look  <here> {turns}?"]
 
 
-def test_prompt_ids_of_a_session_equal_the_expanded_prompt_tokenised(tokenizer):
-    rng = np.random.RandomState(0)
-    videos = [preprocess_video(rng.randint(0, 256, (4, 64, 96, 3), dtype=np.uint8), video_fps=2.0) for _ in range(4)]
-    tokens = ChatMLTokens(tokenizer)
-    for turns in range(4):
-        prompt = session(turns)
-        got = prompt_token_ids(tokens, prompt, videos[:turns + 1], PADS)
-        assert got == whole(tokenizer, expand_vision_placeholders(prompt, videos[:turns + 1]))
-    image = preprocess_image(rng.randint(0, 256, (64, 64, 3), dtype=np.uint8))
+def test_vision_inputs_must_match_the_placeholders(tokenizer):
+    tokens, vids = PromptTokenizer(tokenizer), videos(2)
+    image = preprocess_image(np.zeros((64, 64, 3), dtype=np.uint8))
     with pytest.raises(ValueError, match="fewer"):
-        prompt_token_ids(tokens, session(0), videos[:1] + [image], PADS)
-    with pytest.raises(ValueError, match="more vision placeholder"):
-        prompt_token_ids(tokens, session(0) + "<|video_pad|>", videos[:1], PADS)
-
-
-def test_a_tokenizer_without_the_chatml_special_token_tokenises_whole_texts():
-    class Chars:
-        def encode(self, text, add_special_tokens=False):
-            return [ord(c) for c in text]
-
-    tokens = ChatMLTokens(Chars())
-    assert not tokens.by_turn and tokens("<|im_start|>user\nhi") == [ord(c) for c in "<|im_start|>user\nhi"]
+        tokens(session(0), vids[:1] + [image])
+    with pytest.raises(ValueError, match="more"):
+        tokens(session(1), vids[:1])
+    with pytest.raises(ValueError, match="'video' but vision input 0 is 'image'"):
+        tokens(session(0), [image])

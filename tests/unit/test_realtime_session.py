@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import soundfile as sf
 from PIL import Image
 
+from aura_omni.asr.transcript import Transcript
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline
 from aura_omni.pipeline.stage_api import AuraDelta
 from aura_omni.pipeline.turn import TurnRequest
@@ -48,6 +49,7 @@ class ScriptedAura:
         self.running = 0
 
     async def generate(self, prompt, vision, *, request_id, sampling=None):
+        prompt = prompt.chatml()
         self.prompts.append(prompt)
         self.running += 1
         try:
@@ -82,7 +84,7 @@ class ScriptedSpeech:
 class ScriptedAsr:
     async def transcribe(self, samples, sample_rate, *, request_id, language=None, context=None, sampling=None):
         await asyncio.sleep(0.005)
-        return "language English<asr_text>what is this"
+        return Transcript("English", "what is this")
 
 
 class FakeBuilder:

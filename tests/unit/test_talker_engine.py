@@ -217,3 +217,15 @@ def test_async_scheduling_gives_the_frames_of_waiting_for_every_step(tmp_path_fa
     assert 0 < eos_stops < len(reqs)  # both ways of ending are covered
     if kv_blocks == 200:  # same schedule: one spare row per EOS stop, none past a length limit
         assert launched[1] - launched[0] == eos_stops
+
+
+def test_the_deploy_talker_stage_sizes_the_talker_engine(tmp_path_factory):
+    from aura_omni.config import Stage
+    from aura_omni.server.runtime import load_qwen3_tts
+
+    ckpt = write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False)
+    stage = Stage(stage_id=2, model=str(ckpt), max_model_len=96, max_num_batched_tokens=48, max_num_seqs=3,
+                  kernels={"gemv": False})
+    config = load_qwen3_tts(stage, "cpu", torch.float32, "auto").engine.engine.config
+    assert (config.max_model_len, config.max_num_batched_tokens, config.max_num_seqs) == (96, 48, 3)
+    assert config.cuda_graph_max_seq_len == 2048 and config.gemv is False  # TTS defaults under the deploy fields

@@ -9,7 +9,8 @@ from safetensors.torch import load_file, save_file
 from aura_omni.models.loader import CheckpointError
 from aura_omni.models.qwen3_vl import SILENT_TOKEN_ID, Qwen3VLConfig, Qwen3VLForCausalLM
 from tests.unit.aura_engine import engine_generate
-from aura_omni.models.qwen3_vl_prompt import ChatTurn, build_aura_prompt
+from aura_omni.pipeline.processors import asr2aura
+from aura_omni.pipeline.prompt_tokens import PromptTokenizer
 from aura_omni.testing.tiny_vl import tiny_aura_config, write_tiny_aura
 
 
@@ -74,18 +75,16 @@ def test_rejects_non_qwen3_vl_config():
 
 
 def test_aura_prompt_tokens(tokenizer):
-    text, media = build_aura_prompt("hi", system="S", history=[ChatTurn("user", "q"), ChatTurn("assistant", "<|silent|>")])
-    assert text == ("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nq<|im_end|>\n"
-                    "<|im_start|>assistant\n<|silent|><|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
-    ids = tokenizer(text)["input_ids"]
+    prompt = asr2aura(None, text_parts=["hi"], system_prompt="S", history=[("user", "q"), ("assistant", "<|silent|>")])
+    ids = PromptTokenizer(tokenizer)(prompt, [])
+    assert ids == tokenizer("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"
+                            "<|silent|><|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")["input_ids"]
     assert ids[:4] == [151644, 8948, 198, 50] and SILENT_TOKEN_ID in ids and ids[-3:] == [151644, 77091, 198]
-    assert media == []
 
 
 def test_silent_stops_generation_and_stays_visible(tiny_dir, tokenizer):
     model = Qwen3VLForCausalLM.from_pretrained(tiny_dir)
-    text, _ = build_aura_prompt("anything?")
-    prompt = model.build_prompt(tokenizer(text)["input_ids"])
+    prompt = model.build_prompt(PromptTokenizer(tokenizer)(asr2aura(None, text_parts=["anything?"]), []))
     free = engine_generate(model, [prompt], 4)[0]
     assert free.finish_reason == "length" and len(free.token_ids) == 4 and SILENT_TOKEN_ID not in free.token_ids
     original, calls = model.compute_logits, []
