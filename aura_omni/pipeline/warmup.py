@@ -33,7 +33,7 @@ async def warm_up(asr=None, aura=None, tts=None, *, frame=None, initial_chunk_fr
     if aura is not None:
         t = time.perf_counter()
         vision = [frame] if frame is not None else []
-        prompt = asr2aura("Hello.", vision_items=["image"] * len(vision))
+        prompt = asr2aura(None, text_parts=["Hello."], vision_items=["image"] * len(vision))
         async for _ in aura.generate(prompt, vision, request_id="warmup-aura", sampling={"max_tokens": 2}):
             pass
         took["aura"] = time.perf_counter() - t

@@ -9,24 +9,14 @@ from __future__ import annotations
 import base64
 import io
 import os
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 import soundfile as sf
+from serving import API_KEY, _cli, _start
 
 from aura_omni.bench.inputs import speech_like
-
-API_KEY = "test-key"
-SERVER_START_TIMEOUT_S = 180  # 2 shared CPU cores: importing torch and loading tiny models can be slow
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "aura_omni.cli", *args]
 
 
 @pytest.fixture(scope="session")
@@ -35,58 +25,6 @@ def tiny_dir(tmp_path_factory) -> Path:
     if not (root / "deploy_tts_customvoice.yaml").exists():
         subprocess.run(_cli("make-tiny", str(root)), check=True, timeout=600)
     return root
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """An `aura-omni serve` subprocess; `url` is its base URL."""
-
-    def __init__(self, deploy: Path, log_path: Path, *extra: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(
-            _cli("serve", "--deploy-config", str(deploy), "--served-model-name", "tiny-tts", "--host", "127.0.0.1",
-                 "--port", str(self.port), "--api-key", API_KEY, "--trust-remote-code", "--omni", *extra),
-            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-
-    def wait_ready(self) -> Server:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited ({self.proc.returncode}):\n{self.log_path.read_text()[-4000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"server not ready after {SERVER_START_TIMEOUT_S} s:\n{self.log_path.read_text()[-4000:]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self._log.close()
-
-
-def _start(tiny_dir: Path, tmp_path_factory, deploy: str, *extra: str):
-    log = tmp_path_factory.mktemp("logs") / (deploy + ".log")
-    server = Server(tiny_dir / deploy, log, *extra)
-    try:
-        server.wait_ready()
-    except Exception:
-        server.stop()
-        raise
-    return server
 
 
 @pytest.fixture(scope="session")

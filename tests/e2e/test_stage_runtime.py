@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import API_KEY, _start
+from serving import API_KEY, _start
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 

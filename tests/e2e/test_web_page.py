@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from conftest import API_KEY, Server
+from serving import API_KEY, Server
 
 CHROMIUM = shutil.which("chromium")
 if CHROMIUM is None and os.environ.get("AURA_OMNI_REQUIRE_BROWSER") != "1":

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
+# `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
+#   bash scripts/gpu_serve_bench.sh [tts turns live]      (default: all three; JSON, SVG and logs in $OUT)
+# tts:   configs/qwen3_tts.yaml, /v1/audio/speech streamed pcm, 10 s of audio per request, an x-vector voice,
+#        c = 1 8 32 64
+# turns: configs/aura_omni.yaml, the first request after /health said ready, then chat voice turns
+#        (3 s of speech + 2 frames, 40 AURA tokens, 40 codec frames) at c = 1 8
+# live:  configs/aura_omni_duplex_8.yaml (8 sessions), the same turns pushed to talk over /v1/realtime at c = 1 8,
+#        and the silent decision (commit -> response.listen)
+set -uo pipefail
+OUT=${OUT:-/tmp/aura_gpu_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+wheels=$(ls .whl/*.whl | grep -v -e '/av-')
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels || exit 1
+export PYTHONPATH=/tmp/site:$PWD
+URL=http://127.0.0.1:8091
+python3 -c "from aura_omni.bench.inputs import speech_like, wav_bytes; open('/tmp/ref.wav', 'wb').write(wav_bytes(speech_like(3.0)))"
+
+serve() {  # serve DEPLOY NAME: start a server, wait for /health, register the `bench` voice
+  local t0=$SECONDS
+  python3 -m aura_omni.cli serve --deploy-config "$1" --load-format dummy --served-model-name "$2" --port 8091 \
+    > "$OUT/serve_$2.log" 2>&1 &
+  SERVER=$!
+  python3 - "$URL" <<'EOF' || { tail -n 30 "$OUT/serve_$2.log"; return 1; }
+import sys, time, httpx
+for _ in range(1200):
+    try:
+        if httpx.get(sys.argv[1] + "/health", timeout=2).status_code == 200:
+            sys.exit(0)
+    except httpx.HTTPError:
+        pass
+    time.sleep(0.5)
+sys.exit(1)
+EOF
+  echo "=== $2 ready after $((SECONDS - t0)) s"
+  python3 -c "import httpx, sys; r = httpx.post('$URL/v1/audio/voices', data={'name': 'bench'}, files={'audio_sample': open('/tmp/ref.wav', 'rb')}, timeout=60); print('voice', r.status_code)"
+}
+stop() { kill "$SERVER"; wait "$SERVER" 2>/dev/null; }
+bench() {  # bench NAME ARGS...
+  local name=$1; shift
+  timeout 300 python3 -m aura_omni.cli bench serve --base-url "$URL" --disable-tqdm --save-result \
+    --result-filename "$OUT/$name.json" "$@" > "$OUT/$name.md" 2>"$OUT/$name.err"
+  echo "=== $name: rc=$?"; cat "$OUT/$name.md"
+}
+TURN="--input-audio-seconds 3 --num-frames 2 --frame-size 554 --max-tokens 40 --ignore-eos"
+
+for s in ${*:-tts turns live}; do
+  case $s in
+    tts) serve configs/qwen3_tts.yaml qwen3-tts || continue
+         bench tts_speech --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
+           --max-concurrency 1 8 32 64 --num-prompts 64 --num-warmups 2 --plot "$OUT/tts_speech.svg"
+         python3 -c "import httpx; print(httpx.get('$URL/metrics').text)" | grep -E '^aura_omni:(batch_size|step_seconds)'
+         stop ;;
+    turns) serve configs/aura_omni.yaml aura || continue
+           bench turns_first_after_ready --backend chat --model aura --voice bench $TURN --num-warmups 0 \
+             --num-prompts 1 --max-concurrency 1 \
+             --extra-body '{"additional_information": {"tts_max_new_tokens": 41}}'
+           bench turns_chat --backend chat --model aura --voice bench $TURN --num-warmups 2 \
+             --max-concurrency 1 8 --num-prompts 32 --plot "$OUT/turns_chat.svg" \
+             --extra-body '{"additional_information": {"tts_max_new_tokens": 41}}'
+           stop ;;
+    live) serve configs/aura_omni_duplex_8.yaml aura || continue  # 8 sessions, CustomVoice, 8-frame first window
+          bench live_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+            --max-concurrency 1 8 --num-prompts 32 --extra-body '{"tts_max_new_tokens": 41}'
+          bench live_silent --backend realtime --model aura $TURN --num-warmups 1 --max-concurrency 1 --num-prompts 16 \
+            --extra-body '{"sampling_params_list": [{}, {"logit_bias": {"151669": 100}}]}'
+          stop ;;
+  esac
+done
