@@ -20,4 +20,4 @@ if [ "$(id -u)" -ne 0 ]; then
   SUDO="sudo"
 fi
 $SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${PACKAGES[@]}"
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${PACKAGES[@]}"  # env: sudo drops variables

@@ -44,6 +44,14 @@ MAX_QUEUED_CHARS = 65536  # text waiting for the Talker; more is refused (input_
 
 
 @dataclass(frozen=True)
+class SpeechOptions:
+    response_format: str
+    stream_audio: bool
+    initial_chunk_frames: int
+    chunk_frames: int
+
+
+@dataclass(frozen=True)
 class Sentence:
     utterance_index: int
     sentence_index: int
@@ -56,22 +64,6 @@ class Sentence:
 class UtteranceEnd:
     utterance_index: int
     total_sentences: int
-
-
-@dataclass(frozen=True)
-class SpeechOptions:
-    response_format: str
-    stream_audio: bool
-    initial_chunk_frames: int
-    chunk_frames: int
-
-
-class StreamError(Exception):
-    """Bad client input: answered with an `error` event; the socket stays open."""
-
-    def __init__(self, message: str, code: str, param: str | None = None):
-        super().__init__(message)
-        self.message, self.code, self.param = message, code, param
 
 
 class SpeechStreamSession:
@@ -100,9 +92,7 @@ class SpeechStreamSession:
                 try:
                     if await self.handle(message):
                         break
-                except StreamError as e:
-                    await self.send_json({"type": "error", "message": e.message, "code": e.code, "param": e.param})
-                except APIError as e:
+                except APIError as e:  # bad input: an `error` event, and the socket stays open
                     await self.send_json({"type": "error", "message": e.message, "code": e.code, "param": e.param})
             await self.queue.put(None)  # session.close: let queued utterances finish, then close
             await speaker
@@ -116,13 +106,13 @@ class SpeechStreamSession:
     async def handle(self, message: dict) -> bool:
         """One client frame; True on session.close."""
         if message.get("text") is None:
-            raise StreamError("binary frames are not accepted; send JSON text frames", "invalid_event")
+            raise APIError("binary frames are not accepted; send JSON text frames", code="invalid_event")
         try:
             event = json.loads(message["text"])
         except json.JSONDecodeError as e:
-            raise StreamError(f"not valid JSON ({e.msg})", "invalid_json") from None
+            raise APIError(f"not valid JSON ({e.msg})", code="invalid_json") from None
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            raise StreamError("an event is a JSON object with a string `type`", "invalid_event", "type")
+            raise APIError("an event is a JSON object with a string `type`", code="invalid_event", param="type")
         kind = event["type"]
         if kind == "session.config":
             await self.configure(event)
@@ -133,18 +123,18 @@ class SpeechStreamSession:
         elif kind == "session.close":
             return True
         else:
-            raise StreamError(f"unknown event type {kind!r}; expected session.config, input.text, input.done or "
-                              "session.close", "unknown_event_type", "type")
+            raise APIError(f"unknown event type {kind!r}; expected session.config, input.text, input.done or "
+                           "session.close", code="unknown_event_type", param="type")
         return False
 
     async def configure(self, event: dict) -> None:
         if self.buffered.strip():
-            raise StreamError("session.config: text is buffered; send input.done before changing the config",
-                              "config_while_buffered")
+            raise APIError("session.config: text is buffered; send input.done before changing the config",
+                           code="config_while_buffered")
         fields = {k: v for k, v in event.items() if k != "type"}
         if "input" in fields:
-            raise StreamError("session.config: `input` is not a config field; send text with input.text",
-                              "invalid_value", "input")
+            raise APIError("session.config: `input` is not a config field; send text with input.text",
+                           code="invalid_value", param="input")
         self.request = await self.build(fields)  # validated now, so a bad voice is reported before any text
         self.config = fields
 
@@ -153,10 +143,10 @@ class SpeechStreamSession:
         fields = dict(fields)
         stream_audio = fields.pop("stream_audio", False)
         if not isinstance(stream_audio, bool):
-            raise StreamError("stream_audio: must be true or false", "invalid_value", "stream_audio")
+            raise APIError("stream_audio: must be true or false", code="invalid_value", param="stream_audio")
         if fields.get("stream_format") == "sse":
-            raise StreamError("stream_format: sse has no meaning on this socket; audio comes as binary frames "
-                              "(stream_audio: true streams each sentence)", "invalid_value", "stream_format")
+            raise APIError("stream_format: sse has no meaning on this socket; audio comes as binary frames "
+                           "(stream_audio: true streams each sentence)", code="invalid_value", param="stream_format")
         # /v1/audio/speech's streaming switches mean the same here
         stream_audio = stream_audio or fields.get("stream_format") == "audio" or fields.get("stream") is True
         try:
@@ -181,15 +171,16 @@ class SpeechStreamSession:
     async def add_text(self, event: dict) -> None:
         text = event.get("text")
         if not isinstance(text, str):
-            raise StreamError("input.text: `text` must be a string", "invalid_value", "text")
+            raise APIError("input.text: `text` must be a string", code="invalid_value", param="text")
         if self.request is None:
             self.request = await self.build(self.config)
         if len(self.splitter.pending) + len(text) > MAX_BUFFERED_CHARS:
-            raise StreamError(f"input.text: more than {MAX_BUFFERED_CHARS} characters without a sentence end; "
-                              "this text was dropped", "text_too_long", "text")
+            raise APIError(f"input.text: more than {MAX_BUFFERED_CHARS} characters without a sentence end; "
+                           "this text was dropped", code="text_too_long", param="text")
         if self.queued_chars + len(text) > MAX_QUEUED_CHARS:
-            raise StreamError(f"input.text: {self.queued_chars} characters are waiting to be spoken; this text was "
-                              "dropped, send it again once audio has caught up", "input_backpressure", "text")
+            raise APIError(f"input.text: {self.queued_chars} characters are waiting to be spoken; this text was "
+                           "dropped, send it again once audio has caught up", code="input_backpressure",
+                           param="text")
         self.buffered += text
         for piece in self.splitter.feed(self.buffered):
             await self.enqueue(piece)

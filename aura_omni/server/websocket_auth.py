@@ -3,7 +3,7 @@
 Browsers cannot set headers on `new WebSocket(...)`, so as OpenAI's Realtime API does, a WebSocket may carry the
 key as the subprotocol `openai-insecure-api-key.<key>` (or as `?api_key=<key>`); `Authorization: Bearer` works
 everywhere. A browser drops the connection unless the server picks one of the offered subprotocols, so the
-WebSocket endpoints accept with `accepted_subprotocol`, which never echoes the key back.
+WebSocket endpoints accept with `accepted_subprotocol`, which echoes the key back only when nothing else was offered.
 """
 
 from __future__ import annotations
@@ -58,8 +58,10 @@ async def accept_with_key(ws: WebSocket) -> bool:
 
 
 def accepted_subprotocol(ws: WebSocket) -> str | None:
-    """The subprotocol to answer with: `realtime` if offered, else the first one that is not the key."""
-    offered = [p for p in ws.scope.get("subprotocols") or () if not p.startswith(KEY_SUBPROTOCOL_PREFIX)]
-    if PREFERRED_SUBPROTOCOL in offered:
+    """The subprotocol to answer with: `realtime` if offered, else the first one that is not the key, else the key
+    itself when it is all a browser offered (it fails the handshake without an answer; as server/realtime.py)."""
+    offered = list(ws.scope.get("subprotocols") or ())
+    plain = [p for p in offered if not p.startswith(KEY_SUBPROTOCOL_PREFIX)]
+    if PREFERRED_SUBPROTOCOL in plain:
         return PREFERRED_SUBPROTOCOL
-    return offered[0] if offered else None
+    return plain[0] if plain else (offered[0] if offered else None)

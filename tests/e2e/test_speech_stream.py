@@ -198,14 +198,18 @@ def test_api_key_by_query_subprotocol_or_header(customvoice_server):
                                       subprotocols=["realtime", "openai-insecure-api-key.test-key"]) as ws:
             chosen = ws.subprotocol
         async with websockets.connect(_url(customvoice_server, ""),
+                                      subprotocols=["openai-insecure-api-key.test-key"]) as ws:
+            only_key = ws.subprotocol
+        async with websockets.connect(_url(customvoice_server, ""),
                                       additional_headers={"Authorization": "Bearer test-key"}) as ws:
             await _send(ws, {"type": "input.done"})
             done = await _until(ws, "session.done")
-        return missing.value.response.status_code, wrong.value.response.status_code, chosen, done
+        return missing.value.response.status_code, wrong.value.response.status_code, chosen, only_key, done
 
-    missing, wrong, chosen, done = run(go())
+    missing, wrong, chosen, only_key, done = run(go())
     assert (missing, wrong) == (401, 401)
-    assert chosen == "realtime"  # never the key
+    assert chosen == "realtime"  # not the key while anything else was offered
+    assert only_key == "openai-insecure-api-key.test-key"  # a browser fails a handshake answered with none
     assert done[-1]["total_sentences"] == 0
 
 

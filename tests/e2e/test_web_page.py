@@ -54,14 +54,27 @@ def _spoken_wav(path: Path, trailing_silence_s: float = 0.0) -> Path:
     return path
 
 
+def _omni_server(tiny_dir: Path, folder: Path, talker: str):
+    """ASR + AURA + the given tiny Talker checkpoint, from make-tiny's deploy.yaml."""
+    deploy = (tiny_dir / "deploy.yaml").read_text().replace("./qwen3_tts_base", f"./{talker}")
+    (folder / "deploy.yaml").write_text(deploy.replace("./", f"{tiny_dir}/"))
+    return Server(folder / "deploy.yaml", folder / "server.log")
+
+
 @pytest.fixture(scope="module")
 def omni_server(tiny_dir, tmp_path_factory):
-    """ASR + AURA + the CustomVoice Talker (preset voices for the page's selector)."""
-    folder = tmp_path_factory.mktemp("web")
-    deploy = (tiny_dir / "deploy.yaml").read_text().replace("./qwen3_tts_base", "./qwen3_tts_custom_voice")
-    deploy = deploy.replace("./", f"{tiny_dir}/")
-    (folder / "deploy.yaml").write_text(deploy)
-    server = Server(folder / "deploy.yaml", folder / "server.log")
+    """The CustomVoice Talker: preset voices for the page's selector."""
+    server = _omni_server(tiny_dir, tmp_path_factory.mktemp("web"), "qwen3_tts_custom_voice")
+    try:
+        yield server.wait_ready()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def base_omni_server(tiny_dir, tmp_path_factory):
+    """The Base Talker (the seed's deploy): no preset voices, it speaks in cloned ones."""
+    server = _omni_server(tiny_dir, tmp_path_factory.mktemp("web_base"), "qwen3_tts_base")
     try:
         yield server.wait_ready()
     finally:
@@ -100,15 +113,19 @@ class PageUnderTest:
         self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
         self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
 
-    def connect(self, mode: str = "ptt", extra_body: dict | None = None) -> None:
+    def open(self) -> None:
+        self.page.goto(self.url + "/")
+        self.page.fill("#api-key", API_KEY)
+        self.page.dispatch_event("#api-key", "change")  # loads the voices with the key
+
+    def connect(self, mode: str = "ptt", extra_body: dict | None = None, voice: str | None = "vivian") -> None:
         page = self.page
-        page.goto(self.url + "/")
-        page.fill("#api-key", API_KEY)
-        page.dispatch_event("#api-key", "change")  # loads the voices with the key
+        if voice == "vivian":
+            self.open()
         page.wait_for_function("document.querySelectorAll('#voice option').length > 1")
         voices = page.eval_on_selector_all("#voice option", "os => os.map(o => o.value)")
-        assert "vivian" in [v.lower() for v in voices]
-        page.select_option("#voice", next(v for v in voices if v.lower() == "vivian"))
+        assert voice in [v.lower() for v in voices]
+        page.select_option("#voice", next(v for v in voices if v.lower() == voice))
         page.check(f"input[name=mode][value={mode}]")
         page.check("#camera")
         page.click("summary >> text=Advanced")
@@ -147,13 +164,24 @@ class PageUnderTest:
         assert not errors, errors
 
 
-@pytest.fixture
-def tab(request, omni_server, launch, mic_dir, tmp_path):
-    """A tab of a browser whose microphone says SAY (then `request.param` s of silence, for server VAD)."""
+def _tab(request, server, launch, mic_dir, tmp_path):
     silence = getattr(request, "param", 0.0)
     wav = _spoken_wav(mic_dir / f"speech_{silence}.wav", silence)
     shots = Path(os.environ.get("AURA_OMNI_SCREENSHOT_DIR") or tmp_path)
-    t = PageUnderTest(launch(wav), omni_server.url, shots / f"{request.node.name}.png")
+    return PageUnderTest(launch(wav), server.url, shots / f"{request.node.name}.png")
+
+
+@pytest.fixture
+def tab(request, omni_server, launch, mic_dir, tmp_path):
+    """A tab of a browser whose microphone says SAY (then `request.param` s of silence, for server VAD)."""
+    t = _tab(request, omni_server, launch, mic_dir, tmp_path)
+    yield t
+    t.close()
+
+
+@pytest.fixture
+def base_tab(request, base_omni_server, launch, mic_dir, tmp_path):
+    t = _tab(request, base_omni_server, launch, mic_dir, tmp_path)
     yield t
     t.close()
 
@@ -172,7 +200,8 @@ def test_push_to_talk_turn_is_transcribed_answered_and_played(tab):
     assert "silent" not in (assistant.get_attribute("class") or "") and assistant.inner_text().strip()
     assert tab.sent("input_audio_buffer.commit") == [{"type": "input_audio_buffer.commit", "create_response": True}]
     [update] = tab.sent("session.update")
-    assert update["session"]["audio"]["input"] == {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}
+    assert update["session"]["audio"]["input"] == {"format": {"type": "audio/pcm", "rate": 16000},
+                                                   "turn_detection": None}
     [ack] = tab.sent("playback.ack")
     assert ack["played_ms"] > 0 and ack["committed_ms"] == ack["played_ms"] and "truncate" not in ack
 
@@ -261,3 +290,26 @@ def test_a_tts_only_server_says_live_sessions_need_aura(customvoice_server, laun
         assert "no AURA stage" in page.inner_text("#status") and page.is_disabled("#connect")
     finally:
         page.close()
+
+
+def test_base_talker_speaks_in_a_voice_cloned_from_the_microphone(base_tab):
+    base_tab.open()
+    base_tab.page.wait_for_selector("#clone:not([hidden])")  # no preset voices: a Base Talker
+    base_tab.page.click("#clone")  # records 4 s of the fake microphone, registers it as my-voice
+    base_tab.page.wait_for_selector("#voice option[value=my-voice]", state="attached", timeout=30_000)
+    assert base_tab.page.input_value("#voice") == "my-voice"
+    base_tab.connect("ptt", voice="my-voice")
+    base_tab.talk(1.5)
+    base_tab.wait_for_answer()
+    [update] = base_tab.sent("session.update")
+    assert update["session"]["audio"]["output"] == {"voice": "my-voice"}
+
+
+def test_a_refused_session_can_be_fixed_and_retried(base_tab):
+    base_tab.open()
+    base_tab.page.wait_for_selector("#clone:not([hidden])")
+    base_tab.page.select_option("#voice", "")  # a Base Talker has no default voice: the session is refused
+    base_tab.page.click("#connect")
+    base_tab.page.wait_for_selector("#conversation li.error")
+    base_tab.page.wait_for_selector("body[data-state=idle]")  # closed, so the settings can change
+    assert base_tab.page.inner_text("#connect") == "Connect" and "reference voice" in base_tab.page.inner_text("#status")

@@ -15,7 +15,8 @@ WEB = Path(__file__).resolve().parents[2] / "aura_omni" / "server" / "web"
 AUTH = {"Authorization": "Bearer k"}
 FULL = {"pipeline": "aura_omni", "stages": [{"stage_id": 0, "model": "org/asr"}, {"stage_id": 1, "model": "org/aura"},
                                             {"stage_id": 2, "model": "org/tts"}, {"stage_id": 3, "model": "org/tts"}]}
-TTS_ONLY = {"pipeline": "qwen3_tts", "stages": [{"stage_id": 0, "model": "org/tts"}, {"stage_id": 1, "model": "org/tts"}]}
+TTS_ONLY = {"pipeline": "qwen3_tts", "stages": [{"stage_id": 0, "model": "org/tts"},
+                                               {"stage_id": 1, "model": "org/tts"}]}
 
 
 def _client(deploy: dict, name: str | None = "served") -> TestClient:
@@ -67,7 +68,8 @@ def test_models_root_is_the_main_stage_checkpoint(deploy, root):
 
 def test_several_served_names_are_all_accepted_and_listed():
     cfg = parse_deploy_config(FULL, "d.yaml")
-    client = TestClient(create_app(cfg, ["aura-omni-tiny", "aurateam/AURA", "qwen3-tts"], "k", runtime=Runtime(cfg, {})))
+    names = ["aura-omni-tiny", "aurateam/AURA", "qwen3-tts"]
+    client = TestClient(create_app(cfg, names, "k", runtime=Runtime(cfg, {})))
     cards = client.get("/v1/models", headers=AUTH).json()["data"]
     assert [c["id"] for c in cards] == ["aura-omni-tiny", "aurateam/AURA", "qwen3-tts"]
     assert client.get("/v1/models/qwen3-tts", headers=AUTH).status_code == 200

@@ -12,6 +12,8 @@ const APPEND_MS = 200; // aura-ptt: one append every 200 ms
 const JPEG_QUALITY = 0.7; // aura-ptt camera frames
 const FRAME_MAX_WIDTH = 640;
 const FOLLOW_SAMPLES = 160; // aura-ptt vision-follow: 10 ms of silence carries the frame
+const CLONE_SECONDS = 4; // reference audio for a cloned voice (Qwen recommends a few seconds)
+const CLONE_NAME = "my-voice";
 const READY_TIMEOUT_MS = 15000; // aura-ptt: wait this long for session.updated
 const CLOSE_WAIT_MS = 1000; // aura-ptt: wait this long for session.closed
 const SERVER_VAD = { type: "server_vad", threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms: 500,
@@ -19,7 +21,8 @@ const SERVER_VAD = { type: "server_vad", threshold: 0.5, prefix_padding_ms: 300,
 
 const $ = (id) => document.getElementById(id);
 const ui = {
-  status: $("status"), apiKey: $("api-key"), voice: $("voice"), camera: $("camera"), fps: $("fps"), follow: $("follow"),
+  status: $("status"), apiKey: $("api-key"), voice: $("voice"), clone: $("clone"), camera: $("camera"), fps: $("fps"),
+  follow: $("follow"),
   instructions: $("instructions"), extraBody: $("extra-body"), connect: $("connect"), talk: $("talk"),
   stop: $("stop"), level: $("level"), played: $("played"), hint: $("hint"), preview: $("preview"),
   conversation: $("conversation"), log: $("log"),
@@ -76,16 +79,35 @@ function send(event) {
   page.ws.send(JSON.stringify(event));
 }
 
-function pcm16Base64(samples) {
-  const pcm = new Int16Array(samples.length);
+function pcm16(samples) { // float32 in [-1, 1] -> little-endian int16 bytes
+  const view = new DataView(new ArrayBuffer(2 * samples.length));
   for (let i = 0; i < samples.length; i++) {
     const s = Math.max(-1, Math.min(1, samples[i]));
-    pcm[i] = s < 0 ? s * 0x8000 : s * 0x7fff;
+    view.setInt16(2 * i, s < 0 ? s * 0x8000 : s * 0x7fff, true);
   }
-  const bytes = new Uint8Array(pcm.buffer);
+  return new Uint8Array(view.buffer);
+}
+
+function bytesBase64(bytes) {
   let binary = "";
   for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode.apply(null, bytes.subarray(i, i + 0x8000));
   return btoa(binary);
+}
+
+function pcm16Base64(samples) { return bytesBase64(pcm16(samples)); }
+
+function wavBase64(samples, rate) { // a mono pcm16 WAV file
+  const data = pcm16(samples);
+  const head = new DataView(new ArrayBuffer(44));
+  const text = (offset, s) => [...s].forEach((c, i) => head.setUint8(offset + i, c.charCodeAt(0)));
+  text(0, "RIFF"); head.setUint32(4, 36 + data.length, true); text(8, "WAVE");
+  text(12, "fmt "); head.setUint32(16, 16, true); head.setUint16(20, 1, true); head.setUint16(22, 1, true);
+  head.setUint32(24, rate, true); head.setUint32(28, 2 * rate, true); head.setUint16(32, 2, true);
+  head.setUint16(34, 16, true); text(36, "data"); head.setUint32(40, data.length, true);
+  const file = new Uint8Array(44 + data.length);
+  file.set(new Uint8Array(head.buffer));
+  file.set(data, 44);
+  return bytesBase64(file);
 }
 
 function base64Float32(b64) { // pcm16 little-endian -> float32 in [-1, 1]
@@ -124,12 +146,11 @@ async function loadServerInfo() {
     const chosen = ui.voice.value;
     ui.voice.length = 1; // keep "(server default)"
     if (r.ok) {
-      for (const v of (await r.json()).data) {
-        const opt = new Option(v.type === "preset" ? v.name : `${v.name} (cloned)`, v.name);
-        ui.voice.add(opt);
-      }
+      const voices = (await r.json()).data;
+      for (const v of voices) ui.voice.add(new Option(v.type === "preset" ? v.name : `${v.name} (cloned)`, v.name));
       if (chosen) ui.voice.value = chosen;
       else if (ui.voice.length > 1) ui.voice.selectedIndex = 1;
+      ui.clone.hidden = voices.some((v) => v.type === "preset"); // presets: a CustomVoice Talker, which cannot clone
     }
     if (!page.ws) setStatus("not connected");
   } catch (e) {
@@ -313,6 +334,55 @@ function visionFollow() { // aura-ptt: while AURA's finished reply plays, a new 
 function followDue() {
   if (!ui.follow.checked || page.mode !== "ptt" || page.held || !page.frameFresh || !page.unacked.length) return false;
   return [...page.responses.values()].every((r) => r.done); // the server is free: every reply has been generated
+}
+
+// ------------------------------------------------------------------------------------------ voice clone
+
+async function recordClip(seconds) { // the microphone for `seconds`, at INPUT_RATE
+  const stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, noiseSuppression: true } });
+  const ctx = new AudioContext(); // the device's rate, resampled below: works in every browser
+  try {
+    await ctx.audioWorklet.addModule("/web/audio-worklet.js");
+    const node = new AudioWorkletNode(ctx, "capture");
+    const mute = ctx.createGain();
+    mute.gain.value = 0;
+    ctx.createMediaStreamSource(stream).connect(node).connect(mute).connect(ctx.destination);
+    const down = downsampler(ctx.sampleRate, INPUT_RATE);
+    const parts = [];
+    node.port.onmessage = (e) => parts.push(down(e.data));
+    await ctx.resume();
+    await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+    const clip = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+    parts.reduce((offset, p) => { clip.set(p, offset); return offset + p.length; }, 0);
+    return clip;
+  } finally {
+    stream.getTracks().forEach((t) => t.stop());
+    ctx.close();
+  }
+}
+
+async function cloneVoice() { // a Base Talker speaks in a registered voice: register the user's own
+  ui.clone.disabled = true;
+  try {
+    setStatus(`recording ${CLONE_SECONDS} s: say a sentence or two in your usual voice…`);
+    const clip = await recordClip(CLONE_SECONDS);
+    setStatus("registering the voice…");
+    if ([...ui.voice.options].some((o) => o.value === CLONE_NAME)) { // registered before: replace it
+      await fetch(`/v1/audio/voices/${CLONE_NAME}`, { method: "DELETE", headers: authHeaders() });
+    }
+    const r = await fetch("/v1/audio/voices", {
+      method: "POST", headers: { ...authHeaders(), "Content-Type": "application/json" },
+      body: JSON.stringify({ name: CLONE_NAME, ref_audio: `data:audio/wav;base64,${wavBase64(clip, INPUT_RATE)}` }) });
+    if (!r.ok) throw new Error((await r.json()).error.message);
+    ui.voice.value = "";
+    await loadServerInfo();
+    ui.voice.value = CLONE_NAME;
+    setStatus(`voice "${CLONE_NAME}" registered: Connect to talk with it`);
+  } catch (e) {
+    setStatus(`voice clone: ${e.message}`, true);
+  } finally {
+    ui.clone.disabled = false;
+  }
 }
 
 // ------------------------------------------------------------------------------------------ camera
@@ -626,6 +696,12 @@ function onServerEvent(event) {
       const err = typeof event.error === "object" && event.error ? event.error : { message: event.error, code: event.code };
       addEntry("error", `${err.code ? err.code + ": " : ""}${err.message}`);
       setStatus(err.message || "error", true);
+      if (!page.ready && page.ws) { // the session was refused: close, so the settings can change before a retry
+        const ws = page.ws;
+        page.ws = null;
+        ws.close(1000);
+        teardown();
+      }
       break;
     }
     default:
@@ -640,6 +716,7 @@ ui.talk.addEventListener("pointerdown", (e) => { e.preventDefault(); ui.talk.set
 ui.talk.addEventListener("pointerup", releaseTalk);
 ui.talk.addEventListener("pointercancel", releaseTalk);
 ui.stop.addEventListener("click", bargeIn);
+ui.clone.addEventListener("click", cloneVoice);
 document.addEventListener("keydown", (e) => {
   if (e.code === "Space" && !e.repeat && !/INPUT|TEXTAREA|SELECT/.test(e.target.tagName)) { e.preventDefault(); pressTalk(); }
 });
