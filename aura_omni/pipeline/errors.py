@@ -55,6 +55,27 @@ def client_error(exc: BaseException) -> APIError | None:
     return APIError(plain(exc), status, param=getattr(exc, "param", None), code=code)
 
 
+def stage_error(exc: BaseException) -> APIError | None:
+    """503 for a request a stage failed (stages/loop.py): its step raised (`stage_failed`, a `server_error`; the
+    details are in the server log), or the stage is down or restarting (`service_unavailable`). Retrying is safe."""
+    from ..stages.loop import StageError, StageUnavailable
+
+    if isinstance(exc, StageUnavailable):
+        return APIError("a stage of this server is down and restarting; try again in a few seconds", 503,
+                        code="service_unavailable")
+    if isinstance(exc, StageError):
+        log.warning("request failed in a stage: %s", exc)
+        return APIError("a stage of this server failed while running this request; try again", 503,
+                        code="stage_failed", type="server_error")
+    return None
+
+
+def api_error(exc: BaseException) -> APIError | None:
+    """The OpenAI error an exception stands for: the client's (4xx) or a stage's (503); None for anything else,
+    which is a bug (`internal_error`)."""
+    return client_error(exc) or stage_error(exc)
+
+
 def internal_error(where: str) -> APIError:
     """A 500 for a failure that is ours: logged with its traceback under an id the client can quote."""
     ref = uuid.uuid4().hex[:12]

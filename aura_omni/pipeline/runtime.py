@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import threading
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -25,6 +26,7 @@ ROLE_NAMES = {ASR: "a Qwen3-ASR stage (model_stage: asr)", AURA: "an AURA stage 
               CODE2WAV: "a Code2Wav stage (model_stage: code2wav)"}
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
+LOOP_RESTART_DELAY_S = 1.0  # a dead stage loop is down this long (503s, /health down) before it is restarted
 
 
 class StageNotDeployedError(LookupError):
@@ -82,6 +84,17 @@ class Runtime:
         self.models: dict[str, Any] = dict(models or {})
         self._pipeline = None
         self.request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # a turn past this is cancelled (504)
+        self.restart_delay_s = LOOP_RESTART_DELAY_S
+        for loop in self.loops().values():  # the supervisor: a loop that dies is restarted over the same engine
+            loop.on_death = self._loop_died
+
+    def _loop_died(self, loop, cause: BaseException) -> None:
+        """On the dying loop's thread: its requests already failed (503); restart it after `restart_delay_s`."""
+        log.error("stage %s is down (%s); restarting it in %.1f s", loop.name, type(cause).__name__,
+                  self.restart_delay_s)
+        timer = threading.Timer(self.restart_delay_s, loop.restart)
+        timer.daemon = True
+        timer.start()
 
     @classmethod
     def load(cls, deploy: DeployConfig, *, device: str | None = None, dtype: str | None = None,

@@ -40,7 +40,7 @@ from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .chat_protocol import (AudioReply, AudioURLPart, ChatCompletion, ChatCompletionRequest, Choice, ImageURLPart,
                             InputAudioPart, ReplyMessage, STREAM_AUDIO_FORMATS, TextPart, Usage, VideoURLPart)
 from .disconnect import unless_client_leaves
-from .errors import APIError, client_error, error_body, internal_error
+from .errors import APIError, api_error, error_body, internal_error
 from .metrics import arrival
 
 log = logging.getLogger("aura_omni.server")
@@ -131,13 +131,14 @@ def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak:
 
 @contextlib.contextmanager
 def client_errors():
-    """What a bad request raises anywhere in the turn -> an OpenAI-style 4xx; anything else propagates (a 500)."""
+    """What a bad request raises anywhere in the turn -> an OpenAI-style 4xx, a stage's failure a 503; anything else
+    propagates (a 500)."""
     try:
         yield
     except TurnTimeout as e:
         raise APIError(str(e), 504, code="timeout") from None
     except Exception as e:
-        if (err := client_error(e)) is None:
+        if (err := api_error(e)) is None:
             raise
         raise err from None
 
@@ -260,7 +261,7 @@ async def _stream(first, events: AsyncIterator, rid: str, model: str, speak: boo
     except TurnTimeout as e:
         yield _sse(error_body(str(e), 504, code="timeout"))
     except Exception as e:  # headers are sent: report in-band, keep serving others
-        err = client_error(e) or internal_error("chat stream")
+        err = api_error(e) or internal_error("chat stream")
         yield _sse(error_body(err.message, err.status, param=err.param, code=err.code, type=err.type))
     finally:
         await events.aclose()  # client gone or done: cancels every stage's work for this turn

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..pipeline.errors import _TYPES, APIError, client_error, internal_error, request_error_types  # noqa: F401
+from ..pipeline.errors import _TYPES, APIError, api_error, client_error, internal_error, request_error_types  # noqa: F401
 from ..pipeline.runtime import StageNotDeployedError
 
 log = logging.getLogger("aura_omni.server")
@@ -27,8 +27,9 @@ def error_body(message: str, status: int, *, param: str | None = None, code: str
 
 
 def error_response(err: APIError) -> JSONResponse:
+    headers = {"Retry-After": "1"} if err.status == 503 else None  # a stage failed or is restarting
     return JSONResponse(error_body(err.message, err.status, param=err.param, code=err.code, type=err.type),
-                        status_code=err.status)
+                        status_code=err.status, headers=headers)
 
 
 _UNION_MEMBERS = {"str", "int", "float", "bool", "list", "dict", "none"}  # pydantic names union branches in `loc`
@@ -114,5 +115,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
-        err = client_error(exc)
+        err = api_error(exc)  # a stage's failure is a 503; anything else not the client's is a logged 500
         return error_response(err if err is not None else internal_error(f"{request.method} {request.url.path}"))

@@ -24,7 +24,7 @@ from ..config import TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk, media_type
 from ..pipeline.tts_request import TALKER_SAMPLING, TTSAsk, build_tts_request
 from .disconnect import unless_client_leaves
-from .errors import APIError, client_error, error_body, internal_error
+from .errors import APIError, api_error, error_body, internal_error
 from .metrics import arrival
 from .protocol import SpeechRequest
 from ..pipeline.turn_builder import TurnBuilder
@@ -146,7 +146,7 @@ async def _sse_stream(first: np.ndarray, rest: AsyncIterator, fmt: str, input_to
             yield _sse({"type": "speech.audio.delta",
                         "audio": base64.b64encode(encode_stream_chunk(chunk, SAMPLE_RATE, fmt, first=False)).decode()})
     except Exception as e:
-        err = client_error(e) or internal_error("speech stream")
+        err = api_error(e) or internal_error("speech stream")
         yield _sse({"type": "error", **error_body(err.message, err.status, param=err.param, code=err.code,
                                                   type=err.type)})
         return

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from ..config import TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk
 from ..pipeline.sentences import SentenceSplitter
-from .errors import APIError, client_error, internal_error, validation_error
+from .errors import APIError, api_error, internal_error, validation_error
 from .protocol import SpeechRequest
 from .speech import SAMPLE_RATE, _stream_windows, speech_request
 from .websocket_auth import accept_with_key
@@ -162,7 +162,7 @@ class SpeechStreamSession:
         try:  # the one Talker request builder, as /v1/audio/speech
             tts_request = await speech_request(self.state, req)
         except Exception as e:
-            if (err := client_error(e)) is None:
+            if (err := api_error(e)) is None:
                 raise
             raise err from None
         initial, steady, _ = _stream_windows(self.state, req)
@@ -235,7 +235,7 @@ class SpeechStreamSession:
             raise
         except Exception as e:  # one sentence failed: say so and keep the session (ours: logged, an error id)
             failed = True
-            err = client_error(e) or internal_error("speech stream sentence")
+            err = api_error(e) or internal_error("speech stream sentence")
             await self.send_json({"type": "error", "message": f"sentence {s.sentence_index}: {err.message}",
                                   "code": err.code, "param": err.param, **where})
         finally:

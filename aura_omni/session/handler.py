@@ -30,7 +30,7 @@ from ..media.limits import MediaError
 from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
-from ..pipeline.errors import client_error, internal_error
+from ..pipeline.errors import api_error, client_error, internal_error
 from ..pipeline.media_input import MediaPolicy, vision_configs
 from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .config import SessionConfig, SessionConfigError, check_input_rate
@@ -645,8 +645,9 @@ class RealtimeSession:
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - one failed turn is reported, the session carries on
-            err = None if isinstance(e, TurnTimeout) else client_error(e)  # only our request errors are the client's
-            kind, code = ("invalid_request_error", "invalid_request") if err else ("server_error", "turn_failed")
+            err = None if isinstance(e, TurnTimeout) else api_error(e)  # the client's request error, or a stage's
+            kind, code = ((err.type, "invalid_request" if err.status < 500 else err.code) if err
+                          else ("server_error", "turn_failed"))
             message = err.message if err else str(e) if isinstance(e, TurnTimeout) else internal_error(
                 f"realtime turn {resp.id}").message  # logged with its traceback; the client gets an error id
             if isinstance(e, TurnTimeout):

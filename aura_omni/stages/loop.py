@@ -12,6 +12,11 @@ queue). Leaving `submit` early (client gone, task cancelled) aborts the request,
 next step. A step that raises fails the requests then in the engine, not the loop; an engine fails one request by
 giving an exception as its output. Nothing outside the loop thread touches the engine: `/health` and `/metrics`
 read `counters`, which the loop publishes after every step.
+
+A loop whose thread ends on an unexpected error (anything outside a step, or a BaseException) is down: its requests
+get `StageUnavailable` at once, new ones are refused with it, `counters.alive` is false, and `on_death` is called
+(the runtime's supervisor, pipeline/runtime.py, calls `restart` after a short delay). Tests make a step raise or the
+thread die with `inject_fault`; nothing else sets it.
 """
 
 from __future__ import annotations
@@ -51,6 +56,18 @@ class StageError(RuntimeError):
     """The stage failed this request: its step raised, or the stage is shut down (the cause is chained)."""
 
 
+class StageUnavailable(StageError):
+    """The stage's loop is down (it died and is restarting, or it is shut down): try again later."""
+
+
+class InjectedFault(RuntimeError):
+    """What a step raises after `inject_fault("step")` (tests only)."""
+
+
+class _LoopKilled(BaseException):
+    """What ends a loop's thread after `inject_fault("kill")` (tests only): a BaseException, as nothing catches it."""
+
+
 @dataclasses.dataclass(frozen=True)
 class StageOutput:
     request_id: str
@@ -79,11 +96,13 @@ class StageCounters:
     batch_size: int = 0  # outputs of the last step
     step_seconds: float = 0.0
     busy_s: float = 0.0  # total time spent in steps
+    restarts: int = 0  # times the loop's thread was started again after it died
     engine: dict = dataclasses.field(default_factory=dict)  # the engine's stats after the last step
 
     def as_dict(self) -> dict[str, float]:
         return {"alive": self.alive, "queued": self.queued, "in_flight": self.in_flight, "steps": self.steps,
-                "batch_size": self.batch_size, "step_seconds": self.step_seconds, "busy_s": self.busy_s, **self.engine}
+                "batch_size": self.batch_size, "step_seconds": self.step_seconds, "busy_s": self.busy_s,
+                "restarts": self.restarts, **self.engine}
 
 
 class _AsyncSink:
@@ -111,10 +130,17 @@ class StageLoop:
         self._sinks: dict[str, Callable[[Any], None]] = {}
         self._barriers: list[threading.Event] = []  # `settle` callers, woken after the next publish
         self._running = True
+        self._dead = False  # the thread ended on an unexpected error; `restart` clears it
+        self._lock = threading.Lock()  # an add and the loop's death: either the add is refused or it is failed
+        self._fault: str | None = None  # tests only (`inject_fault`)
+        self.on_death: Callable[[StageLoop, BaseException], None] | None = None  # called on the dying thread
         self.counters = StageCounters(engine=self._engine_stats())
-        self._thread = threading.Thread(target=self._main, name=f"stage-{name}", daemon=True)
-        self._thread.start()
+        self._start_thread()
         _live_loops.add(self)
+
+    def _start_thread(self) -> None:
+        self._thread = threading.Thread(target=self._main, name=f"stage-{self.name}", daemon=True)
+        self._thread.start()
 
     # ---- callers (any thread) ---------------------------------------------------------------------------
     async def submit(self, request_id: str, request: Any) -> AsyncIterator[Any]:
@@ -179,7 +205,35 @@ class StageLoop:
         done = threading.Event()
         self._inbox.append(("settle", "", None, done))
         self._wake.set()
-        return done.wait(timeout) if self._thread.is_alive() else True
+        return done.wait(timeout) if self._thread.is_alive() and not self._dead else True
+
+    def inject_fault(self, kind: str) -> None:
+        """Tests only: "step" makes the next step raise (its requests fail, the loop goes on); "kill" ends the loop's
+        thread as an unexpected error would (at once, busy or idle)."""
+        if kind not in ("step", "kill"):
+            raise ValueError(f"fault kind must be 'step' or 'kill', not {kind!r}")
+        self._fault = kind
+        self._wake.set()
+
+    @property
+    def alive(self) -> bool:
+        return self._running and not self._dead
+
+    def restart(self) -> bool:
+        """Start a new thread over the same engine after the loop died (its requests were aborted and failed then).
+        False when there is nothing to restart (alive, or shut down)."""
+        if not self._dead or not self._running:
+            return False
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        self._fault = None
+        self.counters = dataclasses.replace(self.counters, restarts=self.counters.restarts + 1)
+        with self._lock:
+            self._dead = False
+        log.warning("stage %s: loop restarted (restart %d)", self.name, self.counters.restarts)
+        self._start_thread()
+        self._wake.set()
+        return True
 
     def new_request_id(self) -> str:
         return f"{self.name}-{next(_ids)}"
@@ -193,9 +247,12 @@ class StageLoop:
 
     # ---- the loop thread ------------------------------------------------------------------------------
     def _add(self, request_id: str, request: Any, sink: Callable) -> None:
-        if not self._running:
-            raise StageError(f"stage {self.name} is shut down")
-        self._inbox.append(("add", request_id, request, sink))
+        with self._lock:
+            if not self._running:
+                raise StageUnavailable(f"stage {self.name} is shut down")
+            if self._dead:
+                raise StageUnavailable(f"stage {self.name} is down (restarting)")
+            self._inbox.append(("add", request_id, request, sink))
         self.counters = dataclasses.replace(self.counters, queued=len(self._inbox))
         self._wake.set()
 
@@ -220,7 +277,7 @@ class StageLoop:
                     self.engine.abort(rid)
                 continue
             if not self._running:
-                sink(StageError(f"stage {self.name} is shut down"))
+                sink(StageUnavailable(f"stage {self.name} is shut down"))
                 continue
             self._sinks[rid] = sink
             try:
@@ -243,27 +300,39 @@ class StageLoop:
 
     def _publish(self, batch: int, step_s: float) -> None:
         c = self.counters
-        self.counters = StageCounters(alive=self._running, queued=len(self._inbox), in_flight=len(self._sinks),
+        self.counters = StageCounters(alive=self.alive, queued=len(self._inbox), in_flight=len(self._sinks),
                                       steps=c.steps + (batch >= 0), batch_size=max(batch, 0),
                                       step_seconds=step_s if batch >= 0 else c.step_seconds,
-                                      busy_s=c.busy_s + step_s, engine=self._engine_stats())
+                                      busy_s=c.busy_s + step_s, restarts=c.restarts, engine=self._engine_stats())
         barriers, self._barriers = self._barriers, []
         for done in barriers:
             done.set()
 
     def _main(self) -> None:
+        try:
+            self._serve()
+        except BaseException as e:  # noqa: BLE001 - the loop is down: fail its requests now, let the supervisor act
+            self._die(e)
+
+    def _serve(self) -> None:
         switches = kernel_switches.using(self.kernels) if self.kernels is not None else contextlib.nullcontext()
         with on_device(self.device), on_stream(self.stream), switches, torch.inference_mode():
             while self._running:
                 self._wake.wait()
                 self._wake.clear()  # before draining: a later add sets it again and is not missed
                 while self._running:
+                    if self._fault == "kill":
+                        self._fault = None
+                        raise _LoopKilled(f"stage {self.name}: loop killed by inject_fault")
                     self._drain_inbox()
                     if not self.engine.has_work():
                         self._publish(-1, 0.0)
                         break
                     start = time.perf_counter()
                     try:
+                        if self._fault == "step":
+                            self._fault = None
+                            raise InjectedFault("injected step fault")
                         outputs = self.engine.step()
                     except Exception as e:  # noqa: BLE001 - fail the requests in the engine, keep the loop
                         log.exception("stage %s: step failed", self.name)
@@ -275,5 +344,30 @@ class StageLoop:
                         self._deliver(out.request_id, out)
                     self._publish(len(outputs), time.perf_counter() - start)
             self._drain_inbox()  # pending aborts free their state; pending adds are refused
-            self._fail_all(StageError(f"stage {self.name} is shut down"))
+            self._fail_all(StageUnavailable(f"stage {self.name} is shut down"))
             self._publish(-1, 0.0)
+
+    def _die(self, cause: BaseException) -> None:
+        """The thread is ending on an unexpected error: abort and fail everything it holds, refuse what comes."""
+        log.critical("stage %s: loop died", self.name, exc_info=cause)
+        with self._lock:
+            self._dead = True
+            pending, self._inbox = list(self._inbox), collections.deque()
+        err = StageUnavailable(f"stage {self.name} is down: its loop stopped on an unexpected error")
+        err.__cause__ = cause
+        for op, rid, _, sink in pending:
+            if op == "settle":
+                self._barriers.append(sink)
+            elif op == "abort":
+                if self._sinks.pop(rid, None) is not None:
+                    with contextlib.suppress(Exception):
+                        self.engine.abort(rid)
+            else:
+                sink(err)
+        self._fail_all(err)
+        self._publish(-1, 0.0)
+        if self.on_death is not None and self._running:
+            try:
+                self.on_death(self, cause)
+            except Exception:  # noqa: BLE001 - the supervisor's failure must not hide the death
+                log.exception("stage %s: on_death failed", self.name)

@@ -12,7 +12,7 @@ from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.stages.llm import LLMStageEngine
-from aura_omni.stages.loop import StageError, StageLoop
+from aura_omni.stages.loop import StageError, StageLoop, StageUnavailable
 
 CFG = dict(max_model_len=48, block_size=4, num_kv_blocks=64, max_num_batched_tokens=64, max_num_seqs=8)
 PROMPT = prompts([6])[0]
@@ -138,3 +138,40 @@ def test_close_fails_waiting_requests_and_refuses_new_ones(stage):
     with pytest.raises(StageError):
         list(loop.run("b", (PROMPT, greedy(4))))
     assert not loop.counters.alive
+
+
+def test_an_injected_step_fault_fails_the_requests_in_that_step_only(stage, free_run):
+    eng, loop = stage
+    eng_step = eng.step
+    eng.step = lambda: time.sleep(0.02) or eng_step()  # slow enough to inject while "a" runs
+    it = loop.run("a", (PROMPT, greedy(40)))
+    next(it)
+    loop.inject_fault("step")
+    with pytest.raises(StageError, match="injected step fault"):
+        list(it)
+    eng.step = eng_step
+    assert list(t for out in loop.run("b", (PROMPT, greedy(12))) for t in out.new_token_ids) == free_run
+    assert loop.settle() and loop.counters.alive and loop.counters.engine["free_blocks"] == CFG["num_kv_blocks"]
+
+
+def test_a_killed_loop_fails_its_requests_at_once_is_down_and_restarts(stage, free_run):
+    eng, loop = stage
+    died = threading.Event()
+    loop.on_death = lambda lp, cause: died.set()
+    eng_step = eng.step
+    eng.step = lambda: time.sleep(0.02) or eng_step()
+    it = loop.run("a", (PROMPT, greedy(40)))
+    next(it)
+    start = time.monotonic()
+    loop.inject_fault("kill")
+    with pytest.raises(StageUnavailable, match="down"):
+        list(it)
+    assert time.monotonic() - start < 0.5 and died.wait(1)
+    assert not loop.counters.alive and loop.counters.in_flight == 0
+    assert loop.counters.engine["free_blocks"] == CFG["num_kv_blocks"]  # the killed request's blocks came back
+    with pytest.raises(StageUnavailable):  # refused at once while down, not queued behind a dead thread
+        list(loop.run("b", (PROMPT, greedy(4))))
+    eng.step = eng_step
+    assert loop.restart() and not loop.restart()
+    assert list(t for out in loop.run("c", (PROMPT, greedy(12))) for t in out.new_token_ids) == free_run
+    assert loop.counters.alive and loop.counters.restarts == 1
