@@ -1,0 +1,411 @@
+"""Soak: N minutes of mixed load against a running aura-omni server; memory must stay flat and nothing fail.
+
+    aura-omni make-tiny /tmp/soak-tiny
+    aura-omni serve --deploy-config /tmp/soak-tiny/deploy.yaml --device cpu --port 8191 &
+    python scripts/soak.py --url http://127.0.0.1:8191 --minutes 30 --server-pid $! --report soak.json
+
+Not in CI (docs/reliability.md has the recorded runs). `--concurrency` workers (default 2) each loop over a
+weighted mix of jobs, loopback only:
+
+- `speech`, `speech_wav`: `/v1/audio/speech` streamed PCM, and a whole WAV;
+- `chat`, `chat_audio_in`: streaming `/v1/chat/completions` (text in; speech in), audio out;
+- `chat_leave`: a streaming chat left as soon as its first audio arrives (client disconnect mid-stream);
+- `transcription`: `/v1/audio/transcriptions` of a short clip;
+- `realtime`: a push-to-talk turn on `/v1/realtime`;
+- `realtime_barge_in`: a turn cancelled (`response.cancel`) at its first audio, then a second turn to the end;
+- `realtime_leave`: a socket closed at the first audio of its reply;
+- `hostile`: a bad request (malformed JSON, unknown model, text sent as audio, a limit passed): its 4xx is expected.
+
+Every job is timed; any 5xx, hang (past `--job-timeout`), dropped connection, in-band error, or a 4xx where a 2xx
+was due counts as an unexpected error, by kind. Every `--sample-s` seconds it reads the server's RSS
+(`/proc/<--server-pid>/status` VmRSS, else `/metrics` process_resident_memory_bytes), GPU memory in use
+(`nvidia-smi`, when there is one) and `/health` (a 503 is an error). It prints one line per minute (jobs, errors,
+latency p50/p95/p99 by kind) and at the end a JSON report (`--report`).
+
+Pass: 0 unexpected errors; RSS at the end within 5% of RSS at the end of warm-up (`--warmup-minutes`, default 10% of
+the run, at least 1); every stage idle on `/health` (nothing running, queued or in flight; every KV block free) a
+few seconds after the load stops. The exit status is 0 on a pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from aura_omni.bench.inputs import pcm16, speech_like, wav_bytes  # noqa: E402
+
+WEIGHTS = {"speech": 3, "speech_wav": 1, "chat": 3, "chat_audio_in": 2, "chat_leave": 1, "transcription": 2,
+           "realtime": 2, "realtime_barge_in": 1, "realtime_leave": 1, "hostile": 2}
+SENTENCES = ["Hello there, how are you today?", "The weather is calm and the sea is quiet.",
+             "Please read this sentence out loud.", "Numbers like 42 and 7 are fine too.",
+             "A short one.", "Soak tests run for a long time, and nothing may leak."]
+GROWTH_LIMIT = 0.05  # RSS growth after warm-up
+
+
+class Unexpected(Exception):
+    """A job's outcome that the server should never give."""
+
+
+class Soak:
+    def __init__(self, args):
+        self.args = args
+        self.base = args.url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+        self.client = httpx.AsyncClient(base_url=self.base, headers=self.headers,
+                                        timeout=httpx.Timeout(args.job_timeout, connect=10.0))
+        self.rng = random.Random(args.seed)
+        ref = wav_bytes(speech_like(1.0, 16000), 16000)
+        self.ref_b64 = base64.b64encode(ref).decode()
+        self.clip_wav = wav_bytes(speech_like(1.5, 16000), 16000)
+        self.pcm_16k = pcm16(speech_like(1.0, 16000))
+        self.results: list[tuple[float, str, str, float]] = []  # (t since start, kind, outcome, seconds)
+        self.errors: Counter = Counter()
+        self.error_examples: dict[str, str] = {}
+        self.memory: list[dict] = []
+        self.start = time.monotonic()
+
+    # ------------------------------------------------------------------ jobs
+    def tts_info(self) -> dict:
+        return {"tts_ref_audio": self.ref_b64, "tts_x_vector_only_mode": True,
+                "tts_max_new_tokens": self.args.tts_tokens}
+
+    async def speech(self, stream: bool = True) -> str:
+        body = {"model": self.args.model, "input": self.rng.choice(SENTENCES), "voice": "soak",
+                "ref_audio": self.ref_b64, "x_vector_only_mode": True, "max_new_tokens": self.args.tts_tokens}
+        body.update({"response_format": "pcm", "stream": True} if stream else {"response_format": "wav"})
+        async with self.client.stream("POST", "/v1/audio/speech", json=body) as r:
+            data = await r.aread()
+            self.expect_ok(r, data)
+        if not stream and data[:4] != b"RIFF":
+            raise Unexpected("speech: the body is not a WAV file")
+        return "ok"
+
+    def chat_body(self, audio_in: bool) -> dict:
+        content = ([{"type": "input_audio", "input_audio": {"data": base64.b64encode(self.clip_wav).decode(),
+                                                            "format": "wav"}}] if audio_in
+                   else [{"type": "text", "text": self.rng.choice(SENTENCES)}])
+        return {"model": self.args.model, "stream": True, "messages": [{"role": "user", "content": content}],
+                "max_tokens": self.args.aura_tokens, "audio": {"voice": "soak", "format": "pcm16"},
+                "additional_information": self.tts_info()}
+
+    async def chat(self, audio_in: bool = False, leave: bool = False) -> str:
+        async with self.client.stream("POST", "/v1/chat/completions", json=self.chat_body(audio_in)) as r:
+            if r.status_code != 200:
+                self.expect_ok(r, await r.aread())
+            done = False
+            async for line in r.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                if line == "data: [DONE]":
+                    done = True
+                    break
+                event = json.loads(line[6:])
+                if "error" in event:
+                    raise Unexpected(f"in-band error {event['error'].get('code')}: {event['error'].get('message')}")
+                if leave and any((c.get("delta") or {}).get("audio", {}).get("data") for c in event["choices"]):
+                    return "left"  # closing the stream here is the disconnect
+            if not done:
+                raise Unexpected("the chat stream ended without [DONE]")
+        return "left_late" if leave else "ok"
+
+    async def transcription(self) -> str:
+        files = {"file": ("clip.wav", self.clip_wav, "audio/wav")}
+        r = await self.client.post("/v1/audio/transcriptions", files=files, data={"model": self.args.model})
+        self.expect_ok(r, r.content)
+        if "text" not in r.json():
+            raise Unexpected("transcription without text")
+        return "ok"
+
+    async def hostile(self) -> str:
+        case = self.rng.choice(["bad_json", "unknown_model", "text_as_audio", "over_limit", "bad_base64"])
+        if case == "bad_json":
+            r = await self.client.post("/v1/chat/completions", content=b'{"model": "x", "messages": [',
+                                       headers={"Content-Type": "application/json"})
+        elif case == "unknown_model":
+            r = await self.client.post("/v1/audio/speech", json={"model": "no-such-model", "input": "hi"})
+        elif case == "text_as_audio":
+            r = await self.client.post("/v1/audio/transcriptions", data={"model": self.args.model},
+                                       files={"file": ("a.wav", b"this is not audio at all", "audio/wav")})
+        elif case == "over_limit":
+            body = self.chat_body(False) | {"max_tokens": 10**9, "stream": False}
+            r = await self.client.post("/v1/chat/completions", json=body)
+        else:
+            body = {"model": self.args.model, "input": "hi", "voice": "soak", "ref_audio": "%%%not base64%%%",
+                    "x_vector_only_mode": True}
+            r = await self.client.post("/v1/audio/speech", json=body)
+        if not 400 <= r.status_code < 500 or "error" not in r.json():
+            raise Unexpected(f"hostile {case}: HTTP {r.status_code} {r.text[:200]}")
+        return f"refused_{r.status_code}"
+
+    async def realtime(self, mode: str = "turn") -> str:
+        from websockets.asyncio.client import connect
+
+        url = "ws" + self.base[4:] + "/v1/realtime"
+        async with connect(url, additional_headers=self.headers, max_size=None, open_timeout=10) as ws:
+            await ws.send(json.dumps({"type": "session.update", "session": {
+                "modalities": ["audio", "text"], "turn_detection": None,
+                "max_response_output_tokens": self.args.aura_tokens, "extra_body": self.tts_info()}}))
+            await until(ws, "session.updated")
+            turns = 2 if mode == "barge_in" else 1
+            outcome = "ok"
+            for turn in range(turns):
+                for i in range(0, len(self.pcm_16k), 6400):
+                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "format": "pcm16",
+                                              "sample_rate_hz": 16000,
+                                              "audio": base64.b64encode(self.pcm_16k[i:i + 6400]).decode()}))
+                await ws.send(json.dumps({"type": "input_audio_buffer.commit", "create_response": True}))
+                interrupt = (mode == "barge_in" and turn == 0) or mode == "leave"
+                status = await read_reply(ws, interrupt)
+                if status == "audio" and mode == "leave":
+                    return "left"  # `async with` closes the socket mid-response
+                if status == "audio":  # barge-in at the first audio
+                    await ws.send(json.dumps({"type": "response.cancel"}))
+                    status = await read_reply(ws, False)
+                    if status not in ("cancelled", "completed", "listening"):  # it may have ended first
+                        raise Unexpected(f"realtime: response.cancel gave status {status!r}")
+                    outcome = "barged_in"
+                elif status not in ("completed", "listening"):
+                    raise Unexpected(f"realtime: response.done status {status!r}")
+            await ws.send(json.dumps({"type": "session.close"}))
+            await until(ws, "session.closed")
+        return outcome
+
+    def expect_ok(self, r: httpx.Response, body: bytes) -> None:
+        if r.status_code != 200:
+            raise Unexpected(f"HTTP {r.status_code}: {body[:200].decode(errors='replace')}")
+
+    # ------------------------------------------------------------------ load
+    async def job(self, kind: str) -> str:
+        if kind == "speech":
+            return await self.speech()
+        if kind == "speech_wav":
+            return await self.speech(stream=False)
+        if kind in ("chat", "chat_audio_in", "chat_leave"):
+            return await self.chat(audio_in=kind == "chat_audio_in", leave=kind == "chat_leave")
+        if kind == "transcription":
+            return await self.transcription()
+        if kind.startswith("realtime"):
+            return await self.realtime({"realtime": "turn", "realtime_barge_in": "barge_in",
+                                        "realtime_leave": "leave"}[kind])
+        return await self.hostile()
+
+    async def worker(self, deadline: float) -> None:
+        kinds, weights = zip(*WEIGHTS.items())
+        while time.monotonic() < deadline:
+            kind = self.rng.choices(kinds, weights)[0]
+            t0 = time.monotonic()
+            try:
+                outcome = await asyncio.wait_for(self.job(kind), self.args.job_timeout)
+            except asyncio.TimeoutError:
+                outcome = self.error(kind, "hang", f"no answer within {self.args.job_timeout} s")
+            except Unexpected as e:
+                outcome = self.error(kind, "unexpected", str(e))
+            except Exception as e:  # noqa: BLE001 - a dropped connection, a refused socket: counted, never fatal
+                outcome = self.error(kind, type(e).__name__, str(e))
+            self.results.append((t0 - self.start, kind, outcome, time.monotonic() - t0))
+
+    def error(self, kind: str, what: str, message: str) -> str:
+        key = f"{kind}:{what}"
+        self.errors[key] += 1
+        self.error_examples.setdefault(key, message[:300])
+        return f"error:{what}"
+
+    async def sampler(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            await self.sample()
+            await asyncio.sleep(self.args.sample_s)
+
+    async def sample(self) -> dict:
+        row = {"t": round(time.monotonic() - self.start, 1), "rss_mb": await self.rss_mb(), "gpu_mb": gpu_mb()}
+        try:
+            h = await self.client.get("/health", timeout=10)
+            row["health"] = h.status_code
+            if h.status_code != 200:
+                self.error("health", f"http_{h.status_code}", h.text[:300])
+        except Exception as e:  # noqa: BLE001
+            row["health"] = None
+            self.error("health", type(e).__name__, str(e))
+        self.memory.append(row)
+        return row
+
+    async def rss_mb(self) -> float | None:
+        if self.args.server_pid:
+            try:
+                status = Path(f"/proc/{self.args.server_pid}/status").read_text()
+                return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
+            except (OSError, AttributeError):
+                pass
+        try:
+            text = (await self.client.get("/metrics", timeout=10)).text
+            m = re.search(r"^process_resident_memory_bytes ([0-9.e+]+)$", text, re.M)
+            return float(m.group(1)) / 2**20 if m else None
+        except Exception:  # noqa: BLE001
+            return None
+
+    async def reporter(self, deadline: float) -> None:
+        shown = 0
+        while time.monotonic() < deadline + 1:
+            await asyncio.sleep(60)
+            window = [r for r in self.results[shown:]]
+            shown = len(self.results)
+            mem = self.memory[-1] if self.memory else {}
+            print(f"[{(time.monotonic() - self.start) / 60:5.1f} min] jobs {len(window):4d}  errors "
+                  f"{sum(1 for r in window if r[2].startswith('error')):3d}  rss {mem.get('rss_mb')} MB  "
+                  + "  ".join(f"{k} p50 {p[0]:.2f} p95 {p[1]:.2f}" for k, p in percentiles(window).items()),
+                  flush=True)
+
+    async def run(self) -> dict:
+        deadline = self.start + self.args.minutes * 60
+        await self.sample()
+        await asyncio.gather(self.sampler(deadline), self.reporter(deadline),
+                             *(self.worker(deadline) for _ in range(self.args.concurrency)))
+        idle = await self.settled()
+        await self.sample()
+        await self.client.aclose()
+        return self.report(idle)
+
+    async def settled(self, within_s: float = 10.0) -> dict:
+        """The stages' counters once the load stopped: every stage idle, every KV block back."""
+        t0 = time.monotonic()
+        while True:
+            stages = (await self.client.get("/health", timeout=10)).json().get("stages", {})
+            busy = {name: c for name, c in stages.items()
+                    if c.get("in_flight") or c.get("queued") or c.get("running") or c.get("waiting")
+                    or c.get("free_blocks", 0) != c.get("total_blocks", 0)}
+            if not busy or time.monotonic() - t0 > within_s:
+                return {"idle": not busy, "busy": busy, "seconds": round(time.monotonic() - t0, 2)}
+            await asyncio.sleep(0.2)
+
+    def report(self, idle: dict) -> dict:
+        warm_s = max(60.0, self.args.warmup_minutes * 60 if self.args.warmup_minutes else self.args.minutes * 6)
+        rss = [(m["t"], m["rss_mb"]) for m in self.memory if m["rss_mb"] is not None]
+        after = [v for t, v in rss if t >= warm_s]
+        base = after[0] if after else None
+        growth = (max(after[-3:]) - base) / base if after and base else None
+        by_minute = defaultdict(list)
+        for r in self.results:
+            by_minute[int(r[0] // 60)].append(r)
+        outcomes = Counter(f"{r[1]}:{r[2]}" for r in self.results)
+        report = {
+            "url": self.base, "minutes": self.args.minutes, "concurrency": self.args.concurrency,
+            "jobs": len(self.results), "outcomes": dict(sorted(outcomes.items())),
+            "unexpected_errors": sum(self.errors.values()), "errors_by_kind": dict(self.errors),
+            "error_examples": self.error_examples,
+            "latency_s_by_kind": {k: dict(zip(("p50", "p95", "p99"), map(lambda x: round(x, 3), v)))
+                                  for k, v in percentiles(self.results).items()},
+            "latency_s_by_minute": {m: {k: dict(zip(("p50", "p95", "p99"), map(lambda x: round(x, 3), v)))
+                                        for k, v in percentiles(rows).items()} for m, rows in sorted(by_minute.items())},
+            "rss_mb": {"start": rss[0][1] if rss else None, "after_warmup": base,
+                       "end": rss[-1][1] if rss else None, "max": max(v for _, v in rss) if rss else None,
+                       "growth_after_warmup": None if growth is None else round(growth, 4)},
+            "gpu_mb": [m["gpu_mb"] for m in self.memory if m.get("gpu_mb") is not None][-1:] or None,
+            "memory_samples": self.memory, "stages_after": idle,
+        }
+        report["pass"] = (report["unexpected_errors"] == 0 and growth is not None and growth < GROWTH_LIMIT
+                          and idle["idle"])
+        return report
+
+
+TOLERATED = {"response_cancel_not_active"}  # a barge-in that came as the reply ended: the reply won the race
+
+
+def realtime_error(event: dict) -> bool:
+    """An `error` event the soak did not provoke."""
+    return event.get("type") == "error" and (event.get("error") or {}).get("code") not in TOLERATED
+
+
+async def until(ws, kind: str) -> dict:
+    async for message in ws:
+        event = json.loads(message)
+        if event.get("type") == kind:
+            return event
+        if realtime_error(event):
+            raise Unexpected(f"realtime error {event.get('error')}")
+    raise Unexpected(f"the socket closed before {kind}")
+
+
+async def read_reply(ws, stop_at_audio: bool) -> str:
+    """A reply's end status ("completed", "cancelled", "listening"...), or "audio" at its first audio delta."""
+    async for message in ws:
+        event = json.loads(message)
+        kind = event.get("type")
+        if kind == "response.output_audio.delta" and stop_at_audio:
+            return "audio"
+        if kind == "response.listen":
+            await until(ws, "response.done")
+            return "listening"
+        if kind == "response.done":
+            return event["response"]["status"]
+        if realtime_error(event):
+            raise Unexpected(f"realtime error {event.get('error')}")
+    raise Unexpected("the socket closed mid-reply")
+
+
+def percentiles(rows) -> dict[str, tuple[float, float, float]]:
+    by_kind = defaultdict(list)
+    for _, kind, outcome, seconds in rows:
+        if not outcome.startswith("error"):
+            by_kind[kind].append(seconds)
+    out = {}
+    for kind, xs in sorted(by_kind.items()):
+        xs.sort()
+        out[kind] = tuple(xs[min(len(xs) - 1, int(q * len(xs)))] for q in (0.5, 0.95, 0.99))
+    return out
+
+
+def gpu_mb() -> float | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return sum(float(x) for x in out.split())
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default="http://127.0.0.1:8191")
+    p.add_argument("--api-key")
+    p.add_argument("--model", default=None, help="the served model name (default: the server's first)")
+    p.add_argument("--minutes", type=float, default=30)
+    p.add_argument("--warmup-minutes", type=float, default=None)
+    p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--server-pid", type=int)
+    p.add_argument("--sample-s", type=float, default=10)
+    p.add_argument("--job-timeout", type=float, default=120)
+    p.add_argument("--aura-tokens", type=int, default=16)
+    p.add_argument("--tts-tokens", type=int, default=24)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--report", type=Path)
+    args = p.parse_args(argv)
+    if not args.url.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]")):
+        p.error("the soak is loopback only: --url http://127.0.0.1:PORT")
+    if args.model is None:
+        headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+        args.model = httpx.get(args.url.rstrip("/") + "/v1/models", headers=headers).json()["data"][0]["id"]
+    report = asyncio.run(Soak(args).run())
+    text = json.dumps(report, indent=1)
+    if args.report:
+        args.report.write_text(text)
+    summary = {k: report[k] for k in ("jobs", "unexpected_errors", "errors_by_kind", "rss_mb", "stages_after", "pass")}
+    print(json.dumps(summary, indent=1))
+    return 0 if report["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
