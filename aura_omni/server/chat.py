@@ -28,7 +28,7 @@ from collections import OrderedDict
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from ..config import AURA, TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk
@@ -179,10 +179,13 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
             await events.aclose()  # also after the client left: every stage stops and frees its state
     try:  # the first event before answering: errors up to AURA's first token are still a 4xx
         with client_errors():
-            first = await anext(events)
+            first = await unless_client_leaves(request, anext(events))  # ASR and AURA's prefill stop if it leaves
     except BaseException:
         await events.aclose()
         raise
+    if isinstance(first, Response):  # the client left before the first event
+        await events.aclose()
+        return first
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return StreamingResponse(_stream(first, events, rid, name, speak, fmt, include_usage, transcripts),
                              media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

@@ -92,12 +92,15 @@ async def create_speech(req: SpeechRequest, request: Request):
     chunks = state.metrics.audio_stream(request.url.path, state.runtime.speak(tts_req, initial, steady),
                                         arrival(request))
     try:  # pull the first chunk before answering so request errors still become 4xx
-        first = await anext(chunks)
+        first = await unless_client_leaves(request, anext(chunks))  # the Talker stops if the client leaves first
     except StopAsyncIteration:
         first = np.zeros(0, np.float32)
     except BaseException:
         await chunks.aclose()
         raise
+    if isinstance(first, Response):  # the client left before the first chunk
+        await chunks.aclose()
+        return first
     if stream_format == "audio":
         return StreamingResponse(_audio_stream(first, chunks, req.response_format),
                                  media_type=media_type(req.response_format))

@@ -2,7 +2,8 @@
 
 `prepare` turns a stage request into the engine's (prompt ids, SamplingParams, MultimodalPrompt, state) on the loop
 thread, so model work done there (an encoder, prompt embeddings) runs on the stage's stream; `on_add` attaches
-per-request model state (the Talker's) to the new sequence; `after_step` runs after every step.
+per-request model state (the Talker's) to the new sequence; `after_step` runs after every step and after an abort
+(what a finished or aborted request held is given back then: the Talker's frame-decoder slot).
 """
 
 from typing import Any, Callable
@@ -30,6 +31,8 @@ class LLMStageEngine:
 
     def abort(self, request_id: str) -> None:
         self.engine.abort(request_id)
+        if self.after_step is not None:  # no step may follow an abort: give its state back now
+            self.after_step()
 
     def has_work(self) -> bool:
         return self.engine.has_unfinished()

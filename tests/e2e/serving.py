@@ -7,10 +7,13 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import httpx
+import openai
+import uvicorn
 
 API_KEY = "test-key"
 SERVER_START_TIMEOUT_S = 180  # 2 shared CPU cores: importing torch and loading tiny models can be slow
@@ -72,3 +75,31 @@ def _start(tiny_dir: Path, tmp_path_factory, deploy: str, *extra: str):
     return server
 
 
+
+
+class ThreadServer:
+    """uvicorn serving `create_app(deploy)` in a daemon thread of the test process; `runtime` is the live stage
+    models, so tests can look inside the stages (engines, KV blocks, loops) while requests run."""
+
+    def __init__(self, deploy: Path, media_root: Path | None = None, model: str = "aura-tiny"):
+        from aura_omni.config import load_deploy_config
+        from aura_omni.server.app import create_app
+
+        self.app = create_app(load_deploy_config(deploy), model, API_KEY, allowed_local_media_path=media_root)
+        self.runtime = self.app.state.server.runtime
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.05)
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)

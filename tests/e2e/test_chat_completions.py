@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -24,14 +22,12 @@ import numpy as np
 import openai
 import pytest
 import soundfile as sf
-import uvicorn
 from PIL import Image
 
-from aura_omni.config import load_deploy_config
 from aura_omni.media.encode import pcm16_to_float
 from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, TTS_ASSISTANT_PREFIX_IDS, TTS_ASSISTANT_SUFFIX_IDS
 from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTurn
-from aura_omni.server.app import create_app
+from serving import ThreadServer
 
 MODEL = "aura-tiny"
 SR = 24000
@@ -39,36 +35,6 @@ FEW = 4  # Talker frames per sentence: enough audio to decode, fast on 2 CPU cor
 API_KEY = "test-key"  # as conftest.API_KEY
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples/online_serving/aura_omni/openai_chat_completion_client.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ThreadServer:
-    """uvicorn serving `create_app(deploy)` in a daemon thread; `runtime` is the live stage models."""
-
-    def __init__(self, deploy: Path, media_root: Path | None = None):
-        self.app = create_app(load_deploy_config(deploy), MODEL, API_KEY, allowed_local_media_path=media_root)
-        self.runtime = self.app.state.server.runtime
-        self.url = f"http://127.0.0.1:{free_port()}"
-        port = int(self.url.rsplit(":", 1)[1])
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            assert time.monotonic() < deadline, "chat server did not start"
-            time.sleep(0.05)
-
-    def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,338 @@
+"""Stage faults and client disconnects against a live server (uvicorn in a thread of this process, the tiny four-stage
+deploy with the CustomVoice Talker), so the tests can break a stage loop and watch every stage's state.
+
+Faults come from the stage loop's test-only hook (`StageLoop.inject_fault`): a step that raises fails the requests of
+that step only (503 `stage_failed`); a loop that dies answers its requests 503 at once, `/health` says the stage is
+down, and the runtime's supervisor restarts it. Disconnects: a client that goes away at any moment (during its
+upload, while ASR or AURA's prefill runs, mid-stream, a realtime socket mid-reply) gives every stage's state back
+(KV blocks, Talker frame-decoder slots, Code2Wav chunks, the session slot) within 100 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlparse
+
+import httpx
+import numpy as np
+import pytest
+import websockets
+from PIL import Image
+from serving import API_KEY, ThreadServer
+
+from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID
+from aura_omni.server.realtime import session_slots
+
+MODEL = "aura-tiny"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+FREED_WITHIN_S = 0.1
+SPEAK = {"sampling_params_list": [None, {"logit_bias": {str(AURA_SILENT_TOKEN_ID): -100, str(QWEN_IM_END_ID): -100}}]}
+
+
+@pytest.fixture(scope="module")
+def srv(chat_customvoice_deploy):
+    server = ThreadServer(chat_customvoice_deploy)
+    assert httpx.post(server.url + "/v1/chat/completions", headers=AUTH, timeout=60, json=chat_body("warm up")
+                      ).status_code == 200  # lazily made state (frame-decoder tables, graphs) exists before baselines
+    yield server
+    server.stop()
+
+
+def chat_body(text: str = "hello", *, stream: bool = False, audio_b64: str | None = None, speak: bool = True,
+              frames: int = 8, tokens: int = 12) -> dict:
+    content = [{"type": "input_audio", "input_audio": {"data": audio_b64, "format": "wav"}}] if audio_b64 else \
+        [{"type": "text", "text": text}]
+    body = {"model": MODEL, "stream": stream, "messages": [{"role": "user", "content": content}], "max_tokens": tokens,
+            "ignore_eos": True, "additional_information": {"tts_max_new_tokens": frames}, **SPEAK,
+            "audio": {"voice": "vivian", "format": "pcm16" if stream else "wav"}}
+    if not speak:
+        body["modalities"] = ["text"]
+    return body
+
+
+def speech_body(*, stream: bool, frames: int = 200) -> dict:
+    return {"model": MODEL, "input": "Say this for a good long while.", "voice": "vivian", "max_new_tokens": frames,
+            "response_format": "pcm" if stream else "wav", "stream": stream}
+
+
+def footprint(srv) -> dict:
+    """Everything a request holds while it runs, per stage, plus the Talker's frame-decoder slots and the realtime
+    session slots."""
+    out = {name: {k: c.get(k) for k in ("queued", "in_flight", "running", "waiting", "free_blocks")}
+           for name, c in srv.runtime.stage_stats().items()}
+    out["frame_decoder_slots"] = len(srv.runtime.tts.engine.adapter.decoder.owners)
+    out["realtime_sessions"] = session_slots(srv.app).used
+    return out
+
+
+def wait_until(predicate, timeout: float, step: float = 0.002) -> float:
+    """Seconds until `predicate()` held; fails past `timeout`."""
+    t0 = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - t0 < timeout, "condition not reached in time"
+        time.sleep(step)
+    return time.monotonic() - t0
+
+
+def assert_freed_within(srv, baseline: dict, since: float, within: float = FREED_WITHIN_S) -> None:
+    while (now := footprint(srv)) != baseline:
+        assert time.monotonic() - since < within, f"not freed {within * 1000:.0f} ms after the disconnect:\n" \
+                                                  f"{now}\nvs\n{baseline}"
+        time.sleep(0.002)
+
+
+class Raw:
+    """An HTTP/1.1 request on a plain socket, so a test decides the exact moment the client goes away."""
+
+    def __init__(self, url: str, path: str, body: bytes, content_type: str = "application/json",
+                 send_body: int | None = None):
+        u = urlparse(url)
+        self.sock = socket.create_connection((u.hostname, u.port), timeout=30)
+        head = (f"POST {path} HTTP/1.1\r\nHost: {u.hostname}\r\nAuthorization: Bearer {API_KEY}\r\n"
+                f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        self.sock.sendall(head + body[:send_body])
+        self.data = b""
+
+    def read_until(self, marker: bytes, timeout: float = 60) -> bytes:
+        deadline = time.monotonic() + timeout
+        while marker not in self.data:
+            assert time.monotonic() < deadline, f"no {marker!r} in {self.data[:300]!r}"
+            chunk = self.sock.recv(65536)
+            assert chunk, f"the server closed before {marker!r}: {self.data[:300]!r}"
+            self.data += chunk
+        return self.data
+
+    def close(self) -> float:
+        self.sock.close()
+        return time.monotonic()
+
+
+class Gate:
+    """Holds a stage's next step until released: the request is inside that stage (ASR, AURA's prefill) when the
+    client leaves."""
+
+    def __init__(self, loop):
+        self.engine, self.entered, self.release = loop.engine, threading.Event(), threading.Event()
+        step = loop.engine.step
+
+        def held():
+            self.entered.set()
+            self.release.wait(10)
+            return step()
+
+        self.engine.step = held
+
+    def open(self) -> None:
+        self.release.set()
+        del self.engine.step
+
+
+def wav_b64(seconds: float = 1.0, sr: int = 16000) -> str:
+    import soundfile as sf
+
+    t = np.arange(int(seconds * sr)) / sr
+    buf = io.BytesIO()
+    sf.write(buf, 0.3 * np.sin(2 * np.pi * 180 * t), sr, format="WAV")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def post_later(srv, path: str, body: dict):
+    """The request on a worker thread; `.result()` is its httpx response."""
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(httpx.post, srv.url + path, headers=AUTH, json=body, timeout=60)
+    pool.shutdown(wait=False)
+    return future
+
+
+# ------------------------------------------------------------------------------------------------ stage faults
+
+def test_a_step_fault_fails_only_the_requests_in_that_step(srv):
+    loops = srv.runtime.loops()
+    speech = post_later(srv, "/v1/audio/speech", speech_body(stream=False))
+    chat = post_later(srv, "/v1/chat/completions", chat_body("keep talking", speak=False, tokens=40))
+    wait_until(lambda: footprint(srv)["talker"]["running"] == 1 and footprint(srv)["aura"]["running"] == 1, 30)
+    loops["talker"].inject_fault("step")
+    failed, answered = speech.result(), chat.result()
+    assert failed.status_code == 503 and failed.headers["retry-after"] == "1"
+    error = failed.json()["error"]
+    assert error["type"] == "server_error" and error["code"] == "stage_failed"
+    assert "Injected" not in error["message"] and "Traceback" not in error["message"]  # details stay in the log
+    assert answered.status_code == 200 and answered.json()["usage"]["completion_tokens"] == 40  # AURA's ran on
+    health = httpx.get(srv.url + "/health").json()
+    assert health["status"] == "ok" and health["stages"]["talker"]["restarts"] == 0  # the loop went on
+    ok = httpx.post(srv.url + "/v1/audio/speech", headers=AUTH, json=speech_body(stream=False, frames=4), timeout=60)
+    assert ok.status_code == 200 and ok.content[:4] == b"RIFF"
+
+
+def test_a_dead_loop_answers_503_at_once_is_down_on_health_and_is_restarted(srv):
+    talker, baseline = srv.runtime.loops()["talker"], footprint(srv)
+    srv.runtime.restart_delay_s = 1.0
+    speech = post_later(srv, "/v1/audio/speech", speech_body(stream=False))
+    wait_until(lambda: footprint(srv)["talker"]["running"] == 1, 30)
+    t0 = time.monotonic()
+    talker.inject_fault("kill")
+    answer = speech.result()
+    assert time.monotonic() - t0 < 0.5, "the request of a dead loop waited"
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "service_unavailable"
+    health = httpx.get(srv.url + "/health")
+    assert health.status_code == 503 and health.json()["down"] == ["talker"]
+    t1 = time.monotonic()  # a request while the stage is down is refused at once, not queued
+    refused = httpx.post(srv.url + "/v1/audio/speech", headers=AUTH, json=speech_body(stream=False), timeout=60)
+    assert refused.status_code == 503 and time.monotonic() - t1 < 0.5
+    wait_until(lambda: httpx.get(srv.url + "/health").status_code == 200, 10, step=0.05)
+    assert httpx.get(srv.url + "/health").json()["stages"]["talker"]["restarts"] == 1
+    ok = httpx.post(srv.url + "/v1/audio/speech", headers=AUTH, json=speech_body(stream=False, frames=4), timeout=60)
+    assert ok.status_code == 200 and ok.content[:4] == b"RIFF"
+    chat = httpx.post(srv.url + "/v1/chat/completions", headers=AUTH, json=chat_body("after the restart"), timeout=60)
+    assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["audio"]["data"]
+    assert_freed_within(srv, baseline, time.monotonic(), 5)  # the killed request held nothing afterwards
+
+
+async def _realtime_turn(ws) -> None:
+    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(
+        (0.2 * np.sin(np.arange(12000) / 8) * 32767).astype("<i2").tobytes()).decode()}))
+    await ws.send(json.dumps({"type": "input_audio_buffer.commit", "create_response": True}))
+
+
+async def _events_until(ws, *types: str, timeout: float = 60) -> list[dict]:
+    out = []
+    while True:
+        out.append(json.loads(await asyncio.wait_for(ws.recv(), timeout)))
+        if out[-1]["type"] in types:
+            return out
+
+
+def _session_update(frames: int) -> str:
+    return json.dumps({"type": "session.update", "session": {"audio": {"output": {"voice": "vivian"}},
+                                                             "extra_body": {**SPEAK, "tts_max_new_tokens": frames}}})
+
+
+def test_a_dead_loop_mid_reply_is_an_error_event_and_the_session_carries_on(srv):
+    srv.runtime.restart_delay_s = 0.3
+
+    async def main():
+        async with websockets.connect(srv.url.replace("http", "ws") + "/v1/realtime", additional_headers=AUTH) as ws:
+            await _events_until(ws, "session.created")
+            await ws.send(_session_update(200))
+            await _events_until(ws, "session.updated")
+            await _realtime_turn(ws)
+            await _events_until(ws, "response.output_audio.delta")
+            srv.runtime.loops()["talker"].inject_fault("kill")
+            events = await _events_until(ws, "response.done", timeout=2)
+            error = next(e for e in events if e["type"] == "error")["error"]
+            assert error["code"] == "service_unavailable" and events[-1]["response"]["status"] == "failed"
+            await asyncio.sleep(0.6)  # restarted by now
+            await ws.send(_session_update(4))
+            await _events_until(ws, "session.updated")
+            await _realtime_turn(ws)
+            events = await _events_until(ws, "response.done")
+            assert events[-1]["response"]["status"] == "completed"
+            assert any(e["type"] == "response.output_audio.delta" for e in events)
+
+    asyncio.run(main())
+    assert srv.runtime.stage_stats()["talker"]["alive"]
+
+
+# ------------------------------------------------------------------------------------------------ disconnects
+
+def _upload(srv):
+    body = json.dumps(chat_body("x" * 20000)).encode()
+    return Raw(srv.url, "/v1/chat/completions", body, send_body=5000), None  # the rest of the body never comes
+
+
+def _gated(stage: str, stream: bool, audio: bool):
+    def start(srv):
+        gate = Gate(srv.runtime.loops()[stage])
+        body = chat_body("tell me a story", stream=stream, audio_b64=wav_b64() if audio else None, frames=200,
+                         tokens=200)
+        raw = Raw(srv.url, "/v1/chat/completions", json.dumps(body).encode())
+        assert gate.entered.wait(30), f"the request never reached {stage}"
+        return raw, gate
+    return start
+
+
+def _mid_stream(path: str, body: dict, marker: bytes):
+    def start(srv):
+        raw = Raw(srv.url, path, json.dumps(body).encode())
+        raw.read_until(marker)
+        return raw, None
+    return start
+
+
+MOMENTS = {
+    "during_upload": _upload,
+    "in_asr": _gated("asr", stream=False, audio=True),
+    "in_asr_streaming": _gated("asr", stream=True, audio=True),
+    "in_aura_prefill": _gated("aura", stream=False, audio=False),
+    "in_aura_prefill_streaming": _gated("aura", stream=True, audio=False),
+    "chat_mid_stream": _mid_stream("/v1/chat/completions", chat_body("talk", stream=True, frames=200, tokens=200),
+                                   b'"data"'),
+    "speech_mid_stream": _mid_stream("/v1/audio/speech", speech_body(stream=True), b"\r\n\r\n"),
+    "speech_sse_mid_stream": _mid_stream("/v1/audio/speech", speech_body(stream=True) | {"stream_format": "sse"},
+                                         b"speech.audio.delta"),
+    "speech_whole_file_mid_utterance": None,  # filled below: needs the Talker running
+}
+
+
+def _speech_whole_file(srv):
+    raw = Raw(srv.url, "/v1/audio/speech", json.dumps(speech_body(stream=False)).encode())
+    wait_until(lambda: srv.runtime.stage_stats()["talker"]["steps"] > steps0 + 3, 30)
+    return raw, None
+
+
+@pytest.mark.parametrize("moment", list(MOMENTS))
+def test_a_client_that_leaves_frees_every_stage_within_100ms(srv, moment):
+    global steps0
+    baseline = footprint(srv)
+    steps0 = srv.runtime.stage_stats()["talker"]["steps"]
+    raw, gate = (MOMENTS[moment] or _speech_whole_file)(srv)
+    if moment not in ("during_upload", "in_asr", "in_asr_streaming", "in_aura_prefill", "in_aura_prefill_streaming"):
+        assert footprint(srv) != baseline, "the request holds nothing: the test would prove nothing"
+    left = raw.close()
+    if gate is not None:
+        gate.open()  # the stage's step ends; the abort is applied before its next one
+    assert_freed_within(srv, baseline, left)
+    assert httpx.get(srv.url + "/health").status_code == 200
+
+
+def test_a_realtime_socket_closed_mid_reply_frees_every_stage_and_its_session(srv):
+    baseline = footprint(srv)
+
+    async def main():
+        ws = await websockets.connect(srv.url.replace("http", "ws") + "/v1/realtime", additional_headers=AUTH)
+        await _events_until(ws, "session.created")
+        await ws.send(_session_update(200))
+        await _events_until(ws, "session.updated")
+        assert footprint(srv)["realtime_sessions"] == baseline["realtime_sessions"] + 1
+        await _realtime_turn(ws)
+        await _events_until(ws, "response.output_audio.delta")
+        assert footprint(srv)["talker"]["running"] == 1
+        ws.transport.abort()  # gone without a close frame, as a dropped network
+        return time.monotonic()
+
+    left = asyncio.run(main())
+    assert_freed_within(srv, baseline, left)
+
+
+def test_the_vision_cache_stays_within_its_bound(srv):
+    cache = srv.runtime.pipeline.aura.vision_cache
+    bound, cache.max_items = cache.max_items, 2
+    try:
+        for k in range(4):  # four different images: four entries made, two kept
+            buf = io.BytesIO()
+            Image.new("RGB", (64, 48), (60 * k, 30, 200 - 40 * k)).save(buf, "PNG")
+            url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+            body = chat_body(speak=False, tokens=2) | {"messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "what is this?"}]}]}
+            assert httpx.post(srv.url + "/v1/chat/completions", headers=AUTH, json=body, timeout=60).status_code == 200
+            assert len(cache._items) <= 2
+    finally:
+        cache.max_items = bound
+    assert cache.misses >= 4
