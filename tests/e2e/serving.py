@@ -81,11 +81,12 @@ class ThreadServer:
     """uvicorn serving `create_app(deploy)` in a daemon thread of the test process; `runtime` is the live stage
     models, so tests can look inside the stages (engines, KV blocks, loops) while requests run."""
 
-    def __init__(self, deploy: Path, media_root: Path | None = None, model: str = "aura-tiny"):
+    def __init__(self, deploy: Path, media_root: Path | None = None, model: str = "aura-tiny", **app_options):
         from aura_omni.config import load_deploy_config
         from aura_omni.server.app import create_app
 
-        self.app = create_app(load_deploy_config(deploy), model, API_KEY, allowed_local_media_path=media_root)
+        self.app = create_app(load_deploy_config(deploy), model, API_KEY, allowed_local_media_path=media_root,
+                              **app_options)
         self.runtime = self.app.state.server.runtime
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
