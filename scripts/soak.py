@@ -307,7 +307,8 @@ class Soak:
             "latency_s_by_kind": {k: dict(zip(("p50", "p95", "p99"), map(lambda x: round(x, 3), v)))
                                   for k, v in percentiles(self.results).items()},
             "latency_s_by_minute": {m: {k: dict(zip(("p50", "p95", "p99"), map(lambda x: round(x, 3), v)))
-                                        for k, v in percentiles(rows).items()} for m, rows in sorted(by_minute.items())},
+                                        for k, v in percentiles(rows).items()}
+                                    for m, rows in sorted(by_minute.items())},
             "rss_mb": {"start": rss[0][1] if rss else None, "after_warmup": base,
                        "end": rss[-1][1] if rss else None, "max": max(v for _, v in rss) if rss else None,
                        "growth_after_warmup": None if growth is None else round(growth, 4)},
