@@ -103,6 +103,7 @@ class Runtime:
         first = deploy.stages[0]
         deploy = deploy.for_platform(platform_of(stage_device(first, device)))
         models: dict[str, Any] = {}
+        talkers = []
         for stage in deploy.stages:
             role = deploy.role_of(stage)
             if role == CODE2WAV:
@@ -114,10 +115,16 @@ class Runtime:
             loader: Callable = getattr(importlib.import_module(module), attr)
             log.info("loading stage %d (%s) from %s on %s", stage.stage_id, role, stage.model, dev)
             models[role] = loader(stage, dev, stage_dtype(stage, dtype, dev), "auto" if fmt == "safetensors" else fmt)
-        if TALKER in models and getattr(models[TALKER], "code2wav_loop", None) is not None:
-            from ..stages.engine_config import code2wav_max_batch  # the Code2Wav stage's engine fields
-            models[TALKER].code2wav_loop.engine.max_batch = code2wav_max_batch(deploy.stage(CODE2WAV),
-                                                                               deploy.codec_streaming())
+            if role == TALKER:
+                talkers.append(models[role])
+                if models[role].code2wav_loop is not None:
+                    from ..stages.engine_config import code2wav_max_batch  # the Code2Wav stage's engine fields
+                    models[role].code2wav_loop.engine.max_batch = code2wav_max_batch(
+                        deploy.code2wav_of(stage), deploy.codec_streaming())
+        if len(talkers) > 1:  # one checkpoint per task type (Base beside CustomVoice): routed by the request
+            from ..stages.talker_set import TalkerSet
+
+            models[TALKER] = TalkerSet(talkers)
         return cls(deploy, models)
 
     @property
@@ -190,10 +197,11 @@ class Runtime:
         """Every stage loop by stage name (asr, aura, talker, code2wav)."""
         out = {}
         for model in self.models.values():
-            for attr in ("loop", "talker_loop", "code2wav_loop"):
-                loop = getattr(model, attr, None)
-                if loop is not None:
-                    out[loop.name] = loop
+            for part in getattr(model, "facades", [model]):  # a TalkerSet: each Talker's loops
+                for attr in ("loop", "talker_loop", "code2wav_loop"):
+                    loop = getattr(part, attr, None)
+                    if loop is not None:
+                        out[loop.name] = loop
         return out
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ from aura_omni.stages.talker import TalkerEngine
 SAMPLE_RATE = 24000  # Code2Wav output rate
 SAMPLES_PER_FRAME = 1920  # 24000 / 12.5 frames per second
 TASK_TYPES = {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
+TASK_OF_MODEL_TYPE = {model_type: task for task, model_type in TASK_TYPES.items()}  # checkpoint tts_model_type
 GiB = 1 << 30
 
 
@@ -167,6 +168,18 @@ class Qwen3TTS:
     @property
     def sample_rate(self) -> int:
         return SAMPLE_RATE
+
+    @property
+    def task_types(self) -> tuple[str, ...]:
+        """The API task types served (one per checkpoint; a `TalkerSet` serves several)."""
+        return (TASK_OF_MODEL_TYPE[self.model_type],)
+
+    def for_task(self, task_type: str) -> "Qwen3TTS":
+        return self
+
+    @property
+    def facades(self) -> list["Qwen3TTS"]:
+        return [self]
 
     # ------------------------------------------------------------------ voices
     def create_voice_prompt(self, wav: np.ndarray, sr: int, ref_text: str | None = None,
