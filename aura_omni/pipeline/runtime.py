@@ -151,10 +151,10 @@ class Runtime:
         return self.models[TALKER].astream(tts_request, initial_chunk_frames, chunk_frames)
 
     async def transcribe(self, samples, sample_rate: int, *, language: str | None = None, context: str | None = None,
-                         temperature: float = 0.0):
+                         temperature: float = 0.0, max_new_tokens: int | None = None):
         """One clip's Transcript; cancelling the awaiting task aborts its ASR work."""
         return (await self.models[ASR].atranscribe([(samples, sample_rate)], language=language, context=context,
-                                                   temperature=temperature))[0]
+                                                   temperature=temperature, max_new_tokens=max_new_tokens))[0]
 
     async def voice_prompt(self, wav, sample_rate: int, ref_text: str | None, x_vector_only: bool):
         """A cloned voice (x-vector, and reference codes for in-context cloning) from reference audio."""

@@ -425,9 +425,12 @@ class RealtimeSession:
 
     async def _transcribe(self, p: PendingInput) -> None:
         info = self.config.info
+        asr = (self.config.stage_sampling or [None])[0] or {}  # sampling_params_list's ASR entry, as in a turn
         try:
             result = await self.runtime.transcribe(p.audio, ASR_SAMPLE_RATE, language=info.get("asr_language"),
-                                                   context=info.get("asr_context"))
+                                                   context=info.get("asr_context"),
+                                                   temperature=asr.get("temperature") or 0.0,
+                                                   max_new_tokens=asr.get("max_tokens"))
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - reported to the client, the session carries on
