@@ -38,7 +38,7 @@ def template(tts: Qwen3TTS, voice: str = "cv", **kw) -> TTSRequest:
         wav = np.random.default_rng(0).standard_normal(24000).astype(np.float32) * 0.1  # 1 s: 13 reference frames
         prompt = tts.create_voice_prompt(wav, 24000, ref_text="A short reference.", x_vector_only=voice == "xvector")
         fields = dict(task_type="Base", language="Auto", voice=prompt)
-    return TTSRequest(non_streaming_mode=False, max_new_tokens=40, **GREEDY, **(fields | kw))
+    return TTSRequest(**(dict(non_streaming_mode=False, max_new_tokens=40, **GREEDY) | fields | kw))
 
 
 def body_ids(tts: Qwen3TTS, text: str) -> list[int]:
@@ -187,3 +187,32 @@ def test_stable_tokens_of_pieces_join_into_the_whole_texts_ids(cv, text):
         for a, b in zip([0, *cuts], [*cuts, len(text)]):
             got += tokens.feed(text[a:b])
         assert got + tokens.finish() == whole
+
+
+def test_streams_fed_in_pieces_under_preemption_give_the_whole_texts_frames(tmp_path_factory):
+    """A KV budget so tight that sequences are preempted and recomputed, waiting ones among them."""
+    from aura_omni.engine.config import EngineConfig
+
+    ckpt = write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False)
+    tts = Qwen3TTS.load(ckpt, engine_config=EngineConfig(max_model_len=64, block_size=4, num_kv_blocks=20,
+                                                         max_num_seqs=4))
+    texts = [TEXT, "Short and sweet, then a bit more text to say."]
+    reqs = [template(tts), template(tts, speaker="Vivian", max_new_tokens=30)]
+    whole = [tts.generate_codes([TTSRequest(**{**r.__dict__, "text": t})])[0] for r, t in zip(reqs, texts)]
+    plain = TTSRequest(**{**reqs[1].__dict__, "text": "A plain request.", "max_new_tokens": 25})
+    alone = tts.generate_codes([plain])[0]
+    ids = [body_ids(tts, t) for t in texts]
+    streams = [Stream(tts, r, first=i[:1]) for r, i in zip(reqs, ids)]
+    got_plain = []
+    plain_thread = threading.Thread(target=lambda: got_plain.extend(tts.generate_codes([plain])))
+    plain_thread.start()
+    for at in range(1, max(map(len, ids)), 3):
+        for stream, i in zip(streams, ids):
+            if at < len(i):
+                stream.put(i[at:at + 3], end=at + 3 >= len(i))
+        time.sleep(0.02)
+    plain_thread.join(60)
+    assert [torch.equal(s.result(), w) for s, w in zip(streams, whole)] == [True, True]
+    assert torch.equal(got_plain[0], alone)
+    assert tts.stats()["preemptions"] > 0
+    tts.close()
