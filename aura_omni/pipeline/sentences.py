@@ -117,7 +117,8 @@ class Utterances:
         out: list[str | None] = []
         while True:
             if self.spoken < 0:
-                if not self.pending.strip() or not (final or self._can_start()):
+                self.pending = self.pending.lstrip()  # an utterance starts at its first word
+                if not self.pending or not (final or self._can_start()):
                     break
                 self.spoken = 0
             cut = next((e for e in sentence_ends(self.pending)
