@@ -77,6 +77,8 @@ class SentenceSplitter:
 
 
 DEFAULT_START_WORDS = 1
+# markers that strip_assistant_text or the silent gate remove once complete, or that stop the streamed text
+MARKERS = ("<|im_end|>", "<|im_start|>", "<|endoftext|>", "<think>", "</think>", SILENT_TEXT, "<tool_call", "</tool_call")
 DEFAULT_MAX_UTTERANCE_CHARS = 400  # content characters, ~25 s of speech: one Talker request stays bounded
 
 
@@ -145,7 +147,8 @@ class Utterances:
     def _absorb(self, raw: str, final: bool) -> None:
         cleaned = strip_assistant_text(raw).replace(SILENT_TEXT, "")
         marker = cleaned.rfind("<")
-        if not final and marker >= 0 and ">" not in cleaned[marker:]:  # "<|im_e", "<thi": may vanish when complete
+        tail = cleaned[marker:].lower()
+        if not final and marker >= 0 and any(m.startswith(tail) for m in MARKERS):  # "<|im_e": may vanish yet
             cleaned = cleaned[:marker]
         if not final:  # strip_assistant_text drops trailing spaces: keep the whole text's spacing between pieces
             cleaned = cleaned.rstrip()

@@ -84,3 +84,8 @@ def test_nothing_starts_while_the_reply_may_be_silent():
 def test_start_words_waits_for_more_whole_words():
     fed, _ = utter(["One ", "two ", "three ", "four"], start_words=3)
     assert fed == [[], [], [], ["One two three four"]]
+
+
+def test_a_less_than_sign_that_starts_no_marker_is_spoken_at_once():
+    fed, _ = utter(["If x ", "< 5 then", " go"])
+    assert fed == [["If x"], [" < 5 then"], [" go"]]
