@@ -242,7 +242,7 @@ def test_token_id_passthrough_speaks_auras_ids(base, client, ref_audio_b64):
 
 
 def test_base_in_context_clone(base, client, ref_audio_b64):
-    speech = Spy(base.runtime.pipeline.speech, "speak")
+    speech = Spy(base.runtime.pipeline.speech, "speak_stream")  # async_chunk: text streamed in
     try:
         resp = client.chat.completions.create(
             model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=4,
@@ -250,7 +250,7 @@ def test_base_in_context_clone(base, client, ref_audio_b64):
                                                    "tts_ref_text": "A short reference line.", "tts_max_new_tokens": FEW}})
     finally:
         speech.restore()
-    template = speech.calls[0][0][2]
+    template = speech.calls[0][0][1]
     assert template.task_type == "Base" and not template.voice.x_vector_only and template.voice.ref_codes.shape[0] > 0
     wav, sr = decode_wav(resp.choices[0].message.audio.data)
     assert sr == SR and wav.size > 0
@@ -261,7 +261,7 @@ def test_registered_voice_by_openai_audio_voice(base, client, ref_audio_b64):
                    json={"name": "chatvoice", "ref_audio": ref_audio_b64})
     assert r.status_code == 200, r.text
     kwargs = dict(model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=3, seed=2)
-    speech = Spy(base.runtime.pipeline.speech, "speak")
+    speech = Spy(base.runtime.pipeline.speech, "speak_stream")  # async_chunk: text streamed in
     try:
         resp = client.chat.completions.create(audio={"voice": "chatvoice", "format": "flac"}, extra_body={
             "additional_information": {"tts_max_new_tokens": FEW}}, **kwargs)
@@ -270,7 +270,7 @@ def test_registered_voice_by_openai_audio_voice(base, client, ref_audio_b64):
     finally:
         speech.restore()
     registered = base.app.state.server.voices.get("chatvoice").prompt
-    assert speech.calls[0][0][2].voice is registered  # the registered voice's prompt, not a new clone
+    assert speech.calls[0][0][1].voice is registered  # the registered voice's prompt, not a new clone
     wav, sr = decode_wav(resp.choices[0].message.audio.data)
     assert sr == SR and wav.size > 0
     # registered from the same reference (x-vector only), it speaks exactly as the reference sent inline
@@ -279,14 +279,14 @@ def test_registered_voice_by_openai_audio_voice(base, client, ref_audio_b64):
 
 def test_custom_voice_speaker(custom_voice, ref_audio_b64):
     client = custom_voice.client()
-    speech = Spy(custom_voice.runtime.pipeline.speech, "speak")
+    speech = Spy(custom_voice.runtime.pipeline.speech, "speak_stream")  # async_chunk: text streamed in
     try:
         resp = client.chat.completions.create(
             model=MODEL, messages=user(audio_part(ref_audio_b64)), max_tokens=4, audio={"voice": "serena", "format": "wav"},
             extra_body={"additional_information": {"tts_max_new_tokens": FEW}})
     finally:
         speech.restore()
-    assert speech.calls[0][0][2].speaker == "Serena"
+    assert speech.calls[0][0][1].speaker == "Serena"
     wav, sr = decode_wav(resp.choices[0].message.audio.data)
     assert sr == SR and wav.size > 0
     with pytest.raises(openai.BadRequestError, match="speaker"):
