@@ -8,6 +8,7 @@ done). Closing that stream (client gone) or a timeout cancels every stage's work
 """
 
 import asyncio
+import os
 import time
 from typing import AsyncIterator
 
@@ -175,6 +176,8 @@ class AuraOmniPipeline:
         return strip_assistant_text(raw).replace(SILENT_TEXT, "")
 
     def _speech_streams_text(self, req: TurnRequest) -> bool:
+        if os.environ.get("AURA_OMNI_STREAM_TALKER_TEXT", "1") == "0":  # A/B runs: sentence by sentence
+            return False
         streams_text = getattr(self.speech, "streams_text", None)
         return streams_text is not None and streams_text(req.tts)
 
