@@ -1,6 +1,8 @@
-"""Incremental sentence splitting of a streamed AURA reply, so the Talker starts speaking while AURA decodes.
+"""Where a streamed AURA reply is cut for the Talker: into utterances whose text streams into one Talker request
+each (`Utterances`, async_chunk's default), or into whole sentences (`SentenceSplitter`, for speech stages or
+requests that cannot take streamed text).
 
-Rules (vLLM-Omni's sentence TTS): sentences end at 。！？；.!?; or a newline; a comma (， or ,) ends one only
+Sentence rules (vLLM-Omni's sentence TTS): sentences end at 。！？；.!?; or a newline; a comma (， or ,) ends one only
 at 1-based position >= 10 within the sentence; whole sentences are emitted once they hold >= `min_chars`
 content characters (alphanumerics and CJK); the remainder is flushed when the reply finishes. Nothing is
 emitted while the reply may still become <|silent|>, while a <think> block is open, or around tool calls.

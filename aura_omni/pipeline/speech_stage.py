@@ -39,23 +39,23 @@ class SpeechPipelineStage:
         the first whole token and waits whenever it has caught up with the text, so the frames are those of the whole
         text in streaming text mode, however the pieces are timed."""
         req = replace(template, text=None, text_ids=None, text_feed=TextFeed(), non_streaming_mode=False)
-        self.tts.validate(req)
-        tokens = self.tts.text_tokens()
+        tts = getattr(self.tts, "for_task", lambda task: self.tts)(req.task_type)  # a TalkerSet: the task's Talker
+        tts.validate(req)
+        tokens = tts.text_tokens()
         failed: list[BaseException] = []
 
         async def pump():
             try:
                 async for piece in pieces:
                     if ids := tokens.feed(piece):
-                        self.tts.feed_text(request_id, req, ids)
+                        tts.feed_text(request_id, req, ids)
             except Exception as e:  # noqa: BLE001 - end the text so the Talker finishes; raised below
                 failed.append(e)
-            self.tts.feed_text(request_id, req, tokens.finish(), end=True)
+            tts.feed_text(request_id, req, tokens.finish(), end=True)
 
         pumping = asyncio.create_task(pump())
         try:
-            async for chunk in self.tts.astream(req, self.initial_chunk_frames, self.chunk_frames,
-                                                request_id=request_id):
+            async for chunk in tts.astream(req, self.initial_chunk_frames, self.chunk_frames, request_id=request_id):
                 yield chunk
         finally:
             pumping.cancel()
