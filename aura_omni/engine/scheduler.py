@@ -52,7 +52,8 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, block_manager: BlockManager, ready: Callable[[Sequence], bool] | None = None):
+    def __init__(self, config: EngineConfig, block_manager: BlockManager,
+                 ready: Callable[[Sequence], bool] | None = None):
         self.config = config
         self.blocks = block_manager
         self.ready = ready  # None: every sequence can always run

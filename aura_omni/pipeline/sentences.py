@@ -80,7 +80,8 @@ class SentenceSplitter:
 
 DEFAULT_START_WORDS = 1
 # markers that strip_assistant_text or the silent gate remove once complete, or that stop the streamed text
-MARKERS = ("<|im_end|>", "<|im_start|>", "<|endoftext|>", "<think>", "</think>", SILENT_TEXT, "<tool_call", "</tool_call")
+MARKERS = ("<|im_end|>", "<|im_start|>", "<|endoftext|>", "<think>", "</think>", SILENT_TEXT, "<tool_call",
+           "</tool_call")
 DEFAULT_MAX_UTTERANCE_CHARS = 400  # content characters, ~25 s of speech: one Talker request stays bounded
 
 

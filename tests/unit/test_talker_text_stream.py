@@ -177,7 +177,7 @@ def test_streamed_text_needs_streaming_text_mode(cv):
 
 
 @pytest.mark.parametrize("text", [TEXT, "Hello world, it's 2026!  Two  spaces\nnew line.", "你好，世界。我们今天去公园吧！",
-                                  "Don't stop... OK?! 3.14 is pi; e = 2.718", "Ünïcödé wörds — «quotes» 😀 emoji!"])
+                                  "Don't stop... OK?! 3.14 is pi; e = 2.718", "Ünïcödé wörds — «quotes» 😀!"])
 def test_stable_tokens_of_pieces_join_into_the_whole_texts_ids(cv, text):
     whole = body_ids(cv, text)
     rng = random.Random(0)

@@ -66,7 +66,8 @@ class TalkerRequestState:
         return self.text_done or frame < self.trailing.shape[0]
 
     def take_text(self, embed_text, eos_id: int) -> None:
-        """Append the rows of the feed's new ids (and <tts_text_eod> once it has ended); `embed_text(ids [N]) -> [N, H]`."""
+        """Append the rows of the feed's new ids (and <tts_text_eod> once it has ended).
+        `embed_text`: ids [N] -> rows [N, H]."""
         if self.text_done:
             return
         ids, ended = self.request.text.snapshot()
