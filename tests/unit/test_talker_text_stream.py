@@ -216,3 +216,24 @@ def test_streams_fed_in_pieces_under_preemption_give_the_whole_texts_frames(tmp_
     assert torch.equal(got_plain[0], alone)
     assert tts.stats()["preemptions"] > 0
     tts.close()
+
+
+def test_speak_stream_speaks_the_audio_of_the_whole_text(base):
+    """The speech stage end to end: text pieces cut anywhere (mid-word too), tokenised as they come, give the
+    waveform of the whole text in streaming text mode."""
+    from aura_omni.pipeline.speech_stage import SpeechPipelineStage
+
+    stage = SpeechPipelineStage(base, initial_chunk_frames=1, chunk_frames=5)
+    req = template(base, "xvector", max_new_tokens=25)
+
+    async def both():
+        async def pieces():
+            for i in range(0, len(TEXT), 7):
+                await asyncio.sleep(0.01)
+                yield TEXT[i:i + 7]
+        streamed = [c async for c in stage.speak_stream(pieces(), req, request_id="stream-1")]
+        whole = [c async for c in stage.speak(TEXT, None, req, request_id="whole-1")]
+        return np.concatenate(streamed), np.concatenate(whole)
+
+    streamed, whole = asyncio.run(both())
+    assert whole.size == 24 * 1920 and np.array_equal(streamed, whole)
