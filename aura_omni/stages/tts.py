@@ -418,7 +418,10 @@ def _frames_of(out) -> list[torch.Tensor]:
 
 
 class _FrameChunks:
-    """Codec frames gathered into Code2Wav chunks: the first of `initial` frames, then of `steady`."""
+    """Codec frames gathered into Code2Wav chunks: the first of `initial` frames, then twice as many each time up to
+    `steady`. A small first chunk is quick audio; jumping from it straight to `steady` would leave the listener waiting
+    (1 frame is 80 ms of audio, 25 frames take the Talker longer than that), and doubling keeps the audio already sent
+    longer than the time the next chunk takes."""
 
     def __init__(self, initial: int, steady: int):
         if initial < 1 or steady < 1:
@@ -429,7 +432,7 @@ class _FrameChunks:
         self.pending.append(frame)
         if len(self.pending) < self.want:
             return None
-        self.want = self.steady
+        self.want = min(2 * self.want, self.steady)
         return self.rest()
 
     def rest(self) -> torch.Tensor | None:
