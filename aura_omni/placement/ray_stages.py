@@ -109,9 +109,10 @@ class RayPlacement:
         sets = {role: ReplicaSet(role, [Replica(i, a, loops=info["loops"], started=info["started"])
                                         for i, (a, info) in enumerate(zip(handles, infos[role]))])
                 for role, handles in actors.items()}
-        placement = cls(deploy, sets, infos, own_ray)
-        placement.poller.poll()  # counters for /health before the first request
-        return placement
+        for replicas in sets.values():  # counters for /health before the first request
+            for r, stats in zip(replicas.replicas, ray.get([r.actor.stats.remote() for r in replicas.replicas])):
+                replicas.note_stats(r, stats)
+        return cls(deploy, sets, infos, own_ray)
 
     async def warm_up(self) -> dict[str, float]:
         """Every replica warmed itself as it started (and does again after a restart): the seconds each took."""

@@ -29,6 +29,7 @@ class Replica:
     loops: list[str] = dataclasses.field(default_factory=list)  # its stage loops' names
     in_flight: int = 0  # requests from this process not yet finished
     alive: bool = True
+    down_at: float = 0.0  # monotonic time its actor was last seen gone (stats sent before then are stale)
     restarts: int = 0  # restarts seen (the actor reported a new start token)
     started: str | None = None  # the actor's start token as last seen
     counters: dict = dataclasses.field(default_factory=dict)  # loop name -> counters, as last polled
@@ -113,7 +114,7 @@ class ReplicaSet:
         """The exception the caller sees: the stage's own (a bad request, StageError), or StageUnavailableError."""
         exceptions = _ray().exceptions
         if isinstance(e, exceptions.RayActorError):
-            replica.alive = False  # down until its counters come back (poll_stats)
+            replica.alive, replica.down_at = False, time.monotonic()  # down until the restarted actor answers
             return StageUnavailableError(f"stage {self.name} replica {replica.index} went away ({type(e).__name__}); "
                                          f"it is being restarted: retry the request")
         if isinstance(e, exceptions.RayTaskError) and isinstance(e.cause, Exception):
@@ -121,10 +122,13 @@ class ReplicaSet:
         return e
 
     # ---- counters --------------------------------------------------------------------------------------
-    def note_stats(self, replica: Replica, stats: dict | None) -> None:
-        """What a stats poll of `replica` brought: its loops' counters, or None (it failed or is late)."""
+    def note_stats(self, replica: Replica, stats: dict | None, sent: float | None = None) -> None:
+        """What a stats poll of `replica` sent at `sent` (monotonic) brought: its loops' counters, or None (it failed
+        or is late). An answer of the old actor sent before the replica was seen gone is stale."""
         if stats is None:
-            replica.alive = False
+            replica.alive, replica.down_at = False, time.monotonic()
+            return
+        if sent is not None and sent < replica.down_at and stats["started"] == replica.started:
             return
         if replica.started is not None and stats["started"] != replica.started:
             replica.restarts += 1
@@ -174,7 +178,7 @@ class StatsPoller:
                         rs.note_stats(r, None)  # restarting (loading, warming) or stuck
                     continue
                 try:
-                    rs.note_stats(r, ray.get(ref))
+                    rs.note_stats(r, ray.get(ref), sent)
                 except Exception:  # noqa: BLE001 - its actor died: down until the restarted one answers
                     rs.note_stats(r, None)
                 self._pending[id(r)] = (r.actor.stats.remote(), now)

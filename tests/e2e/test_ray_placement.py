@@ -1,0 +1,210 @@
+"""The tiny four-stage deploy served through Ray actors (`distributed_executor_backend: ray`) on a local Ray on CPU:
+a chat turn, a transcription and a realtime push-to-talk turn run through the actors; leaving a stream frees the
+request inside its actor; a killed actor fails its request in flight with 503, shows on /health, and comes back.
+
+Skipped without Ray (`pip install 'aura-omni[ray]'`). One Ray instance and one app for the module (about a minute on
+2 CPU cores: Ray start, three actor processes, one actor restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import yaml
+
+ray = pytest.importorskip("ray")
+
+import aura_omni  # noqa: E402
+from aura_omni.config import ASR, AURA, TALKER, load_deploy_config  # noqa: E402
+from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID  # noqa: E402
+from aura_omni.pipeline.runtime import load_stage  # noqa: E402
+from aura_omni.placement import StageUnavailableError  # noqa: E402
+from aura_omni.placement.ray_stages import import_ray  # noqa: E402
+from aura_omni.server.app import create_app  # noqa: E402
+from aura_omni.stages.tts import TTSRequest, TTSRequestError  # noqa: E402
+
+MODEL = "aura-tiny"
+API_KEY = "test-key"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+SPEECH_WAV = Path(__file__).resolve().parents[1] / "fixtures/speech_hello_16k.wav"
+SPEAK = [None, {"max_tokens": 8, "logit_bias": {str(AURA_SILENT_TOKEN_ID): -100, str(QWEN_IM_END_ID): -100}}]
+FEW = 4  # Talker frames per sentence
+LONG = 4000  # Talker frames of a request that is still running when the test leaves it or kills its actor
+
+
+def wait_until(check, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+    return value
+
+
+@pytest.fixture(scope="module")
+def ray_deploy(chat_customvoice_deploy) -> Path:
+    data = yaml.safe_load(chat_customvoice_deploy.read_text())
+    data["distributed_executor_backend"] = "ray"
+    data["stages"][1]["enable_prefix_caching"] = True
+    data["stages"][2]["default_sampling_params"]["max_tokens"] = LONG  # requests that run until they are stopped
+    path = chat_customvoice_deploy.parent / "deploy_ray.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def served(ray_deploy):
+    from fastapi.testclient import TestClient
+
+    import_ray().init(num_cpus=2, include_dashboard=False)
+    try:
+        app = create_app(load_deploy_config(ray_deploy), MODEL, API_KEY)  # joins this Ray: actors, then warm
+        with TestClient(app) as client:
+            yield client, app.state.server.runtime
+    finally:
+        ray.shutdown()
+
+
+def test_stages_are_actors_running_this_code_and_health_lists_each_replica(served):
+    client, runtime = served
+    infos = runtime.placement.infos
+    assert sorted(infos) == sorted([ASR, AURA, TALKER])
+    for info in (i for replicas in infos.values() for i in replicas):
+        assert Path(info["aura_omni_file"]) == Path(aura_omni.__file__) and info["pid"] != os.getpid()
+    health = client.get("/health")
+    assert health.status_code == 200
+    stages = health.json()["stages"]
+    assert sorted(stages) == ["asr/0", "aura/0", "code2wav/0", "talker/0"]
+    assert all(s["alive"] and s["restarts"] == 0 for s in stages.values())
+
+
+def test_chat_turn_through_actors(served):
+    client, runtime = served
+    steps = runtime.stage_stats()["talker/0"]["steps"]
+    r = client.post("/v1/chat/completions", headers=AUTH, json={
+        "model": MODEL, "modalities": ["text", "audio"], "audio": {"voice": "serena", "format": "wav"},
+        "messages": [{"role": "user", "content": "Hello there, how are you today?"}], "max_tokens": 8, "seed": 1,
+        "sampling_params_list": SPEAK, "additional_information": {"tts_max_new_tokens": FEW}})
+    assert r.status_code == 200, r.text
+    message = r.json()["choices"][0]["message"]
+    assert message["content"]
+    wav, sr = sf.read(io.BytesIO(base64.b64decode(message["audio"]["data"])), dtype="float32")
+    assert sr == 24000 and wav.size > 0 and np.abs(wav).max() > 0
+    wait_until(lambda: runtime.stage_stats()["talker/0"]["steps"] > steps, 10, "the Talker replica's counters")
+
+
+def test_transcription_through_an_actor_equals_the_in_process_stage(served, ray_deploy):
+    client, _ = served
+    audio = SPEECH_WAV.read_bytes()
+    r = client.post("/v1/audio/transcriptions", headers=AUTH, data={"model": MODEL},
+                    files={"file": ("hello.wav", audio, "audio/wav")})
+    assert r.status_code == 200, r.text
+    deploy = load_deploy_config(ray_deploy)
+    local = load_stage(deploy, deploy.stage(ASR), "cpu", None, None)
+    try:
+        wav, sr = sf.read(io.BytesIO(audio), dtype="float32")
+        assert r.json()["text"] == local.transcribe([(wav, sr)])[0].text != ""
+    finally:
+        local.close()
+
+
+def test_realtime_push_to_talk_turn_through_actors(served):
+    client, runtime = served
+    aura_steps = runtime.stage_stats()["aura/0"]["steps"]
+    wav, sr = sf.read(SPEECH_WAV, dtype="int16")
+    with client.websocket_connect(f"/v1/realtime?model={MODEL}", headers=AUTH) as ws:
+        def until(kind: str) -> list[dict]:
+            events = []
+            while not events or events[-1]["type"] != kind:
+                events.append(ws.receive_json())
+            return events
+
+        until("session.created")
+        ws.send_json({"type": "session.update", "session": {
+            "voice": "vivian", "input_audio_format": "pcm16", "extra_body": {
+                "tts_max_new_tokens": FEW, "sampling_params_list": SPEAK}}})
+        until("session.updated")
+        ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(
+            np.repeat(wav, 24000 // sr).astype("<i2").tobytes()).decode()})  # 16 kHz -> the session's 24 kHz
+        ws.send_json({"type": "input_audio_buffer.commit"})
+        ws.send_json({"type": "response.create"})
+        events = until("response.done")
+    types = [e["type"] for e in events]
+    assert "conversation.item.input_audio_transcription.completed" in types
+    assert events[-1]["response"]["status"] == "completed", events[-1]
+    assert types.count("response.output_audio.delta") > 0
+    wait_until(lambda: runtime.stage_stats()["aura/0"]["steps"] > aura_steps, 10, "the AURA replica's counters")
+
+
+def test_request_errors_from_an_actor_keep_their_type(served):
+    _, runtime = served
+    with pytest.raises(TTSRequestError, match="Base checkpoint"):  # raised inside the actor, same type here
+        runtime.models[TALKER].create_voice_prompt(np.zeros(24000, np.float32), 24000, "hi")
+
+
+def test_leaving_a_stream_frees_its_request_in_the_actor(served):
+    _, runtime = served
+    req = TTSRequest(text="A long sentence that would take a while to speak.", task_type="CustomVoice",
+                     speaker="Vivian", max_new_tokens=LONG, seed=0)
+
+    async def talker_shows(check, what: str) -> dict:
+        for _ in range(100):
+            if check(stats := runtime.stage_stats()["talker/0"]):
+                return stats
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"the Talker replica never showed {what}: {stats}")
+
+    async def leave_while_it_runs():
+        stream = runtime.speak(req, 1, 1)
+        await anext(stream)
+        await talker_shows(lambda s: s["in_flight"] == 1 and s["running"] == 1, "the request running")
+        await stream.aclose()
+        return await talker_shows(lambda s: s["in_flight"] == 0 and s["running"] == 0, "the request dropped")
+
+    assert asyncio.run(leave_while_it_runs())["alive"]
+
+
+def test_a_killed_actor_fails_its_request_with_503_shows_on_health_and_comes_back(served):
+    client, runtime = served
+    answer = {}
+    speech = {"model": MODEL, "input": "A long sentence that keeps the Talker busy for a while.", "voice": "vivian",
+              "max_new_tokens": LONG, "response_format": "wav"}
+    worker = threading.Thread(target=lambda: answer.update(r=client.post("/v1/audio/speech", headers=AUTH, json=speech)))
+    worker.start()
+    wait_until(lambda: runtime.stage_stats()["talker/0"].get("running", 0) >= 1, 30, "the speech request to run")
+    ray.kill(runtime.placement.actors(TALKER)[0], no_restart=False)
+    worker.join(60)
+    r = answer["r"]
+    assert r.status_code == 503 and r.json()["error"]["code"] == "stage_unavailable"
+    health = client.get("/health")
+    assert health.status_code == 503 and {"talker/0", "code2wav/0"} <= set(health.json()["down"])
+
+    wait_until(lambda: client.get("/health").status_code == 200, 120, "the Talker replica to restart")
+    assert runtime.stage_stats()["talker/0"]["restarts"] == 1
+    r = client.post("/v1/audio/speech", headers=AUTH, json={**speech, "max_new_tokens": FEW})
+    assert r.status_code == 200 and r.content[:4] == b"RIFF"
+
+
+def test_a_request_in_flight_on_a_dying_actor_raises_stage_unavailable(served):
+    _, runtime = served
+    req = TTSRequest(text="Another long sentence for the Talker.", task_type="CustomVoice", speaker="Vivian",
+                     max_new_tokens=LONG, seed=0)
+
+    async def kill_after_first_chunk():
+        stream = runtime.speak(req, 1, 1)
+        await anext(stream)
+        ray.kill(runtime.placement.actors(TALKER)[0], no_restart=False)
+        async for _ in stream:
+            pass
+
+    with pytest.raises(StageUnavailableError, match="qwen3_tts replica 0"):
+        asyncio.run(kill_after_first_chunk())
+    wait_until(lambda: runtime.stage_stats()["talker/0"]["alive"], 120, "the Talker replica to restart")
