@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--distributed-executor-backend", default=None, choices=["ray"],
                        help="ray: run each stage as Ray actors (deploy key distributed_executor_backend; docs/ray.md)")
     serve.add_argument("--ray-address", default=None, metavar="ADDRESS",
-                       help="an existing Ray cluster (`ray start --head`'s address); default: a local Ray instance")
+                       help="an existing Ray cluster (`ray start --head`'s address; implies --distributed-executor-backend "
+                            "ray); default: a local Ray instance")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     limits = serve.add_argument_group("limits", "request limits (default: the deploy file's `limits:`, else built in)")
     for f in dataclasses.fields(Limits):

@@ -18,6 +18,8 @@ from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
+from aura_omni.config import ASR, AURA, TALKER
+
 # Stage loops a stage object owns, by attribute (the AURA and ASR stages: `loop`; the TTS facade: two).
 LOOP_ATTRIBUTES = ("loop", "talker_loop", "code2wav_loop")
 
@@ -65,11 +67,11 @@ class StageHost:
         out = {"role": self.role, "pid": os.getpid(), "started": self.started, "device": self.device,
                "warm_s": self.warm_s, "loops": sorted(self.loops), "aura_omni_file": aura_omni.__file__}
         model = self.model
-        if hasattr(model, "talker_loop"):  # the Qwen3-TTS facade
+        if self.role == TALKER:  # the Qwen3-TTS facade
             out.update(config=model.config, defaults=model.defaults, has_codec=model.code2wav is not None)
-        elif hasattr(model, "generate") and hasattr(model, "stage"):  # the AURA stage
+        elif self.role == AURA:
             out.update(model_config=model.model.config)
-        else:  # the ASR service
+        elif self.role == ASR:
             out.update(languages=model.languages)
         return out
 

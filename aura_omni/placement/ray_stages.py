@@ -27,16 +27,18 @@ from aura_omni.placement.replicas import Replica, ReplicaSet, StatsPoller
 
 log = logging.getLogger(__name__)
 
-# Ray on one machine: keep it on loopback, no usage stats, no token auth (docs/ray.md; reference dependencies.md §3).
-RAY_ENV_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
-                    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# No usage stats; a local Ray stays on loopback (a single-node "cluster": Ray reads this when it is imported).
+RAY_ENV_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0"}
+RAY_LOCAL_ENV_DEFAULTS = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 MAX_RESTARTS = -1  # Ray restarts a dead stage actor every time (a replica that fails to load stays dead)
 START_TIMEOUT_S = 1800.0  # loading and warming every replica (a 1.7B checkpoint from disk, graphs, kernels)
 PROXIES = {ASR: AsrProxy, AURA: AuraProxy, TALKER: TtsProxy}
 
 
-def import_ray():
-    for key, value in RAY_ENV_DEFAULTS.items():
+def import_ray(local: bool = True):
+    """Ray, with our environment defaults set before its first import (`local`: no cluster address is given)."""
+    defaults = {**RAY_ENV_DEFAULTS, **(RAY_LOCAL_ENV_DEFAULTS if local and not os.environ.get("RAY_ADDRESS") else {})}
+    for key, value in defaults.items():
         os.environ.setdefault(key, value)
     try:
         import ray
@@ -77,7 +79,7 @@ class RayPlacement:
     def start(cls, deploy: DeployConfig, load: Callable, warm: Callable, *, device: str | None = None,
               dtype: str | None = None, load_format: str | None = None) -> RayPlacement:
         """Start (or join) Ray, start every stage's replicas, and wait until each is loaded and warm."""
-        ray = import_ray()
+        ray = import_ray(local=deploy.ray_address is None)
         own_ray = not ray.is_initialized()
         if own_ray:
             ray.init(address=deploy.ray_address, include_dashboard=False, log_to_driver=True)

@@ -69,11 +69,13 @@ class ReplicaSet:
         """One result of `method` on a replica; cancelling the caller cancels the actor's task."""
         replica = self.pick(session)
         replica.in_flight += 1
-        ref = getattr(replica.actor, method).remote(*args)
+        ref = None
         try:
+            ref = getattr(replica.actor, method).remote(*args)
             return await ref
         except asyncio.CancelledError:
-            _ray().cancel(ref)
+            if ref is not None:
+                _ray().cancel(ref)
             raise
         except Exception as e:  # noqa: BLE001 - the stage's own error, or the replica's death
             raise self._error(replica, e) from None
@@ -95,9 +97,9 @@ class ReplicaSet:
         """The items of the async generator `method` on a replica as they come; leaving early cancels it there."""
         replica = self.pick(session)
         replica.in_flight += 1
-        stream = getattr(replica.actor, method).options(num_returns="streaming").remote(*args)
-        done = False
+        stream, done = None, False
         try:
+            stream = getattr(replica.actor, method).options(num_returns="streaming").remote(*args)
             async for ref in stream:
                 item = await ref
                 yield item
@@ -107,18 +109,20 @@ class ReplicaSet:
             raise self._error(replica, e) from None
         finally:
             replica.in_flight -= 1
-            if not done:  # the caller left: cancel the actor's coroutine, which aborts the request in its loop
+            if stream is not None and not done:  # the caller left: cancel the actor's coroutine (aborts the request)
                 _ray().cancel(stream)
 
     def _error(self, replica: Replica, e: Exception) -> Exception:
         """The exception the caller sees: the stage's own (a bad request, StageError), or StageUnavailableError."""
         exceptions = _ray().exceptions
+        if isinstance(e, exceptions.RayTaskError):  # raised by the stage: its type (a request error -> 400), message
+            return e.cause if isinstance(e.cause, Exception) else e
         if isinstance(e, exceptions.RayActorError):
             replica.alive, replica.down_at = False, time.monotonic()  # down until the restarted actor answers
             return StageUnavailableError(f"stage {self.name} replica {replica.index} went away ({type(e).__name__}); "
                                          f"it is being restarted: retry the request")
-        if isinstance(e, exceptions.RayTaskError) and isinstance(e.cause, Exception):
-            return e.cause  # raised by the stage: keeps its type (a request error -> 400) and its message
+        if isinstance(e, exceptions.RayError):  # the request's data or its node was lost on the way
+            return StageUnavailableError(f"stage {self.name} replica {replica.index}: {type(e).__name__}; retry")
         return e
 
     # ---- counters --------------------------------------------------------------------------------------
