@@ -1,9 +1,11 @@
-"""The tiny four-stage deploy served through Ray actors (`distributed_executor_backend: ray`) on a local Ray on CPU:
-a chat turn, a transcription and a realtime push-to-talk turn run through the actors; leaving a stream frees the
-request inside its actor; a killed actor fails its request in flight with 503, shows on /health, and comes back.
+"""The tiny four-stage deploy served through Ray actors (`distributed_executor_backend: ray`) on a local Ray on CPU,
+with two Talker + Code2Wav replicas: a chat turn, a transcription and a realtime push-to-talk turn run through the
+actors; requests spread over the replicas and a session's AURA requests carry its id; leaving a stream frees the
+request inside its actor; a killed actor fails its request in flight (503, or a realtime `error` event), shows on
+/health, the other replica serves meanwhile, and the killed one comes back.
 
-Skipped without Ray (`pip install 'aura-omni[ray]'`). One Ray instance and one app for the module (about a minute on
-2 CPU cores: Ray start, three actor processes, one actor restart).
+Skipped without Ray (`pip install 'aura-omni[ray]'`). One Ray instance and one app for the module (about a minute and
+a half on 2 CPU cores: Ray start, four actor processes, three actor restarts).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def ray_deploy(chat_customvoice_deploy) -> Path:
     data["distributed_executor_backend"] = "ray"
     data["stages"][1]["enable_prefix_caching"] = True
     data["stages"][2]["default_sampling_params"]["max_tokens"] = LONG  # requests that run until they are stopped
+    data["stages"][2]["num_replicas"] = 2
     path = chat_customvoice_deploy.parent / "deploy_ray.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -82,8 +85,25 @@ def test_stages_are_actors_running_this_code_and_health_lists_each_replica(serve
     health = client.get("/health")
     assert health.status_code == 200
     stages = health.json()["stages"]
-    assert sorted(stages) == ["asr/0", "aura/0", "code2wav/0", "talker/0"]
+    assert sorted(stages) == ["asr/0", "aura/0", "code2wav/0", "code2wav/1", "talker/0", "talker/1"]
     assert all(s["alive"] and s["restarts"] == 0 for s in stages.values())
+    assert len({i["pid"] for i in infos[TALKER]}) == 2
+
+
+def test_concurrent_requests_spread_over_the_replicas(served):
+    _, runtime = served
+    before = [runtime.stage_stats()[f"talker/{i}"]["steps"] for i in range(2)]
+
+    async def speak(text: str) -> int:
+        req = TTSRequest(text=text, task_type="CustomVoice", speaker="Vivian", max_new_tokens=FEW, seed=0)
+        return sum([chunk.size async for chunk in runtime.speak(req, 1, 2)])
+
+    async def both():
+        return await asyncio.gather(speak("The first sentence."), speak("The second sentence."))
+
+    assert all(n > 0 for n in asyncio.run(both()))
+    wait_until(lambda: all(runtime.stage_stats()[f"talker/{i}"]["steps"] > before[i] for i in range(2)), 10,
+               "both Talker replicas to have stepped")
 
 
 def test_chat_turn_through_actors(served):
@@ -116,9 +136,12 @@ def test_transcription_through_an_actor_equals_the_in_process_stage(served, ray_
         local.close()
 
 
-def test_realtime_push_to_talk_turn_through_actors(served):
+def test_realtime_push_to_talk_turn_through_actors(served, monkeypatch):
     client, runtime = served
     aura_steps = runtime.stage_stats()["aura/0"]["steps"]
+    aura = runtime.models[AURA].replicas
+    keys = []
+    monkeypatch.setattr(aura, "pick", lambda session=None, pick=aura.pick: keys.append(session) or pick(session))
     wav, sr = sf.read(SPEECH_WAV, dtype="int16")
     with client.websocket_connect(f"/v1/realtime?model={MODEL}", headers=AUTH) as ws:
         def until(kind: str) -> list[dict]:
@@ -127,7 +150,7 @@ def test_realtime_push_to_talk_turn_through_actors(served):
                 events.append(ws.receive_json())
             return events
 
-        until("session.created")
+        session_id = until("session.created")[-1]["session"]["id"]
         ws.send_json({"type": "session.update", "session": {
             "voice": "vivian", "input_audio_format": "pcm16", "extra_body": {
                 "tts_max_new_tokens": FEW, "sampling_params_list": SPEAK}}})
@@ -141,6 +164,7 @@ def test_realtime_push_to_talk_turn_through_actors(served):
     assert "conversation.item.input_audio_transcription.completed" in types
     assert events[-1]["response"]["status"] == "completed", events[-1]
     assert types.count("response.output_audio.delta") > 0
+    assert keys == [session_id]  # the session's AURA replica is chosen by its id (its prefix cache)
     wait_until(lambda: runtime.stage_stats()["aura/0"]["steps"] > aura_steps, 10, "the AURA replica's counters")
 
 
@@ -155,21 +179,32 @@ def test_leaving_a_stream_frees_its_request_in_the_actor(served):
     req = TTSRequest(text="A long sentence that would take a while to speak.", task_type="CustomVoice",
                      speaker="Vivian", max_new_tokens=LONG, seed=0)
 
-    async def talker_shows(check, what: str) -> dict:
+    async def talker_shows(i: int, check, what: str) -> dict:
         for _ in range(100):
-            if check(stats := runtime.stage_stats()["talker/0"]):
+            if check(stats := runtime.stage_stats()[f"talker/{i}"]):
                 return stats
             await asyncio.sleep(0.1)
-        raise AssertionError(f"the Talker replica never showed {what}: {stats}")
+        raise AssertionError(f"Talker replica {i} never showed {what}: {stats}")
 
     async def leave_while_it_runs():
         stream = runtime.speak(req, 1, 1)
         await anext(stream)
-        await talker_shows(lambda s: s["in_flight"] == 1 and s["running"] == 1, "the request running")
+        i = serving_talker(runtime)
+        await talker_shows(i, lambda s: s["in_flight"] == 1 and s["running"] == 1, "the request running")
         await stream.aclose()
-        return await talker_shows(lambda s: s["in_flight"] == 0 and s["running"] == 0, "the request dropped")
+        return await talker_shows(i, lambda s: s["in_flight"] == 0 and s["running"] == 0, "the request dropped")
 
     assert asyncio.run(leave_while_it_runs())["alive"]
+
+
+def all_replicas_alive(runtime) -> bool:
+    return all(s["alive"] for s in runtime.stage_stats().values())
+
+
+def serving_talker(runtime) -> int:
+    """The index of the Talker replica with a request in flight from this process."""
+    return wait_until(lambda: next((r.index + 1 for r in runtime.models[TALKER].replicas.replicas if r.in_flight), 0),
+                      30, "a Talker request in flight") - 1
 
 
 def test_a_killed_actor_fails_its_request_with_503_shows_on_health_and_comes_back(served):
@@ -179,18 +214,19 @@ def test_a_killed_actor_fails_its_request_with_503_shows_on_health_and_comes_bac
               "max_new_tokens": LONG, "response_format": "wav"}
     worker = threading.Thread(target=lambda: answer.update(r=client.post("/v1/audio/speech", headers=AUTH, json=speech)))
     worker.start()
-    wait_until(lambda: runtime.stage_stats()["talker/0"].get("running", 0) >= 1, 30, "the speech request to run")
-    ray.kill(runtime.placement.actors(TALKER)[0], no_restart=False)
+    i = serving_talker(runtime)
+    wait_until(lambda: runtime.stage_stats()[f"talker/{i}"].get("running", 0) >= 1, 30, "the speech request to run")
+    ray.kill(runtime.placement.actors(TALKER)[i], no_restart=False)
     worker.join(60)
     r = answer["r"]
     assert r.status_code == 503 and r.json()["error"]["code"] == "stage_unavailable"
     health = client.get("/health")
-    assert health.status_code == 503 and {"talker/0", "code2wav/0"} <= set(health.json()["down"])
+    assert health.status_code == 503 and {f"talker/{i}", f"code2wav/{i}"} <= set(health.json()["down"])
 
-    wait_until(lambda: client.get("/health").status_code == 200, 120, "the Talker replica to restart")
-    assert runtime.stage_stats()["talker/0"]["restarts"] == 1
     r = client.post("/v1/audio/speech", headers=AUTH, json={**speech, "max_new_tokens": FEW})
-    assert r.status_code == 200 and r.content[:4] == b"RIFF"
+    assert r.status_code == 200 and r.content[:4] == b"RIFF"  # the other replica serves while this one restarts
+    wait_until(lambda: client.get("/health").status_code == 200, 120, "the Talker replica to restart")
+    assert runtime.stage_stats()[f"talker/{i}"]["restarts"] == 1
 
 
 def test_a_request_in_flight_on_a_dying_actor_raises_stage_unavailable(served):
@@ -201,10 +237,44 @@ def test_a_request_in_flight_on_a_dying_actor_raises_stage_unavailable(served):
     async def kill_after_first_chunk():
         stream = runtime.speak(req, 1, 1)
         await anext(stream)
-        ray.kill(runtime.placement.actors(TALKER)[0], no_restart=False)
+        ray.kill(runtime.placement.actors(TALKER)[serving_talker(runtime)], no_restart=False)
         async for _ in stream:
             pass
 
-    with pytest.raises(StageUnavailableError, match="qwen3_tts replica 0"):
+    with pytest.raises(StageUnavailableError, match="qwen3_tts replica"):
         asyncio.run(kill_after_first_chunk())
-    wait_until(lambda: runtime.stage_stats()["talker/0"]["alive"], 120, "the Talker replica to restart")
+    wait_until(lambda: all_replicas_alive(runtime), 120, "the Talker replica to restart")
+
+
+def test_a_realtime_turn_on_a_dying_aura_actor_gets_an_error_event_and_the_session_goes_on(served):
+    client, runtime = served
+    long_reply = [None, {"max_tokens": 2000, "logit_bias": {str(AURA_SILENT_TOKEN_ID): -100,
+                                                            str(QWEN_IM_END_ID): -100}}]
+    with client.websocket_connect(f"/v1/realtime?model={MODEL}", headers=AUTH) as ws:
+        def until(kind: str) -> list[dict]:
+            events = []
+            while not events or events[-1]["type"] != kind:
+                events.append(ws.receive_json())
+            return events
+
+        until("session.created")
+        ws.send_json({"type": "session.update", "session": {"voice": "vivian", "output_modalities": ["text"],
+                                                            "extra_body": {"sampling_params_list": long_reply}}})
+        until("session.updated")
+        ws.send_json({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell me a long story."}]}})
+        ws.send_json({"type": "response.create"})
+        until("response.output_text.delta")
+        ray.kill(runtime.placement.actors(AURA)[0], no_restart=False)
+        events = until("response.done")
+        errors = [e["error"] for e in events if e["type"] == "error"]
+        assert errors and errors[0]["type"] == "server_error"
+        assert events[-1]["response"]["status"] == "failed"
+
+        wait_until(lambda: runtime.stage_stats()["aura/0"]["alive"], 120, "the AURA replica to restart")
+        ws.send_json({"type": "session.update", "session": {"extra_body": {"sampling_params_list": SPEAK}}})
+        until("session.updated")
+        ws.send_json({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": "And a short one?"}]}})
+        ws.send_json({"type": "response.create"})
+        assert until("response.done")[-1]["response"]["status"] == "completed"  # the session carries on
