@@ -88,6 +88,9 @@ def test_stages_are_actors_running_this_code_and_health_lists_each_replica(serve
     assert sorted(stages) == ["asr/0", "aura/0", "code2wav/0", "code2wav/1", "talker/0", "talker/1"]
     assert all(s["alive"] and s["restarts"] == 0 for s in stages.values())
     assert len({i["pid"] for i in infos[TALKER]}) == 2
+    metrics = client.get("/metrics", headers=AUTH).text
+    assert 'aura_omni:stage_up{stage="talker/1"} 1.0' in metrics
+    assert 'aura_omni:stage_restarts{stage="aura/0"} 0.0' in metrics
 
 
 def test_concurrent_requests_spread_over_the_replicas(served):
