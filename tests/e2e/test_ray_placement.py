@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import io
 import os
 import threading
@@ -49,6 +50,14 @@ def wait_until(check, timeout: float = 60.0, what: str = "condition"):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.2)
     return value
+
+
+def receive_until(ws, kind: str) -> list[dict]:
+    """Realtime server events up to and including the first of `kind`."""
+    events = []
+    while not events or events[-1]["type"] != kind:
+        events.append(ws.receive_json())
+    return events
 
 
 @pytest.fixture(scope="module")
@@ -147,12 +156,7 @@ def test_realtime_push_to_talk_turn_through_actors(served, monkeypatch):
     monkeypatch.setattr(aura, "pick", lambda session=None, pick=aura.pick: keys.append(session) or pick(session))
     wav, sr = sf.read(SPEECH_WAV, dtype="int16")
     with client.websocket_connect(f"/v1/realtime?model={MODEL}", headers=AUTH) as ws:
-        def until(kind: str) -> list[dict]:
-            events = []
-            while not events or events[-1]["type"] != kind:
-                events.append(ws.receive_json())
-            return events
-
+        until = functools.partial(receive_until, ws)
         session_id = until("session.created")[-1]["session"]["id"]
         ws.send_json({"type": "session.update", "session": {
             "voice": "vivian", "input_audio_format": "pcm16", "extra_body": {
@@ -254,12 +258,7 @@ def test_a_realtime_turn_on_a_dying_aura_actor_gets_an_error_event_and_the_sessi
     long_reply = [None, {"max_tokens": 2000, "logit_bias": {str(AURA_SILENT_TOKEN_ID): -100,
                                                             str(QWEN_IM_END_ID): -100}}]
     with client.websocket_connect(f"/v1/realtime?model={MODEL}", headers=AUTH) as ws:
-        def until(kind: str) -> list[dict]:
-            events = []
-            while not events or events[-1]["type"] != kind:
-                events.append(ws.receive_json())
-            return events
-
+        until = functools.partial(receive_until, ws)
         until("session.created")
         ws.send_json({"type": "session.update", "session": {"voice": "vivian", "output_modalities": ["text"],
                                                             "extra_body": {"sampling_params_list": long_reply}}})
