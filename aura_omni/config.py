@@ -205,16 +205,21 @@ class DeployConfig(_Strict):
                     f"stages[{i}].model_stage: stage_id {s.stage_id} has no role in pipeline {self.pipeline!r} "
                     f"(ids {sorted(layout)}); set model_stage to one of {list(STAGE_ROLES)}")
         roles = [self.role_of(s) for s in self.stages]
-        for r in STAGE_ROLES:
+        for r in (ASR, AURA):
             if roles.count(r) > 1:
                 raise ValueError(f"stages: more than one stage has role {r!r}")
-        talker, code2wav = self.stage(TALKER), self.stage(CODE2WAV)
-        if (talker is None) != (code2wav is None):
-            have, lack = (TALKER, CODE2WAV) if code2wav is None else (CODE2WAV, TALKER)
+        # Talkers come with a Code2Wav stage of the same checkpoint; several pairs serve several task types (the
+        # demo's Base beside its CustomVoice)
+        talkers = sorted(s.model for s in self.stages if self.role_of(s) == TALKER)
+        decoders = sorted(s.model for s in self.stages if self.role_of(s) == CODE2WAV)
+        if bool(talkers) != bool(decoders):
+            have, lack = (TALKER, CODE2WAV) if not decoders else (CODE2WAV, TALKER)
             raise ValueError(f"stages: a {have} stage needs a {lack} stage (Talker codes are decoded by Code2Wav)")
-        if talker is not None and talker.model != code2wav.model:
-            raise ValueError(f"stages: the {TALKER} and {CODE2WAV} stages must load the same checkpoint "
-                             f"(got {talker.model!r} and {code2wav.model!r})")
+        if talkers != decoders:
+            raise ValueError(f"stages: each {TALKER} stage needs a {CODE2WAV} stage loading the same checkpoint "
+                             f"(got {talkers} and {decoders})")
+        if len(set(talkers)) != len(talkers):
+            raise ValueError(f"stages: more than one {TALKER} stage loads {talkers[0]!r}")
         for i, s in enumerate(self.stages):
             for field, edges in (("input_connectors", s.input_connectors), ("output_connectors", s.output_connectors)):
                 for edge, name in edges.items():
@@ -231,6 +236,10 @@ class DeployConfig(_Strict):
 
     def role_of(self, stage: Stage) -> str:
         return stage.model_stage or PIPELINE_LAYOUTS[self.pipeline][stage.stage_id]
+
+    def code2wav_of(self, talker: Stage) -> Stage:
+        """The Code2Wav stage that decodes `talker`'s codes (the one loading the same checkpoint)."""
+        return next(s for s in self.stages if self.role_of(s) == CODE2WAV and s.model == talker.model)
 
     def stage(self, role: str) -> Stage | None:
         return next((s for s in self.stages if self.role_of(s) == role), None)
@@ -344,17 +353,18 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
         if "initial_codec_chunk_frames" in extra.model_fields_set and extra.initial_codec_chunk_frames == 0:
             out.append((f"{where}.extra.initial_codec_chunk_frames",
                         "0 (a first window sized by load) is not implemented; give a frame count (absent: 2)"))
-    talker, code2wav = cfg.stage(TALKER), cfg.stage(CODE2WAV)
+    talker = cfg.stage(TALKER)
     codec_edge = set(talker.output_connectors.values()) if talker is not None else set()
     used = set()
     for i, st in enumerate(cfg.stages):
         for field, edges in (("input_connectors", st.input_connectors), ("output_connectors", st.output_connectors)):
             used |= set(edges.values())
-            if edges and not ((st is talker and field == "output_connectors")
-                              or (st is code2wav and field == "input_connectors")):
+            role = cfg.role_of(st)
+            if edges and not ((role == TALKER and field == "output_connectors")
+                              or (role == CODE2WAV and field == "input_connectors")):
                 out.append((f"stages[{i}].{field}", f"only the Talker -> Code2Wav edge has a connector: the other "
                                                     f"edges hand their data over in process"))
-            elif st is code2wav and set(edges.values()) - codec_edge:
+            elif role == CODE2WAV and set(edges.values()) - codec_edge:
                 out.append((f"stages[{i}].{field}", f"must name the Talker's output connector "
                                                     f"({', '.join(sorted(codec_edge)) or 'none'}): its settings are "
                                                     f"the codec windows'"))

@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 VENV=${VENV:-.venv}
 TINY=${TINY:-tiny}
-[ -f "$TINY/deploy.yaml" ] || "$VENV/bin/aura-omni" make-tiny "$TINY"
+[ -f "$TINY/deploy_demo.yaml" ] || "$VENV/bin/aura-omni" make-tiny "$TINY"
 # the first name is the one reported; the others are the names the README's examples send
-exec "$VENV/bin/aura-omni" serve --omni --deploy-config "$TINY/deploy.yaml" \
+exec "$VENV/bin/aura-omni" serve --omni --deploy-config "$TINY/deploy_demo.yaml" \
   --served-model-name aura-omni-tiny aurateam/AURA qwen3-tts --trust-remote-code \
   --host "${HOST:-127.0.0.1}" --port "${PORT:-8091}" --device cpu

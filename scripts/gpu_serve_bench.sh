@@ -44,7 +44,10 @@ bench() {  # bench NAME ARGS...
     --result-filename "$OUT/$name.json" "$@" > "$OUT/$name.md" 2>"$OUT/$name.err"
   echo "=== $name: rc=$?"; cat "$OUT/$name.md"
 }
-TURN="--input-audio-seconds 3 --num-frames 2 --frame-size 554 --max-tokens 40 --ignore-eos"
+TURN="--input-audio-seconds 3 --num-frames 2 --frame-size 640x480 --max-tokens 40 --ignore-eos"
+# random weights never end a transcript: ASR stops at 12 tokens, about what 3 s of speech transcribes to
+ASR12='"sampling_params_list": [{"max_tokens": 12}]'
+
 
 for s in ${*:-tts turns live}; do
   case $s in
@@ -56,16 +59,17 @@ for s in ${*:-tts turns live}; do
     turns) serve configs/aura_omni.yaml aura || continue
            bench turns_first_after_ready --backend chat --model aura --voice bench $TURN --num-warmups 0 \
              --num-prompts 1 --max-concurrency 1 \
-             --extra-body '{"additional_information": {"tts_max_new_tokens": 41}}'
+             --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}"
            bench turns_chat --backend chat --model aura --voice bench $TURN --num-warmups 2 \
              --max-concurrency 1 8 --num-prompts 32 --plot "$OUT/turns_chat.svg" \
-             --extra-body '{"additional_information": {"tts_max_new_tokens": 41}}'
+             --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}"
            stop ;;
     live) serve configs/aura_omni_duplex_8.yaml aura || continue  # 8 sessions, CustomVoice, 8-frame first window
           bench live_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
-            --max-concurrency 1 8 --num-prompts 32 --extra-body '{"tts_max_new_tokens": 41}'
-          bench live_silent --backend realtime --model aura $TURN --num-warmups 1 --max-concurrency 1 --num-prompts 16 \
-            --extra-body '{"sampling_params_list": [{}, {"logit_bias": {"151669": 100}}]}'
+            --max-concurrency 1 8 --num-prompts 32 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+          bench live_silent --backend realtime --model aura ${TURN% --ignore-eos} --num-warmups 1 --max-concurrency 1 \
+            --num-prompts 16 \
+            --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}]}'
           stop ;;
   esac
 done

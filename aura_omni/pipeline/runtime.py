@@ -98,10 +98,18 @@ class Runtime:
         first = deploy.stages[0]
         deploy = deploy.for_platform(platform_of(stage_device(first, device)))
         models: dict[str, Any] = {}
+        talkers = []
         for stage in deploy.stages:
             role = deploy.role_of(stage)
-            if role != CODE2WAV:
-                models[role] = load_stage(deploy, stage, stage_device(stage, device), dtype, load_format)
+            if role == CODE2WAV:
+                continue
+            models[role] = load_stage(deploy, stage, stage_device(stage, device), dtype, load_format)
+            if role == TALKER:
+                talkers.append(models[role])
+        if len(talkers) > 1:  # one checkpoint per task type (Base beside CustomVoice): routed by the request
+            from ..stages.talker_set import TalkerSet
+
+            models[TALKER] = TalkerSet(talkers)
         return cls(deploy, models)
 
     @property
@@ -141,10 +149,10 @@ class Runtime:
         return self.models[TALKER].astream(tts_request, initial_chunk_frames, chunk_frames)
 
     async def transcribe(self, samples, sample_rate: int, *, language: str | None = None, context: str | None = None,
-                         temperature: float = 0.0):
+                         temperature: float = 0.0, max_new_tokens: int | None = None):
         """One clip's Transcript; cancelling the awaiting task aborts its ASR work."""
         return (await self.models[ASR].atranscribe([(samples, sample_rate)], language=language, context=context,
-                                                   temperature=temperature))[0]
+                                                   temperature=temperature, max_new_tokens=max_new_tokens))[0]
 
     async def voice_prompt(self, wav, sample_rate: int, ref_text: str | None, x_vector_only: bool):
         """A cloned voice (x-vector, and reference codes for in-context cloning) from reference audio."""
@@ -169,10 +177,11 @@ class Runtime:
         """Every stage loop by stage name (asr, aura, talker, code2wav)."""
         out = {}
         for model in self.models.values():
-            for attr in ("loop", "talker_loop", "code2wav_loop"):
-                loop = getattr(model, attr, None)
-                if loop is not None:
-                    out[loop.name] = loop
+            for part in getattr(model, "facades", [model]):  # a TalkerSet: each Talker's loops
+                for attr in ("loop", "talker_loop", "code2wav_loop"):
+                    loop = getattr(part, attr, None)
+                    if loop is not None:
+                        out[loop.name] = loop
         return out
 
     def close(self) -> None:
@@ -199,7 +208,7 @@ def load_stage(deploy: DeployConfig, stage: Stage, device: str, dtype: str | Non
     if role == TALKER and getattr(model, "code2wav_loop", None) is not None:
         from ..stages.engine_config import code2wav_max_batch  # the Code2Wav stage's engine fields
 
-        model.code2wav_loop.engine.max_batch = code2wav_max_batch(deploy.stage(CODE2WAV), deploy.codec_streaming())
+        model.code2wav_loop.engine.max_batch = code2wav_max_batch(deploy.code2wav_of(stage), deploy.codec_streaming())
     return model
 
 

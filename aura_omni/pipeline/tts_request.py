@@ -23,11 +23,10 @@ from ..config import Stage
 from ..media.audio import AudioDecodeError
 from ..media.limits import Limits, MediaError
 from ..stages.engine_config import SAMPLING_KEYS
-from ..stages.tts import TASK_TYPES, TTSRequest, TTSRequestError
+from ..stages.tts import TTSRequest, TTSRequestError
 from .constants import DEFAULT_CUSTOM_VOICE_SPEAKER
 from .processors import PipelineRequestError, normalize_speaker
 
-TASK_OF_CHECKPOINT = {model_type: task for task, model_type in TASK_TYPES.items()}  # checkpoint tts_model_type
 TASK_ALIASES = {"base": "Base", "customvoice": "CustomVoice", "custom_voice": "CustomVoice",
                 "voicedesign": "VoiceDesign", "voice_design": "VoiceDesign"}
 TALKER_SAMPLING = ("temperature", "top_k", "top_p", "repetition_penalty", "seed")  # request keys -> TTSRequest
@@ -97,21 +96,36 @@ def _voice_name(ask: TTSAsk, voices) -> tuple[str | None, Any]:
     return name, (voices.get(name) if voices is not None and name else None)
 
 
+def _implied_task(ask: TTSAsk, tts, name: str | None, registered) -> str:
+    """The task type of a request that names none: the one checkpoint's, or, where several are deployed, Base for a
+    reference or a registered voice and CustomVoice for one of its speakers."""
+    served = tts.task_types
+    if len(served) == 1:
+        return served[0]
+    if "Base" in served and (ask.ref_audio is not None or registered is not None):
+        return "Base"
+    if "CustomVoice" in served and (name is None or name.lower() in {s.lower() for s in tts.speakers or []}):
+        return "CustomVoice"
+    return "Base" if "Base" in served else served[0]
+
+
 def check_tts(ask: TTSAsk, ctx: TalkerContext) -> TTSPlan:
     """Everything about the request that can be refused without decoding audio (PipelineRequestError)."""
-    tts = ctx.tts
-    served = TASK_OF_CHECKPOINT[tts.model_type]
-    task = served
+    served = ctx.tts.task_types
+    name, registered = _voice_name(ask, ctx.voices)
     if ask.task_type is not None:
         task = TASK_ALIASES.get(str(ask.task_type).replace(" ", "").lower())
         if task is None:
             raise PipelineRequestError(f"{ask.param('task_type')}: unknown task type {ask.task_type!r}; send Base, "
                                        f"CustomVoice or VoiceDesign", param=ask.param("task_type"),
                                        code="unsupported_task_type")
-    if task != served:
+    else:
+        task = _implied_task(ask, ctx.tts, name, registered)
+    if task not in served:
         raise PipelineRequestError(f"{ask.param('task_type')}: {task} needs a Qwen3-TTS {task} checkpoint; this "
-                                   f"deployment serves {served}: send {served} or leave the field out",
-                                   param=ask.param("task_type"), code="unsupported_task_type")
+                                   f"deployment serves {' and '.join(served)}: send one of them or leave the field "
+                                   f"out", param=ask.param("task_type"), code="unsupported_task_type")
+    tts = ctx.tts.for_task(task)
     language = _match(ask.language, tts.languages, "language", ask.param("language")) if ask.language else "auto"
     if ask.max_new_tokens is not None and not 1 <= ask.max_new_tokens <= ctx.max_new_tokens:
         raise PipelineRequestError(f"{ask.param('max_new_tokens')}: at most {ctx.max_new_tokens} for this deployment "
@@ -126,7 +140,6 @@ def check_tts(ask: TTSAsk, ctx: TalkerContext) -> TTSPlan:
                                                subtalker_top_k=sub.top_k, subtalker_top_p=sub.top_p).items()
                          if v is not None})
     instruct = (ask.instruct or "").strip() or None
-    name, registered = _voice_name(ask, ctx.voices)
     speaker = reference = None
     if task == "Base":
         if ask.ref_audio is not None and not (isinstance(ask.ref_audio, str) and not ask.ref_audio.strip()):

@@ -37,12 +37,14 @@ async def warm_up(asr=None, aura=None, tts=None, *, frame=None, initial_chunk_fr
         async for _ in aura.generate(prompt, vision, request_id="warmup-aura", sampling={"max_tokens": 2}):
             pass
         took["aura"] = time.perf_counter() - t
-    if tts is not None and tts.code2wav is not None:
+    for k, talker in enumerate(tts.facades if tts is not None else []):  # each Talker of a TalkerSet
+        if talker.code2wav is None:
+            continue
         t = time.perf_counter()
-        async for _ in tts.astream(_tts_request(tts, initial_chunk_frames + chunk_frames), initial_chunk_frames,
-                                   chunk_frames, request_id="warmup-tts"):
+        async for _ in talker.astream(_tts_request(talker, initial_chunk_frames + chunk_frames), initial_chunk_frames,
+                                      chunk_frames, request_id=f"warmup-tts{k}"):
             pass
-        took["tts"] = time.perf_counter() - t
+        took[f"tts:{talker.model_type}"] = time.perf_counter() - t
     log.info("warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
     return took
 

@@ -10,6 +10,7 @@ coroutine, which leaves the stage loop's `submit` and aborts the request there (
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import threading
 import time
@@ -19,6 +20,7 @@ from typing import Any, AsyncIterator, Callable
 import numpy as np
 
 from aura_omni.config import ASR, AURA, TALKER
+from aura_omni.models.qwen3_tts.text_stream import TextFeed
 
 # Stage loops a stage object owns, by attribute (the AURA and ASR stages: `loop`; the TTS facade: two).
 LOOP_ATTRIBUTES = ("loop", "talker_loop", "code2wav_loop")
@@ -58,6 +60,7 @@ class StageHost:
         self.warm_s = time.perf_counter() - t
         self.loops = {loop.name: loop for loop in (getattr(self.model, a, None) for a in LOOP_ATTRIBUTES)
                       if loop is not None}
+        self.feeds: dict[str, _Feed] = {}  # streamed-text requests by id (their feeds may come before them)
 
     # ---- about the replica --------------------------------------------------------------------------
     def info(self) -> dict:
@@ -68,7 +71,8 @@ class StageHost:
                "warm_s": self.warm_s, "loops": sorted(self.loops), "aura_omni_file": aura_omni.__file__}
         model = self.model
         if self.role == TALKER:  # the Qwen3-TTS facade
-            out.update(config=model.config, defaults=model.defaults, has_codec=model.code2wav is not None)
+            out.update(config=model.config, defaults=model.defaults, tokenizer=model.tokenizer,
+                       has_codec=model.code2wav is not None)
         elif self.role == AURA:
             out.update(model_config=model.model.config)
         elif self.role == ASR:
@@ -90,10 +94,22 @@ class StageHost:
         async for delta in self.model.generate(prompt, vision, request_id=request_id, sampling=sampling):
             yield delta
 
-    async def speak(self, request_id: str, req, initial_chunk_frames: int, chunk_frames: int) -> AsyncIterator:
-        """TTS: a Talker request -> 24 kHz float32 chunks (its codec frames stay inside this actor)."""
-        async for chunk in self.model.astream(req, initial_chunk_frames, chunk_frames, request_id=request_id):
-            yield np.asarray(chunk, dtype=np.float32)
+    async def speak(self, request_id: str, req, initial_chunk_frames: int, chunk_frames: int,
+                    feed: tuple[list[int], bool] | None = None) -> AsyncIterator:
+        """TTS: a Talker request -> 24 kHz float32 chunks (its codec frames stay inside this actor). `feed`: the text
+        fed so far (ids, ended) of a request whose text arrives while it is spoken; the rest comes by `feed_text`."""
+        if feed is not None:
+            req = dataclasses.replace(req, text_feed=TextFeed(*feed))
+            self.feeds.setdefault(request_id, _Feed()).start(self.model, request_id, req)
+        try:
+            async for chunk in self.model.astream(req, initial_chunk_frames, chunk_frames, request_id=request_id):
+                yield np.asarray(chunk, dtype=np.float32)
+        finally:
+            self.feeds.pop(request_id, None)
+
+    def feed_text(self, request_id: str, number: int, ids: list[int], end: bool) -> None:
+        """The `number`-th piece of a streamed text (Ray may deliver them out of order; they are applied in order)."""
+        self.feeds.setdefault(request_id, _Feed()).add(number, ids, end)
 
     async def frames(self, request_id: str, req) -> AsyncIterator:
         """TTS: a Talker request -> codec frames, int64 [16] each."""
@@ -104,3 +120,29 @@ class StageHost:
                                   x_vector_only: bool):
         """TTS (Base): a cloned voice from reference audio, on a worker thread (the actor's loop keeps serving)."""
         return await asyncio.to_thread(self.model.create_voice_prompt, wav, sample_rate, ref_text, x_vector_only)
+
+
+class _Feed:
+    """The pieces of one streamed text, applied to its request in order once the request is here."""
+
+    def __init__(self):
+        self.pending: dict[int, tuple[list[int], bool]] = {}
+        self.next = 0
+        self.target = None  # (facade, request id, request) once `speak` has it
+
+    def start(self, model, request_id: str, req) -> None:
+        self.target = (model, request_id, req)
+        self._apply()
+
+    def add(self, number: int, ids: list[int], end: bool) -> None:
+        self.pending[number] = (ids, end)
+        self._apply()
+
+    def _apply(self) -> None:
+        if self.target is None:
+            return
+        model, request_id, req = self.target
+        while self.next in self.pending:
+            ids, end = self.pending.pop(self.next)
+            self.next += 1
+            model.feed_text(request_id, req, ids, end)

@@ -3,8 +3,9 @@ the runtime, the orchestrator, the server and realtime sessions use, carrying pl
 
     AsrProxy   ~ asr.service.AsrService          atranscribe, transcribe, languages, stats
     AuraProxy  ~ pipeline.aura_stage.AuraPipelineStage   generate (streamed AuraDelta), stage, model.config, stats
-    TtsProxy   ~ stages.tts.Qwen3TTS             astream, frames, validate, create_voice_prompt, model_type, speakers,
-                                                 languages, config, defaults, stats
+    TtsProxy   ~ stages.tts.Qwen3TTS             astream (text whole, or fed while spoken: feed_text), frames, validate,
+                                                 create_voice_prompt, model_type, speakers, languages, text_tokens,
+                                                 config, defaults, stats (several Talker stages: a TalkerSet of them)
 
 Request checks that need only the checkpoint's config run here, with the facade's own code (TtsProxy.validate), so a
 bad request is refused before anything crosses the network.
@@ -91,25 +92,55 @@ class AuraProxy(StageProxy):
 
 
 class TtsProxy(StageProxy):
-    # The checkpoint's rules, run here: the facade's own code over the config and defaults the actor reported.
+    # The checkpoint's rules, run here: the facade's own code over the config, defaults and tokenizer the actor reported.
     model_type = Qwen3TTS.model_type
     speakers = Qwen3TTS.speakers
     languages = Qwen3TTS.languages
     sample_rate = Qwen3TTS.sample_rate
+    task_types = Qwen3TTS.task_types
     validate = Qwen3TTS.validate
+    text_tokens = Qwen3TTS.text_tokens
     _check_text_ids = Qwen3TTS._check_text_ids
     _sampling = Qwen3TTS._sampling
 
     def __init__(self, replicas: ReplicaSet, info: dict):
         super().__init__(replicas, info)
-        self.config, self.defaults = info["config"], info["defaults"]
+        self.config, self.defaults, self.tokenizer = info["config"], info["defaults"], info["tokenizer"]
+        self._feeds: dict[str, list] = {}  # request id -> [its replica, next feed number] (streamed text)
+
+    def for_task(self, task_type: str) -> "TtsProxy":
+        return self
+
+    @property
+    def facades(self) -> list["TtsProxy"]:
+        return [self]
 
     async def astream(self, req: TTSRequest, initial_chunk_frames: int = 1, chunk_frames: int = 25,
                       request_id: str | None = None) -> AsyncIterator[np.ndarray]:
-        """24 kHz float32 chunks; Talker and Code2Wav run in the same replica, only the samples cross."""
-        async for chunk in self.replicas.stream("speak", _request_id("tts", request_id), req, initial_chunk_frames,
-                                                chunk_frames):
-            yield chunk
+        """24 kHz float32 chunks; Talker and Code2Wav run in the same replica, only the samples cross. Text that
+        arrives while it is spoken (`req.text_feed`) follows through `feed_text`, to the same replica."""
+        request_id = _request_id("tts", request_id)
+        feed = None
+        if req.text_feed is not None:  # the feed so far goes with the request, the rest after it (no await between)
+            feed, req = req.text_feed.snapshot(), dataclasses.replace(req, text_feed=None)
+        replica = self.replicas.pick()
+        if feed is not None:
+            self._feeds[request_id] = [replica, 0]
+        try:
+            async for chunk in self.replicas.stream("speak", request_id, req, initial_chunk_frames, chunk_frames, feed,
+                                                    replica=replica):
+                yield chunk
+        finally:
+            self._feeds.pop(request_id, None)
+
+    def feed_text(self, request_id: str, req: TTSRequest, ids: list[int], end: bool = False) -> None:
+        """More body ids of a running streamed-text request (and its end), sent to its replica in order."""
+        req.text_feed.put(ids, end)  # what a request not yet sent will take with it
+        sent = self._feeds.get(request_id)
+        if sent is not None:
+            replica, number = sent
+            sent[1] += 1
+            replica.actor.feed_text.remote(request_id, number, list(ids), end)
 
     async def frames(self, req: TTSRequest, request_id: str | None = None) -> AsyncIterator[torch.Tensor]:
         """Codec frames [16] (long, host) as the replica's Talker produces them."""

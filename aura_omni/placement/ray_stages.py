@@ -68,11 +68,24 @@ def actor_options(stage: Stage, device: str) -> dict:
 class RayPlacement:
     def __init__(self, deploy: DeployConfig, sets: dict[str, ReplicaSet], infos: dict[str, list[dict]],
                  own_ray: bool):
-        self.deploy, self.sets, self.infos, self.own_ray = deploy, sets, infos, own_ray  # infos: per replica
+        """`sets` and `infos` (per replica) by stage label: its role, `qwen3_tts.<stage_id>` beside another Talker."""
+        self.deploy, self.sets, self.infos, self.own_ray = deploy, sets, infos, own_ray
         self.models: dict[str, Any] = {}
-        for role, replicas in sets.items():
-            proxy, info = PROXIES[role], infos[role][0]
-            self.models[role] = (proxy(replicas, info, deploy.stage(AURA)) if role == AURA else proxy(replicas, info))
+        talkers = []
+        for label, replicas in sets.items():
+            role, info = label.split(".")[0], infos[label][0]
+            if role == AURA:
+                self.models[role] = AuraProxy(replicas, info, deploy.stage(AURA))
+            elif role == TALKER:
+                talkers.append(TtsProxy(replicas, info))
+            else:
+                self.models[role] = PROXIES[role](replicas, info)
+        if len(talkers) == 1:
+            self.models[TALKER] = talkers[0]
+        elif talkers:  # one checkpoint per task type, routed by the request (as in process)
+            from aura_omni.stages.talker_set import TalkerSet
+
+            self.models[TALKER] = TalkerSet(talkers)
         self.poller = StatsPoller(list(sets.values())).start()
 
     @classmethod
@@ -87,30 +100,33 @@ class RayPlacement:
         deploy = deploy.for_platform("cpu" if first == "cpu" else "cuda")
         stages = [s for s in deploy.stages if deploy.role_of(s) != CODE2WAV]
         _check_gpus(ray, stages, device)
+        roles = [deploy.role_of(s) for s in stages]
         host = ray.remote(StageHost)
         actors: dict[str, list] = {}
         t = time.perf_counter()
-        for stage in stages:
+        for stage, role in zip(stages, roles):
             dev = actor_device(stage, device)
             opts = actor_options(stage, dev)
-            log.info("stage %d (%s): %d Ray actor(s) on %s, %s GPU each", stage.stage_id, deploy.role_of(stage),
-                     stage.num_replicas, dev, opts["num_gpus"])
-            actors[deploy.role_of(stage)] = [host.options(**opts).remote(deploy, stage.stage_id, load, warm, dev, dtype,
-                                                                         load_format)
-                                             for _ in range(stage.num_replicas)]
+            log.info("stage %d (%s): %d Ray actor(s) on %s, %s GPU each", stage.stage_id, role, stage.num_replicas, dev,
+                     opts["num_gpus"])
+            label = role if roles.count(role) == 1 else f"{role}.{stage.stage_id}"
+            actors[label] = [host.options(**opts).remote(deploy, stage.stage_id, load, warm, dev, dtype, load_format)
+                             for _ in range(stage.num_replicas)]
         try:
-            infos = {role: ray.get([a.info.remote() for a in handles], timeout=START_TIMEOUT_S)
-                     for role, handles in actors.items()}
+            infos = {label: ray.get([a.info.remote() for a in handles], timeout=START_TIMEOUT_S)
+                     for label, handles in actors.items()}
         except BaseException:
             for handles in actors.values():
                 for a in handles:
                     ray.kill(a, no_restart=True)
             raise
         log.info("Ray stages ready in %.1f s: %s", time.perf_counter() - t,
-                 ", ".join(f"{role} x{len(h)}" for role, h in actors.items()))
-        sets = {role: ReplicaSet(role, [Replica(i, a, loops=info["loops"], started=info["started"])
-                                        for i, (a, info) in enumerate(zip(handles, infos[role]))])
-                for role, handles in actors.items()}
+                 ", ".join(f"{label} x{len(h)}" for label, h in actors.items()))
+        sets = {}
+        for label, handles in actors.items():
+            suffix = f":{infos[label][0]['config'].tts_model_type}" if "." in label else ""  # as TalkerSet names loops
+            sets[label] = ReplicaSet(label, [Replica(i, a, loops=info["loops"], started=info["started"])
+                                             for i, (a, info) in enumerate(zip(handles, infos[label]))], suffix)
         for replicas in sets.values():  # counters for /health before the first request
             for r, stats in zip(replicas.replicas, ray.get([r.actor.stats.remote() for r in replicas.replicas])):
                 replicas.note_stats(r, stats)
@@ -127,9 +143,9 @@ class RayPlacement:
             out.update(replicas.stage_stats())
         return out
 
-    def actors(self, role: str) -> list:
+    def actors(self, label: str) -> list:
         """The Ray actor handles of a stage's replicas (tests kill one)."""
-        return [r.actor for r in self.sets[role].replicas]
+        return [r.actor for r in self.sets[label].replicas]
 
     def close(self) -> None:
         ray = import_ray()

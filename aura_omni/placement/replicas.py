@@ -42,9 +42,10 @@ def _ray():
 
 
 class ReplicaSet:
-    def __init__(self, name: str, replicas: list[Replica]):
+    def __init__(self, name: str, replicas: list[Replica], loop_suffix: str = ""):
         self.name = name  # the stage role, for messages
         self.replicas = replicas
+        self.loop_suffix = loop_suffix  # after each loop's name (`talker:base/0` beside another Talker stage)
         self._turn = itertools.count()
         self._sessions: collections.OrderedDict[str, int] = collections.OrderedDict()
 
@@ -93,9 +94,11 @@ class ReplicaSet:
         finally:
             replica.in_flight -= 1
 
-    async def stream(self, method: str, *args, session: str | None = None) -> AsyncIterator[Any]:
-        """The items of the async generator `method` on a replica as they come; leaving early cancels it there."""
-        replica = self.pick(session)
+    async def stream(self, method: str, *args, session: str | None = None,
+                     replica: Replica | None = None) -> AsyncIterator[Any]:
+        """The items of the async generator `method` on a replica (`replica`, else picked) as they come; leaving early
+        cancels it there."""
+        replica = replica or self.pick(session)
         replica.in_flight += 1
         stream, done = None, False
         try:
@@ -146,7 +149,7 @@ class ReplicaSet:
                 counters = dict(r.counters.get(loop) or {})
                 counters.update(alive=r.alive and bool(counters.get("alive", True)), restarts=r.restarts,
                                 replica_in_flight=r.in_flight)
-                out[f"{loop}/{r.index}"] = counters
+                out[f"{loop}{self.loop_suffix}/{r.index}"] = counters
         return out
 
 

@@ -124,7 +124,9 @@ def session_pipeline(runtime) -> tuple[Any, _AuraWatch | None]:
         return base, None
     watch = _AuraWatch(base.aura)
     return AuraOmniPipeline(base.asr, watch, base.speech, sentence_min_chars=base.sentence_min_chars,
-                            default_timeout_s=base.default_timeout_s), watch
+                            default_timeout_s=base.default_timeout_s, stream_text_to_talker=base.stream_text_to_talker,
+                            talker_start_words=base.talker_start_words,
+                            max_utterance_chars=base.max_utterance_chars), watch
 
 
 class RealtimeSession:
@@ -426,9 +428,12 @@ class RealtimeSession:
 
     async def _transcribe(self, p: PendingInput) -> None:
         info = self.config.info
+        asr = (self.config.stage_sampling or [None])[0] or {}  # sampling_params_list's ASR entry, as in a turn
         try:
             result = await self.runtime.transcribe(p.audio, ASR_SAMPLE_RATE, language=info.get("asr_language"),
-                                                   context=info.get("asr_context"))
+                                                   context=info.get("asr_context"),
+                                                   temperature=asr.get("temperature") or 0.0,
+                                                   max_new_tokens=asr.get("max_tokens"))
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - reported to the client, the session carries on

@@ -8,6 +8,7 @@ Layout written:
   DIR/deploy.yaml                all four stages, Base TTS, device cpu
   DIR/deploy_tts.yaml            TTS stages only (Base)
   DIR/deploy_tts_customvoice.yaml TTS stages only (CustomVoice presets)
+  DIR/deploy_demo.yaml           the full chain with both Talkers (CustomVoice presets and Base clones): the demo
 Checkpoint writers live beside this file, one per model family; this module only orchestrates.
 """
 
@@ -54,7 +55,7 @@ def _tts_stages(first_id: int, model: str) -> list[dict]:
 
 
 def deploy_files(root: Path) -> dict[str, dict]:
-    """The three deploy YAMLs as dicts; stage models are paths relative to the deploy file."""
+    """The deploy YAMLs as dicts; stage models are paths relative to the deploy file."""
     base, custom = "./" + CHECKPOINTS["tts_base"][2], "./" + CHECKPOINTS["tts_custom_voice"][2]
     full = {
         "pipeline": "aura_omni", "async_chunk": True, "connectors": {"codec": CODEC_CONNECTOR},
@@ -68,7 +69,10 @@ def deploy_files(root: Path) -> dict[str, dict]:
            "stages": _tts_stages(0, base)}
     tts_cv = {"pipeline": "qwen3_tts", "async_chunk": True, "connectors": {"codec": CODEC_CONNECTOR},
               "stages": _tts_stages(0, custom)}
-    return {"deploy.yaml": full, "deploy_tts.yaml": tts, "deploy_tts_customvoice.yaml": tts_cv}
+    # the demo: the full chain with both Talkers, so preset speakers (CustomVoice) and cloned voices (Base) both work
+    demo = dict(full, stages=[*full["stages"], *[dict(s, model_stage=role) for s, role in
+                                                 zip(_tts_stages(4, custom), ("qwen3_tts", "code2wav"))]])
+    return {"deploy.yaml": full, "deploy_tts.yaml": tts, "deploy_tts_customvoice.yaml": tts_cv, "deploy_demo.yaml": demo}
 
 
 def make_tiny(out_dir: str | Path, seed: int = 0) -> dict[str, Path]:

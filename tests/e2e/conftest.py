@@ -23,7 +23,7 @@ from aura_omni.bench.inputs import speech_like
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory) -> Path:
     root = Path(os.environ.get("AURA_OMNI_TINY_DIR") or tmp_path_factory.mktemp("tiny"))
-    if not (root / "deploy_tts_customvoice.yaml").exists():
+    if not (root / "deploy_demo.yaml").exists():
         subprocess.run(_cli("make-tiny", str(root)), check=True, timeout=600)
     return root
 

@@ -175,6 +175,26 @@ def test_realtime_push_to_talk_turn_through_actors(served, monkeypatch):
     wait_until(lambda: runtime.stage_stats()["aura/0"]["steps"] > aura_steps, 10, "the AURA replica's counters")
 
 
+def test_text_fed_while_spoken_reaches_its_replica_in_order(served):
+    _, runtime = served
+    speech = runtime.pipeline.speech
+    template = TTSRequest(task_type="CustomVoice", speaker="Vivian", non_streaming_mode=False, max_new_tokens=12, seed=0)
+    text = "Hello there, this sentence reaches the Talker in pieces while it speaks."
+
+    async def pieces():
+        for word in text.split(" "):
+            yield word + " "
+            await asyncio.sleep(0.01)
+
+    async def both():
+        fed = [c async for c in speech.speak_stream(pieces(), template, request_id="fed-1")]
+        whole = [c async for c in speech.speak(text, None, template, request_id="whole-1")]
+        return np.concatenate(fed), np.concatenate(whole)
+
+    fed, whole = asyncio.run(both())
+    assert fed.shape == whole.shape and np.allclose(fed, whole, atol=1e-4)  # the frames of the whole text
+
+
 def test_request_errors_from_an_actor_keep_their_type(served):
     _, runtime = served
     with pytest.raises(TTSRequestError, match="Base checkpoint"):  # raised inside the actor, same type here

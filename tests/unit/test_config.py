@@ -74,8 +74,23 @@ def test_unknown_top_level_key_and_bad_sampling_value_are_all_reported():
 def test_talker_and_code2wav_must_share_a_checkpoint():
     data = _aura()
     data["stages"][3]["model"] = "other"
-    with pytest.raises(DeployConfigError, match="must load the same checkpoint"):
+    with pytest.raises(DeployConfigError, match="needs a code2wav stage loading the same checkpoint"):
         parse_deploy_config(data, "f.yaml")
+
+
+def test_one_talker_pair_per_checkpoint_and_each_talker_finds_its_code2wav():
+    data = _aura()
+    talker, code2wav = data["stages"][2], data["stages"][3]
+    pair = [dict(talker, stage_id=4, model="cv", model_stage="qwen3_tts"),
+            dict(code2wav, stage_id=5, model="cv", model_stage="code2wav")]
+    cfg = parse_deploy_config(dict(data, stages=data["stages"] + pair), "f.yaml")
+    assert [cfg.code2wav_of(s).stage_id for s in cfg.stages if cfg.role_of(s) == "qwen3_tts"] == [3, 5]
+    with pytest.raises(DeployConfigError, match="more than one qwen3_tts stage loads"):
+        same = [dict(s, model=talker["model"]) for s in pair]
+        parse_deploy_config(dict(data, stages=data["stages"] + same), "f.yaml")
+    with pytest.raises(DeployConfigError, match="more than one stage has role 'aura'"):
+        parse_deploy_config(dict(data, stages=data["stages"] + [dict(data["stages"][1], stage_id=6, model_stage="aura")]),
+                            "f.yaml")
 
 
 def test_talker_without_code2wav_is_refused():

@@ -96,7 +96,11 @@ def test_chat_audio_length_is_checked_before_decoding():
 
 class FakeTTS:
     model_type = "base"
+    task_types = ("Base",)
     languages = ["Auto", "English"]
+
+    def for_task(self, task_type):
+        return self
 
     def validate(self, request):
         assert request.voice == "the-prompt"

@@ -2,6 +2,7 @@
 with one set of defaults, one token cap and errors that name the client's own field."""
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,14 +15,20 @@ from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.pipeline.tts_request import TalkerContext, TTSAsk, build_tts_request, check_tts, talker_token_cap
 from aura_omni.server.protocol import SpeechRequest
 from aura_omni.server.speech import speech_ask
+from aura_omni.stages.talker_set import TalkerSet
+from aura_omni.stages.tts import TASK_OF_MODEL_TYPE
 
 
 class FakeTTS:
     def __init__(self, model_type):
         self.model_type = model_type
-        self.speakers = ["vivian", "serena", "uncle_fu"]
+        self.speakers = ["vivian", "serena", "uncle_fu"] if model_type == "custom_voice" else []
         self.languages = ["auto", "english", "chinese"]
+        self.task_types = (TASK_OF_MODEL_TYPE[model_type],)
         self.validated = []
+
+    def for_task(self, task_type):
+        return self
 
     def validate(self, req):
         self.validated.append(req)
@@ -150,3 +157,14 @@ def test_additional_information_values_may_be_lists():
     info = AdditionalInformation.parse({"tts_speaker": ["vivian"], "is_speech": ["false"], "tts_pass_token_ids": "on"})
     assert info.tts_speaker == "vivian" and info.is_speech is False and info.tts_pass_token_ids is True
     assert AdditionalInformation.parse({"tts_ref_audio": (np.zeros(3), 16000)}).tts_ref_audio[1] == 16000
+
+
+def test_with_two_talkers_the_voice_or_reference_picks_the_checkpoint():
+    talkers = TalkerSet([FakeTTS("base"), FakeTTS("custom_voice")])
+    c = dataclasses.replace(ctx()[0], tts=talkers, voices=Voices(me="prompt"))
+    assert check_tts(TTSAsk(voice="Vivian"), c).template.task_type == "CustomVoice"
+    assert check_tts(TTSAsk(), c).template.speaker == "Vivian"  # no voice: the default preset speaker
+    assert check_tts(TTSAsk(voice="me"), c).template.task_type == "Base"  # a registered clone
+    assert check_tts(TTSAsk(voice="alloy", ref_audio="AAAA", x_vector_only=True), c).template.task_type == "Base"
+    with pytest.raises(PipelineRequestError, match="serves Base and CustomVoice"):
+        check_tts(TTSAsk(task_type="VoiceDesign", instruct="calm"), c)
