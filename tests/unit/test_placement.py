@@ -99,3 +99,21 @@ def test_in_process_serving_never_imports_ray():
     code = ("import sys, aura_omni.pipeline.runtime, aura_omni.server.app, aura_omni.session.handler, aura_omni.cli; "
             "sys.exit('ray imported' if 'ray' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
+
+
+def test_streamed_text_pieces_reach_the_talker_in_order_even_before_the_request():
+    from aura_omni.placement.host import _Feed
+
+    class Facade:
+        fed = []
+
+        def feed_text(self, request_id, req, ids, end=False):
+            self.fed.append((request_id, ids, end))
+
+    feed = _Feed()
+    feed.add(1, [3, 4], False)  # Ray delivered the second piece first, before the request itself
+    feed.add(0, [1, 2], False)
+    assert Facade.fed == []
+    feed.start(Facade(), "r1", object())
+    feed.add(2, [5], True)
+    assert Facade.fed == [("r1", [1, 2], False), ("r1", [3, 4], False), ("r1", [5], True)]
