@@ -119,7 +119,8 @@ class StageHost:
     async def create_voice_prompt(self, wav: np.ndarray, sample_rate: int, ref_text: str | None,
                                   x_vector_only: bool):
         """TTS (Base): a cloned voice from reference audio, on a worker thread (the actor's loop keeps serving)."""
-        return await asyncio.to_thread(self.model.create_voice_prompt, wav, sample_rate, ref_text, x_vector_only)
+        return await asyncio.to_thread(self.model.create_voice_prompt, np.array(wav), sample_rate, ref_text,
+                                       x_vector_only)  # a writable copy: Ray hands numpy arrays over read-only
 
 
 class _Feed:
