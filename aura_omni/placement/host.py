@@ -10,6 +10,7 @@ coroutine, which leaves the stage loop's `submit` and aborts the request there (
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import os
 import threading
@@ -22,6 +23,7 @@ import numpy as np
 from aura_omni.config import ASR, AURA, TALKER
 from aura_omni.models.qwen3_tts.text_stream import TextFeed
 
+ENDED_KEPT = 4096  # streamed-text requests remembered after they end, so their late pieces are dropped
 # Stage loops a stage object owns, by attribute (the AURA and ASR stages: `loop`; the TTS facade: two).
 LOOP_ATTRIBUTES = ("loop", "talker_loop", "code2wav_loop")
 
@@ -61,6 +63,7 @@ class StageHost:
         self.loops = {loop.name: loop for loop in (getattr(self.model, a, None) for a in LOOP_ATTRIBUTES)
                       if loop is not None}
         self.feeds: dict[str, _Feed] = {}  # streamed-text requests by id (their feeds may come before them)
+        self.ended: collections.OrderedDict[str, None] = collections.OrderedDict()  # recent ones: late feeds dropped
 
     # ---- about the replica --------------------------------------------------------------------------
     def info(self) -> dict:
@@ -105,11 +108,15 @@ class StageHost:
             async for chunk in self.model.astream(req, initial_chunk_frames, chunk_frames, request_id=request_id):
                 yield np.asarray(chunk, dtype=np.float32)
         finally:
-            self.feeds.pop(request_id, None)
+            if self.feeds.pop(request_id, None) is not None:
+                self.ended[request_id] = None
+                while len(self.ended) > ENDED_KEPT:
+                    self.ended.popitem(last=False)
 
     def feed_text(self, request_id: str, number: int, ids: list[int], end: bool) -> None:
         """The `number`-th piece of a streamed text (Ray may deliver them out of order; they are applied in order)."""
-        self.feeds.setdefault(request_id, _Feed()).add(number, ids, end)
+        if request_id not in self.ended:
+            self.feeds.setdefault(request_id, _Feed()).add(number, ids, end)
 
     async def frames(self, request_id: str, req) -> AsyncIterator:
         """TTS: a Talker request -> codec frames, int64 [16] each."""
