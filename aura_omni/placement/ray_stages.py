@@ -115,10 +115,13 @@ class RayPlacement:
         try:
             infos = {label: ray.get([a.info.remote() for a in handles], timeout=START_TIMEOUT_S)
                      for label, handles in actors.items()}
-        except BaseException:
+        except BaseException as e:
             for handles in actors.values():
                 for a in handles:
                     ray.kill(a, no_restart=True)
+            if isinstance(e, ray.exceptions.RayError):  # a stage failed to load or warm in its actor: its last line
+                cause = next((line for line in reversed(str(e).splitlines()) if line.strip()), type(e).__name__)
+                raise RuntimeError(f"a stage actor failed to start: {cause}") from e
             raise
         log.info("Ray stages ready in %.1f s: %s", time.perf_counter() - t,
                  ", ".join(f"{label} x{len(h)}" for label, h in actors.items()))
@@ -169,3 +172,7 @@ def _check_gpus(ray, stages: list[Stage], device: str | None) -> None:
     if need and gpus <= 0:
         raise RuntimeError(f"stages {[s.stage_id for s in need]} ask for a GPU but the Ray cluster has none; "
                            f"pass --device cpu or set `devices: cpu`")
+    shares = sum(s.gpu_memory_utilization * s.num_replicas for s in need)
+    if shares > gpus + 1e-9:
+        raise RuntimeError(f"the GPU stages' replicas ask for {shares:g} GPUs (gpu_memory_utilization x num_replicas) "
+                           f"but the Ray cluster has {gpus:g}")

@@ -195,6 +195,17 @@ def test_text_fed_while_spoken_reaches_its_replica_in_order(served):
     assert fed.shape == whole.shape and np.allclose(fed, whole, atol=1e-4)  # the frames of the whole text
 
 
+def test_a_stage_that_cannot_load_in_its_actor_stops_the_start_and_says_why(served, tmp_path):
+    from aura_omni.config import parse_deploy_config
+    from aura_omni.pipeline.runtime import Runtime
+
+    missing = str(tmp_path / "no-such-checkpoint")
+    deploy = parse_deploy_config({"pipeline": "qwen3_tts", "distributed_executor_backend": "ray", "stages": [
+        {"stage_id": 0, "model": missing, "devices": "cpu"}, {"stage_id": 1, "model": missing, "devices": "cpu"}]})
+    with pytest.raises(RuntimeError, match="a stage actor failed to start.*no-such-checkpoint"):
+        Runtime.load(deploy)
+
+
 def test_request_errors_from_an_actor_keep_their_type(served):
     _, runtime = served
     with pytest.raises(TTSRequestError, match="Base checkpoint"):  # raised inside the actor, same type here

@@ -117,3 +117,20 @@ def test_streamed_text_pieces_reach_the_talker_in_order_even_before_the_request(
     feed.start(Facade(), "r1", object())
     feed.add(2, [5], True)
     assert Facade.fed == [("r1", [1, 2], False), ("r1", [3, 4], False), ("r1", [5], True)]
+
+
+def test_gpu_stages_that_cannot_fit_the_cluster_are_refused_at_start():
+    from types import SimpleNamespace
+
+    from aura_omni.placement.ray_stages import _check_gpus
+
+    cfg = parse_deploy_config(deploy(distributed_executor_backend="ray", stages={
+        0: {"devices": "0", "gpu_memory_utilization": 0.6, "num_replicas": 2}, 1: {"devices": "0"}}))
+    talker = cfg.stages[0]
+    cluster = lambda gpus: SimpleNamespace(cluster_resources=lambda: {"GPU": gpus})  # noqa: E731
+    with pytest.raises(RuntimeError, match="has none"):
+        _check_gpus(cluster(0), [talker], None)
+    with pytest.raises(RuntimeError, match="ask for 1.2 GPUs"):
+        _check_gpus(cluster(1), [talker], None)
+    _check_gpus(cluster(2), [talker], None)
+    _check_gpus(cluster(0), [talker], "cpu")  # --device cpu: no GPU asked for
