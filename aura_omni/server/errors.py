@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..pipeline.errors import _TYPES, APIError, client_error, internal_error, request_error_types  # noqa: F401
 from ..pipeline.runtime import StageNotDeployedError
+from ..placement import StageUnavailableError
 
 log = logging.getLogger("aura_omni.server")
 
@@ -90,6 +91,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StageNotDeployedError)
     async def _stage_not_deployed(_: Request, exc: StageNotDeployedError):
         return error_response(APIError(str(exc), 400, code="stage_not_deployed"))
+
+    @app.exception_handler(StageUnavailableError)
+    async def _stage_unavailable(_: Request, exc: StageUnavailableError):
+        return error_response(APIError(str(exc), 503, code=exc.code))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):

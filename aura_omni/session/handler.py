@@ -31,6 +31,7 @@ from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
 from ..pipeline.errors import client_error, internal_error
+from ..placement import session_key
 from ..pipeline.media_input import MediaPolicy, vision_configs
 from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .config import SessionConfig, SessionConfigError, check_input_rate
@@ -634,6 +635,7 @@ class RealtimeSession:
         return out
 
     async def _run(self, resp: Response, previous: list[Response]) -> None:
+        session_key.set(self.id)  # this task's stage requests: its AURA replica holds the session's prefix cache
         try:
             for prev in previous:  # overlapped input: start once the earlier replies' text is final
                 await prev.aura_final.wait()
