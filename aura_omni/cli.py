@@ -2,6 +2,7 @@
 
   aura-omni serve [MODEL] --omni --deploy-config PATH --served-model-name NAME [NAME ...] --trust-remote-code
                   --host H --port P --api-key KEY --device cpu --dtype auto --load-format {auto,dummy}
+                  --distributed-executor-backend ray --ray-address ADDRESS
   aura-omni make-tiny DIR [--seed N]
   aura-omni bench serve --backend {speech,chat,realtime} --base-url URL --model NAME --max-concurrency N [N ...]
                   --num-prompts N --request-rate R --save-result --result-filename FILE --plot FILE
@@ -50,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="hosts whose http(s) image/video/audio URLs chat requests may use (off by default)")
     serve.add_argument("--request-timeout", type=float, default=300.0, metavar="SECONDS",
                        help="cancel a chat turn in every stage after this long (504); 0 = no limit")
+    serve.add_argument("--distributed-executor-backend", default=None, choices=["ray"],
+                       help="ray: run each stage as Ray actors (deploy key distributed_executor_backend; docs/ray.md)")
+    serve.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                       help="an existing Ray cluster (`ray start --head`'s address; implies --distributed-executor-backend "
+                            "ray); default: a local Ray instance")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     limits = serve.add_argument_group("limits", "request limits (default: the deploy file's `limits:`, else built in)")
     for f in dataclasses.fields(Limits):
@@ -73,10 +79,24 @@ def load_serve_config(args: argparse.Namespace):
 
     model = args.model or args.model_flag
     if args.deploy_config:
-        return load_deploy_config(args.deploy_config, default_model=model)
-    if not model:
+        deploy = load_deploy_config(args.deploy_config, default_model=model)
+    elif not model:
         raise SystemExit("aura-omni serve: give --deploy-config PATH, or MODEL (a Qwen3-TTS checkpoint)")
-    return single_model_config(model)
+    else:
+        deploy = single_model_config(model)
+    return with_placement(deploy, getattr(args, "distributed_executor_backend", None), getattr(args, "ray_address", None))
+
+
+def with_placement(deploy, backend: str | None, ray_address: str | None):
+    """`--distributed-executor-backend` and `--ray-address` over the deploy file's keys (checked like them)."""
+    from .config import parse_deploy_config
+
+    if backend is None and ray_address is None:
+        return deploy
+    data = deploy.model_dump(exclude_unset=True)
+    data["distributed_executor_backend"] = backend or deploy.distributed_executor_backend or "ray"
+    data["ray_address"] = ray_address or deploy.ray_address
+    return parse_deploy_config(data, deploy.source)
 
 
 def serve_limits(args: argparse.Namespace, deploy) -> Limits:

@@ -129,6 +129,7 @@ class Stage(_Strict):
     default_sampling_params: SamplingParams = Field(default_factory=SamplingParams)
     subtalker_sampling_params: SubtalkerSamplingParams | None = None
     kernels: Kernels = Field(default_factory=Kernels)
+    num_replicas: int = Field(1, ge=1)  # copies of the stage, each a Ray actor (distributed_executor_backend: ray)
     input_connectors: dict[str, str] = Field(default_factory=dict)
     output_connectors: dict[str, str] = Field(default_factory=dict)
 
@@ -157,6 +158,7 @@ class StageOverride(_Strict):
     default_sampling_params: SamplingParams | None = None
     subtalker_sampling_params: SubtalkerSamplingParams | None = None
     kernels: Kernels | None = None
+    num_replicas: int | None = Field(None, ge=1)
 
 
 class Platform(_Strict):
@@ -176,6 +178,8 @@ class DeployConfig(_Strict):
     stages: list[Stage] = Field(min_length=1)
     platforms: dict[str, Platform] = Field(default_factory=dict)
     limits: dict[str, float] = Field(default_factory=dict)  # media.limits.Limits fields; `serve --max-...` flags win
+    distributed_executor_backend: Literal["ray"] | None = None  # None: every stage in this process; docs/ray.md
+    ray_address: str | None = None  # an existing Ray cluster (`serve --ray-address`); None: a local Ray
     _source: str = PrivateAttr("<memory>")  # the file it came from, for messages
 
     @field_validator("limits")
@@ -368,9 +372,14 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
         out.append((f"connectors.{name}", "no stage uses it"))
     for name in sorted(set(cfg.platforms) - set(PLATFORMS)):
         out.append((f"platforms.{name}", f"a platform is one of {', '.join(PLATFORMS)} (a stage device's kind)"))
+    if cfg.ray_address is not None and cfg.distributed_executor_backend != "ray":
+        out.append(("ray_address", "a Ray cluster serves stages only with distributed_executor_backend: ray"))
     gpu_shares: dict[str, list[float]] = {}
     for i, st in enumerate(cfg.stages):
         role, where, given = cfg.role_of(st), f"stages[{i}]", st.model_fields_set
+        if st.num_replicas > 1 and cfg.distributed_executor_backend != "ray":
+            out.append((f"{where}.num_replicas", "replicas are Ray actors: set distributed_executor_backend: ray "
+                                                 "(or serve --distributed-executor-backend ray)"))
         if "," in st.devices:
             out.append((f"{where}.devices", f"a stage runs on one device in this build (got {st.devices!r})"))
         if "gpu_memory_utilization" in given and _is_cuda(st.devices):
@@ -408,6 +417,10 @@ def _code2wav_refusals(cfg: DeployConfig, st: Stage, talker: Stage, where: str) 
         out.append((f"{where}.devices", f"Code2Wav runs on the Talker's device ({talker.devices!r}) in this build"))
     if st.load_format != talker.load_format:
         out.append((f"{where}.load_format", f"Code2Wav loads with the Talker's checkpoint ({talker.load_format!r})"))
+    if "num_replicas" in given and st.num_replicas != talker.num_replicas:
+        out.append((f"{where}.num_replicas", f"Code2Wav runs inside each Talker replica (the Qwen3-TTS facade), "
+                                             f"so it has the Talker's num_replicas ({talker.num_replicas}); "
+                                             f"remove the key or set it equal"))
     if st.dtype not in ("auto", "float32"):
         out.append((f"{where}.dtype", f"Code2Wav decodes in float32, as qwen-tts does (got {st.dtype!r})"))
     if "enforce_eager" in given and not st.enforce_eager:

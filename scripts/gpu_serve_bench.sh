@@ -44,7 +44,7 @@ bench() {  # bench NAME ARGS...
     --result-filename "$OUT/$name.json" "$@" > "$OUT/$name.md" 2>"$OUT/$name.err"
   echo "=== $name: rc=$?"; cat "$OUT/$name.md"
 }
-TURN="--input-audio-seconds 3 --num-frames 2 --frame-size 554 --max-tokens 40 --ignore-eos"
+TURN="--input-audio-seconds 3 --num-frames 2 --frame-size 640x480 --max-tokens 40 --ignore-eos"
 # random weights never end a transcript: ASR stops at 12 tokens, about what 3 s of speech transcribes to
 ASR12='"sampling_params_list": [{"max_tokens": 12}]'
 
@@ -67,7 +67,8 @@ for s in ${*:-tts turns live}; do
     live) serve configs/aura_omni_duplex_8.yaml aura || continue  # 8 sessions, CustomVoice, 8-frame first window
           bench live_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
             --max-concurrency 1 8 --num-prompts 32 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
-          bench live_silent --backend realtime --model aura $TURN --num-warmups 1 --max-concurrency 1 --num-prompts 16 \
+          bench live_silent --backend realtime --model aura ${TURN% --ignore-eos} --num-warmups 1 --max-concurrency 1 \
+            --num-prompts 16 \
             --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}]}'
           stop ;;
   esac

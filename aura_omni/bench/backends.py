@@ -53,7 +53,7 @@ class BenchConfig:
     ref_text: str | None = None  # its transcript; without it the voice is cloned from the x-vector only
     input_audio_seconds: float = 3.0  # chat / realtime: the user's speech
     num_frames: int = 2  # chat / realtime: camera frames per turn
-    frame_size: int = 448
+    frame_size: tuple[int, int] = (640, 480)  # a camera's width, height
     timeout: float = 600.0
     extra_body: dict = field(default_factory=dict)
 

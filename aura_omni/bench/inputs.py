@@ -61,14 +61,15 @@ def wav_bytes(samples: np.ndarray, sample_rate: int = INPUT_SAMPLE_RATE) -> byte
     return buf.getvalue()
 
 
-def jpeg_frames(count: int, size: int) -> list[str]:
-    """`count` distinct size x size JPEG frames, bare base64."""
+def jpeg_frames(count: int, size: int | tuple[int, int]) -> list[str]:
+    """`count` distinct JPEG frames of `size` (width, height; an int: square), bare base64."""
     from PIL import Image
 
+    width, height = (size, size) if isinstance(size, int) else size
     frames = []
-    ramp = np.linspace(0, 255, size, dtype=np.float32)
+    across, down = np.linspace(0, 255, width, dtype=np.float32), np.linspace(0, 255, height, dtype=np.float32)
     for i in range(count):
-        rgb = np.stack([np.add.outer(ramp, ramp) / 2, np.tile(ramp, (size, 1)).T, np.full((size, size), 40.0 * i)],
+        rgb = np.stack([np.add.outer(down, across) / 2, np.tile(down, (width, 1)).T, np.full((height, width), 40.0 * i)],
                        axis=-1)
         buf = io.BytesIO()
         Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8)).save(buf, format="JPEG", quality=70)

@@ -58,7 +58,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--ignore-eos", action="store_true", help="chat: generate --max-tokens tokens")
     parser.add_argument("--input-audio-seconds", type=float, default=3.0, help="chat / realtime: user speech")
     parser.add_argument("--num-frames", type=int, default=2, help="chat / realtime: camera frames per turn")
-    parser.add_argument("--frame-size", type=_positive_int, default=448, help="frame width and height, pixels")
+    parser.add_argument("--frame-size", type=_frame_size, default=(640, 480),
+                        help="camera frame WIDTHxHEIGHT (or one number: square), pixels")
     parser.add_argument("--extra-body", type=_json_object, default={},
                         help="JSON object merged into each request (realtime: the session's extra_body)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a request counts as failed")
@@ -76,6 +77,11 @@ def _positive_int(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
     return n
+
+
+def _frame_size(value: str) -> tuple[int, int]:
+    width, _, height = value.lower().partition("x")
+    return _positive_int(width), _positive_int(height or width)
 
 
 def _rate(value: str) -> float:

@@ -45,7 +45,7 @@ class LLMEngine:
         self.detokenize = detokenize
         self.runner = ModelRunner(adapter, config, name)
         self.blocks = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(config, self.blocks)
+        self.scheduler = Scheduler(config, self.blocks, getattr(adapter, "ready", None))
         self.requests: dict[str, Sequence] = {}
         self.async_steps = config.async_scheduling
         self._in_flight: tuple[LaunchedStep, list[int]] | None = None  # a queued step, its rows' output indexes

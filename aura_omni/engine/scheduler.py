@@ -6,10 +6,15 @@ fewer than `max_num_seqs` run. When the KV blocks run out, the most recently adm
 sequence is preempted: its blocks are freed and it waits at the head of the queue to be recomputed
 (prompt + what it generated so far). The oldest running sequence is never preempted, and start-up
 guarantees one `max_model_len` sequence fits, so the engine always makes progress.
+
+A model adapter may say a sequence cannot run yet (`ready`: the Talker's next text row has not arrived): such a
+sequence keeps its blocks and its seat but is left out of the step, and does not hold back the others.
 """
 
 from collections import deque
 from dataclasses import dataclass
+from itertools import chain
+from typing import Callable
 
 from aura_omni.engine.block_manager import BlockManager
 from aura_omni.engine.config import EngineConfig
@@ -47,9 +52,11 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, block_manager: BlockManager):
+    def __init__(self, config: EngineConfig, block_manager: BlockManager,
+                 ready: Callable[[Sequence], bool] | None = None):
         self.config = config
         self.blocks = block_manager
+        self.ready = ready  # None: every sequence can always run
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: the last one is preempted first
         self.num_preemptions = 0
@@ -59,7 +66,10 @@ class Scheduler:
         self.waiting.append(seq)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        """Whether a step would run anything (sequences waiting for input do not count)."""
+        if self.ready is None:
+            return bool(self.waiting or self.running)
+        return any(self.ready(s) for s in chain(self.running, self.waiting))
 
     def schedule(self) -> SchedulerOutput:
         budget = self.config.max_num_batched_tokens
@@ -68,6 +78,9 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
+            if self.ready is not None and not self.ready(seq):
+                i += 1
+                continue
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
             while not self.blocks.grow(seq, n):
                 victim = self.running[-1]
@@ -84,11 +97,13 @@ class Scheduler:
                 continue
             break  # seq itself was preempted: everything after it already was
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs and not preempted:
-            seq = self.waiting[0]
+            seq = self.waiting[0] if self.ready is None else next((s for s in self.waiting if self.ready(s)), None)
+            if seq is None:
+                break
             n = self.blocks.admit(seq, budget)
             if n == 0:
                 break  # first come, first served: later requests wait too
-            self.waiting.popleft()
+            self.waiting.remove(seq)
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))

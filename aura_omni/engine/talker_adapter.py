@@ -34,6 +34,13 @@ class TalkerAdapter:
     # the device), so the engine may queue a step before the previous one's codes are back (async scheduling)
     device_decode_inputs = True
 
+    @staticmethod
+    def ready(seq) -> bool:
+        """Whether the sequence can be stepped: its last token's input needs that token's text row, which a streamed
+        text may not have delivered yet (the scheduler then leaves the sequence out of the step)."""
+        n = seq.num_output_tokens
+        return n == 0 or seq.model_state.text_known(n - 1)
+
     def build_inputs(self, pieces, device: torch.device):
         rows, positions = [], []
         for piece in pieces:

@@ -1,12 +1,14 @@
 """Runs one turn through ASR -> AURA -> Talker/Code2Wav, streaming between stages.
 
-AURA's text reaches the Talker sentence by sentence while AURA still decodes, and each sentence's audio
-leaves as the Code2Wav stream produces it, so the first audio is out long before the reply ends. The
-consumer sees one ordered event stream (transcript, text deltas, audio chunks, done). Closing that stream
-(client gone) or a timeout cancels every stage's work for the request.
+With async_chunk, AURA's text streams into the Talker as it is produced (one Talker request per utterance, whose
+text grows while it speaks: it starts after the first word), or sentence by sentence where the speech stage cannot
+take streamed text; each utterance's audio leaves as the Code2Wav stream produces it, so the first audio is out
+long before the reply ends. The consumer sees one ordered event stream (transcript, text deltas, audio chunks,
+done). Closing that stream (client gone) or a timeout cancels every stage's work for the request.
 """
 
 import asyncio
+import os
 import time
 from typing import AsyncIterator
 
@@ -20,7 +22,7 @@ from aura_omni.pipeline.processors import (
     wrap_tts_token_ids,
 )
 from aura_omni.pipeline.prompt_tokens import AuraPrompt
-from aura_omni.pipeline.sentences import SentenceSplitter
+from aura_omni.pipeline.sentences import DEFAULT_MAX_UTTERANCE_CHARS, DEFAULT_START_WORDS, SentenceSplitter, Utterances
 from aura_omni.pipeline.stage_api import AsrStage, AuraStage, SpeechStage
 from aura_omni.pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnEvent, TurnRequest
 
@@ -30,6 +32,7 @@ class TurnTimeout(TimeoutError):
 
 
 _END = object()
+_STREAMED = object()  # a queued utterance whose text pieces follow in its own queue
 
 
 def aura_prompt(req: TurnRequest, transcript: Transcript | None) -> AuraPrompt:
@@ -43,11 +46,13 @@ def aura_prompt(req: TurnRequest, transcript: Transcript | None) -> AuraPrompt:
 class AuraOmniPipeline:
     def __init__(self, asr: AsrStage | None, aura: AuraStage | None, speech: SpeechStage | None,
                  *, sentence_min_chars: int = 30, default_timeout_s: float | None = 300.0,
-                 stream_text_to_talker: bool = True):
+                 stream_text_to_talker: bool = True, talker_start_words: int = DEFAULT_START_WORDS,
+                 max_utterance_chars: int = DEFAULT_MAX_UTTERANCE_CHARS):
         self.asr, self.aura, self.speech = asr, aura, speech
-        # deploy `async_chunk`: AURA's text reaches the Talker sentence by sentence while AURA decodes (True), or the
-        # whole reply once AURA has finished (False)
+        # deploy `async_chunk`: AURA's text streams into the Talker while AURA decodes (True: as it comes where the
+        # speech stage takes streamed text, else sentence by sentence), or the whole reply once AURA has finished
         self.stream_text_to_talker = stream_text_to_talker
+        self.talker_start_words, self.max_utterance_chars = talker_start_words, max_utterance_chars
         self.sentence_min_chars = sentence_min_chars
         self.default_timeout_s = default_timeout_s
 
@@ -114,7 +119,11 @@ class AuraOmniPipeline:
         speaker = asyncio.create_task(self._speak(req, sentences, events)) if req.speak else None
         splitter = SentenceSplitter(self.sentence_min_chars)
         # token passthrough speaks the whole reply's ids
-        by_sentence = req.speak and not req.tts_pass_token_ids and self.stream_text_to_talker
+        streams = req.speak and not req.tts_pass_token_ids and self.stream_text_to_talker
+        streamed = streams and self._speech_streams_text(req)
+        by_sentence = streams and not streamed
+        utterances = Utterances(self.talker_start_words, self.max_utterance_chars)
+        utterance: asyncio.Queue | None = None  # the text queue of the utterance being fed
         raw, shown, ids, prompt_tokens, finish_reason = "", "", [], 0, "stop"
         try:
             async for delta in self.aura.generate(prompt, req.vision, request_id=f"{req.request_id}-aura",
@@ -131,8 +140,12 @@ class AuraOmniPipeline:
                 if by_sentence:
                     for piece in splitter.feed(raw):
                         sentences.put_nowait((piece, None))
+                elif streamed:
+                    utterance = self._feed_utterances(utterances.feed(raw), utterance, sentences)
             silent = is_effectively_silent(raw)
-            if req.speak and not silent:
+            if streamed:  # ends the open utterance (a silent reply never opened one)
+                utterance = self._feed_utterances(utterances.finish(raw), utterance, sentences)
+            if req.speak and not silent and not streamed:
                 if by_sentence:
                     for piece in splitter.finish(raw):
                         sentences.put_nowait((piece, None))
@@ -162,8 +175,35 @@ class AuraOmniPipeline:
             return None
         return strip_assistant_text(raw).replace(SILENT_TEXT, "")
 
+    def _speech_streams_text(self, req: TurnRequest) -> bool:
+        if os.environ.get("AURA_OMNI_STREAM_TALKER_TEXT", "1") == "0":  # A/B runs: sentence by sentence
+            return False
+        streams_text = getattr(self.speech, "streams_text", None)
+        return streams_text is not None and streams_text(req.tts)
+
+    @staticmethod
+    def _feed_utterances(items: list[str | None], utterance: asyncio.Queue | None,
+                         sentences: asyncio.Queue) -> asyncio.Queue | None:
+        """Text pieces into the open utterance (opening one, queued for the speaker, when none is); None ends it."""
+        for item in items:
+            if item is None:
+                if utterance is not None:
+                    utterance.put_nowait(_END)
+                utterance = None
+                continue
+            if utterance is None:
+                utterance = asyncio.Queue()
+                sentences.put_nowait((_STREAMED, utterance))
+            utterance.put_nowait(item)
+        return utterance
+
+    @staticmethod
+    async def _pieces(utterance: asyncio.Queue) -> AsyncIterator[str]:
+        while (piece := await utterance.get()) is not _END:
+            yield piece
+
     async def _speak(self, req: TurnRequest, sentences: asyncio.Queue, events: asyncio.Queue) -> float:
-        """Speak queued sentences in order; returns seconds of audio produced."""
+        """Speak queued sentences and utterances in order; returns seconds of audio produced."""
         samples = 0
         n = 0
         while True:
@@ -171,7 +211,12 @@ class AuraOmniPipeline:
             if item is _END:
                 return samples / TTS_SAMPLE_RATE
             text, token_ids = item
-            async for chunk in self.speech.speak(text, token_ids, req.tts, request_id=f"{req.request_id}-tts{n}"):
+            request_id = f"{req.request_id}-tts{n}"
+            if text is _STREAMED:
+                chunks = self.speech.speak_stream(self._pieces(token_ids), req.tts, request_id=request_id)
+            else:
+                chunks = self.speech.speak(text, token_ids, req.tts, request_id=request_id)
+            async for chunk in chunks:
                 samples += len(chunk)
                 events.put_nowait(AudioChunk(chunk))
             n += 1

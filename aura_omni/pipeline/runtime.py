@@ -79,9 +79,10 @@ def platform_of(device: str) -> str:
 class Runtime:
     """Loaded stage models keyed by role, plus the worker threads that run their blocking calls."""
 
-    def __init__(self, deploy: DeployConfig, models: dict[str, Any] | None = None):
+    def __init__(self, deploy: DeployConfig, models: dict[str, Any] | None = None, *, placement: Any = None):
         self.deploy = deploy
         self.models: dict[str, Any] = dict(models or {})
+        self.placement = placement  # None: stages in this process; else where they run (placement/ray_stages.py)
         self._pipeline = None
         self.request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # a turn past this is cancelled (504)
         self.restart_delay_s = LOOP_RESTART_DELAY_S
@@ -99,7 +100,14 @@ class Runtime:
     @classmethod
     def load(cls, deploy: DeployConfig, *, device: str | None = None, dtype: str | None = None,
              load_format: str | None = None) -> Runtime:
-        """Load every declared stage (Code2Wav is part of the Qwen3-TTS facade)."""
+        """Load every declared stage (Code2Wav is part of the Qwen3-TTS facade): in this process, or each stage as
+        Ray actors (`distributed_executor_backend: ray`, placement/) behind proxies of the same surface."""
+        if deploy.distributed_executor_backend == "ray":
+            from ..placement.ray_stages import RayPlacement
+
+            placement = RayPlacement.start(deploy, load_stage, warm_models, device=device, dtype=dtype,
+                                           load_format=load_format)
+            return cls(placement.deploy, placement.models, placement=placement)
         first = deploy.stages[0]
         deploy = deploy.for_platform(platform_of(stage_device(first, device)))
         models: dict[str, Any] = {}
@@ -108,19 +116,9 @@ class Runtime:
             role = deploy.role_of(stage)
             if role == CODE2WAV:
                 continue
-            target = STAGE_LOADERS[role]
-            dev = stage_device(stage, device)
-            fmt = load_format or stage.load_format
-            module, _, attr = target.partition(":")
-            loader: Callable = getattr(importlib.import_module(module), attr)
-            log.info("loading stage %d (%s) from %s on %s", stage.stage_id, role, stage.model, dev)
-            models[role] = loader(stage, dev, stage_dtype(stage, dtype, dev), "auto" if fmt == "safetensors" else fmt)
+            models[role] = load_stage(deploy, stage, stage_device(stage, device), dtype, load_format)
             if role == TALKER:
                 talkers.append(models[role])
-                if models[role].code2wav_loop is not None:
-                    from ..stages.engine_config import code2wav_max_batch  # the Code2Wav stage's engine fields
-                    models[role].code2wav_loop.engine.max_batch = code2wav_max_batch(
-                        deploy.code2wav_of(stage), deploy.codec_streaming())
         if len(talkers) > 1:  # one checkpoint per task type (Base beside CustomVoice): routed by the request
             from ..stages.talker_set import TalkerSet
 
@@ -164,33 +162,28 @@ class Runtime:
         return self.models[TALKER].astream(tts_request, initial_chunk_frames, chunk_frames)
 
     async def transcribe(self, samples, sample_rate: int, *, language: str | None = None, context: str | None = None,
-                         temperature: float = 0.0):
+                         temperature: float = 0.0, max_new_tokens: int | None = None):
         """One clip's Transcript; cancelling the awaiting task aborts its ASR work."""
         return (await self.models[ASR].atranscribe([(samples, sample_rate)], language=language, context=context,
-                                                   temperature=temperature))[0]
+                                                   temperature=temperature, max_new_tokens=max_new_tokens))[0]
 
     async def voice_prompt(self, wav, sample_rate: int, ref_text: str | None, x_vector_only: bool):
         """A cloned voice (x-vector, and reference codes for in-context cloning) from reference audio."""
         return await asyncio.to_thread(self.models[TALKER].create_voice_prompt, wav, sample_rate, ref_text, x_vector_only)
 
     async def warm_up(self) -> dict[str, float]:
-        """One small request through every stage (pipeline/warmup.py); the server calls it before it says ready."""
-        from ..pipeline.warmup import warm_up
-        from .media_input import load_image_input
-
-        aura, frame = self.models.get(AURA), None
-        if aura is not None:  # a 640x480 camera frame: the live path's vision layout
-            rgb = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
-            frame = await asyncio.to_thread(load_image_input, rgb, None, aura.stage.model)
-        codec = self.deploy.codec_streaming()
-        return await warm_up(self.models.get(ASR), aura, self.models.get(TALKER), frame=frame,
-                             initial_chunk_frames=min(codec.initial_codec_chunk_frames or 2, codec.codec_chunk_frames),
-                             chunk_frames=codec.codec_chunk_frames)
+        """One small request through every stage (pipeline/warmup.py); the server calls it before it says ready.
+        Ray actors warm their own stage as they start (and restart): this waits for them."""
+        if self.placement is not None:
+            return await self.placement.warm_up()
+        return await warm_models(self.models, self.deploy)
 
     def stage_stats(self) -> dict[str, dict[str, float]]:
         """Per stage: what its loop published after its last step (alive, queued, in_flight, steps, batch_size,
         step_seconds, busy_s, and the engine's running, waiting, free_blocks, total_blocks, prefix_cache_hit_rate, ...).
-        Takes no lock and never waits for a step."""
+        Takes no lock and never waits for a step. Ray actors: per replica (`aura/0`), as last polled."""
+        if self.placement is not None:
+            return self.placement.stage_stats()
         return {name: loop.counters.as_dict() for name, loop in self.loops().items()}
 
     def loops(self) -> dict[str, Any]:
@@ -205,6 +198,9 @@ class Runtime:
         return out
 
     def close(self) -> None:
+        if self.placement is not None:
+            self.placement.close()
+            return
         for model in self.models.values():  # their stage loops
             close = getattr(model, "close", None)
             if callable(close):
@@ -212,3 +208,33 @@ class Runtime:
                     close()
                 except Exception:  # noqa: BLE001 - closing the rest matters more
                     log.exception("closing %s failed", type(model).__name__)
+
+
+def load_stage(deploy: DeployConfig, stage: Stage, device: str, dtype: str | None, load_format: str | None) -> Any:
+    """One stage's model by its role's loader (Ray actors call this too); Code2Wav comes with the Talker."""
+    role = deploy.role_of(stage)
+    fmt = load_format or stage.load_format
+    module, _, attr = STAGE_LOADERS[role].partition(":")
+    loader: Callable = getattr(importlib.import_module(module), attr)
+    log.info("loading stage %d (%s) from %s on %s", stage.stage_id, role, stage.model, device)
+    model = loader(stage, device, stage_dtype(stage, dtype, device), "auto" if fmt == "safetensors" else fmt)
+    if role == TALKER and getattr(model, "code2wav_loop", None) is not None:
+        from ..stages.engine_config import code2wav_max_batch  # the Code2Wav stage's engine fields
+
+        model.code2wav_loop.engine.max_batch = code2wav_max_batch(deploy.code2wav_of(stage), deploy.codec_streaming())
+    return model
+
+
+async def warm_models(models: dict[str, Any], deploy: DeployConfig) -> dict[str, float]:
+    """One small request through each given stage (pipeline/warmup.py); a Ray actor passes the one it hosts."""
+    from ..pipeline.warmup import warm_up
+    from .media_input import load_image_input
+
+    aura, frame = models.get(AURA), None
+    if aura is not None:  # a 640x480 camera frame: the live path's vision layout
+        rgb = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+        frame = await asyncio.to_thread(load_image_input, rgb, None, aura.stage.model)
+    codec = deploy.codec_streaming()
+    return await warm_up(models.get(ASR), aura, models.get(TALKER), frame=frame,
+                         initial_chunk_frames=min(codec.initial_codec_chunk_frames or 2, codec.codec_chunk_frames),
+                         chunk_frames=codec.codec_chunk_frames)

@@ -34,3 +34,7 @@ class SpeechStage(Protocol):
 
     def speak(self, text: str | None, token_ids: list[int] | None, template: Any, *,
               request_id: str) -> AsyncIterator[np.ndarray]: ...
+
+    # optional (async_chunk streams AURA's text into the Talker where present; sentences otherwise):
+    # `streams_text(template) -> bool` and `speak_stream(pieces: AsyncIterator[str], template, *, request_id)`,
+    # one utterance whose text arrives while it is spoken

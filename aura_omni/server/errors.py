@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..pipeline.errors import (_TYPES, APIError, api_error, client_error, internal_error,  # noqa: F401
                               request_error_types)
 from ..pipeline.runtime import StageNotDeployedError
+from ..placement import StageUnavailableError
 
 log = logging.getLogger("aura_omni.server")
 
@@ -92,6 +93,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StageNotDeployedError)
     async def _stage_not_deployed(_: Request, exc: StageNotDeployedError):
         return error_response(APIError(str(exc), 400, code="stage_not_deployed"))
+
+    @app.exception_handler(StageUnavailableError)
+    async def _stage_unavailable(_: Request, exc: StageUnavailableError):
+        return error_response(APIError(str(exc), 503, code=exc.code))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):

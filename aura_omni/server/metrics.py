@@ -43,6 +43,7 @@ STAGE_GAUGES = {
     "batch_size": ("aura_omni:batch_size", "Rows in the stage's last step."),
     "step_seconds": ("aura_omni:step_seconds", "Duration of the stage's last step, seconds."),
     "prefix_cache_hit_rate": ("aura_omni:prefix_cache_hit_rate", "Prompt blocks found in the prefix cache (0-1)."),
+    "restarts": ("aura_omni:stage_restarts", "Times Ray restarted the stage replica's actor (docs/ray.md)."),
 }
 KV_USAGE = ("aura_omni:kv_cache_usage_perc", "Share of the stage's KV cache blocks in use (0-1, as vLLM).")
 PREEMPTIONS = ("aura_omni:num_preemptions", "Sequences the stage's scheduler preempted (out of KV blocks).")

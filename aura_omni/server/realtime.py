@@ -13,24 +13,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from ..config import AURA
+from ..pipeline.turn_builder import TurnBuilder
 from ..session import RealtimeSession
 from ..session.events import new_id
-from .metrics import RealtimeMeter
 from .errors import APIError
-from ..pipeline.turn_builder import TurnBuilder
+from .metrics import RealtimeMeter
+from .websocket_auth import accepted_subprotocol, check_api_key
 
 log = logging.getLogger("aura_omni.server")
 router = APIRouter()
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024  # OpenAI: one client event carries at most 15 MiB (uvicorn closes at 16 MiB)
-KEY_SUBPROTOCOL = "openai-insecure-api-key."  # OpenAI's browser form of the API key
 CLOSE_TIMEOUT_S = 2.0  # flushing the last events (session.closed) before the socket closes
 POLICY_VIOLATION, TRY_AGAIN_LATER = 1008, 1013  # WebSocket close codes
 
@@ -74,28 +73,6 @@ def duplex_mode(ws: WebSocket, session_mode: str) -> bool | None:
     return on
 
 
-def offered_subprotocols(ws: WebSocket) -> list[str]:
-    header = ws.headers.get("sec-websocket-protocol", "")
-    return [p.strip() for p in header.split(",") if p.strip()]
-
-
-def api_key_ok(ws: WebSocket, key: str | None, offered: list[str]) -> bool:
-    if key is None:
-        return True
-    scheme, _, token = ws.headers.get("authorization", "").partition(" ")
-    candidates = [token.strip()] if scheme.lower() == "bearer" else []
-    candidates += [ws.query_params.get("api_key") or ""]
-    candidates += [p[len(KEY_SUBPROTOCOL):] for p in offered if p.startswith(KEY_SUBPROTOCOL)]
-    return any(c and hmac.compare_digest(c.encode(), key.encode()) for c in candidates)
-
-
-def chosen_subprotocol(offered: list[str]) -> str | None:
-    """Browsers fail a handshake that offered subprotocols and got none back: answer one, the key's only when the
-    client offered nothing else."""
-    plain = [p for p in offered if not p.startswith(KEY_SUBPROTOCOL)]
-    return "realtime" if "realtime" in plain else (plain or offered or [None])[0]
-
-
 async def refuse(ws: WebSocket, code: str, message: str, close_code: int = POLICY_VIOLATION) -> None:
     """A handshake error, flat as vLLM-Omni sends them, then close."""
     with contextlib.suppress(Exception):
@@ -107,9 +84,10 @@ async def refuse(ws: WebSocket, code: str, message: str, close_code: int = POLIC
 @router.websocket("/v1/duplex")
 async def realtime(ws: WebSocket) -> None:
     state = ws.app.state.server
-    offered = offered_subprotocols(ws)
-    await ws.accept(subprotocol=chosen_subprotocol(offered))
-    if not api_key_ok(ws, state.api_key, offered):
+    await ws.accept(subprotocol=accepted_subprotocol(ws))  # errors are events here, as vLLM-Omni's handshake sends
+    try:
+        check_api_key(ws, state.api_key)
+    except APIError:
         return await refuse(ws, "invalid_api_key", "missing or incorrect API key: send `Authorization: Bearer <key>`, "
                             "`?api_key=<key>` or the subprotocol `openai-insecure-api-key.<key>`")
     duplex = duplex_mode(ws, state.runtime.deploy.session_mode)

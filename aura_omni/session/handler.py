@@ -31,6 +31,7 @@ from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
 from ..pipeline.errors import api_error, client_error, internal_error
+from ..placement import session_key
 from ..pipeline.media_input import MediaPolicy, vision_configs
 from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .config import SessionConfig, SessionConfigError, check_input_rate
@@ -123,7 +124,9 @@ def session_pipeline(runtime) -> tuple[Any, _AuraWatch | None]:
         return base, None
     watch = _AuraWatch(base.aura)
     return AuraOmniPipeline(base.asr, watch, base.speech, sentence_min_chars=base.sentence_min_chars,
-                            default_timeout_s=base.default_timeout_s), watch
+                            default_timeout_s=base.default_timeout_s, stream_text_to_talker=base.stream_text_to_talker,
+                            talker_start_words=base.talker_start_words,
+                            max_utterance_chars=base.max_utterance_chars), watch
 
 
 class RealtimeSession:
@@ -425,9 +428,12 @@ class RealtimeSession:
 
     async def _transcribe(self, p: PendingInput) -> None:
         info = self.config.info
+        asr = (self.config.stage_sampling or [None])[0] or {}  # sampling_params_list's ASR entry, as in a turn
         try:
             result = await self.runtime.transcribe(p.audio, ASR_SAMPLE_RATE, language=info.get("asr_language"),
-                                                   context=info.get("asr_context"))
+                                                   context=info.get("asr_context"),
+                                                   temperature=asr.get("temperature") or 0.0,
+                                                   max_new_tokens=asr.get("max_tokens"))
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - reported to the client, the session carries on
@@ -629,6 +635,7 @@ class RealtimeSession:
         return out
 
     async def _run(self, resp: Response, previous: list[Response]) -> None:
+        session_key.set(self.id)  # this task's stage requests: its AURA replica holds the session's prefix cache
         try:
             for prev in previous:  # overlapped input: start once the earlier replies' text is final
                 await prev.aura_final.wait()

@@ -80,6 +80,7 @@ class StageEngine(Protocol):
 
     def add(self, request_id: str, request: Any) -> None: ...  # may raise: that request fails alone
     def abort(self, request_id: str) -> None: ...
+    # optional: `feed(request_id, item)`, more input for a running request (StageLoop.feed)
     def has_work(self) -> bool: ...
     def step(self) -> list[StageOutput]: ...
     def stats(self) -> dict[str, float]: ...  # running, waiting, KV blocks, ... (after each step)
@@ -195,6 +196,13 @@ class StageLoop:
             for rid in live:
                 self.abort(rid)
 
+    def feed(self, request_id: str, item: Any = None) -> None:
+        """More input for a running request (the Talker's streamed text): the engine's `feed`, between steps. Dropped
+        once the request has ended; a request whose input can arrive before its add is taken keeps it in the request
+        (the Talker's TextFeed), so the feed only wakes the loop."""
+        self._inbox.append(("feed", request_id, item, None))
+        self._wake.set()
+
     def abort(self, request_id: str) -> None:
         """Drop a request; the loop frees its state before its next step."""
         self._inbox.append(("abort", request_id, None, None))
@@ -275,6 +283,14 @@ class StageLoop:
             if op == "abort":
                 if self._sinks.pop(rid, None) is not None:
                     self.engine.abort(rid)
+                continue
+            if op == "feed":
+                if rid in self._sinks:
+                    try:
+                        self.engine.feed(rid, request)
+                    except Exception as e:  # noqa: BLE001 - bad input fails its request alone
+                        self.engine.abort(rid)
+                        self._deliver(rid, e)
                 continue
             if not self._running:
                 sink(StageUnavailable(f"stage {self.name} is shut down"))

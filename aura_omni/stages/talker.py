@@ -1,7 +1,9 @@
 """The Talker stage's engine: an LLMEngine over `TalkerAdapter` plus the frame decoder (code predictor graphs).
 
 One stage loop steps it for every caller, so concurrent streams share decode steps; aborting a request frees its KV
-blocks and its frame-decoder slot before the next step.
+blocks and its frame-decoder slot before the next step. A request whose text is still arriving (a `TextFeed`) takes
+new text rows on each `feed`; until its prompt can be built (the first body token, or ICL's text under the reference
+frames) it waits outside the engine.
 """
 
 import secrets
@@ -49,15 +51,52 @@ class TalkerEngine:
         seq = self.engine.add_request(request_id, *self._request(inp))
         self._start(seq, inp)
 
-    def stage_engine(self, build: Callable[[Any], TalkerInput]) -> LLMStageEngine:
+    def stage_engine(self, build: Callable[[Any], TalkerInput | None], text_eos_id: int | None = None
+                     ) -> "TalkerStageEngine":
         """The Talker as a stage loop's engine; `build` turns a stage request into its TalkerInput (prompt
-        embeddings: on the loop thread, so on the stage's stream). Each output carries the step's frames
-        (`new_extras`, [16] long on the host); the final one (EOS or the budget's last token) carries none."""
-        def prepare(request):
-            inp = build(request)
-            return (*self._request(inp), inp)
+        embeddings: on the loop thread, so on the stage's stream), or None while its streamed text is too short
+        for a prompt. Each output carries the step's frames (`new_extras`, [16] long on the host); the final one
+        (EOS or the budget's last token) carries none. `text_eos_id`: <tts_text_eod>, ending a streamed text."""
+        return TalkerStageEngine(self, build, text_eos_id)
 
-        return LLMStageEngine(self.engine, prepare, on_add=self._start, after_step=self.adapter.decoder.release_finished)
+
+class TalkerStageEngine(LLMStageEngine):
+    """`LLMStageEngine` of the Talker, plus streamed text: `feed(request_id)` takes what the request's TextFeed got
+    since; a request not yet able to build its prompt is parked here (no seat, no blocks) until it can."""
+
+    def __init__(self, talker: TalkerEngine, build: Callable[[Any], TalkerInput | None], text_eos_id: int | None):
+        super().__init__(talker.engine, on_add=TalkerEngine._start, after_step=talker.adapter.decoder.release_finished)
+        self.build, self.talker, self.text_eos_id = build, talker.adapter.model, text_eos_id
+        self.parked: dict[str, Any] = {}  # request id -> stage request whose prompt needs more text
+
+    def add(self, request_id: str, request: Any) -> None:
+        if request_id in self.engine.requests or request_id in self.parked:
+            raise ValueError(f"request id {request_id!r} is already running")
+        inp = self.build(request)
+        if inp is None:
+            self.parked[request_id] = request
+            return
+        seq = self.engine.add_request(request_id, *TalkerEngine._request(inp))
+        TalkerEngine._start(seq, inp)
+        self._take_text(seq)  # what arrived between building the prompt and now
+
+    def feed(self, request_id: str, item: Any = None) -> None:
+        if request_id in self.parked:
+            request = self.parked.pop(request_id)
+            self.add(request_id, request)
+            return
+        seq = self.engine.requests.get(request_id)
+        if seq is not None:
+            self._take_text(seq)
+
+    def _take_text(self, seq) -> None:
+        state: TalkerRequestState = seq.model_state
+        if not state.text_done:
+            state.take_text(self.talker.embed_text, self.text_eos_id)
+
+    def abort(self, request_id: str) -> None:
+        if self.parked.pop(request_id, None) is None:
+            self.engine.abort(request_id)
 
     def stats(self) -> dict[str, float]:
         return self.engine.stats()

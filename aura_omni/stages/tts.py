@@ -28,6 +28,7 @@ from aura_omni.models.qwen3_tts.prompt import (embed_prompt, instruct_template, 
                                                target_template)
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
 from aura_omni.models.qwen3_tts.talker import Talker
+from aura_omni.models.qwen3_tts.text_stream import StableTokens, TextFeed
 from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
 from aura_omni.stages.loop import StageLoop
 from aura_omni.stages.talker import TalkerEngine
@@ -66,6 +67,7 @@ class VoiceClonePrompt:
 class TTSRequest:
     text: str | None = None
     text_ids: list[int] | None = None  # pre-tokenised full target template (token-id passthrough)
+    text_feed: TextFeed | None = None  # or the body's ids arrive while it speaks (`feed_text`); streaming text mode
     task_type: str = "CustomVoice"  # "Base" | "CustomVoice" | "VoiceDesign"
     language: str = "Auto"
     speaker: str | None = None
@@ -114,7 +116,8 @@ class Qwen3TTS:
         device = talker.codec_head.weight.device
         self.engine = TalkerEngine(talker, pad, engine_config or default_engine_config(device), name="talker")
         config = self.engine.engine.config
-        self.talker_loop = StageLoop(self.engine.stage_engine(self._talker_input), device, name="talker",
+        self.talker_loop = StageLoop(self.engine.stage_engine(self._talker_input, self.config.tts_eos_token_id),
+                                     device, name="talker",
                                      streams=config.use_stage_stream, kernels=config.kernels)
         self.code2wav_loop = (StageLoop(Code2WavStageEngine(code2wav), code2wav_device(code2wav), name="code2wav",
                                         streams=config.use_stage_stream) if code2wav is not None else None)
@@ -216,7 +219,10 @@ class Qwen3TTS:
         if TASK_TYPES[req.task_type] != self.model_type:
             raise TTSRequestError(f"task_type {req.task_type} needs a {req.task_type} checkpoint; "
                                   f"the loaded one is {self.model_type}")
-        if req.text_ids is not None:
+        if req.text_feed is not None:
+            if req.non_streaming_mode:
+                raise TTSRequestError("text that arrives while it is spoken needs non_streaming_mode false")
+        elif req.text_ids is not None:
             self._check_text_ids(req.text_ids)
         elif req.text is None or not req.text.strip():
             raise TTSRequestError("input text is empty")
@@ -259,9 +265,27 @@ class Qwen3TTS:
     def _ids(self, text: str) -> list[int]:
         return list(self.tokenizer(text)["input_ids"])
 
-    def _talker_input(self, req: TTSRequest) -> TalkerInput:
+    def text_tokens(self) -> StableTokens:
+        """Body ids of a text given piece by piece, for `TTSRequest.text_feed` (the same ids as the whole text's)."""
+        return StableTokens(self.tokenizer)
+
+    def feed_text(self, request_id: str, req: TTSRequest, ids: list[int], end: bool = False) -> None:
+        """More body ids for a running `text_feed` request (and its end): the Talker takes them before its next step."""
+        req.text_feed.put(ids, end)
+        self.talker_loop.feed(request_id)
+
+    def _talker_input(self, req: TTSRequest) -> TalkerInput | None:
+        """None while a streamed text is too short for the prompt (the stage waits for more)."""
         self.validate(req)
-        text_ids = list(req.text_ids) if req.text_ids is not None else self._ids(target_template(req.text))
+        feed, text_open, taken = req.text_feed, False, 0
+        if feed is not None:
+            body, ended = feed.snapshot()
+            if ended and not body:
+                raise TTSRequestError("input text is empty")
+            frame = self._ids(target_template(""))  # role + the 5 closing ids around the body
+            text_ids, text_open, taken = frame[:3] + body + frame[3:], not ended, len(body)
+        else:
+            text_ids = list(req.text_ids) if req.text_ids is not None else self._ids(target_template(req.text))
         non_streaming = req.non_streaming_mode
         if non_streaming is None:  # qwen-tts defaults per generate_* method
             non_streaming = req.task_type != "Base"
@@ -279,10 +303,13 @@ class Qwen3TTS:
             xvector=voice is not None,
             ref_text_ids=self._ids(ref_template(voice.ref_text)) if icl else None,
             num_ref_frames=int(voice.ref_codes.shape[0]) if icl else 0,
-            non_streaming=non_streaming)
+            non_streaming=non_streaming and feed is None, text_open=text_open)
+        if plan is None:
+            return None
         embeds, trailing = embed_prompt(self.talker, plan, xvector=voice.x_vector if voice is not None else None,
                                         ref_codes=voice.ref_codes if icl else None)
-        return TalkerInput(embeds, trailing, self._sampling(req), seed=req.seed)
+        return TalkerInput(embeds, trailing, self._sampling(req), seed=req.seed, text=feed if text_open else None,
+                           text_taken=taken)
 
     # ------------------------------------------------------------------ generation
     async def frames(self, req: TTSRequest, request_id: str | None = None) -> AsyncIterator[torch.Tensor]:
@@ -391,7 +418,10 @@ def _frames_of(out) -> list[torch.Tensor]:
 
 
 class _FrameChunks:
-    """Codec frames gathered into Code2Wav chunks: the first of `initial` frames, then of `steady`."""
+    """Codec frames gathered into Code2Wav chunks: the first of `initial` frames, then twice as many each time up to
+    `steady`. A small first chunk is quick audio; jumping from it straight to `steady` would leave the listener waiting
+    (1 frame is 80 ms of audio, 25 frames take the Talker longer than that), and doubling keeps the audio already sent
+    longer than the time the next chunk takes."""
 
     def __init__(self, initial: int, steady: int):
         if initial < 1 or steady < 1:
@@ -402,7 +432,7 @@ class _FrameChunks:
         self.pending.append(frame)
         if len(self.pending) < self.want:
             return None
-        self.want = self.steady
+        self.want = min(2 * self.want, self.steady)
         return self.rest()
 
     def rest(self) -> torch.Tensor | None:

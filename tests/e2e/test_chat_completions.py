@@ -27,6 +27,7 @@ from PIL import Image
 from aura_omni.media.encode import pcm16_to_float
 from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, TTS_ASSISTANT_PREFIX_IDS, TTS_ASSISTANT_SUFFIX_IDS
 from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTurn
+from aura_omni.pipeline.stage_api import AuraDelta
 from serving import ThreadServer
 
 MODEL = "aura-tiny"
@@ -207,7 +208,7 @@ def test_token_id_passthrough_speaks_auras_ids(base, client, ref_audio_b64):
 
 
 def test_base_in_context_clone(base, client, ref_audio_b64):
-    speech = Spy(base.runtime.pipeline.speech, "speak")
+    speech = Spy(base.runtime.pipeline.speech, "speak_stream")  # async_chunk: text streamed in
     try:
         resp = client.chat.completions.create(
             model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=4,
@@ -215,7 +216,7 @@ def test_base_in_context_clone(base, client, ref_audio_b64):
                                                    "tts_ref_text": "A short reference line.", "tts_max_new_tokens": FEW}})
     finally:
         speech.restore()
-    template = speech.calls[0][0][2]
+    template = speech.calls[0][0][1]
     assert template.task_type == "Base" and not template.voice.x_vector_only and template.voice.ref_codes.shape[0] > 0
     wav, sr = decode_wav(resp.choices[0].message.audio.data)
     assert sr == SR and wav.size > 0
@@ -226,7 +227,7 @@ def test_registered_voice_by_openai_audio_voice(base, client, ref_audio_b64):
                    json={"name": "chatvoice", "ref_audio": ref_audio_b64})
     assert r.status_code == 200, r.text
     kwargs = dict(model=MODEL, messages=user({"type": "text", "text": "hi"}), max_tokens=3, seed=2)
-    speech = Spy(base.runtime.pipeline.speech, "speak")
+    speech = Spy(base.runtime.pipeline.speech, "speak_stream")  # async_chunk: text streamed in
     try:
         resp = client.chat.completions.create(audio={"voice": "chatvoice", "format": "flac"}, extra_body={
             "additional_information": {"tts_max_new_tokens": FEW}}, **kwargs)
@@ -235,7 +236,7 @@ def test_registered_voice_by_openai_audio_voice(base, client, ref_audio_b64):
     finally:
         speech.restore()
     registered = base.app.state.server.voices.get("chatvoice").prompt
-    assert speech.calls[0][0][2].voice is registered  # the registered voice's prompt, not a new clone
+    assert speech.calls[0][0][1].voice is registered  # the registered voice's prompt, not a new clone
     wav, sr = decode_wav(resp.choices[0].message.audio.data)
     assert sr == SR and wav.size > 0
     # registered from the same reference (x-vector only), it speaks exactly as the reference sent inline
@@ -244,14 +245,14 @@ def test_registered_voice_by_openai_audio_voice(base, client, ref_audio_b64):
 
 def test_custom_voice_speaker(custom_voice, ref_audio_b64):
     client = custom_voice.client()
-    speech = Spy(custom_voice.runtime.pipeline.speech, "speak")
+    speech = Spy(custom_voice.runtime.pipeline.speech, "speak_stream")  # async_chunk: text streamed in
     try:
         resp = client.chat.completions.create(
             model=MODEL, messages=user(audio_part(ref_audio_b64)), max_tokens=4, audio={"voice": "serena", "format": "wav"},
             extra_body={"additional_information": {"tts_max_new_tokens": FEW}})
     finally:
         speech.restore()
-    assert speech.calls[0][0][2].speaker == "Serena"
+    assert speech.calls[0][0][1].speaker == "Serena"
     wav, sr = decode_wav(resp.choices[0].message.audio.data)
     assert sr == SR and wav.size > 0
     with pytest.raises(openai.BadRequestError, match="speaker"):
@@ -321,6 +322,48 @@ def test_chat_audio_streams_while_the_talker_still_speaks(base, ref_audio_b64):
     arrived, frames_made = first_audio
     # the first audio left after the first frame (the deploy's initial_codec_chunk_frames: 1), long before the end
     assert frames_made < len(slow.times) and done - arrived >= slow.pause * (len(slow.times) - frames_made - 1)
+
+
+class SlowAura:
+    """AURA replying with scripted words, one every `pause` s (the tiny AURA is done in milliseconds and its random
+    text has no reliable words), with the time of each."""
+
+    WORDS = ["Hello", " there", ",", " this", " reply", " comes", " slowly", " word", " by", " word", "."]
+
+    def __init__(self, pipeline, pause: float = 0.15):
+        self.pipeline, self.pause, self.times = pipeline, pause, []
+        self.original, pipeline.aura = pipeline.aura, self
+
+    async def generate(self, prompt, vision, *, request_id, sampling=None):
+        for i, word in enumerate(self.WORDS):
+            await asyncio.sleep(self.pause)
+            self.times.append(time.monotonic())
+            yield AuraDelta(word, [9000 + i], finished=i == len(self.WORDS) - 1, prompt_tokens=5)
+
+    def restore(self):
+        self.pipeline.aura = self.original
+
+
+def test_chat_audio_starts_before_auras_reply_ends(base, ref_audio_b64):
+    """async_chunk streams AURA's text into one Talker request: it speaks after the first word, not a sentence."""
+    aura = SlowAura(base.runtime.pipeline)
+    feeds = Spy(base.runtime.tts, "feed_text")
+    body = {"model": MODEL, "stream": True, "messages": user({"type": "text", "text": "hi"}), "max_tokens": 20,
+            "audio": {"voice": "x", "format": "pcm16"}, **xvector(ref_audio_b64, tts_max_new_tokens=40)}
+    first_audio, text = None, ""
+    try:
+        with httpx.stream("POST", base.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60) as r:
+            for line in r.iter_lines():
+                if first_audio is None and line.startswith("data: {") and '"data"' in line:
+                    first_audio = time.monotonic()
+    finally:
+        aura.restore()
+        feeds.restore()
+    assert first_audio is not None and len(aura.times) == len(SlowAura.WORDS)
+    assert first_audio < aura.times[-1] - 3 * aura.pause  # heard while AURA still had words to say
+    request_ids = {args[0] for args, _ in feeds.calls}
+    assert len(request_ids) == 1 and len(feeds.calls) >= 4  # one Talker request, its text fed as it came
+    assert feeds.calls[-1][1] == {"end": True}  # the text ended with the reply
 
 
 def test_speech_audio_streams_while_the_talker_still_speaks(base, ref_audio_b64):

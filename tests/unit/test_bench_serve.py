@@ -277,3 +277,10 @@ def test_chat_backend_reads_text_audio_silence_and_in_band_errors():
     failed, _ = http_result("chat", 200, sse(chunk({"content": "Hi"}), {"error": {"message": "turn failed: boom"}},
                                           "[DONE]"), "text/event-stream")
     assert not failed.ok and failed.error == "turn failed: boom"
+
+
+def test_frame_size_takes_a_camera_shape_or_a_square():
+    assert bench_args("--frame-size", "640x480").frame_size == (640, 480)
+    assert bench_args("--frame-size", "64").frame_size == (64, 64)
+    with pytest.raises(SystemExit):
+        bench_args("--frame-size", "0x480")

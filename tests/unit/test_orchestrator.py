@@ -144,3 +144,99 @@ def test_timeout_cancels_the_turn():
     with pytest.raises(TurnTimeout):
         _run(AuraOmniPipeline(None, aura, None), TurnRequest("r9", speak=False, timeout_s=0.2))
     assert aura.closed
+
+
+# ---------------------------------------------------------------------------------------------- streamed Talker text
+
+class StreamingSpeech(ScriptedSpeech):
+    """A speech stage that takes AURA's text as it comes (`speak_stream`): records each utterance's pieces and when
+    its Talker request started, and speaks one chunk per piece."""
+
+    def __init__(self, streams=True):
+        super().__init__()
+        self.streams, self.utterances, self.log = streams, [], []
+
+    def streams_text(self, template):
+        return self.streams
+
+    async def speak_stream(self, pieces, template, *, request_id):
+        got = []
+        self.utterances.append(got)
+        self.log.append(("start", request_id))
+        try:
+            async for piece in pieces:
+                got.append(piece)
+                yield np.zeros(1920, dtype=np.float32)
+        finally:
+            self.closed += 1
+
+
+class LoggingAura(ScriptedAura):
+    def __init__(self, pieces, log, delay=0.01):
+        super().__init__(pieces, delay)
+        self.log = log
+
+    async def generate(self, prompt, vision, *, request_id, sampling=None):
+        async for delta in super().generate(prompt, vision, request_id=request_id, sampling=sampling):
+            self.log.append(("aura", delta.text))
+            yield delta
+
+
+def test_streamed_text_starts_the_talker_after_the_first_word_and_feeds_the_rest():
+    speech = StreamingSpeech()
+    pieces = ["Hel", "lo", " there", ", how", " are", " you", " today?"]
+    aura = LoggingAura(pieces, speech.log)
+    events = _run(AuraOmniPipeline(None, aura, speech), TurnRequest("s1", tts=TTS))
+    assert ["".join(u) for u in speech.utterances] == ["Hello there, how are you today?"]  # one Talker request
+    assert speech.requests == []  # no sentence requests
+    assert speech.log.index(("start", "s1-tts0")) == speech.log.index(("aura", " there")) + 1  # first word whole
+    kinds = [type(e).__name__ for e in events]
+    assert kinds.index("AudioChunk") < len(kinds) - 1 - kinds[::-1].index("TextDelta")  # audio before AURA ends
+    assert events[-1].audio_seconds > 0 and events[-1].text == "Hello there, how are you today?"
+
+
+@pytest.mark.parametrize("pieces", [["<|sil", "ent|>"], ["<|silent|>"], [" <|", "silent", "|>"]])
+def test_streamed_silent_reply_never_starts_the_talker(pieces):
+    speech = StreamingSpeech()
+    events = _run(AuraOmniPipeline(None, ScriptedAura(pieces), speech), TurnRequest("s2", tts=TTS))
+    assert speech.utterances == [] and speech.requests == []
+    assert events[-1].silent and not [e for e in events if isinstance(e, AudioChunk)]
+
+
+def test_long_streamed_reply_is_cut_at_sentence_ends_into_bounded_utterances():
+    speech = StreamingSpeech()
+    pieces = ["One two three four five. ", "Six seven eight. ", "Nine ten eleven twelve. ", "End"]
+    _run(AuraOmniPipeline(None, ScriptedAura(pieces), speech, max_utterance_chars=20), TurnRequest("s3", tts=TTS))
+    # an utterance ends at the first sentence end from 20 content characters on (19 after "five.")
+    assert ["".join(u) for u in speech.utterances] == ["One two three four five. Six seven eight.",
+                                                       "Nine ten eleven twelve. End"]
+
+
+def test_a_template_that_cannot_stream_text_keeps_sentences():
+    speech = StreamingSpeech(streams=False)  # e.g. the request asked for non_streaming_mode
+    pieces = ["The first sentence is long enough to speak now. ", "Then more."]
+    _run(AuraOmniPipeline(None, ScriptedAura(pieces), speech), TurnRequest("s4", tts=TTS))
+    assert speech.utterances == [] and [t for t, _ in speech.requests] == [pieces[0].strip(), "Then more."]
+
+
+def test_token_passthrough_keeps_its_path_with_a_streaming_speech_stage():
+    speech = StreamingSpeech()
+    _run(AuraOmniPipeline(None, ScriptedAura(["Hello. ", "World."]), speech),
+         TurnRequest("s5", tts=TTS, tts_pass_token_ids=True))
+    assert speech.utterances == [] and len(speech.requests) == 1
+
+
+def test_leaving_mid_utterance_cancels_the_streamed_talker_request():
+    aura = ScriptedAura(["Hello there "] + ["more "] * 50, delay=0.01)
+    speech = StreamingSpeech()
+
+    async def leave_after_first_audio():
+        agen = AuraOmniPipeline(None, aura, speech).turn(TurnRequest("s6", tts=TTS))
+        async for event in agen:
+            if isinstance(event, AudioChunk):
+                break
+        await agen.aclose()
+        await asyncio.sleep(0.05)
+
+    asyncio.run(leave_after_first_audio())
+    assert aura.closed and speech.closed == 1

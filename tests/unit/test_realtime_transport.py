@@ -2,11 +2,24 @@
 
 from types import SimpleNamespace
 
-from aura_omni.server.realtime import SessionSlots, api_key_ok, chosen_subprotocol, duplex_mode
+import pytest
+
+from aura_omni.server.errors import APIError
+from aura_omni.server.realtime import SessionSlots, duplex_mode
+from aura_omni.server.websocket_auth import accepted_subprotocol, check_api_key
 
 
-def ws(path="/v1/realtime", query=None, headers=None):
-    return SimpleNamespace(url=SimpleNamespace(path=path), query_params=query or {}, headers=headers or {})
+def ws(path="/v1/realtime", query=None, headers=None, subprotocols=()):
+    return SimpleNamespace(url=SimpleNamespace(path=path), query_params=query or {}, headers=headers or {},
+                           scope={"type": "websocket", "subprotocols": list(subprotocols)})
+
+
+def api_key_ok(conn, key) -> bool:
+    try:
+        check_api_key(conn, key)
+    except APIError:
+        return False
+    return True
 
 
 def test_duplex_mode_follows_path_query_and_session_mode():
@@ -18,18 +31,22 @@ def test_duplex_mode_follows_path_query_and_session_mode():
 
 
 def test_api_key_from_header_query_or_subprotocol():
-    assert api_key_ok(ws(headers={"authorization": "Bearer k"}), "k", [])
-    assert api_key_ok(ws(query={"api_key": "k"}), "k", [])
-    assert api_key_ok(ws(), "k", ["realtime", "openai-insecure-api-key.k"])
-    assert not api_key_ok(ws(headers={"authorization": "Bearer x"}), "k", ["openai-insecure-api-key.y"])
-    assert api_key_ok(ws(), None, [])
+    assert api_key_ok(ws(headers={"authorization": "Bearer k"}), "k")
+    assert api_key_ok(ws(query={"api_key": "k"}), "k")
+    assert api_key_ok(ws(subprotocols=["realtime", "openai-insecure-api-key.k"]), "k")
+    assert not api_key_ok(ws(headers={"authorization": "Bearer x"}, subprotocols=["openai-insecure-api-key.y"]), "k")
+    assert not api_key_ok(ws(), "k")
+    assert api_key_ok(ws(), None)
 
 
-def test_subprotocol_answer_prefers_realtime_over_the_key():
-    assert chosen_subprotocol(["realtime", "openai-insecure-api-key.k", "openai-beta.realtime-v1"]) == "realtime"
-    assert chosen_subprotocol(["openai-insecure-api-key.k", "x"]) == "x"
-    assert chosen_subprotocol(["openai-insecure-api-key.k"]) == "openai-insecure-api-key.k"  # browsers need one
-    assert chosen_subprotocol([]) is None
+@pytest.mark.parametrize("offered, answer", [
+    (["realtime", "openai-insecure-api-key.k", "openai-beta.realtime-v1"], "realtime"),
+    (["openai-insecure-api-key.k", "x"], "x"),
+    (["openai-insecure-api-key.k"], "openai-insecure-api-key.k"),  # browsers need one answered
+    ([], None),
+])
+def test_subprotocol_answer_prefers_realtime_over_the_key(offered, answer):
+    assert accepted_subprotocol(ws(subprotocols=offered)) == answer
 
 
 def test_session_slots():

@@ -1,4 +1,5 @@
-from aura_omni.pipeline.sentences import SentenceSplitter, sentence_ends
+from aura_omni.pipeline.processors import strip_assistant_text
+from aura_omni.pipeline.sentences import SentenceSplitter, Utterances, sentence_ends
 
 
 def _stream(text, step=3, min_chars=30):
@@ -40,3 +41,51 @@ def test_open_think_block_holds_output():
     splitter = SentenceSplitter(1)
     assert splitter.feed("<think>Long reasoning. More.") == []
     assert splitter.feed("<think>Long reasoning. More.</think>Answer is yes.") == ["Answer is yes."]
+
+
+# ---------------------------------------------------------------------------------------------- Utterances
+
+def utter(pieces, **kw):
+    """(what each cumulative feed gave, what finish gave) for a reply streamed in `pieces`."""
+    u, raw, fed = Utterances(**kw), "", []
+    for piece in pieces:
+        raw += piece
+        fed.append(u.feed(raw))
+    return fed, u.finish(raw)
+
+
+def test_an_utterance_starts_once_its_first_word_is_whole():
+    fed, rest = utter(["Hel", "lo", " wor", "ld", "!"])
+    assert fed == [[], [], ["Hello wor"], ["ld"], ["!"]] and rest == [None]  # the Talker tokenises whole words only
+
+
+def test_a_comma_or_sentence_end_makes_a_short_first_clause_whole():
+    assert utter(["Yes."])[0] == [["Yes."]]
+    assert utter(["你好，", "世界。"])[0] == [["你好，"], ["世界。"]]  # CJK has no spaces between words
+
+
+def test_a_one_word_reply_is_spoken_at_the_end():
+    assert utter(["Hi"]) == ([[]], ["Hi", None])
+
+
+def test_markers_that_may_still_vanish_are_held_back():
+    fed, rest = utter(["Hello there", " friend<|im_", "end|>"])
+    assert "".join(p for f in fed for p in f if p) == "Hello there friend" and rest == [None]
+    pieces = ["Well then ", "<think>hmm", " let me see</think>", " answer is four."]
+    fed, rest = utter(pieces)
+    assert "".join(p for f in fed + [rest] for p in f if p) == strip_assistant_text("".join(pieces))
+
+
+def test_nothing_starts_while_the_reply_may_be_silent():
+    assert utter(["<|sil", "ent|>"]) == ([[], []], [])
+    assert utter([" <|silent", "|>  "]) == ([[], []], [])
+
+
+def test_start_words_waits_for_more_whole_words():
+    fed, _ = utter(["One ", "two ", "three ", "four"], start_words=3)
+    assert fed == [[], [], [], ["One two three four"]]
+
+
+def test_a_less_than_sign_that_starts_no_marker_is_spoken_at_once():
+    fed, _ = utter(["If x ", "< 5 then", " go"])
+    assert fed == [["If x"], [" < 5 then"], [" go"]]

@@ -76,6 +76,15 @@ def test_tiny_kv_budget_preempts_without_changing_results(tts, checkpoint):
     assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
+def test_chunks_double_from_the_first_window_to_the_steady_one(tmp_path_factory):
+    """1 frame is 80 ms of audio; the next chunk must come before it has played, so windows grow 1, 2, 4, ... 8."""
+    cv = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice"))
+    request = req(max_new_tokens=30, do_sample=False, subtalker_dosample=False)
+    frames = len(cv.generate_codes([request])[0])
+    sizes = [len(c) // 1920 for c in cv.stream(request, 1, 8)]
+    assert sum(sizes) == frames and sizes[:4] == [1, 2, 4, 8] and set(sizes[4:-1]) <= {8}
+
+
 def test_abandoned_stream_frees_its_cache_blocks(tts):
     frames = tts.iter_frames([req(max_new_tokens=50)])
     next(frames)

@@ -23,6 +23,7 @@ from aura_omni.layers.device import on_device
 from aura_omni.models.qwen3_tts import sampling as S, triton_sampling
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
 from aura_omni.models.qwen3_tts.talker import Talker
+from aura_omni.models.qwen3_tts.text_stream import TextFeed
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,10 @@ class TalkerInput:
     trailing_embeds: torch.Tensor  # [Q, H] text fed one per frame
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = None
+    # streamed text (text_stream.py): more trailing rows come from this feed while the request runs, its
+    # <tts_text_eod> row last; `text_taken` of its ids are already in the prompt and `trailing_embeds`
+    text: TextFeed | None = None
+    text_taken: int = 0
 
 
 @dataclass
@@ -42,11 +47,35 @@ class TalkerRequestState:
     request: TalkerInput
     key: int  # 32-bit sampling key (from the seed, or random)
     slot: int | None = None  # row of the frame decoder's tables while the request lives
+    trailing: torch.Tensor | None = None  # the trailing text rows known so far (grows with a streamed text)
+    text_taken: int = 0  # ids of the request's TextFeed already in the prompt or `trailing`
+    text_done: bool = True  # every trailing row is known (<tts_pad> after them)
+
+    def __post_init__(self):
+        self.trailing = self.request.trailing_embeds
+        self.text_taken = self.request.text_taken
+        self.text_done = self.request.text is None
 
     def text_row(self, frame: int, pad: torch.Tensor) -> torch.Tensor:
         """Trailing text embedding added to frame `frame`'s codec embedding (<tts_pad> once exhausted)."""
-        trailing = self.request.trailing_embeds
+        trailing = self.trailing
         return trailing[frame] if frame < trailing.shape[0] else pad
+
+    def text_known(self, frame: int) -> bool:
+        """Whether frame `frame`'s text row is known; a streamed text may not have reached it yet."""
+        return self.text_done or frame < self.trailing.shape[0]
+
+    def take_text(self, embed_text, eos_id: int) -> None:
+        """Append the rows of the feed's new ids (and <tts_text_eod> once it has ended).
+        `embed_text`: ids [N] -> rows [N, H]."""
+        if self.text_done:
+            return
+        ids, ended = self.request.text.snapshot()
+        new = ids[self.text_taken:] + ([eos_id] if ended else [])
+        if new:
+            rows = embed_text(torch.tensor(new, dtype=torch.long, device=self.trailing.device))
+            self.trailing = torch.cat([self.trailing, rows.to(self.trailing.dtype)])
+        self.text_taken, self.text_done = len(ids), ended
 
 
 class TalkerSequence(Protocol):

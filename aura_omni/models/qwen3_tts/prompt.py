@@ -78,9 +78,16 @@ def plan_prompt(
     ref_text_ids: list[int] | None = None,
     num_ref_frames: int = 0,
     non_streaming: bool = False,
-) -> TalkerPrompt:
+    text_open: bool = False,
+) -> TalkerPrompt | None:
     """Positions and trailing queue for one request. `text_ids` is the tokenised target template;
-    `ref_text_ids` the tokenised ICL reference template (ICL when given with `num_ref_frames`)."""
+    `ref_text_ids` the tokenised ICL reference template (ICL when given with `num_ref_frames`).
+
+    `text_open`: the body is only the part known so far (streaming text, text_stream.py): the trailing queue then
+    lacks <tts_text_eod>, which comes with the rest; None while the prompt itself needs more of the body (the first
+    token, or for ICL the text under the reference frames)."""
+    if text_open and non_streaming:
+        raise ValueError("a text that is still arriving needs streaming text mode (non_streaming_mode=False)")
     tc = cfg.talker
     pad, bos, eos = cfg.tts_pad_token_id, cfg.tts_bos_token_id, cfg.tts_eos_token_id
     role, body = list(text_ids[:3]), list(text_ids[3:-5])
@@ -100,9 +107,12 @@ def plan_prompt(
     # Text track under the codec prefix: <tts_pad>... then <tts_text_bos>; the final codec bos waits for the body.
     prompt.add([pad] * (len(codec) - 2) + [bos], codec[:-1])
 
+    end = [] if text_open else [eos]
     if ref_text_ids is not None and num_ref_frames > 0:  # ICL: reference text + codes lead the target
-        text = list(ref_text_ids[3:-2]) + body + [eos]
+        text = list(ref_text_ids[3:-2]) + body + end
         frames = [tc.codec_bos_id] + [RefFrame(i) for i in range(num_ref_frames)]
+        if text_open and len(text) <= len(frames):
+            return None  # how the text fits under the frames depends on the rest
         if non_streaming:
             prompt.add(text, [tc.codec_pad_id] * len(text))
             prompt.add([pad] * len(frames), frames)
@@ -119,8 +129,10 @@ def plan_prompt(
         prompt.add([pad], [tc.codec_bos_id])
         prompt.trailing_text_ids = [pad]
     else:  # streaming text: first token with the codec bos, the rest one per frame
+        if text_open and not body:
+            return None
         prompt.add(body[:1], [tc.codec_bos_id])
-        prompt.trailing_text_ids = body[1:] + [eos]
+        prompt.trailing_text_ids = body[1:] + end
     return prompt
 
 
@@ -152,4 +164,4 @@ def embed_prompt(talker, prompt: TalkerPrompt, *, xvector: torch.Tensor | None =
         frames = torch.stack([ref_codes[prompt.codec[i].index] for i in frame_pos]).to(device)
         out[frame_pos] += talker.embed_frame(frames)
     trailing = talker.embed_text(torch.tensor(prompt.trailing_text_ids, device=device, dtype=torch.long))
-    return out, trailing
+    return out, trailing.reshape(-1, weight.shape[1])  # [0, H] for an open text with nothing trailing yet

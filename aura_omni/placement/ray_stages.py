@@ -1,0 +1,178 @@
+"""Stages as Ray actors (`distributed_executor_backend: ray`; docs/ray.md).
+
+    placement = RayPlacement.start(deploy, load_stage, warm_models, device=None, dtype=None, load_format=None)
+    placement.models        # role -> proxy (placement/proxies.py), what Runtime.models holds in process
+    placement.stage_stats() # per replica and loop, as last polled
+
+Each stage (Code2Wav inside the Talker's, as in process) runs as `num_replicas` actors of placement.host.StageHost.
+A GPU stage asks Ray for `gpu_memory_utilization` of a GPU (a fraction: Ray packs stages whose shares fit on one GPU,
+and the actor sees its GPU as cuda:0); a CPU stage asks for no GPU. Ray runs a local instance unless the deploy's
+`ray_address` (`serve --ray-address`) names a cluster. An actor that dies is restarted by Ray (`max_restarts`); its
+requests in flight fail with StageUnavailableError and /health shows the replica down until it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from aura_omni.config import AURA, ASR, CODE2WAV, TALKER, DeployConfig, Stage
+from aura_omni.placement.host import StageHost
+from aura_omni.placement.proxies import AsrProxy, AuraProxy, TtsProxy
+from aura_omni.placement.replicas import Replica, ReplicaSet, StatsPoller
+
+log = logging.getLogger(__name__)
+
+# No usage stats; a local Ray stays on loopback (a single-node "cluster": Ray reads this when it is imported).
+RAY_ENV_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0"}
+RAY_LOCAL_ENV_DEFAULTS = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+MAX_RESTARTS = -1  # Ray restarts a dead stage actor every time (a replica that fails to load stays dead)
+START_TIMEOUT_S = 1800.0  # loading and warming every replica (a 1.7B checkpoint from disk, graphs, kernels)
+PROXIES = {ASR: AsrProxy, AURA: AuraProxy, TALKER: TtsProxy}
+
+
+def import_ray(local: bool = True):
+    """Ray, with our environment defaults set before its first import (`local`: no cluster address is given)."""
+    defaults = {**RAY_ENV_DEFAULTS, **(RAY_LOCAL_ENV_DEFAULTS if local and not os.environ.get("RAY_ADDRESS") else {})}
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
+    try:
+        import ray
+    except ImportError as e:
+        raise RuntimeError("distributed_executor_backend: ray needs Ray: pip install 'aura-omni[ray]'") from e
+    return ray
+
+
+def actor_device(stage: Stage, override: str | None) -> str:
+    """The device a stage's actor runs on, as the actor sees it: `--device` wins, else the stage's `devices`; a GPU
+    is always cuda:0 inside the actor (Ray sets CUDA_VISIBLE_DEVICES to the GPU it assigned)."""
+    spec = (override or stage.devices).split(",")[0].strip()
+    return "cpu" if spec == "cpu" else "cuda:0"
+
+
+def actor_options(stage: Stage, device: str) -> dict:
+    """Ray resources and restart policy of one replica. CPU stages take no logical CPU: their threads are the stage
+    loop's and torch's, bounded by OMP_NUM_THREADS, not by Ray's CPU count."""
+    code_root = str(Path(__file__).resolve().parents[2])  # the aura_omni the API process runs, for the workers too
+    path = os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PYTHONPATH": path, **{k: os.environ[k] for k in ("OMP_NUM_THREADS",) if k in os.environ}}
+    return dict(num_cpus=0, num_gpus=stage.gpu_memory_utilization if device != "cpu" else 0,
+                max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=1000,
+                runtime_env={"env_vars": env})
+
+
+class RayPlacement:
+    def __init__(self, deploy: DeployConfig, sets: dict[str, ReplicaSet], infos: dict[str, list[dict]],
+                 own_ray: bool):
+        """`sets` and `infos` (per replica) by stage label: its role, `qwen3_tts.<stage_id>` beside another Talker."""
+        self.deploy, self.sets, self.infos, self.own_ray = deploy, sets, infos, own_ray
+        self.models: dict[str, Any] = {}
+        talkers = []
+        for label, replicas in sets.items():
+            role, info = label.split(".")[0], infos[label][0]
+            if role == AURA:
+                self.models[role] = AuraProxy(replicas, info, deploy.stage(AURA))
+            elif role == TALKER:
+                talkers.append(TtsProxy(replicas, info))
+            else:
+                self.models[role] = PROXIES[role](replicas, info)
+        if len(talkers) == 1:
+            self.models[TALKER] = talkers[0]
+        elif talkers:  # one checkpoint per task type, routed by the request (as in process)
+            from aura_omni.stages.talker_set import TalkerSet
+
+            self.models[TALKER] = TalkerSet(talkers)
+        self.poller = StatsPoller(list(sets.values())).start()
+
+    @classmethod
+    def start(cls, deploy: DeployConfig, load: Callable, warm: Callable, *, device: str | None = None,
+              dtype: str | None = None, load_format: str | None = None) -> RayPlacement:
+        """Start (or join) Ray, start every stage's replicas, and wait until each is loaded and warm."""
+        ray = import_ray(local=deploy.ray_address is None)
+        own_ray = not ray.is_initialized()
+        if own_ray:
+            ray.init(address=deploy.ray_address, include_dashboard=False, log_to_driver=True)
+        first = actor_device(deploy.stages[0], device)
+        deploy = deploy.for_platform("cpu" if first == "cpu" else "cuda")
+        stages = [s for s in deploy.stages if deploy.role_of(s) != CODE2WAV]
+        _check_gpus(ray, stages, device)
+        roles = [deploy.role_of(s) for s in stages]
+        host = ray.remote(StageHost)
+        actors: dict[str, list] = {}
+        t = time.perf_counter()
+        for stage, role in zip(stages, roles):
+            dev = actor_device(stage, device)
+            opts = actor_options(stage, dev)
+            log.info("stage %d (%s): %d Ray actor(s) on %s, %s GPU each", stage.stage_id, role, stage.num_replicas, dev,
+                     opts["num_gpus"])
+            label = role if roles.count(role) == 1 else f"{role}.{stage.stage_id}"
+            actors[label] = [host.options(**opts).remote(deploy, stage.stage_id, load, warm, dev, dtype, load_format)
+                             for _ in range(stage.num_replicas)]
+        try:
+            infos = {label: ray.get([a.info.remote() for a in handles], timeout=START_TIMEOUT_S)
+                     for label, handles in actors.items()}
+        except BaseException as e:
+            for handles in actors.values():
+                for a in handles:
+                    ray.kill(a, no_restart=True)
+            if isinstance(e, ray.exceptions.RayError):  # a stage failed to load or warm in its actor: its last line
+                cause = next((line for line in reversed(str(e).splitlines()) if line.strip()), type(e).__name__)
+                raise RuntimeError(f"a stage actor failed to start: {cause}") from e
+            raise
+        log.info("Ray stages ready in %.1f s: %s", time.perf_counter() - t,
+                 ", ".join(f"{label} x{len(h)}" for label, h in actors.items()))
+        sets = {}
+        for label, handles in actors.items():
+            suffix = f":{infos[label][0]['config'].tts_model_type}" if "." in label else ""  # as TalkerSet names loops
+            sets[label] = ReplicaSet(label, [Replica(i, a, loops=info["loops"], started=info["started"])
+                                             for i, (a, info) in enumerate(zip(handles, infos[label]))], suffix)
+        for replicas in sets.values():  # counters for /health before the first request
+            for r, stats in zip(replicas.replicas, ray.get([r.actor.stats.remote() for r in replicas.replicas])):
+                replicas.note_stats(r, stats)
+        return cls(deploy, sets, infos, own_ray)
+
+    async def warm_up(self) -> dict[str, float]:
+        """Every replica warmed itself as it started (and does again after a restart): the seconds each took."""
+        await asyncio.sleep(0)
+        return {f"{role}/{i}": info["warm_s"] for role, infos in self.infos.items() for i, info in enumerate(infos)}
+
+    def stage_stats(self) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for replicas in self.sets.values():
+            out.update(replicas.stage_stats())
+        return out
+
+    def actors(self, label: str) -> list:
+        """The Ray actor handles of a stage's replicas (tests kill one)."""
+        return [r.actor for r in self.sets[label].replicas]
+
+    def close(self) -> None:
+        ray = import_ray()
+        self.poller.stop()
+        if not ray.is_initialized():
+            return
+        for replicas in self.sets.values():
+            for r in replicas.replicas:
+                try:
+                    ray.kill(r.actor, no_restart=True)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+        if self.own_ray:
+            ray.shutdown()
+
+
+def _check_gpus(ray, stages: list[Stage], device: str | None) -> None:
+    """Refuse at start what the cluster cannot place (Ray would wait for it forever)."""
+    gpus = ray.cluster_resources().get("GPU", 0)
+    need = [s for s in stages if actor_device(s, device) != "cpu"]
+    if need and gpus <= 0:
+        raise RuntimeError(f"stages {[s.stage_id for s in need]} ask for a GPU but the Ray cluster has none; "
+                           f"pass --device cpu or set `devices: cpu`")
+    shares = sum(s.gpu_memory_utilization * s.num_replicas for s in need)
+    if shares > gpus + 1e-9:
+        raise RuntimeError(f"the GPU stages' replicas ask for {shares:g} GPUs (gpu_memory_utilization x num_replicas) "
+                           f"but the Ray cluster has {gpus:g}")
