@@ -378,8 +378,8 @@ class StageLoop:
                 if self._sinks.pop(rid, None) is not None:
                     with contextlib.suppress(Exception):
                         self.engine.abort(rid)
-            else:
-                sink(err)
+            elif op == "add":
+                sink(err)  # (a feed for a request that is failed below needs nothing)
         self._fail_all(err)
         self._publish(-1, 0.0)
         if self.on_death is not None and self._running:

@@ -96,7 +96,7 @@ class TalkerStageEngine(LLMStageEngine):
 
     def abort(self, request_id: str) -> None:
         if self.parked.pop(request_id, None) is None:
-            self.engine.abort(request_id)
+            super().abort(request_id)  # its KV blocks and frame-decoder slot come back now
 
     def stats(self) -> dict[str, float]:
         return self.engine.stats()
