@@ -305,22 +305,21 @@ MOMENTS = {
     "speech_mid_stream": _mid_stream("/v1/audio/speech", speech_body(stream=True), b"\r\n\r\n"),
     "speech_sse_mid_stream": _mid_stream("/v1/audio/speech", speech_body(stream=True) | {"stream_format": "sse"},
                                          b"speech.audio.delta"),
-    "speech_whole_file_mid_utterance": None,  # filled below: needs the Talker running
+    "speech_whole_file_mid_utterance": lambda srv: _speech_whole_file(srv),
 }
 
 
 def _speech_whole_file(srv):
+    steps = srv.runtime.stage_stats()["talker"]["steps"]
     raw = Raw(srv.url, "/v1/audio/speech", json.dumps(speech_body(stream=False)).encode())
-    wait_until(lambda: srv.runtime.stage_stats()["talker"]["steps"] > steps0 + 3, 30)
+    wait_until(lambda: srv.runtime.stage_stats()["talker"]["steps"] > steps + 3, 30)  # a few frames in
     return raw, None
 
 
 @pytest.mark.parametrize("moment", list(MOMENTS))
 def test_a_client_that_leaves_frees_every_stage_within_100ms(srv, moment):
-    global steps0
     baseline = footprint(srv)
-    steps0 = srv.runtime.stage_stats()["talker"]["steps"]
-    raw, gate = (MOMENTS[moment] or _speech_whole_file)(srv)
+    raw, gate = MOMENTS[moment](srv)
     if gate is None and "upload" not in moment:
         assert footprint(srv) != baseline, "the request holds nothing: the test would prove nothing"
     left = raw.close()
