@@ -39,7 +39,7 @@ from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, co
 from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .chat_protocol import (AudioReply, AudioURLPart, ChatCompletion, ChatCompletionRequest, Choice, ImageURLPart,
                             InputAudioPart, ReplyMessage, STREAM_AUDIO_FORMATS, TextPart, Usage, VideoURLPart)
-from .disconnect import unless_client_leaves
+from .disconnect import first_of_stream, unless_client_leaves
 from .errors import APIError, api_error, error_body, internal_error
 from .metrics import arrival
 
@@ -177,14 +177,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
                 return await unless_client_leaves(request, _complete(events, rid, name, speak, fmt, transcripts))
         finally:
             await events.aclose()  # also after the client left: every stage stops and frees its state
-    try:  # the first event before answering: errors up to AURA's first token are still a 4xx
-        with client_errors():
-            first = await unless_client_leaves(request, anext(events))  # ASR and AURA's prefill stop if it leaves
-    except BaseException:
-        await events.aclose()
-        raise
+    with client_errors():  # errors up to AURA's first token are still a 4xx; ASR and AURA's prefill stop if it leaves
+        first = await first_of_stream(request, events)
     if isinstance(first, Response):  # the client left before the first event
-        await events.aclose()
         return first
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return StreamingResponse(_stream(first, events, rid, name, speak, fmt, include_usage, transcripts),

@@ -31,3 +31,16 @@ async def unless_client_leaves(request: Request, work):
     finally:
         task.cancel()
         gone.cancel()
+
+
+async def first_of_stream(request: Request, stream):
+    """A stream's first item, pulled before answering so that errors up to it are still a 4xx; the stream is closed
+    (its stages stop) when that raises or the client leaves first, in which case the 499 Response comes back."""
+    try:
+        first = await unless_client_leaves(request, anext(stream))
+    except BaseException:
+        await stream.aclose()
+        raise
+    if isinstance(first, Response):
+        await stream.aclose()
+    return first

@@ -23,7 +23,7 @@ from fastapi.responses import Response, StreamingResponse
 from ..config import TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk, media_type
 from ..pipeline.tts_request import TALKER_SAMPLING, TTSAsk, build_tts_request
-from .disconnect import unless_client_leaves
+from .disconnect import first_of_stream, unless_client_leaves
 from .errors import APIError, api_error, error_body, internal_error
 from .metrics import arrival
 from .protocol import SpeechRequest
@@ -91,15 +91,11 @@ async def create_speech(req: SpeechRequest, request: Request):
 
     chunks = state.metrics.audio_stream(request.url.path, state.runtime.speak(tts_req, initial, steady),
                                         arrival(request))
-    try:  # pull the first chunk before answering so request errors still become 4xx
-        first = await unless_client_leaves(request, anext(chunks))  # the Talker stops if the client leaves first
+    try:  # request errors before the first chunk are still a 4xx; the Talker stops if the client leaves first
+        first = await first_of_stream(request, chunks)
     except StopAsyncIteration:
         first = np.zeros(0, np.float32)
-    except BaseException:
-        await chunks.aclose()
-        raise
     if isinstance(first, Response):  # the client left before the first chunk
-        await chunks.aclose()
         return first
     if stream_format == "audio":
         return StreamingResponse(_audio_stream(first, chunks, req.response_format),
