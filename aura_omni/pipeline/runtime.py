@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
-from ..config import ASR, AURA, CODE2WAV, TALKER, DeployConfig, Stage
+from ..config import ASR, AURA, CODE2WAV, TALKER, DeployConfig, DeployConfigError, Stage
 
 log = logging.getLogger("aura_omni.server")
 
@@ -26,6 +26,7 @@ ROLE_NAMES = {ASR: "a Qwen3-ASR stage (model_stage: asr)", AURA: "an AURA stage 
               CODE2WAV: "a Code2Wav stage (model_stage: code2wav)"}
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
+DEFAULT_GPU_SHARE = 0.9  # vLLM's gpu_memory_utilization default: what stages sharing a GPU split when none is given
 LOOP_RESTART_DELAY_S = 1.0  # a dead stage loop is down this long (503s, /health down) before it is restarted
 
 
@@ -50,13 +51,45 @@ def load_qwen3_tts(stage: Stage, device: str, dtype: Any, load_format: str):
     return Qwen3TTS.load(stage.model, device=device, dtype=dtype, load_format=load_format, engine_config=config)
 
 
-def stage_device(stage: Stage, override: str | None) -> str:
+def device_spec(stage: Stage, override: str | None) -> str:
     """`--device` wins; else the stage's `devices` ("0" -> cuda:0, "cpu" -> cpu, first of a list)."""
+    spec = (override or stage.devices).split(",")[0].strip()
+    return f"cuda:{spec}" if spec.isdigit() else spec
+
+
+def split_gpu_shares(deploy: DeployConfig, override: str | None) -> DeployConfig:
+    """Stages that share a GPU and give no `gpu_memory_utilization` split what the given shares leave of the default
+    0.9, instead of each taking 0.9 of the GPU for its KV cache (a CPU deploy served with `--device cuda`). Code2Wav
+    keeps no KV cache and takes no share."""
+    by_gpu: dict[str, list[Stage]] = {}
+    for s in deploy.stages:
+        spec = device_spec(s, override)
+        if spec.startswith("cuda") and deploy.role_of(s) != CODE2WAV:
+            by_gpu.setdefault("cuda:0" if spec == "cuda" else spec, []).append(s)
+    shares: dict[int, float] = {}
+    for gpu, stages in by_gpu.items():
+        unset = [s for s in stages if "gpu_memory_utilization" not in s.model_fields_set]
+        if len(stages) < 2 or not unset:
+            continue
+        left = DEFAULT_GPU_SHARE - sum(s.gpu_memory_utilization for s in stages
+                                       if "gpu_memory_utilization" in s.model_fields_set)
+        if left <= 0.05 * len(unset):
+            raise DeployConfigError(f"{deploy.source}: stages: the stages on {gpu} that give a gpu_memory_utilization "
+                                    f"leave {max(left, 0):.2f} of the GPU for the {len(unset)} that give none; set "
+                                    f"theirs too")
+        shares.update({s.stage_id: round(left / len(unset), 4) for s in unset})
+    if not shares:
+        return deploy
+    return deploy.model_copy(update={"stages": [
+        s.model_copy(update={"gpu_memory_utilization": shares[s.stage_id]}) if s.stage_id in shares else s
+        for s in deploy.stages]})
+
+
+def stage_device(stage: Stage, override: str | None) -> str:
+    """The stage's device (`device_spec`), refused when it names a GPU this machine does not have."""
     import torch
 
-    spec = (override or stage.devices).split(",")[0].strip()
-    if spec.isdigit():
-        spec = f"cuda:{spec}"
+    spec = device_spec(stage, override)
     if spec.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError(f"stage {stage.stage_id} ({stage.model}) asks for device {spec!r} but CUDA is not "
                            f"available; pass --device cpu or set `devices: cpu` in the deploy file")
@@ -109,7 +142,7 @@ class Runtime:
                                            load_format=load_format)
             return cls(placement.deploy, placement.models, placement=placement)
         first = deploy.stages[0]
-        deploy = deploy.for_platform(platform_of(stage_device(first, device)))
+        deploy = split_gpu_shares(deploy.for_platform(platform_of(stage_device(first, device))), device)
         models: dict[str, Any] = {}
         talkers = []
         for stage in deploy.stages:

@@ -304,3 +304,19 @@ def test_code2wav_on_the_talkers_gpu_spelled_either_way_is_accepted():
                                    code2wav={"devices": "cuda:0", "gpu_memory_utilization": 0.2, "enforce_eager": True,
                                              "default_sampling_params": {"temperature": 0.0, "seed": 42}}))
     assert cfg.stage(CODE2WAV).devices == "cuda:0"
+
+
+def test_stages_sharing_a_gpu_without_shares_split_the_default_instead_of_each_taking_it():
+    from aura_omni.pipeline.runtime import split_gpu_shares
+
+    cpu = parse_deploy_config(_aura(), "d.yaml")  # written for CPU: no gpu_memory_utilization anywhere
+    shares = {s.stage_id: s.gpu_memory_utilization for s in split_gpu_shares(cpu, "cuda").stages}
+    assert shares[0] == shares[1] == shares[2] == pytest.approx(0.3) and shares[3] == 0.9  # Code2Wav keeps no KV
+    assert split_gpu_shares(cpu, "cpu") is cpu
+    data = _aura()
+    data["stages"][1]["gpu_memory_utilization"] = 0.5
+    given = {s.stage_id: s.gpu_memory_utilization for s in split_gpu_shares(parse_deploy_config(data), "cuda:1").stages}
+    assert given[1] == 0.5 and given[0] == given[2] == pytest.approx(0.2)
+    data["stages"][1]["gpu_memory_utilization"] = 0.88
+    with pytest.raises(DeployConfigError, match="leave 0.02 of the GPU"):
+        split_gpu_shares(parse_deploy_config(data), "cuda")
