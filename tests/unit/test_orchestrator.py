@@ -123,19 +123,23 @@ def test_missing_stages_are_refused_before_running():
     assert aura.prompts == []
 
 
-def test_consumer_leaving_cancels_every_stage():
-    aura = ScriptedAura(["A long first sentence that is spoken right away. "] + ["more "] * 50, delay=0.01)
-    speech = ScriptedSpeech(delay=0.01)
-
-    async def leave_after_first_audio():
-        agen = AuraOmniPipeline(None, aura, speech).turn(TurnRequest("r8", tts=TTS))
+def leave_after_first_audio(aura, speech, request_id: str) -> None:
+    """A consumer that closes the turn's event stream at its first audio chunk (the client left)."""
+    async def main():
+        agen = AuraOmniPipeline(None, aura, speech).turn(TurnRequest(request_id, tts=TTS))
         async for event in agen:
             if isinstance(event, AudioChunk):
                 break
         await agen.aclose()
         await asyncio.sleep(0.05)
 
-    asyncio.run(leave_after_first_audio())
+    asyncio.run(main())
+
+
+def test_consumer_leaving_cancels_every_stage():
+    aura = ScriptedAura(["A long first sentence that is spoken right away. "] + ["more "] * 50, delay=0.01)
+    speech = ScriptedSpeech(delay=0.01)
+    leave_after_first_audio(aura, speech, "r8")
     assert aura.closed and speech.closed == 1
 
 
@@ -229,14 +233,5 @@ def test_token_passthrough_keeps_its_path_with_a_streaming_speech_stage():
 def test_leaving_mid_utterance_cancels_the_streamed_talker_request():
     aura = ScriptedAura(["Hello there "] + ["more "] * 50, delay=0.01)
     speech = StreamingSpeech()
-
-    async def leave_after_first_audio():
-        agen = AuraOmniPipeline(None, aura, speech).turn(TurnRequest("s6", tts=TTS))
-        async for event in agen:
-            if isinstance(event, AudioChunk):
-                break
-        await agen.aclose()
-        await asyncio.sleep(0.05)
-
-    asyncio.run(leave_after_first_audio())
+    leave_after_first_audio(aura, speech, "s6")
     assert aura.closed and speech.closed == 1
