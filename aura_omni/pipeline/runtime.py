@@ -110,7 +110,7 @@ def platform_of(device: str) -> str:
 
 
 class Runtime:
-    """Loaded stage models keyed by role, plus the worker threads that run their blocking calls."""
+    """Loaded stages keyed by role (each driven by its stage loops), their warm start, counters and supervisor."""
 
     def __init__(self, deploy: DeployConfig, models: dict[str, Any] | None = None, *, placement: Any = None):
         self.deploy = deploy
