@@ -92,6 +92,11 @@ class ConnectorExtra(_Strict):
     codec_chunk_ramp_divisor: float | None = Field(None, gt=0)
     codec_chunk_ramp_delta_min: int | None = Field(None, ge=0)
 
+    @property
+    def first_window(self) -> int:
+        """Frames of a stream's first Code2Wav window (0 = dynamic: the smallest step, 2 frames)."""
+        return min(self.initial_codec_chunk_frames or 2, self.codec_chunk_frames)
+
 
 class Connector(_Strict):
     name: str = "SharedMemoryConnector"
@@ -286,7 +291,10 @@ REFUSED_EXTRAS = {
     "connector_get_sleep_s": f"nothing polls: {IN_PROCESS}, whose consumers wake on arrival",
     "connector_get_max_wait_first_chunk": f"nothing polls: {IN_PROCESS}; a turn is bounded by its request timeout",
     "connector_get_max_wait": f"nothing polls: {IN_PROCESS}; a turn is bounded by its request timeout",
-    "decode_cudagraph_capture_sizes": "Code2Wav runs eagerly in this build (no Code2Wav CUDA graphs to size)",
+    "decode_cudagraph_capture_sizes": "Code2Wav captures a CUDA graph for each window length of its schedule "
+                                      "(initial_codec_chunk_frames doubling up to codec_chunk_frames) at each batch "
+                                      "size up to max_num_seqs by itself; set enforce_eager: true on the code2wav stage "
+                                      "for none",
     "ref_code_context_frames": "the voice-clone reference codes prime the stateful Code2Wav decoder in full",
     **{k: "adaptive codec chunk scheduling is not implemented; windows are initial_codec_chunk_frames, then "
           "codec_chunk_frames" for k in ("codec_chunk_ramp", "codec_chunk_adaptive", "codec_chunk_min_frames",
@@ -411,7 +419,7 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
 
 def _code2wav_refusals(cfg: DeployConfig, st: Stage, talker: Stage, where: str) -> list[tuple[str, str]]:
     """Code2Wav is no engine here: one stateful decoder per stream, streams' windows decoded together in a batch, on
-    the Talker's device, in float32 (what qwen-tts runs)."""
+    the Talker's device."""
     out, given = [], st.model_fields_set
     if _device_name(st.devices) != _device_name(talker.devices):
         out.append((f"{where}.devices", f"Code2Wav runs on the Talker's device ({talker.devices!r}) in this build"))
@@ -421,11 +429,6 @@ def _code2wav_refusals(cfg: DeployConfig, st: Stage, talker: Stage, where: str) 
         out.append((f"{where}.num_replicas", f"Code2Wav runs inside each Talker replica (the Qwen3-TTS facade), "
                                              f"so it has the Talker's num_replicas ({talker.num_replicas}); "
                                              f"remove the key or set it equal"))
-    if st.dtype not in ("auto", "float32"):
-        out.append((f"{where}.dtype", f"Code2Wav decodes in float32, as qwen-tts does (got {st.dtype!r})"))
-    if "enforce_eager" in given and not st.enforce_eager:
-        out.append((f"{where}.enforce_eager", "Code2Wav always runs eagerly in this build (no CUDA graphs); "
-                                              "remove the key or set true"))
     if "async_scheduling" in given and not st.async_scheduling:
         out.append((f"{where}.async_scheduling", "Code2Wav windows are always decoded while the Talker keeps "
                                                  "stepping (it never waits for them)"))

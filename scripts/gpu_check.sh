@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # One device call on the H200: install the carried wheels, then run the chosen sections; logs land in $OUT.
-#   bash scripts/gpu_check.sh tests engine aura asr tts pipeline     (default: all)
+#   bash scripts/gpu_check.sh tests engine code2wav aura asr tts pipeline     (default: all)
 # Each section is cut off after $SECTION_TIMEOUT seconds (default 600) so one slow part cannot sink the call.
 # Needs .whl/ (scripts/fetch_gpu_wheels.sh) and, for the qwen-tts reference, .whl-ref/ (see docs/benchmarks.md).
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-sections=${*:-tests engine aura asr tts pipeline}
+sections=${*:-tests engine code2wav aura asr tts pipeline}
 SECTION_TIMEOUT=${SECTION_TIMEOUT:-600}
 
 wheels=$(ls .whl/*.whl | grep -v -e '/av-' -e '/openai-')  # PyAV (35 MB) and the client are not needed here
@@ -34,6 +34,8 @@ for s in $sections; do
     tests) run gpu_tests python3 -m pytest -q -p no:cacheprovider tests/gpu tests/unit/test_triton_gemv.py \
              tests/unit/test_triton_sampling.py tests/unit/test_engine_prefill_graphs.py tests/unit/test_triton_short_attention.py tests/parity/test_qwen3_backbone.py ;;
     engine) run engine_bench python3 benchmarks/engine_bench.py ;;
+    code2wav) run code2wav_bench python3 benchmarks/code2wav_bench.py --dtypes float32,float16,bfloat16 \
+                --profile 32x25 ${CODE2WAV_BENCH_ARGS:-} ;;
     aura) run aura_bench python3 benchmarks/aura_bench.py --reference ;;
     asr) run asr_bench python3 benchmarks/asr_throughput.py --model aura_omni/presets/Qwen__Qwen3-ASR-1.7B \
            --load-format dummy --device cuda --concurrency 1 16 64 --reference ${ASR_BENCH_ARGS:-} ;;

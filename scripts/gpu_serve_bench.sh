@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts turns live]      (default: all three; JSON, SVG and logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts turns live ray soak soak_wait]   (default: tts turns live; logs in $OUT)
 # tts:   configs/qwen3_tts.yaml, /v1/audio/speech streamed pcm, 10 s of audio per request, an x-vector voice,
 #        c = 1 8 32 64
 # turns: configs/aura_omni.yaml, the first request after /health said ready, then chat voice turns
 #        (3 s of speech + 2 frames, 40 AURA tokens, 40 codec frames) at c = 1 8
 # live:  configs/aura_omni_duplex_8.yaml (8 sessions), the same turns pushed to talk over /v1/realtime at c = 1 8,
 #        and the silent decision (commit -> response.listen)
+# ray:   configs/qwen3_tts.yaml served through Ray actors (--distributed-executor-backend ray), 1 then 2 Talker
+#        replicas (each with its Code2Wav) on the one GPU, /v1/audio/speech at c = 64 (issue 17). Needs the trimmed
+#        Ray tarball in .whl (scripts/build_ray_trimmed.sh).
+# soak:  configs/aura_omni.yaml and `scripts/soak.py --minutes ${SOAK_MINUTES:-10}`, both started detached (setsid)
+#        so they outlive this call (a call lasts at most 10 minutes); output in /tmp/soak. `soak_wait` (the next call,
+#        within the machine's 30 s idle grace) waits for the report and copies it to $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT"
@@ -21,9 +27,14 @@ python3 -c "from aura_omni.bench.inputs import speech_like, wav_bytes; open('/tm
 serve() {  # serve DEPLOY NAME: start a server, wait for /health, register the `bench` voice
   local t0=$SECONDS
   python3 -m aura_omni.cli serve --deploy-config "$1" --load-format dummy --served-model-name "$2" --port 8091 \
-    > "$OUT/serve_$2.log" 2>&1 &
+    ${SERVE_ARGS:-} > "$OUT/serve_$2.log" 2>&1 &
   SERVER=$!
-  python3 - "$URL" <<'EOF' || { tail -n 30 "$OUT/serve_$2.log"; return 1; }
+  wait_ready || { tail -n 30 "$OUT/serve_$2.log"; return 1; }
+  echo "=== $2 ready after $((SECONDS - t0)) s"
+  python3 -c "import httpx, sys; r = httpx.post('$URL/v1/audio/voices', data={'name': 'bench'}, files={'audio_sample': open('/tmp/ref.wav', 'rb')}, timeout=60); print('voice', r.status_code)"
+}
+wait_ready() {
+  python3 - "$URL" <<'EOF'
 import sys, time, httpx
 for _ in range(1200):
     try:
@@ -34,8 +45,6 @@ for _ in range(1200):
     time.sleep(0.5)
 sys.exit(1)
 EOF
-  echo "=== $2 ready after $((SECONDS - t0)) s"
-  python3 -c "import httpx, sys; r = httpx.post('$URL/v1/audio/voices', data={'name': 'bench'}, files={'audio_sample': open('/tmp/ref.wav', 'rb')}, timeout=60); print('voice', r.status_code)"
 }
 stop() { kill "$SERVER"; wait "$SERVER" 2>/dev/null; }
 bench() {  # bench NAME ARGS...
@@ -71,5 +80,29 @@ for s in ${*:-tts turns live}; do
             --num-prompts 16 \
             --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}]}'
           stop ;;
+    ray) mkdir -p /tmp/ray && tar -xJf .whl/ray-trimmed-cp312.tar.xz -C /tmp/ray || continue
+         for r in 1 2; do
+           python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); d['stages'][0]['num_replicas'] = $r
+yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
+           PYTHONPATH=/tmp/ray/site:$PYTHONPATH SERVE_ARGS="--distributed-executor-backend ray" \
+             serve /tmp/qwen3_tts_ray$r.yaml "qwen3-tts-ray$r" || continue
+           bench "tts_ray_replicas$r" --backend speech --model "qwen3-tts-ray$r" --voice bench --max-tokens 126 \
+             --max-concurrency 64 --num-prompts 128 --num-warmups 2
+           stop
+           PYTHONPATH=/tmp/ray/site:$PYTHONPATH python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
+         done ;;
+    soak) mkdir -p /tmp/soak
+          setsid nohup python3 -m aura_omni.cli serve --deploy-config configs/aura_omni.yaml --load-format dummy \
+            --served-model-name aura --port 8091 > /tmp/soak/serve.log 2>&1 < /dev/null &
+          echo $! > /tmp/soak/server.pid
+          wait_ready || { tail -n 30 /tmp/soak/serve.log; continue; }
+          setsid nohup bash -c "python3 scripts/soak.py --url $URL --minutes ${SOAK_MINUTES:-10} --warmup-minutes 1 \
+            --server-pid $(cat /tmp/soak/server.pid) --concurrency 4 --report /tmp/soak/soak.json > /tmp/soak/soak.log 2>&1;
+            echo \$? > /tmp/soak/done" > /dev/null 2>&1 < /dev/null &
+          echo "=== soak started at $(date +%T) for ${SOAK_MINUTES:-10} min" ;;
+    soak_wait) for _ in $(seq 570); do [ -f /tmp/soak/done ] && break; sleep 1; done
+               cp /tmp/soak/soak.json /tmp/soak/soak.log /tmp/soak/serve.log "$OUT/" 2>/dev/null
+               echo "=== soak: exit $(cat /tmp/soak/done 2>/dev/null || echo 'still running')"
+               tail -n 25 /tmp/soak/soak.log ;;
   esac
 done

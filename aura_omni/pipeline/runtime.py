@@ -172,11 +172,10 @@ class Runtime:
 
             asr, tts = self.models.get(ASR), self.models.get(TALKER)
             codec = self.deploy.codec_streaming()
-            initial = min(codec.initial_codec_chunk_frames or 2, codec.codec_chunk_frames)  # 0 = dynamic: small
             self._pipeline = AuraOmniPipeline(
                 AsrPipelineStage(asr) if asr is not None else None,
                 self.models.get(AURA),
-                SpeechPipelineStage(tts, initial_chunk_frames=initial,
+                SpeechPipelineStage(tts, initial_chunk_frames=codec.first_window,
                                     chunk_frames=codec.codec_chunk_frames) if tts is not None else None,
                 default_timeout_s=self.request_timeout_s, stream_text_to_talker=self.deploy.async_chunk)
         return self._pipeline
@@ -252,9 +251,9 @@ def load_stage(deploy: DeployConfig, stage: Stage, device: str, dtype: str | Non
     log.info("loading stage %d (%s) from %s on %s", stage.stage_id, role, stage.model, device)
     model = loader(stage, device, stage_dtype(stage, dtype, device), "auto" if fmt == "safetensors" else fmt)
     if role == TALKER and getattr(model, "code2wav_loop", None) is not None:
-        from ..stages.engine_config import code2wav_max_batch  # the Code2Wav stage's engine fields
+        from ..stages.engine_config import code2wav_settings  # the Code2Wav stage's fields
 
-        model.code2wav_loop.engine.max_batch = code2wav_max_batch(deploy.code2wav_of(stage), deploy.codec_streaming())
+        model.configure_code2wav(**code2wav_settings(deploy.code2wav_of(stage), deploy.codec_streaming()))
     return model
 
 
@@ -269,5 +268,5 @@ async def warm_models(models: dict[str, Any], deploy: DeployConfig) -> dict[str,
         frame = await asyncio.to_thread(load_image_input, rgb, None, aura.stage.model)
     codec = deploy.codec_streaming()
     return await warm_up(models.get(ASR), aura, models.get(TALKER), frame=frame,
-                         initial_chunk_frames=min(codec.initial_codec_chunk_frames or 2, codec.codec_chunk_frames),
+                         initial_chunk_frames=codec.first_window,
                          chunk_frames=codec.codec_chunk_frames)

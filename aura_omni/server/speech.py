@@ -62,8 +62,7 @@ def _stream_windows(state, req: SpeechRequest) -> tuple[int, int, int]:
     """(initial, steady, left-context) Code2Wav window sizes in frames from the deploy connector."""
     extra = state.runtime.deploy.codec_streaming()
     steady = extra.codec_chunk_frames
-    initial = req.initial_codec_chunk_frames or extra.initial_codec_chunk_frames or 2  # 0 = dynamic: smallest step
-    return min(initial, steady), steady, extra.codec_left_context_frames
+    return min(req.initial_codec_chunk_frames or extra.first_window, steady), steady, extra.codec_left_context_frames
 
 
 @router.post("/v1/audio/speech")

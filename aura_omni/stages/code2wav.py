@@ -1,26 +1,32 @@
 """The Code2Wav stage's engine: codec chunks of concurrent streams, decoded together.
 
 A request is one chunk of one stream (`Code2WavChunk`); its single output is the chunk's 24 kHz samples on the host.
-A stream's decoder state (`Code2WavStream`: conv tails, attention window, frame count) lives in its `Code2WavSession`
-and is made on the loop thread at the stream's first chunk, so every tensor of it belongs to the stage's stream.
-Each step decodes the chunks of one length (shortest first: a new stream's first chunk is its first audio), up to
-`max_batch` streams in one forward; a lone chunk takes the unbatched path, so c=1 pays nothing for batching.
+A stream's decoder state (conv tails, attention window, frame count) is one row of the stage's `Code2WavSlots`, taken
+on the loop thread at the stream's first chunk and given back when its `Code2WavSession` is collected (the stream
+ended, or its client left). Each step decodes the chunks of one length (shortest first: a new stream's first chunk is
+its first audio), up to `max_batch` streams in one forward. On CUDA every step replays captured graphs
+(`Code2WavGraphs`: one per window length of the codec schedule and batch bucket); on the CPU, or with
+`enforce_eager`, it runs eagerly on the same rows.
 """
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from aura_omni.models.qwen3_tts.code2wav_graphs import Code2WavGraphs
+from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavSlots
 from aura_omni.stages.loop import StageOutput
 
 
 @dataclass
 class Code2WavSession:
-    """One stream's decoder state; `context` codes (an ICL voice's reference) prime it before its first chunk."""
+    """One stream; `context` codes (an ICL voice's reference) prime its decoder row before its first chunk."""
 
     context: torch.Tensor | None = None  # [F, 16] long on the host
-    state: object = None  # Code2WavStream, made by the stage
+    slot: int | None = None  # its row in the stage's Code2WavSlots
+    slots: Code2WavSlots | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -29,27 +35,36 @@ class Code2WavChunk:
     codes: torch.Tensor  # [n, 16] long on the host
 
 
-@dataclass
-class _Pending:
-    chunk: Code2WavChunk
-    codes: torch.Tensor = field(default=None)  # on the decoder's device
-
-
 class Code2WavStageEngine:
     def __init__(self, code2wav, max_batch: int = 32):
         self.code2wav = code2wav
         self.device = next(code2wav.parameters()).device
         self.max_batch = max_batch
-        self._pending: dict[str, _Pending] = {}
+        self.slots = Code2WavSlots(code2wav, 2 * max_batch)
+        self.graphs: Code2WavGraphs | None = None
+        self._pending: dict[str, Code2WavChunk] = {}
         self.decoded_frames = 0
+
+    def configure(self, max_batch: int, windows: list[int], cuda_graphs: bool) -> None:
+        """The deploy's batch bound, and graphs for its window lengths (CUDA only). On the loop thread, before it
+        serves; the rows are made anew in the decoder's (possibly new) dtype."""
+        self.max_batch = max_batch
+        self.slots = Code2WavSlots(self.code2wav, 2 * max_batch)
+        self.graphs = (Code2WavGraphs(self.slots, windows, max_batch)
+                       if cuda_graphs and self.device.type == "cuda" else None)
+
+    def capture_graphs(self) -> None:
+        if self.graphs is not None:
+            self.graphs.capture_all()
 
     def add(self, request_id: str, chunk: Code2WavChunk) -> None:
         s = chunk.session
-        if s.state is None:
-            s.state = self.code2wav.new_stream()
-            if s.context is not None and s.context.shape[0]:
-                self.code2wav.decode_stream(s.state, s.context.to(self.device))  # context only: not this audio
-        self._pending[request_id] = _Pending(chunk, chunk.codes.to(self.device))
+        if s.slots is not self.slots:  # the stream's first chunk
+            s.slot, s.slots = self.slots.acquire(), self.slots
+            weakref.finalize(s, self.slots.release, s.slot)
+            if s.context is not None and s.context.shape[0]:  # context only: not this audio
+                self._decode([s.slot], self.code2wav.check_codes(s.context, batched=False)[None])
+        self._pending[request_id] = Code2WavChunk(s, self.code2wav.check_codes(chunk.codes, batched=False))
 
     def abort(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
@@ -58,20 +73,25 @@ class Code2WavStageEngine:
         return bool(self._pending)
 
     def step(self) -> list[StageOutput]:
-        shortest = min(p.codes.shape[0] for p in self._pending.values())
-        rids = [r for r, p in self._pending.items() if p.codes.shape[0] == shortest][:self.max_batch]
+        shortest = min(c.codes.shape[0] for c in self._pending.values())
+        rids = [r for r, c in self._pending.items() if c.codes.shape[0] == shortest][:self.max_batch]
         part = [self._pending.pop(r) for r in rids]
+        if shortest == 0:
+            return [StageOutput(r, np.zeros(0, np.float32), True) for r in rids]
         try:
-            if len(part) == 1 or shortest == 0:
-                wavs = [self.code2wav.decode_stream(p.chunk.session.state, p.codes) for p in part]
-            else:
-                wavs = list(self.code2wav.decode_stream_batch([p.chunk.session.state for p in part],
-                                                              torch.stack([p.codes for p in part])))
+            wavs = self._decode([c.session.slot for c in part], torch.stack([c.codes for c in part]))
         except Exception as e:  # noqa: BLE001 - the streams of this forward fail; the others go on
             return [StageOutput(r, e, True) for r in rids]
         self.decoded_frames += shortest * len(part)
-        return [StageOutput(r, w.float().cpu().numpy().astype(np.float32, copy=False), True)
-                for r, w in zip(rids, wavs)]
+        host = wavs.float().cpu().numpy()
+        return [StageOutput(r, host[i], True) for i, r in enumerate(rids)]
+
+    def _decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            if self.graphs is not None and self.graphs.covers(*codes.shape[:2]):
+                return self.graphs.decode(slots, codes)
+            return self.slots.decode(torch.tensor(slots, device=self.device), codes)
 
     def stats(self) -> dict[str, float]:
-        return {"running": 0, "waiting": len(self._pending), "decoded_frames": self.decoded_frames}
+        return {"running": 0, "waiting": len(self._pending), "decoded_frames": self.decoded_frames,
+                "streams": self.slots.in_use}

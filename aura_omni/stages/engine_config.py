@@ -2,6 +2,8 @@
 
 import dataclasses
 
+import torch
+
 from aura_omni.config import CODEC_NUM_QUANTIZERS, ConnectorExtra, SamplingParams as DeploySampling, Stage
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.sampling_params import SamplingParams
@@ -36,6 +38,23 @@ def engine_config(stage: Stage, defaults: EngineConfig | None = None, *,
     fields.update({name: value for name, value in (("gemv", k.gemv), ("pdl", k.pdl), ("prefill_graphs", k.prefill_graphs),
                                                    ("stage_stream", k.stage_stream)) if value is not None})
     return dataclasses.replace(defaults, **fields) if defaults is not None else EngineConfig(**fields)
+
+
+def code2wav_settings(stage: Stage, codec: ConnectorExtra) -> dict:
+    """The Code2Wav stage's fields for `Qwen3TTS.configure_code2wav`: its batch bound, its dtype (auto: float32, what
+    qwen-tts decodes in), and CUDA graphs for the window lengths of the codec schedule unless `enforce_eager`."""
+    return dict(max_batch=code2wav_max_batch(stage, codec),
+                windows=window_schedule(codec.first_window, codec.codec_chunk_frames),
+                cuda_graphs=not stage.enforce_eager,
+                dtype=torch.float32 if stage.dtype == "auto" else getattr(torch, stage.dtype))
+
+
+def window_schedule(initial: int, steady: int) -> list[int]:
+    """The Code2Wav window lengths of a stream: `initial` frames, then twice as many each time up to `steady`."""
+    out = [initial]
+    while out[-1] < steady:
+        out.append(min(2 * out[-1], steady))
+    return out
 
 
 def code2wav_max_batch(stage: Stage, codec: ConnectorExtra) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
@@ -215,6 +216,17 @@ class StageLoop:
         self._wake.set()
         return done.wait(timeout) if self._thread.is_alive() and not self._dead else True
 
+    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        """Run `fn()` on the loop's thread between steps, under the stage's device, stream and kernel switches (work
+        that must not overlap a step, such as capturing the stage's CUDA graphs). Its result or error: the future."""
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            if not self.alive:
+                raise StageUnavailable(f"stage {self.name} is down")
+            self._inbox.append(("call", "", fn, done))
+        self._wake.set()
+        return done
+
     def inject_fault(self, kind: str) -> None:
         """Tests only: "step" makes the next step raise (its requests fail, the loop goes on); "kill" ends the loop's
         thread as an unexpected error would (at once, busy or idle)."""
@@ -279,6 +291,12 @@ class StageLoop:
             op, rid, request, sink = self._inbox.popleft()
             if op == "settle":
                 self._barriers.append(sink)
+                continue
+            if op == "call":
+                try:
+                    sink.set_result(request())
+                except Exception as e:  # noqa: BLE001 - the caller gets it
+                    sink.set_exception(e)
                 continue
             if op == "abort":
                 if self._sinks.pop(rid, None) is not None:
@@ -380,6 +398,8 @@ class StageLoop:
                         self.engine.abort(rid)
             elif op == "add":
                 sink(err)  # (a feed for a request that is failed below needs nothing)
+            elif op == "call":
+                sink.set_exception(err)
         self._fail_all(err)
         self._publish(-1, 0.0)
         if self.on_death is not None and self._running:

@@ -133,25 +133,46 @@ def test_the_stage_decodes_concurrent_streams_together_like_each_alone(code2wav)
     splits = [[1] + [5] * ((c.shape[0] - 1) // 5) + ([(c.shape[0] - 1) % 5] if (c.shape[0] - 1) % 5 else [])
               for c in streams]
     alone = [_stream(code2wav, c, s) for c, s in zip(streams, splits)]
-    stage, rows = Code2WavStageEngine(code2wav), []
-    batch = code2wav.decode_stream_batch
-    code2wav.decode_stream_batch = lambda states, codes: rows.append(len(states)) or batch(states, codes)
+    stage, rows = Code2WavStageEngine(code2wav, max_batch=2), []  # rows for 4 streams: they must grow to 6
+    stage.max_batch = 8
+    decode = stage.slots.decode
+    stage.slots.decode = lambda slots, codes: rows.append(len(slots)) or decode(slots, codes)
     sessions = [Code2WavSession() for _ in streams]
     at, parts = [0] * len(streams), [[] for _ in streams]
-    try:
-        for k in range(max(len(s) for s in splits)):  # every stream's k-th chunk is queued, then stepped through
-            for i, split in enumerate(splits):
-                if k < len(split):
-                    stage.add(f"{i}", Code2WavChunk(sessions[i], streams[i][at[i]:at[i] + split[k]]))
-                    at[i] += split[k]
-            while stage.has_work():
-                for out in stage.step():
-                    parts[int(out.request_id)].append(torch.from_numpy(out.item))
-    finally:
-        del code2wav.decode_stream_batch
+    for k in range(max(len(s) for s in splits)):  # every stream's k-th chunk is queued, then stepped through
+        for i, split in enumerate(splits):
+            if k < len(split):
+                stage.add(f"{i}", Code2WavChunk(sessions[i], streams[i][at[i]:at[i] + split[k]]))
+                at[i] += split[k]
+        while stage.has_work():
+            for out in stage.step():
+                parts[int(out.request_id)].append(torch.from_numpy(out.item))
     for i in range(len(streams)):
         assert torch.allclose(torch.cat(parts[i]), alone[i].float(), atol=1e-5, rtol=0)
     assert rows and rows[0] == len(streams)  # the first chunks went in one forward
+    assert stage.slots.capacity == 8 and stage.stats()["streams"] == 6
+    del sessions, parts, out
+    import gc
+
+    gc.collect()
+    assert stage.stats()["streams"] == 0  # a collected session gives its row back
+
+
+def test_a_reused_slot_starts_fresh(code2wav):
+    """A row handed to a new stream decodes like a new stream, not like the continuation of the last one."""
+    from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
+
+    stage = Code2WavStageEngine(code2wav, max_batch=1)
+    first = Code2WavSession()
+    stage.add("a", Code2WavChunk(first, _codes(9, 20)))
+    stage.step()
+    slot = first.slot
+    del first
+    second = Code2WavSession()
+    stage.add("b", Code2WavChunk(second, _codes(4, 21)))
+    assert second.slot == slot
+    (out,) = stage.step()
+    assert torch.allclose(torch.from_numpy(out.item), code2wav.decode(_codes(4, 21)).float(), atol=1e-5, rtol=0)
 
 
 def test_a_failed_chunk_fails_its_stream_and_the_stage_keeps_serving(code2wav):

@@ -185,7 +185,7 @@ def _refused(data: dict, field: str, why: str) -> None:
     ("connector_get_sleep_s", 0.01, "nothing polls"),
     ("connector_get_max_wait_first_chunk", 3000, "nothing polls"),
     ("connector_get_max_wait", 300, "nothing polls"),
-    ("decode_cudagraph_capture_sizes", [25, 73], "Code2Wav runs eagerly"),
+    ("decode_cudagraph_capture_sizes", [25, 73], "captures a CUDA graph for each window length"),
     ("ref_code_context_frames", 10, "prime the stateful Code2Wav decoder"),
     ("codec_chunk_ramp", [2, 4], "adaptive codec chunk scheduling is not implemented"),
     ("codec_chunk_adaptive", True, "adaptive"),
@@ -213,10 +213,8 @@ def test_every_upstream_connector_extra_is_honoured_or_refused():
 
 @pytest.mark.parametrize("data, field, why", [
     (_tts(talker={"enable_prefix_caching": True}), "stages[0].enable_prefix_caching", "never cached"),
-    (_tts(code2wav={"enforce_eager": False}), "stages[1].enforce_eager", "always runs eagerly"),
     (_tts(code2wav={"async_scheduling": False}), "stages[1].async_scheduling", "never waits"),
     (_tts(code2wav={"devices": "1"}), "stages[1].devices", "runs on the Talker's device"),
-    (_tts(code2wav={"dtype": "bfloat16"}), "stages[1].dtype", "float32"),
     (_tts(code2wav={"load_format": "dummy"}), "stages[1].load_format", "Talker's checkpoint"),
     (_tts(code2wav={"max_num_batched_tokens": 100}), "stages[1].max_num_batched_tokens", "needs 400 codes"),
     (_tts(talker={"max_model_len": 4096}, code2wav={"max_model_len": 1000}), "stages[1].max_model_len", "65536 codes"),
@@ -258,8 +256,8 @@ def test_sampling_defaults_a_text_stage_would_ignore_are_refused(role_index, key
 
 def test_a_platform_override_is_checked_as_merged():
     data = _tts()
-    data["platforms"] = {"npu": {"stages": [{"stage_id": 1, "enforce_eager": False}]}}
-    _refused(data, "stages[1].enforce_eager", "(platforms.npu merged)")
+    data["platforms"] = {"npu": {"stages": [{"stage_id": 1, "devices": "1"}]}}
+    _refused(data, "stages[1].devices", "(platforms.npu merged)")
 
 
 def test_duplex_session_settings_are_recorded_for_the_realtime_endpoint():

@@ -175,3 +175,14 @@ def test_a_killed_loop_fails_its_requests_at_once_is_down_and_restarts(stage, fr
     assert loop.restart() and not loop.restart()
     assert list(t for out in loop.run("c", (PROMPT, greedy(12))) for t in out.new_token_ids) == free_run
     assert loop.counters.alive and loop.counters.restarts == 1
+
+
+def test_call_runs_on_the_loop_thread_between_steps_and_returns_or_raises(stage):
+    eng, loop = stage
+    where = loop.call(lambda: (threading.current_thread().name, eng.stats()["running"])).result(5)
+    assert where == ("stage-lm", 0)
+    with pytest.raises(ZeroDivisionError):
+        loop.call(lambda: 1 / 0).result(5)
+    loop.close()
+    with pytest.raises(StageUnavailable):
+        loop.call(lambda: None)

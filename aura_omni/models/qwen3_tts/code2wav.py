@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from aura_omni.layers import kernel_switches, triton_snake
 from aura_omni.layers.mlp import SwiGLU
 from aura_omni.layers.rmsnorm import RMSNorm
 from aura_omni.layers.rotary import RotaryEmbedding
@@ -87,9 +88,9 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        alpha = torch.exp(self.alpha)[None, :, None]
-        beta = torch.exp(self.beta)[None, :, None]
-        return x + (1.0 / (beta + 1e-9)) * torch.pow(torch.sin(x * alpha), 2)
+        if triton_snake.usable(x) and kernel_switches.current().fast_attention:
+            return triton_snake.snake_beta(x, self.alpha, self.beta)
+        return triton_snake.reference(x, self.alpha, self.beta)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -314,6 +315,14 @@ class Code2Wav(nn.Module):
                 p.zero_()
         return self
 
+    def cast(self, dtype: torch.dtype) -> "Code2Wav":
+        """Weights in `dtype` (float32 is the reference's; bfloat16 is the fast serving choice); the RoPE
+        frequencies stay float32, as positions run into the thousands of frames."""
+        inv_freq = self.pre_transformer.rotary.inv_freq
+        self.to(dtype)
+        self.pre_transformer.rotary.inv_freq = inv_freq
+        return self
+
     # -- streaming ------------------------------------------------------------------------------
     def new_stream(self, batch: int = 1) -> Code2WavStream:
         like = self.pre_conv.conv.weight
@@ -325,7 +334,7 @@ class Code2Wav(nn.Module):
     @torch.inference_mode()
     def decode_stream(self, state: Code2WavStream, codes: torch.Tensor) -> torch.Tensor:
         """Next frames of one request: codes [n, 16] -> samples [n * 1920]; `state` advances."""
-        codes = self._check_codes(codes, batched=False)
+        codes = self.check_codes(codes, batched=False)
         if codes.shape[0] == 0:
             return self.pre_conv.conv.weight.new_zeros(0)
         return self.forward(codes[None], state)[0]
@@ -333,7 +342,7 @@ class Code2Wav(nn.Module):
     @torch.inference_mode()
     def decode_stream_batch(self, states: list[Code2WavStream], codes: torch.Tensor) -> torch.Tensor:
         """Next n frames of B requests at once: codes [B, n, 16] -> [B, n * 1920]; each state advances."""
-        codes = self._check_codes(codes, batched=True)
+        codes = self.check_codes(codes, batched=True)
         if codes.shape[0] != len(states):
             raise CodecInputError(f"{codes.shape[0]} rows of codes for {len(states)} streams")
         batched = Code2WavStream.stack(states)
@@ -346,7 +355,7 @@ class Code2Wav(nn.Module):
     def decode(self, codes: torch.Tensor, chunk_frames: int = REFERENCE_CHUNK_FRAMES,
                left_context_frames: int = REFERENCE_LEFT_CONTEXT_FRAMES) -> torch.Tensor:
         """codes [T, 16] -> waveform [T * 1920], windowed like qwen-tts (identical to one pass for T <= 300)."""
-        codes = self._check_codes(codes, batched=False)
+        codes = self.check_codes(codes, batched=False)
         return self._chunked(codes[None], chunk_frames, left_context_frames)[0]
 
     @torch.inference_mode()
@@ -356,7 +365,7 @@ class Code2Wav(nn.Module):
         if codes.dim() != 3:
             raise CodecInputError(f"batched codes must be [B, T, {NUM_CODE_GROUPS}], got {tuple(codes.shape)}")
         lengths = (codes[..., 0] > -1).sum(1) * self.samples_per_frame
-        codes = self._check_codes(codes.clamp(min=0), batched=True)
+        codes = self.check_codes(codes.clamp(min=0), batched=True)
         wav = self._chunked(codes, chunk_frames, left_context_frames)
         return [w[:int(n)] for w, n in zip(wav, lengths)]
 
@@ -385,7 +394,7 @@ class Code2Wav(nn.Module):
         state.frames = state.frames + codes.shape[1]
         return wav.clamp(min=-1, max=1)[:, 0]
 
-    def _check_codes(self, codes: torch.Tensor, batched: bool) -> torch.Tensor:
+    def check_codes(self, codes: torch.Tensor, batched: bool) -> torch.Tensor:
         want = 3 if batched else 2
         if not isinstance(codes, torch.Tensor) or codes.dim() != want or codes.shape[-1] != NUM_CODE_GROUPS:
             shape = "[B, n, 16]" if batched else "[n, 16]"

@@ -7,6 +7,7 @@ The decoder is fully causal (qwen3_tts.md §1.6), so it is frame-exact if each r
 A fresh state therefore *is* the full decode's starting point; `Code2Wav.decode` runs on one too.
 """
 
+from collections import deque
 from dataclasses import dataclass, field
 
 import torch
@@ -37,3 +38,68 @@ class Code2WavStream:
         for i, s in enumerate(states):
             s.tensors = {k: v[i:i + 1].clone() for k, v in self.tensors.items()}
             s.frames = self.frames[i:i + 1].clone()
+
+
+class Code2WavSlots:
+    """The decoder state of many streams in one batched `Code2WavStream`, one row (slot) per stream.
+
+    A step gathers its streams' rows, decodes, and scatters them back: a few index kernels per state tensor however
+    many streams there are, and fixed addresses a CUDA graph can capture (code2wav_graphs.py). Row 0 is scratch: the
+    padding rows of a graphed step read and write it. Slots are given back from any thread (`release`, e.g. when a
+    stream's session is collected) and reused by the owning thread, which zeroes a row when it hands it out: a fresh
+    row is the full decode's starting point.
+    """
+
+    def __init__(self, model, capacity: int):
+        self.model = model
+        self.state = model.new_stream(capacity + 1)
+        self.generation = 0  # bumped when the rows are reallocated: captured graphs read the old tensors
+        self._free = list(range(capacity, 0, -1))
+        self._released: deque[int] = deque()  # appended from any thread, drained by `acquire`
+
+    @property
+    def capacity(self) -> int:
+        return self.state.batch_size - 1
+
+    @property
+    def in_use(self) -> int:
+        return self.capacity - len(self._free) - len(self._released)
+
+    def acquire(self) -> int:
+        while self._released:
+            self._free.append(self._released.popleft())
+        if not self._free:
+            self._grow()
+        slot = self._free.pop()
+        for t in self.state.tensors.values():
+            t[slot].zero_()
+        self.state.frames[slot] = 0
+        return slot
+
+    def release(self, slot: int) -> None:
+        self._released.append(slot)
+
+    def gather(self, slots: torch.Tensor) -> Code2WavStream:
+        return Code2WavStream({k: t.index_select(0, slots) for k, t in self.state.tensors.items()},
+                              self.state.frames.index_select(0, slots))
+
+    def scatter(self, slots: torch.Tensor, state: Code2WavStream) -> None:
+        for k, t in self.state.tensors.items():
+            t.index_copy_(0, slots, state.tensors[k])
+        self.state.frames.index_copy_(0, slots, state.frames)
+
+    def decode(self, slots: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        """codes [B, n, 16] (on the decoder's device, in range) of the streams in `slots` -> [B, n * 1920]."""
+        state = self.gather(slots)
+        wav = self.model.forward(codes, state)
+        self.scatter(slots, state)
+        return wav
+
+    def _grow(self) -> None:
+        old, n = self.state, self.capacity
+        self.state = self.model.new_stream(2 * n + 1)
+        for k, t in old.tensors.items():
+            self.state.tensors[k][:n + 1].copy_(t)
+        self.state.frames[:n + 1].copy_(old.frames)
+        self._free = list(range(2 * n, n, -1))
+        self.generation += 1

@@ -1,0 +1,98 @@
+"""Batched Code2Wav steps replayed from CUDA graphs, one per (batch bucket, window length).
+
+Eagerly, a Code2Wav step is ~600 launches (8 transformer layers, 4 upsampling blocks of SnakeBeta and dilated
+convolutions, the state's gathers and scatters): at one stream and one frame, the first audio of a request, the
+host is the bound. A graph per shape takes the launches off the host. The streams' rows are gathered from and
+scattered back to `Code2WavSlots` inside the graph, so a replay is: copy the slot ids and codes in, replay, read the
+waveform out. A batch is padded up to its bucket with the scratch slot. Other lengths (a stream's last, shorter chunk; an ICL
+reference priming the state) are decoded as consecutive pieces of captured lengths, largest first: the decoder is
+causal and carries its state across pieces, so this equals one decode of the whole (20 frames = 16 + 4).
+
+cuDNN picks each convolution's algorithm by timing the candidates while a graph is captured (`cudnn.benchmark`):
+the heuristic choice makes a batched fp32 step about 3x slower on an H200. The flag is process-wide, so it is set only
+around captures, which the warm start does before the server takes requests. Graphs share one memory pool (steps
+never overlap: one loop thread, one stream).
+"""
+
+import logging
+
+import torch
+
+from aura_omni.layers import cuda_graph
+from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavSlots
+
+log = logging.getLogger(__name__)
+
+
+def batch_buckets(max_batch: int) -> list[int]:
+    """1, 2, 4, ... up to and including max_batch."""
+    out, b = [], 1
+    while b < max_batch:
+        out.append(b)
+        b *= 2
+    return out + [max_batch]
+
+
+class Code2WavGraphs:
+    def __init__(self, slots: Code2WavSlots, windows: list[int], max_batch: int):
+        self.slots = slots
+        top = max(windows)  # and every power of two below the largest, so any length is a sum of captured ones
+        self.windows = sorted(set(windows) | {1 << k for k in range(top.bit_length()) if 1 << k < top})
+        self.buckets = batch_buckets(max_batch)
+        self.device = slots.state.frames.device
+        self._graphs: dict[tuple[int, int], tuple] = {}
+        self._generation = slots.generation
+        self._pool = None
+
+    def pieces(self, frames: int) -> list[int]:
+        """Captured lengths that add up to `frames`, largest first."""
+        out, left = [], frames
+        for w in reversed(self.windows):
+            while left >= w:
+                out.append(w)
+                left -= w
+        return out
+
+    def covers(self, batch: int, frames: int) -> bool:
+        return batch <= self.buckets[-1] and frames > 0
+
+    def decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+        """Like `Code2WavSlots.decode` for a covered shape: codes [B, n, 16] -> [B, n * 1920]."""
+        out, at = [], 0
+        for n in self.pieces(codes.shape[1]):
+            out.append(self._replay(slots, codes[:, at:at + n]))
+            at += n
+        return out[0] if len(out) == 1 else torch.cat(out, dim=1)
+
+    def _replay(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+        b, n = codes.shape[0], codes.shape[1]
+        if self._generation != self.slots.generation:  # the rows moved: every graph reads freed tensors
+            self._graphs.clear()
+            self._generation = self.slots.generation
+        bucket = next(k for k in self.buckets if k >= b)
+        entry = self._graphs.get((bucket, n)) or self._capture(bucket, n)
+        graph, ids, codes_in, wav = entry
+        ids.zero_()  # padding rows -> the scratch slot
+        ids[:b].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
+        codes_in[b:].zero_()
+        codes_in[:b].copy_(codes)
+        graph.replay()
+        return wav[:b].clone()
+
+    def capture_all(self) -> None:
+        """Every (bucket, window) graph now, so no request pays a capture (the warm start calls this)."""
+        for n in self.windows:
+            for b in self.buckets:
+                if (b, n) not in self._graphs:
+                    self._capture(b, n)
+
+    def _capture(self, bucket: int, n: int):
+        ids = torch.zeros(bucket, dtype=torch.long, device=self.device)
+        codes_in = torch.zeros(bucket, n, 16, dtype=torch.long, device=self.device)
+        with torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=False,
+                                        allow_tf32=torch.backends.cudnn.allow_tf32):
+            graph, wav = cuda_graph.capture(lambda: self.slots.decode(ids, codes_in), self.device, self._pool)
+        self._pool = graph.pool()
+        entry = self._graphs[(bucket, n)] = (graph, ids, codes_in, wav)
+        log.debug("code2wav graph captured for %d streams x %d frames", bucket, n)
+        return entry
