@@ -196,40 +196,40 @@ class _Running:
 
 class AsrStageEngine:
     """The ASR loop's engine: a request's pieces become engine requests `<id>/<k>`; its output is every piece's ids
-    (or, for a transcription, the parsed Transcripts) once the last piece ends."""
+    (or, for a transcription, the parsed Transcripts) once the last piece ends. `add` prepares a request's pieces
+    (validation, resampling, features); the audio encoder runs at the next step, once for every request added since,
+    so clips that arrive together are encoded in one batch instead of one after another."""
 
     def __init__(self, service: AsrService):
         self.service = service
         self._running: dict[str, _Running] = {}
+        self._unencoded: list[str] = []  # added, pieces not yet encoded nor in the engine
         self._ready: list[StageOutput] = []  # requests with nothing for the model (silence)
 
     def add(self, request_id: str, job: AsrJob) -> None:
-        svc = self.service
-        pieces = job.pieces if job.pieces is not None else svc.prepare(job.audios, job.language, job.context)
+        pieces = job.pieces if job.pieces is not None else self.service.prepare(job.audios, job.language, job.context)
         live = [k for k, p in enumerate(pieces) if p.features is not None]
-        run = _Running(job, pieces, live, [[] for _ in pieces], set(live))
-        prompts = svc.engine_prompts([pieces[k] for k in live]) if live else []
-        self._running[request_id] = run
-        try:
-            for k, (ids, mm) in zip(live, prompts):
-                svc.engine.add_request(f"{request_id}/{k}", ids, job.params, mm)
-        except Exception:
-            self.abort(request_id)
-            raise
-        if not live:
+        self._running[request_id] = _Running(job, pieces, live, [[] for _ in pieces], set(live))
+        if live:
+            self._unencoded.append(request_id)
+        else:
             self._ready.append(self._finish(request_id))
 
     def abort(self, request_id: str) -> None:
         run = self._running.pop(request_id, None)
-        if run is not None:
+        if request_id in self._unencoded:
+            self._unencoded.remove(request_id)
+        elif run is not None:
             for k in run.remaining:
                 self.service.engine.abort(f"{request_id}/{k}")
 
     def has_work(self) -> bool:
-        return bool(self._ready) or self.service.engine.has_unfinished()
+        return bool(self._ready) or bool(self._unencoded) or self.service.engine.has_unfinished()
 
     def step(self) -> list[StageOutput]:
         done, self._ready = self._ready, []
+        if self._unencoded:
+            done += self._admit()
         if not self.service.engine.has_unfinished():
             return done
         for out in self.service.engine.step():
@@ -243,6 +243,27 @@ class AsrStageEngine:
                 if not run.remaining:
                     done.append(self._finish(rid))
         return done
+
+    def _admit(self) -> list[StageOutput]:
+        """Encode the waiting requests' pieces in one batch and add them to the engine; a failure fails them alone."""
+        rids, self._unencoded = self._unencoded, []
+        svc, runs = self.service, [self._running[r] for r in rids]
+        try:
+            prompts = iter(svc.engine_prompts([run.pieces[k] for run in runs for k in run.live]))
+        except Exception as e:  # noqa: BLE001 - the requests of this batch fail; the engine's others go on
+            for r in rids:
+                self._running.pop(r, None)
+            return [StageOutput(r, e, True) for r in rids]
+        failed = []
+        for rid, run in zip(rids, runs):
+            mine = [next(prompts) for _ in run.live]
+            try:
+                for k, (ids, mm) in zip(run.live, mine):
+                    svc.engine.add_request(f"{rid}/{k}", ids, run.job.params, mm)
+            except Exception as e:  # noqa: BLE001 - e.g. a piece over the engine's length: this request alone
+                self.abort(rid)
+                failed.append(StageOutput(rid, e, True))
+        return failed
 
     def _finish(self, request_id: str) -> StageOutput:
         run = self._running.pop(request_id)

@@ -190,3 +190,28 @@ def test_a_cancelled_transcription_is_aborted_and_frees_its_blocks(svc):
     asyncio.run(asyncio.wait_for(leave(), 60))
     after = svc.stats()
     assert after["running"] == after["waiting"] == 0 and after["free_blocks"] == before["free_blocks"]
+
+
+def test_requests_added_together_are_encoded_in_one_batch_and_match_alone(svc):
+    """The stage runs the audio encoder at its step, once for every request added since the last step."""
+    import threading
+    import time
+
+    clips = [(tone(2), SR), (tone(0.7, freq=300), SR), (np.zeros(SR, np.float32), SR)]  # the last is silence
+    alone = [svc.transcribe([c], max_new_tokens=5) for c in clips]
+    batches, encode = [], svc.model.encode_audio
+    svc.model.encode_audio = lambda feats: batches.append(len(feats)) or encode(feats)
+    try:
+        busy = svc.loop.call(lambda: time.sleep(0.3))  # the loop is busy while the three requests arrive
+        got = [None] * len(clips)
+        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, svc.transcribe([clips[i]], max_new_tokens=5)))
+                   for i in range(len(clips))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        busy.result()
+    finally:
+        svc.model.encode_audio = encode
+    assert batches == [2]  # the two voiced clips in one encoder call; silence never reaches the model
+    assert got == alone
