@@ -116,8 +116,10 @@ class Qwen3TTS:
         device = talker.codec_head.weight.device
         self.engine = TalkerEngine(talker, pad, engine_config or default_engine_config(device), name="talker")
         config = self.engine.engine.config
+        # the Talker's stream has high priority: each of its steps is the next 80 ms of every stream, and at high
+        # concurrency Code2Wav's batched convolutions would otherwise fill the SMs for tens of milliseconds
         self.talker_loop = StageLoop(self.engine.stage_engine(self._talker_input, self.config.tts_eos_token_id),
-                                     device, name="talker",
+                                     device, name="talker", priority=-1,
                                      streams=config.use_stage_stream, kernels=config.kernels)
         self.code2wav_loop = (StageLoop(Code2WavStageEngine(code2wav), code2wav_device(code2wav), name="code2wav",
                                         streams=config.use_stage_stream) if code2wav is not None else None)
