@@ -53,9 +53,12 @@ class Code2WavStageEngine:
         self.graphs = (Code2WavGraphs(self.slots, windows, max_batch)
                        if cuda_graphs and self.device.type == "cuda" else None)
 
-    def capture_graphs(self) -> None:
-        if self.graphs is not None:
-            self.graphs.capture_all()
+    def capture_graphs(self) -> int:
+        """Capture every graph now (the warm start); how many there are."""
+        if self.graphs is None:
+            return 0
+        self.graphs.capture_all()
+        return len(self.graphs)
 
     def add(self, request_id: str, chunk: Code2WavChunk) -> None:
         s = chunk.session

@@ -44,6 +44,9 @@ class Code2WavGraphs:
         self._generation = slots.generation
         self._pool = None
 
+    def __len__(self) -> int:
+        return len(self._graphs)
+
     def pieces(self, frames: int) -> list[int]:
         """Captured lengths that add up to `frames`, largest first."""
         out, left = [], frames
