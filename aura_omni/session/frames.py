@@ -22,26 +22,28 @@ def thumbnail(rgb: np.ndarray) -> np.ndarray:
     return np.asarray(small, dtype=np.float32) / 255.0
 
 
-def similarity(a: np.ndarray, b: np.ndarray) -> float:
-    """1.0 for equal frames, lower as they differ; frames of different sizes are 0."""
+def similarity(a: np.ndarray, b: np.ndarray, thumb_a: np.ndarray | None = None) -> float:
+    """1.0 for equal frames, lower as they differ; frames of different sizes are 0. `thumb_a`: a's thumbnail."""
     if a.shape != b.shape:
         return 0.0
-    return float(1.0 - np.abs(thumbnail(a) - thumbnail(b)).mean())
+    return float(1.0 - np.abs((thumbnail(a) if thumb_a is None else thumb_a) - thumbnail(b)).mean())
 
 
 class FrameWindow:
     def __init__(self, max_frames: int = 2, threshold: float = 0.95):
         self.max_frames, self.threshold = max_frames, threshold
         self.frames: list[np.ndarray] = []
+        self._thumb: np.ndarray | None = None  # thumbnail of frames[-1], made once
         self.dropped = 0
 
     def push(self, rgb: np.ndarray) -> bool:
         """Keep a frame unless it nearly repeats the newest one; True when kept."""
-        if self.frames and similarity(self.frames[-1], rgb) >= self.threshold:
+        if self.frames and similarity(self.frames[-1], rgb, self._thumb) >= self.threshold:
             self.dropped += 1
             return False
         self.frames = [f for f in self.frames if f.shape == rgb.shape]  # a camera switch restarts the clip
         self.frames.append(rgb)
+        self._thumb = thumbnail(rgb)
         del self.frames[:-self.max_frames]
         return True
 

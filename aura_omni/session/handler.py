@@ -157,6 +157,7 @@ class RealtimeSession:
         self._buffer_start = 0  # session position of the buffer's first sample
         self._buffer_speech: bool | None = None  # any append with is_speech true (None: no audio yet)
         self._new_frames = False
+        self._last_frame_b64: str | None = None  # the last video frame received, as sent
         self.vad: ServerVad | None = None
         self._vad_origin = 0
         self._speech_item_id: str | None = None  # the item a speech_started announced
@@ -325,7 +326,7 @@ class RealtimeSession:
                 samples = resample(samples, rate, ASR_SAMPLE_RATE).astype(np.float32)
         for frame in frames:
             self._new_frames |= self.frames.push(frame)
-        if frames:
+        if event.get("video_frames"):
             self._new_frames = True  # a frame-bearing append refreshes what AURA sees, duplicate or not
         if samples.size:
             self._buffer.append(samples)
@@ -345,10 +346,18 @@ class RealtimeSession:
         def decode(f: str) -> np.ndarray:
             return decode_image(decode_data_url(f) if f.startswith("data:") else decode_base64(f), limits)
 
+        # a client may resend its latest frame with every audio chunk: a frame byte-equal to the last one received
+        # is that frame again, which the window would drop as a duplicate after decoding it (milliseconds a frame,
+        # in the events' order, so a commit would wait behind them)
+        fresh = [f for f in frames[-self.config.max_frames:] if f != self._last_frame_b64]
+        if not fresh:
+            return []
         try:
-            return [await asyncio.to_thread(decode, f) for f in frames[-self.config.max_frames:]]
+            decoded = await asyncio.to_thread(lambda: [decode(f) for f in fresh])
         except (MediaError, ValueError) as e:
             raise ClientError("invalid_video_frames", f"video_frames: {e}", "video_frames") from None
+        self._last_frame_b64 = fresh[-1]
+        return decoded
 
     async def _run_vad(self, samples: np.ndarray) -> None:
         td = self.config.turn_detection

@@ -27,6 +27,13 @@ class Code2WavSession:
     context: torch.Tensor | None = None  # [F, 16] long on the host
     slot: int | None = None  # its row in the stage's Code2WavSlots
     slots: Code2WavSlots | None = field(default=None, repr=False)
+    release: weakref.finalize | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        """The stream has ended: its row goes back to the stage now (else when the session is collected, which a
+        reference cycle, e.g. through an abandoned generator, can put off for minutes)."""
+        if self.release is not None:
+            self.release()
 
 
 @dataclass
@@ -35,12 +42,18 @@ class Code2WavChunk:
     codes: torch.Tensor  # [n, 16] long on the host
 
 
+def slot_capacity(max_batch: int) -> int:
+    """Rows made up front: streams decoding, plus ones between chunks or just ended. Rows are added when these run
+    out, but that drops every captured graph (they read the old rows), so there are plenty (5 MB a row in fp32)."""
+    return max(64, 4 * max_batch)
+
+
 class Code2WavStageEngine:
     def __init__(self, code2wav, max_batch: int = 32):
         self.code2wav = code2wav
         self.device = next(code2wav.parameters()).device
         self.max_batch = max_batch
-        self.slots = Code2WavSlots(code2wav, 2 * max_batch)
+        self.slots = Code2WavSlots(code2wav, slot_capacity(max_batch))
         self.graphs: Code2WavGraphs | None = None
         self._pending: dict[str, Code2WavChunk] = {}
         self.decoded_frames = 0
@@ -49,7 +62,7 @@ class Code2WavStageEngine:
         """The deploy's batch bound, and graphs for its window lengths (CUDA only). On the loop thread, before it
         serves; the rows are made anew in the decoder's (possibly new) dtype."""
         self.max_batch = max_batch
-        self.slots = Code2WavSlots(self.code2wav, 2 * max_batch)
+        self.slots = Code2WavSlots(self.code2wav, slot_capacity(max_batch))
         self.graphs = (Code2WavGraphs(self.slots, windows, max_batch)
                        if cuda_graphs and self.device.type == "cuda" else None)
 
@@ -64,7 +77,7 @@ class Code2WavStageEngine:
         s = chunk.session
         if s.slots is not self.slots:  # the stream's first chunk
             s.slot, s.slots = self.slots.acquire(), self.slots
-            weakref.finalize(s, self.slots.release, s.slot)
+            s.release = weakref.finalize(s, self.slots.release, s.slot)
             if s.context is not None and s.context.shape[0]:  # context only: not this audio
                 self._decode([s.slot], self.code2wav.check_codes(s.context, batched=False)[None])
         self._pending[request_id] = Code2WavChunk(s, self.code2wav.check_codes(chunk.codes, batched=False))

@@ -340,11 +340,15 @@ class Qwen3TTS:
         reference codes prime the decoder state. Concatenated chunks equal `synthesize()`."""
         chunks = _FrameChunks(initial_chunk_frames, chunk_frames)
         session = self._code2wav_session(req)
-        async for frame in self.frames(req, request_id):
-            if (codes := chunks.add(frame)) is not None:
+        try:
+            async for frame in self.frames(req, request_id):
+                if (codes := chunks.add(frame)) is not None:
+                    yield await self.code2wav_loop.result(self.code2wav_loop.new_request_id(),
+                                                          Code2WavChunk(session, codes))
+            if (codes := chunks.rest()) is not None:
                 yield await self.code2wav_loop.result(self.code2wav_loop.new_request_id(), Code2WavChunk(session, codes))
-        if (codes := chunks.rest()) is not None:
-            yield await self.code2wav_loop.result(self.code2wav_loop.new_request_id(), Code2WavChunk(session, codes))
+        finally:
+            session.close()
 
     def iter_frames(self, reqs: list[TTSRequest]) -> Iterator[tuple[int, torch.Tensor]]:
         """Offline: (request index, frame [16]) as soon as each frame exists, the requests batched together.
@@ -361,11 +365,14 @@ class Qwen3TTS:
         """Offline, blocking `astream`."""
         chunks = _FrameChunks(initial_chunk_frames, chunk_frames)
         session = self._code2wav_session(req)
-        for _, frame in self.iter_frames([req]):
-            if (codes := chunks.add(frame)) is not None:
+        try:
+            for _, frame in self.iter_frames([req]):
+                if (codes := chunks.add(frame)) is not None:
+                    yield self._decode_chunk(session, codes)
+            if (codes := chunks.rest()) is not None:
                 yield self._decode_chunk(session, codes)
-        if (codes := chunks.rest()) is not None:
-            yield self._decode_chunk(session, codes)
+        finally:
+            session.close()
 
     def _decode_chunk(self, session: Code2WavSession, codes: torch.Tensor) -> np.ndarray:
         return next(self.code2wav_loop.run(self.code2wav_loop.new_request_id(), Code2WavChunk(session, codes)))

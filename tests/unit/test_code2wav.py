@@ -133,8 +133,10 @@ def test_the_stage_decodes_concurrent_streams_together_like_each_alone(code2wav)
     splits = [[1] + [5] * ((c.shape[0] - 1) // 5) + ([(c.shape[0] - 1) % 5] if (c.shape[0] - 1) % 5 else [])
               for c in streams]
     alone = [_stream(code2wav, c, s) for c, s in zip(streams, splits)]
-    stage, rows = Code2WavStageEngine(code2wav, max_batch=2), []  # rows for 4 streams: they must grow to 6
-    stage.max_batch = 8
+    from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavSlots
+
+    stage, rows = Code2WavStageEngine(code2wav, max_batch=8), []
+    stage.slots = Code2WavSlots(code2wav, 4)  # rows for 4 streams: they must grow to 6
     decode = stage.slots.decode
     stage.slots.decode = lambda slots, codes: rows.append(len(slots)) or decode(slots, codes)
     sessions = [Code2WavSession() for _ in streams]
@@ -151,6 +153,8 @@ def test_the_stage_decodes_concurrent_streams_together_like_each_alone(code2wav)
         assert torch.allclose(torch.cat(parts[i]), alone[i].float(), atol=1e-5, rtol=0)
     assert rows and rows[0] == len(streams)  # the first chunks went in one forward
     assert stage.slots.capacity == 8 and stage.stats()["streams"] == 6
+    sessions[0].close()
+    assert stage.stats()["streams"] == 5  # a closed stream gives its row back at once
     del sessions, parts, out
     import gc
 

@@ -476,3 +476,25 @@ async def test_response_create_overrides_apply_to_that_reply_only():
     await s.send("response.create", response={"output_modalities": ["video"]})
     assert (await until(s, "error"))[-1]["error"]["param"] == "session.output_modalities"
     assert not s.responses and len(s.pending) == 1  # refused before anything started; the item still waits
+
+
+@pytest.mark.asyncio
+async def test_a_frame_resent_with_every_chunk_is_decoded_once(monkeypatch):
+    """Clients may attach their latest camera frame to every audio chunk: the same bytes are not decoded again, and
+    the frame still counts as fresh for the next commit."""
+    import aura_omni.session.handler as handler
+
+    decoded = []
+    real = handler.decode_image
+    monkeypatch.setattr(handler, "decode_image", lambda data, limits: decoded.append(1) or real(data, limits))
+    s = new_session()
+    red, blue = jpeg_b64((255, 0, 0)), jpeg_b64((0, 0, 255))
+    for _ in range(5):
+        await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[red])
+    assert len(decoded) == 1 and len(s.frames.frames) == 1
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[red, blue])
+    assert len(decoded) == 2 and len(s.frames.frames) == 2  # only the new frame of the list is decoded
+    s._new_frames = False
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[blue])
+    assert len(decoded) == 2 and s._new_frames
+    await s.close()

@@ -7,10 +7,13 @@ The decoder is fully causal (qwen3_tts.md §1.6), so it is frame-exact if each r
 A fresh state therefore *is* the full decode's starting point; `Code2Wav.decode` runs on one too.
 """
 
+import logging
 from collections import deque
 from dataclasses import dataclass, field
 
 import torch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -97,6 +100,7 @@ class Code2WavSlots:
 
     def _grow(self) -> None:
         old, n = self.state, self.capacity
+        log.warning("code2wav: all %d stream rows in use; doubling them (captured graphs are dropped)", n)
         self.state = self.model.new_stream(2 * n + 1)
         for k, t in old.tensors.items():
             self.state.tensors[k][:n + 1].copy_(t)
