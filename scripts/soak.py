@@ -235,6 +235,9 @@ class Soak:
             row["health"] = h.status_code
             if h.status_code != 200:
                 self.error("health", f"http_{h.status_code}", h.text[:300])
+            else:  # per stage: requests in flight and seconds spent in steps so far (which stage a stall is in)
+                row["stages"] = {k: {"in_flight": v.get("in_flight"), "busy_s": round(v.get("busy_s", 0), 1)}
+                                 for k, v in h.json().get("stages", {}).items()}
         except Exception as e:  # noqa: BLE001
             row["health"] = None
             self.error("health", type(e).__name__, str(e))
@@ -262,10 +265,14 @@ class Soak:
             window = [r for r in self.results[shown:]]
             shown = len(self.results)
             mem = self.memory[-1] if self.memory else {}
+            stages = "  ".join(f"{k} {v['in_flight']} in flight, {v['busy_s']} s busy"
+                               for k, v in (mem.get("stages") or {}).items())
             print(f"[{(time.monotonic() - self.start) / 60:5.1f} min] jobs {len(window):4d}  errors "
                   f"{sum(1 for r in window if r[2].startswith('error')):3d}  rss {mem.get('rss_mb')} MB  "
-                  + "  ".join(f"{k} p50 {p[0]:.2f} p95 {p[1]:.2f}" for k, p in percentiles(window).items()),
-                  flush=True)
+                  + "  ".join(f"{k} p50 {p[0]:.2f} p95 {p[1]:.2f}" for k, p in percentiles(window).items())
+                  + f"  | {stages}", flush=True)
+            for kind, n in self.errors.items():  # what failed so far, with an example, while it runs
+                print(f"    {kind}: {n}  e.g. {self.error_examples.get(kind, '')[:160]}", flush=True)
 
     async def run(self) -> dict:
         deadline = self.start + self.args.minutes * 60

@@ -47,6 +47,13 @@ class EngineConfig:
         return KernelSwitches.resolve(self.fast_attention, self.gemv, self.pdl)
 
     @property
+    def graph_batch_sizes(self) -> list[int]:
+        """The decode graphs' batch sizes: `cuda_graph_batch_sizes` up to max_num_seqs, and max_num_seqs itself, so a
+        full batch replays a graph rather than running eagerly."""
+        sizes = {b for b in self.cuda_graph_batch_sizes if 0 < b <= self.max_num_seqs}
+        return sorted(sizes | {self.max_num_seqs}) if sizes else []
+
+    @property
     def use_prefill_graphs(self) -> bool:
         return env_default(PREFILL_GRAPHS_ENV) if self.prefill_graphs is None else self.prefill_graphs
 
@@ -68,4 +75,3 @@ class EngineConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(f"engine config: {message}")
-        self.cuda_graph_batch_sizes = sorted({b for b in self.cuda_graph_batch_sizes if 0 < b <= self.max_num_seqs})

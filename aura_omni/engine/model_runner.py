@@ -139,10 +139,10 @@ class ModelRunner:
         allocate_kv_cache(self.backbone.attention_layers(), self.plan.num_blocks + 1, self.block_size,
                           self.kv_dtype, self.device)
         self.graphs: DecodeGraphs | None = None
-        if self.device.type == "cuda" and not config.enforce_eager and config.cuda_graph_batch_sizes:
+        if self.device.type == "cuda" and not config.enforce_eager and config.graph_batch_sizes:
             max_len = config.cuda_graph_max_seq_len or config.max_model_len
             embeds = None if self.plain_lm else (self.backbone.config.hidden_size, self.dtype)
-            self.graphs = DecodeGraphs(self._graph_step, config.cuda_graph_batch_sizes, -(-max_len // self.block_size),
+            self.graphs = DecodeGraphs(self._graph_step, config.graph_batch_sizes, -(-max_len // self.block_size),
                                        self.pad_block, self.block_size, self.device, embeds, self.mrope)
         self.prefill_graphs = self._prefill_graphs(name)
 

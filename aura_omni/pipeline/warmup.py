@@ -45,11 +45,11 @@ async def warm_up(asr=None, aura=None, tts=None, *, frame=None, initial_chunk_fr
         async for _ in talker.astream(_tts_request(talker, initial_chunk_frames + chunk_frames), initial_chunk_frames,
                                       chunk_frames, request_id=f"warmup-tts{k}"):
             pass
+        took[f"tts:{talker.model_type}"] = time.perf_counter() - t
         t = time.perf_counter()
         loop = talker.code2wav_loop  # every window length at every batch bucket, so no request pays a capture
         if await asyncio.wrap_future(loop.call(loop.engine.capture_graphs)):
             took[f"code2wav_graphs:{talker.model_type}"] = time.perf_counter() - t
-        took[f"tts:{talker.model_type}"] = time.perf_counter() - t
     log.info("warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
     return took
 

@@ -43,6 +43,7 @@ from aura_omni.layers.kernel_switches import KernelSwitches
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
+SLOW_STEP_S = 1.0  # a step longer than this is logged with the engine's counters (a stall to explain)
 _live_loops: "weakref.WeakSet[StageLoop]" = weakref.WeakSet()
 
 
@@ -107,16 +108,39 @@ class StageCounters:
                 "restarts": self.restarts, **self.engine}
 
 
-class _AsyncSink:
+class _Outbox:
+    """Outputs for asyncio callers, gathered on the loop thread and handed over once per step: one wake-up of each
+    event loop (`call_soon_threadsafe`, a write to its self-pipe) however many of its requests the step served. At
+    64 streams a Talker step would otherwise wake the server's event loop 64 times."""
+
     def __init__(self):
+        self._items: dict[asyncio.AbstractEventLoop, list] = {}
+
+    def post(self, loop: asyncio.AbstractEventLoop, q: asyncio.Queue, item) -> None:
+        self._items.setdefault(loop, []).append((q, item))
+
+    def flush(self) -> None:
+        items, self._items = self._items, {}
+        for loop, batch in items.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, batch)
+            except RuntimeError:  # the caller's event loop is closed: nobody listens any more
+                pass
+
+
+def _put_all(batch: list) -> None:
+    for q, item in batch:
+        q.put_nowait(item)
+
+
+class _AsyncSink:
+    def __init__(self, outbox: _Outbox):
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.outbox = outbox
 
-    def put(self, item) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-        except RuntimeError:  # the caller's event loop is closed: nobody listens any more
-            pass
+    def put(self, item) -> None:  # on the loop thread; delivered at its next flush
+        self.outbox.post(self.loop, self.queue, item)
 
 
 class StageLoop:
@@ -130,6 +154,7 @@ class StageLoop:
         self._inbox: collections.deque = collections.deque()
         self._wake = threading.Event()
         self._sinks: dict[str, Callable[[Any], None]] = {}
+        self._outbox = _Outbox()
         self._barriers: list[threading.Event] = []  # `settle` callers, woken after the next publish
         self._running = True
         self._dead = False  # the thread ended on an unexpected error; `restart` clears it
@@ -148,7 +173,7 @@ class StageLoop:
     async def submit(self, request_id: str, request: Any) -> AsyncIterator[Any]:
         """The request's outputs as the engine produces them; raises the request's failure (a bad request's
         ValueError, or StageError). Leaving early aborts it."""
-        sink = _AsyncSink()
+        sink = _AsyncSink(self._outbox)
         self._add(request_id, request, sink.put)
         finished = False
         try:
@@ -333,6 +358,7 @@ class StageLoop:
             return {}
 
     def _publish(self, batch: int, step_s: float) -> None:
+        self._outbox.flush()  # the step's outputs first, then the counters
         c = self.counters
         self.counters = StageCounters(alive=self.alive, queued=len(self._inbox), in_flight=len(self._sinks),
                                       steps=c.steps + (batch >= 0), batch_size=max(batch, 0),
@@ -373,10 +399,15 @@ class StageLoop:
                         err = StageError(f"stage {self.name} failed: {type(e).__name__}: {e}")
                         err.__cause__ = e
                         self._fail_all(err)
+                        self._outbox.flush()
                         continue
                     for out in outputs:
                         self._deliver(out.request_id, out)
-                    self._publish(len(outputs), time.perf_counter() - start)
+                    took = time.perf_counter() - start
+                    self._publish(len(outputs), took)
+                    if took > SLOW_STEP_S:
+                        log.warning("stage %s: a step took %.2f s (%d outputs; %s)", self.name, took, len(outputs),
+                                    self.counters.engine)
             self._drain_inbox()  # pending aborts free their state; pending adds are refused
             self._fail_all(StageUnavailable(f"stage {self.name} is shut down"))
             self._publish(-1, 0.0)

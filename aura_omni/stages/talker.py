@@ -33,7 +33,7 @@ class TalkerEngine:
         # after the engine: its start-up picks the kernels (and fuses the backbone) the frame graphs then capture
         with kernel_switches.using(config.kernels):  # the frame graphs capture this stage's kernels
             self.adapter.decoder = FrameDecoder(talker, config.max_num_seqs, use_graphs=cuda and not config.enforce_eager,
-                                                buckets=config.cuda_graph_batch_sizes)
+                                                buckets=config.graph_batch_sizes)
 
     @staticmethod
     def _start(seq, inp: TalkerInput) -> None:

@@ -42,10 +42,11 @@ GiB = 1 << 30
 
 def default_engine_config(device: str | torch.device) -> EngineConfig:
     """Talker engine defaults: 32 concurrent requests, 8192 tokens each (prompt + max_new_tokens); on CUDA a
-    4 GiB KV budget (~36k tokens for the 1.7B) and decode graphs over up to 2048 tokens of context."""
+    4 GiB KV budget (~36k tokens for the 1.7B) and decode graphs over up to 2048 tokens of context, at the engine's
+    batch sizes up to the deploy's max_num_seqs."""
     cuda = torch.device(device).type == "cuda"
     return EngineConfig(max_model_len=8192, max_num_seqs=32, max_num_batched_tokens=8192,
-                        kv_cache_bytes=4 * GiB if cuda else None, cuda_graph_batch_sizes=[1, 2, 4, 8, 16, 24, 32],
+                        kv_cache_bytes=4 * GiB if cuda else None,
                         cuda_graph_max_seq_len=2048)
 
 

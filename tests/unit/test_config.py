@@ -275,6 +275,15 @@ def test_talker_engine_gets_the_deploy_lengths_over_its_defaults():
     assert talker.cuda_graph_max_seq_len == 2048 and not talker.enable_prefix_caching  # the rest: TTS defaults
     bare = engine_config(parse_deploy_config(_tts()).stage(TALKER), default_engine_config("cpu"))
     assert (bare.max_model_len, bare.max_num_batched_tokens) == (8192, 8192)
+    wide = engine_config(load_deploy_config(CONFIGS / "qwen3_tts.yaml").stage(TALKER), default_engine_config("cpu"))
+    assert wide.max_num_seqs == 64 and wide.graph_batch_sizes[-3:] == [32, 48, 64]  # no eager full batches
+
+
+def test_a_full_batch_always_has_a_decode_graph():
+    from aura_omni.engine.config import EngineConfig
+
+    assert EngineConfig(max_num_seqs=40).graph_batch_sizes == [1, 2, 4, 8, 16, 24, 32, 40]
+    assert EngineConfig(max_num_seqs=4).graph_batch_sizes == [1, 2, 4]
 
 
 def test_code2wav_engine_fields_bound_its_batched_decode():

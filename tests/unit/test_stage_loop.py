@@ -186,3 +186,57 @@ def test_call_runs_on_the_loop_thread_between_steps_and_returns_or_raises(stage)
     loop.close()
     with pytest.raises(StageUnavailable):
         loop.call(lambda: None)
+
+
+class _Countdown:
+    """Each request gets one output per step for its `n` steps."""
+
+    def __init__(self):
+        self.left: dict[str, int] = {}
+
+    def add(self, rid, n):
+        self.left[rid] = n
+
+    def abort(self, rid):
+        self.left.pop(rid, None)
+
+    def has_work(self):
+        return bool(self.left)
+
+    def step(self):
+        from aura_omni.stages.loop import StageOutput
+
+        outs = []
+        for rid in list(self.left):
+            self.left[rid] -= 1
+            outs.append(StageOutput(rid, self.left[rid], self.left[rid] == 0))
+            if not self.left[rid]:
+                del self.left[rid]
+        return outs
+
+    def stats(self):
+        return {}
+
+
+def test_a_step_wakes_the_callers_event_loop_once_for_all_its_requests():
+    loop = StageLoop(_Countdown(), name="countdown")
+
+    async def main():
+        ev = asyncio.get_running_loop()
+        wakes, post = [], ev.call_soon_threadsafe
+        ev.call_soon_threadsafe = lambda *a: wakes.append(1) or post(*a)
+        busy = loop.call(lambda: time.sleep(0.1))  # the 8 requests are taken in one drain
+
+        async def collect(rid):
+            return [item async for item in loop.submit(rid, 3)]
+
+        got = await asyncio.gather(*(collect(f"r{i}") for i in range(8)))
+        busy.result()
+        return got, len(wakes)
+
+    try:
+        got, wakes = asyncio.run(main())
+    finally:
+        loop.close()
+    assert got == [[2, 1, 0]] * 8
+    assert wakes <= 4  # one per step (3), not one per output (24)
