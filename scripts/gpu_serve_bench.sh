@@ -6,8 +6,8 @@
 #        c = 1 8 32 64
 # turns: configs/aura_omni.yaml, the first request after /health said ready, then chat voice turns
 #        (3 s of speech + 2 frames, 40 AURA tokens, 40 codec frames) at c = 1 8
-# live:  configs/aura_omni_duplex_8.yaml (8 sessions), the same turns pushed to talk over /v1/realtime at c = 1 8,
-#        and the silent decision (commit -> response.listen)
+# live:  configs/aura_omni_duplex_8.yaml (8 sessions): the silent decision (commit -> response.listen), the same turns
+#        pushed to talk over /v1/realtime at c = 1 8, and over chat with the same CustomVoice voice at c = 1
 # ray:   configs/qwen3_tts.yaml served through Ray actors (--distributed-executor-backend ray), 1 then 2 Talker
 #        replicas (each with its Code2Wav) on the one GPU, /v1/audio/speech at c = 64 (issue 17). Needs the trimmed
 #        Ray tarball in .whl (scripts/build_ray_trimmed.sh).
@@ -73,12 +73,15 @@ for s in ${*:-tts turns live}; do
              --max-concurrency 1 8 --num-prompts 32 --plot "$OUT/turns_chat.svg" \
              --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}"
            stop ;;
-    live) serve configs/aura_omni_duplex_8.yaml aura || continue  # 8 sessions, CustomVoice, 8-frame first window
-          bench live_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
-            --max-concurrency 1 8 --num-prompts 32 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+    live) serve configs/aura_omni_duplex_8.yaml aura || continue  # 8 sessions, CustomVoice, 1-frame first window
           bench live_silent --backend realtime --model aura ${TURN% --ignore-eos} --num-warmups 1 --max-concurrency 1 \
             --num-prompts 16 \
             --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}]}'
+          bench live_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+            --max-concurrency 1 8 --num-prompts 32 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+          bench live_chat_vivian --backend chat --model aura --voice Vivian $TURN --num-warmups 2 \
+            --max-concurrency 1 --num-prompts 16 \
+            --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}"
           stop ;;
     ray) mkdir -p /tmp/ray && tar -xJf .whl/ray-trimmed-cp312.tar.xz -C /tmp/ray || continue
          for r in 1 2; do

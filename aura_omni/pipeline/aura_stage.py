@@ -77,6 +77,13 @@ class AuraPipelineStage:
             encoded = self.vision_cache(vision) if vision else None
             return vl_request(self.model.build_prompt(ids, vision, encoded), vision)
 
+    async def prefetch_vision(self, vision: list[VisionInput]) -> None:
+        """Encode `vision` into the vision cache now, on the stage's thread between steps, so the request that shows
+        it finds it encoded: a turn calls this while its transcript is being made, taking the encoder off the path
+        from the transcript to AURA's first token."""
+        if vision and self.loop is not None:
+            await asyncio.wrap_future(self.loop.call(lambda: self.vision_cache(vision)))
+
     def _prepare(self, request):
         """The loop's engine request from (ids, vision, params): the device work, on the stage's stream."""
         ids, vision, params = request

@@ -43,6 +43,21 @@ def aura_prompt(req: TurnRequest, transcript: Transcript | None) -> AuraPrompt:
                     system_prompt=req.system_prompt, history=req.history, is_speech=req.is_speech)
 
 
+def prefetch_vision(aura, vision: list) -> asyncio.Task | None:
+    """A task encoding `vision` into AURA's vision cache (stages that can: `AuraPipelineStage.prefetch_vision`)."""
+    prefetch = getattr(aura, "prefetch_vision", None)
+    return asyncio.create_task(prefetch(vision)) if vision and prefetch is not None else None
+
+
+async def settle(task: asyncio.Task | None, cancel: bool = False) -> None:
+    """Wait for a prefetch, or cancel it (the turn failed or was cancelled); its own failure is AURA's to report when
+    the request that shows the vision runs."""
+    if task is not None:
+        if cancel:
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 class AuraOmniPipeline:
     def __init__(self, asr: AsrStage | None, aura: AuraStage | None, speech: SpeechStage | None,
                  *, sentence_min_chars: int = 30, default_timeout_s: float | None = 300.0,
@@ -109,9 +124,13 @@ class AuraOmniPipeline:
         transcript = None
         if req.audio is not None:
             samples, sr = req.audio
-            transcript = await self.asr.transcribe(samples, sr, request_id=f"{req.request_id}-asr",
-                                                   language=req.asr_language, context=req.asr_context,
-                                                   sampling=req.asr_sampling)
+            vision = prefetch_vision(self.aura, req.vision)  # encoded while ASR runs
+            try:
+                transcript = await self.asr.transcribe(samples, sr, request_id=f"{req.request_id}-asr",
+                                                       language=req.asr_language, context=req.asr_context,
+                                                       sampling=req.asr_sampling)
+            finally:
+                await settle(vision, cancel=transcript is None)
             events.put_nowait(TranscriptReady(transcript.text, transcript.language))
         prompt = aura_prompt(req, transcript)
 

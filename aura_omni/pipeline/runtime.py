@@ -258,15 +258,16 @@ def load_stage(deploy: DeployConfig, stage: Stage, device: str, dtype: str | Non
 
 
 async def warm_models(models: dict[str, Any], deploy: DeployConfig) -> dict[str, float]:
-    """One small request through each given stage (pipeline/warmup.py); a Ray actor passes the one it hosts."""
-    from ..pipeline.warmup import warm_up
+    """Small requests through each given stage (pipeline/warmup.py); a Ray actor passes the one it hosts."""
+    from ..pipeline.warmup import AURA_LAYOUTS, warm_up
     from .media_input import load_image_input
 
-    aura, frame = models.get(AURA), None
-    if aura is not None:  # a 640x480 camera frame: the live path's vision layout
-        rgb = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
-        frame = await asyncio.to_thread(load_image_input, rgb, None, aura.stage.model)
+    aura, frames = models.get(AURA), []
+    if aura is not None:  # 640x480 camera frames, the live path's vision layout; distinct, so none is a cache hit
+        rng = np.random.default_rng(0)
+        frames = [await asyncio.to_thread(load_image_input, rng.integers(0, 256, (480, 640, 3), dtype=np.uint8), None,
+                                          aura.stage.model) for _ in range(sum(AURA_LAYOUTS))]
     codec = deploy.codec_streaming()
-    return await warm_up(models.get(ASR), aura, models.get(TALKER), frame=frame,
+    return await warm_up(models.get(ASR), aura, models.get(TALKER), frames=frames,
                          initial_chunk_frames=codec.first_window,
                          chunk_frames=codec.codec_chunk_frames)

@@ -1,8 +1,8 @@
-"""Warm start: one small request through every stage before the server says it is ready.
+"""Warm start: small requests through every stage before the server says it is ready.
 
 The first request otherwise pays for what only happens once: Triton compiles, cuDNN and cuBLAS plan choices, the vision
 encoder's graph for a frame layout, the speaker and codec encoders, Code2Wav's first chunk shapes. Each stage gets a
-request shaped like a live turn's (a short clip, a camera frame, a first codec chunk and a steady one).
+request shaped like a live turn's (clips, camera frames, a first codec chunk and a steady one).
 """
 
 import asyncio
@@ -22,21 +22,30 @@ def _tone(seconds: float, rate: int) -> np.ndarray:
     return (0.3 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
 
 
-async def warm_up(asr=None, aura=None, tts=None, *, frame=None, initial_chunk_frames: int = 1,
+# frames per warm AURA request: one frame (a live session's clip has this layout too) and two (a chat turn's pair
+# of camera frames), each twice, as the vision encoder's graph for a layout is captured the second time it is seen
+AURA_LAYOUTS = (1, 1, 2, 2)
+ASR_CLIPS_S = (1.0, 3.0)  # a short reply and a typical turn
+
+
+async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_frames: int = 1,
                   chunk_frames: int = 25) -> dict[str, float]:
-    """Seconds each stage's warm request took (stages given as the runtime holds them; None = not deployed).
-    `frame`: a VisionInput for AURA (a camera frame of the live size)."""
+    """Seconds each stage's warm requests took (stages given as the runtime holds them; None = not deployed).
+    `frames`: distinct VisionInputs for AURA (camera frames of the live size), sum(AURA_LAYOUTS) of them."""
     took = {}
     if asr is not None:
         t = time.perf_counter()
-        await asr.atranscribe([(_tone(1.0, SR_ASR), SR_ASR)], max_new_tokens=4, request_id="warmup-asr")
+        for k, seconds in enumerate(ASR_CLIPS_S):
+            await asr.atranscribe([(_tone(seconds, SR_ASR), SR_ASR)], max_new_tokens=4, request_id=f"warmup-asr{k}")
         took["asr"] = time.perf_counter() - t
     if aura is not None:
         t = time.perf_counter()
-        vision = [frame] if frame is not None else []
-        prompt = asr2aura(None, text_parts=["Hello."], vision_items=["image"] * len(vision))
-        async for _ in aura.generate(prompt, vision, request_id="warmup-aura", sampling={"max_tokens": 2}):
-            pass
+        left = list(frames)
+        for k, n in enumerate(AURA_LAYOUTS if left else (0,)):
+            vision, left = left[:n], left[n:]
+            prompt = asr2aura(None, text_parts=["Hello."], vision_items=["image"] * len(vision))
+            async for _ in aura.generate(prompt, vision, request_id=f"warmup-aura{k}", sampling={"max_tokens": 2}):
+                pass
         took["aura"] = time.perf_counter() - t
     for k, talker in enumerate(tts.facades if tts is not None else []):  # each Talker of a TalkerSet
         if talker.code2wav is None:

@@ -35,6 +35,7 @@ class FrameWindow:
         self.frames: list[np.ndarray] = []
         self._thumb: np.ndarray | None = None  # thumbnail of frames[-1], made once
         self.dropped = 0
+        self.version = 0  # bumped whenever what `clip` returns changes
 
     def push(self, rgb: np.ndarray) -> bool:
         """Keep a frame unless it nearly repeats the newest one; True when kept."""
@@ -45,10 +46,12 @@ class FrameWindow:
         self.frames.append(rgb)
         self._thumb = thumbnail(rgb)
         del self.frames[:-self.max_frames]
+        self.version += 1
         return True
 
     def clear(self) -> None:
         self.frames.clear()
+        self.version += 1
 
     def clip(self) -> VideoClip | None:
         """The window as a clip at 2 fps; a lone frame is doubled (Qwen3-VL groups frames in pairs)."""

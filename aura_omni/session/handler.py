@@ -28,7 +28,7 @@ from ..media.audio import resample
 from ..media.image import decode_base64, decode_data_url, decode_image
 from ..media.limits import MediaError
 from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
-from ..pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
+from ..pipeline.orchestrator import AuraOmniPipeline, TurnTimeout, prefetch_vision, settle
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
 from ..pipeline.errors import api_error, client_error, internal_error
 from ..placement import session_key
@@ -158,6 +158,7 @@ class RealtimeSession:
         self._buffer_speech: bool | None = None  # any append with is_speech true (None: no audio yet)
         self._new_frames = False
         self._last_frame_b64: str | None = None  # the last video frame received, as sent
+        self._clip: tuple[int, asyncio.Task] | None = None  # (window version, its AURA vision input being made)
         self.vad: ServerVad | None = None
         self._vad_origin = 0
         self._speech_item_id: str | None = None  # the item a speech_started announced
@@ -229,6 +230,8 @@ class RealtimeSession:
         for p in self.pending:
             if p.transcription is not None:
                 p.transcription.cancel()
+        if self._clip is not None:
+            self._clip[1].cancel()
         self.closed = True
         data = {"session_id": self.id, "epoch": self.epoch, "reason": reason}
         if client_event is not None:
@@ -328,6 +331,7 @@ class RealtimeSession:
             self._new_frames |= self.frames.push(frame)
         if event.get("video_frames"):
             self._new_frames = True  # a frame-bearing append refreshes what AURA sees, duplicate or not
+        self._prepare_clip()
         if samples.size:
             self._buffer.append(samples)
             self.input_pos += samples.size
@@ -716,12 +720,42 @@ class RealtimeSession:
         exclude = {p.item.id for p in resp.inputs} | {resp.item_id}
         spec = self._spec(resp.config, texts, images, audio, exclude)
         req = await self.builder.build(spec, resp.id)
-        clip = self.frames.clip()
-        if clip is not None:
-            aura = self.runtime.models.get(AURA)
-            checkpoint = getattr(getattr(aura, "stage", None), "model", None)
-            req.vision.append(await asyncio.to_thread(clip.to_vision_input, vision_configs(checkpoint)[1]))
+        vision = await self._clip_input()
+        if vision is not None:
+            req.vision.append(vision)
         return req
+
+    def _prepare_clip(self) -> None:
+        """Start making the camera window's vision input as its frames arrive, and encoding it into AURA's vision
+        cache: a turn then finds both done, not on its path from commit to first token. One at a time; a window
+        that changed meanwhile is made when the current one ends (or by the turn that needs it)."""
+        if not self.frames.frames or (self._clip is not None and (
+                self._clip[0] == self.frames.version or not self._clip[1].done())):
+            return
+        version = self.frames.version
+        task = asyncio.create_task(self._make_clip_input(prefetch=True))
+        task.add_done_callback(lambda _: self._prepare_clip() if not self.closed else None)
+        self._clip = (version, task)
+
+    async def _clip_input(self):
+        """The camera window as AURA's vision input (None without frames): the prepared one when it is current."""
+        if self._clip is not None and self._clip[0] == self.frames.version:
+            try:
+                return await asyncio.shield(self._clip[1])
+            except Exception:  # noqa: BLE001 - made again below, where its error reaches the turn
+                pass
+        return await self._make_clip_input(prefetch=False)
+
+    async def _make_clip_input(self, prefetch: bool):
+        clip = self.frames.clip()
+        if clip is None:
+            return None
+        aura = self.runtime.models.get(AURA)
+        checkpoint = getattr(getattr(aura, "stage", None), "model", None)
+        vision = await asyncio.to_thread(clip.to_vision_input, vision_configs(checkpoint)[1])
+        if prefetch:
+            await settle(prefetch_vision(aura, [vision]))
+        return vision
 
     def _start_item(self, resp: Response) -> None:
         if resp.item is not None:

@@ -48,9 +48,9 @@ class Code2WavSlots:
 
     A step gathers its streams' rows, decodes, and scatters them back: a few index kernels per state tensor however
     many streams there are, and fixed addresses a CUDA graph can capture (code2wav_graphs.py). Row 0 is scratch: the
-    padding rows of a graphed step read and write it. Slots are given back from any thread (`release`, e.g. when a
-    stream's session is collected) and reused by the owning thread, which zeroes a row when it hands it out: a fresh
-    row is the full decode's starting point.
+    padding rows of a graphed step read and write it. Slots are given back from any thread (`release`: when a
+    stream ends or its session is collected) and reused by the owning thread, which zeroes a row when it hands it
+    out: a fresh row is the full decode's starting point.
     """
 
     def __init__(self, model, capacity: int):
