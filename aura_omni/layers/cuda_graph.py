@@ -3,6 +3,10 @@
 `fn` first runs outside the graph (`warmups` times: lazy inits, Triton compiles, cuBLAS workspaces must not
 happen during capture) on a side stream of the graph's device, which then records the capture: torch's default
 capture stream is per process, not per device, so a stage on cuda:1 needs its own.
+
+The capture is thread-local: other stages' threads keep running while a graph is captured lazily during serving
+(a vision layout seen twice, Code2Wav's graphs after its state rows grew), and in CUDA's default global mode their
+allocations or synchronizations would be refused, and invalidate the capture.
 """
 
 from typing import Any, Callable
@@ -23,6 +27,6 @@ def capture(fn: Callable[[], Any], device: torch.device, pool=None, warmups: int
                 fn()
         torch.cuda.current_stream(device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, stream=side):
+        with torch.cuda.graph(graph, pool=pool, stream=side, capture_error_mode="thread_local"):
             out = fn()
     return graph, out
