@@ -235,3 +235,32 @@ def test_leaving_mid_utterance_cancels_the_streamed_talker_request():
     speech = StreamingSpeech()
     leave_after_first_audio(aura, speech, "s6")
     assert aura.closed and speech.closed == 1
+
+
+def test_a_turns_frames_are_encoded_while_asr_transcribes():
+    """AURA is asked to encode the turn's vision as the turn starts, not after the transcript."""
+    timeline = []
+
+    class SlowAsr(ScriptedAsr):
+        async def transcribe(self, samples, sample_rate, **kw):
+            timeline.append("asr start")
+            await asyncio.sleep(0.05)
+            timeline.append("asr end")
+            return self.text
+
+    class PrefetchingAura(ScriptedAura):
+        async def prefetch_vision(self, vision):
+            timeline.append(("prefetch", tuple(vision)))
+
+        async def generate(self, prompt, vision, *, request_id, sampling=None):
+            timeline.append(("generate", tuple(vision)))
+            async for d in super().generate(prompt, vision, request_id=request_id, sampling=sampling):
+                yield d
+
+    from types import SimpleNamespace
+
+    frames = [SimpleNamespace(kind="image"), SimpleNamespace(kind="image")]  # only their kind reaches the prompt
+    pipeline = AuraOmniPipeline(SlowAsr(Transcript("English", "look")), PrefetchingAura(["Ok."]), None)
+    _run(pipeline, TurnRequest("r-v", audio=(np.zeros(16000), 16000), vision=frames, speak=False))
+    assert timeline.index(("prefetch", tuple(frames))) < timeline.index("asr end")
+    assert timeline[-1] == ("generate", tuple(frames))
