@@ -42,6 +42,16 @@ class Code2WavChunk:
     codes: torch.Tensor  # [n, 16] long on the host
 
 
+def window_schedule(initial: int, steady: int) -> list[int]:
+    """The lengths of a stream's Code2Wav windows: `initial` frames, then twice as many each time up to `steady`
+    (which repeats). A small first window is quick audio; doubling keeps the audio already sent longer than the
+    time the next window takes the Talker (1 frame is 80 ms of audio; 25 frames take longer than that)."""
+    out = [initial]
+    while out[-1] < steady:
+        out.append(min(2 * out[-1], steady))
+    return out
+
+
 def slot_capacity(max_batch: int) -> int:
     """Rows made up front: streams decoding, plus ones between chunks or just ended. Rows are added when these run
     out, but that drops every captured graph (they read the old rows), so there are plenty (5 MB a row in fp32)."""

@@ -7,6 +7,7 @@ import torch
 from aura_omni.config import CODEC_NUM_QUANTIZERS, ConnectorExtra, SamplingParams as DeploySampling, Stage
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.stages.code2wav import window_schedule
 
 # Request keys (OpenAI / vLLM spellings) that map onto engine SamplingParams fields.
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
@@ -47,14 +48,6 @@ def code2wav_settings(stage: Stage, codec: ConnectorExtra) -> dict:
                 windows=window_schedule(codec.first_window, codec.codec_chunk_frames),
                 cuda_graphs=not stage.enforce_eager,
                 dtype=torch.float32 if stage.dtype == "auto" else getattr(torch, stage.dtype))
-
-
-def window_schedule(initial: int, steady: int) -> list[int]:
-    """The Code2Wav window lengths of a stream: `initial` frames, then twice as many each time up to `steady`."""
-    out = [initial]
-    while out[-1] < steady:
-        out.append(min(2 * out[-1], steady))
-    return out
 
 
 def code2wav_max_batch(stage: Stage, codec: ConnectorExtra) -> int:

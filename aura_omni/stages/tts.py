@@ -29,7 +29,7 @@ from aura_omni.models.qwen3_tts.prompt import (embed_prompt, instruct_template, 
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
 from aura_omni.models.qwen3_tts.talker import Talker
 from aura_omni.models.qwen3_tts.text_stream import StableTokens, TextFeed
-from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
+from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine, window_schedule
 from aura_omni.stages.loop import StageLoop
 from aura_omni.stages.talker import TalkerEngine
 
@@ -438,21 +438,19 @@ def _frames_of(out) -> list[torch.Tensor]:
 
 
 class _FrameChunks:
-    """Codec frames gathered into Code2Wav chunks: the first of `initial` frames, then twice as many each time up to
-    `steady`. A small first chunk is quick audio; jumping from it straight to `steady` would leave the listener waiting
-    (1 frame is 80 ms of audio, 25 frames take the Talker longer than that), and doubling keeps the audio already sent
-    longer than the time the next chunk takes."""
+    """Codec frames gathered into Code2Wav chunks whose lengths follow `window_schedule`."""
 
     def __init__(self, initial: int, steady: int):
         if initial < 1 or steady < 1:
             raise TTSRequestError("initial_chunk_frames and chunk_frames must be >= 1")
-        self.want, self.steady, self.pending = initial, steady, []
+        self.windows, self.pending = window_schedule(min(initial, steady), steady), []
 
     def add(self, frame: torch.Tensor) -> torch.Tensor | None:
         self.pending.append(frame)
-        if len(self.pending) < self.want:
+        if len(self.pending) < self.windows[0]:
             return None
-        self.want = min(2 * self.want, self.steady)
+        if len(self.windows) > 1:
+            self.windows.pop(0)
         return self.rest()
 
     def rest(self) -> torch.Tensor | None:
