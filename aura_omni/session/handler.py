@@ -733,18 +733,23 @@ class RealtimeSession:
                 self._clip[0] == self.frames.version or not self._clip[1].done())):
             return
         version = self.frames.version
-        task = asyncio.create_task(self._make_clip_input(prefetch=True))
+        task = asyncio.create_task(self._prepared_clip_input())
         task.add_done_callback(lambda _: self._prepare_clip() if not self.closed else None)
         self._clip = (version, task)
 
     async def _clip_input(self):
         """The camera window as AURA's vision input (None without frames): the prepared one when it is current."""
         if self._clip is not None and self._clip[0] == self.frames.version:
-            try:
-                return await asyncio.shield(self._clip[1])
-            except Exception:  # noqa: BLE001 - made again below, where its error reaches the turn
-                pass
+            vision = await asyncio.shield(self._clip[1])
+            if vision is not None:
+                return vision
         return await self._make_clip_input(prefetch=False)
+
+    async def _prepared_clip_input(self):
+        try:
+            return await self._make_clip_input(prefetch=True)
+        except Exception:  # noqa: BLE001 - the turn makes it again, and its error reaches the turn then
+            return None
 
     async def _make_clip_input(self, prefetch: bool):
         clip = self.frames.clip()
