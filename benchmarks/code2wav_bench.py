@@ -47,6 +47,12 @@ def time_shape(model: Code2Wav, batch: int, frames: int, steps: int, mode: str, 
     ids_t = torch.tensor(ids, device=device)
     outs = []
     with torch.inference_mode():
+        if graphs is not None:  # what the warm start pays per graph (cuDNN timing its algorithms, the capture)
+            t0 = time.perf_counter()
+            graphs.capture_all()
+            sync(device)
+            print(json.dumps(dict(bench="code2wav_capture", batch=batch, frames=frames, graphs=len(graphs),
+                                  seconds=round(time.perf_counter() - t0, 3))), flush=True)
         for i, c in enumerate(codes):
             if i == 2:
                 sync(device)

@@ -2,6 +2,9 @@
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
 #   bash scripts/gpu_serve_bench.sh [tts turns live ray soak soak_wait]   (default: tts turns live; logs in $OUT)
+# All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
+# as two calls. A call returns at most 8 files, so the later sections' files may not come back (their tables are
+# printed).
 # tts:   configs/qwen3_tts.yaml, /v1/audio/speech streamed pcm, 10 s of audio per request, an x-vector voice,
 #        c = 1 8 32 64
 # turns: configs/aura_omni.yaml, the first request after /health said ready, then chat voice turns
