@@ -732,8 +732,8 @@ class RealtimeSession:
         if not self.frames.frames or (self._clip is not None and (
                 self._clip[0] == self.frames.version or not self._clip[1].done())):
             return
-        version = self.frames.version
-        task = asyncio.create_task(self._prepared_clip_input())
+        version, clip = self.frames.version, self.frames.clip()  # the window as of `version`
+        task = asyncio.create_task(self._prepared_clip_input(clip))
         task.add_done_callback(lambda _: self._prepare_clip() if not self.closed else None)
         self._clip = (version, task)
 
@@ -743,18 +743,16 @@ class RealtimeSession:
             vision = await asyncio.shield(self._clip[1])
             if vision is not None:
                 return vision
-        return await self._make_clip_input(prefetch=False)
+        clip = self.frames.clip()
+        return None if clip is None else await self._make_clip_input(clip, prefetch=False)
 
-    async def _prepared_clip_input(self):
+    async def _prepared_clip_input(self, clip):
         try:
-            return await self._make_clip_input(prefetch=True)
+            return await self._make_clip_input(clip, prefetch=True)
         except Exception:  # noqa: BLE001 - the turn makes it again, and its error reaches the turn then
             return None
 
-    async def _make_clip_input(self, prefetch: bool):
-        clip = self.frames.clip()
-        if clip is None:
-            return None
+    async def _make_clip_input(self, clip, prefetch: bool):
         aura = self.runtime.models.get(AURA)
         checkpoint = getattr(getattr(aura, "stage", None), "model", None)
         vision = await asyncio.to_thread(clip.to_vision_input, vision_configs(checkpoint)[1])
