@@ -22,11 +22,13 @@ def thumbnail(rgb: np.ndarray) -> np.ndarray:
     return np.asarray(small, dtype=np.float32) / 255.0
 
 
-def similarity(a: np.ndarray, b: np.ndarray, thumb_a: np.ndarray | None = None) -> float:
-    """1.0 for equal frames, lower as they differ; frames of different sizes are 0. `thumb_a`: a's thumbnail."""
-    if a.shape != b.shape:
-        return 0.0
-    return float(1.0 - np.abs((thumbnail(a) if thumb_a is None else thumb_a) - thumbnail(b)).mean())
+def similarity(a: np.ndarray, b: np.ndarray) -> float:
+    """1.0 for equal frames, lower as they differ; frames of different sizes are 0."""
+    return _similarity(a, thumbnail(a), b, thumbnail(b))
+
+
+def _similarity(a: np.ndarray, thumb_a: np.ndarray, b: np.ndarray, thumb_b: np.ndarray) -> float:
+    return 0.0 if a.shape != b.shape else float(1.0 - np.abs(thumb_a - thumb_b).mean())
 
 
 class FrameWindow:
@@ -39,12 +41,13 @@ class FrameWindow:
 
     def push(self, rgb: np.ndarray) -> bool:
         """Keep a frame unless it nearly repeats the newest one; True when kept."""
-        if self.frames and similarity(self.frames[-1], rgb, self._thumb) >= self.threshold:
+        thumb = thumbnail(rgb)
+        if self.frames and _similarity(self.frames[-1], self._thumb, rgb, thumb) >= self.threshold:
             self.dropped += 1
             return False
         self.frames = [f for f in self.frames if f.shape == rgb.shape]  # a camera switch restarts the clip
         self.frames.append(rgb)
-        self._thumb = thumbnail(rgb)
+        self._thumb = thumb
         del self.frames[:-self.max_frames]
         self.version += 1
         return True

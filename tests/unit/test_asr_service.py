@@ -141,11 +141,10 @@ def test_dummy_load_format_builds_random_weights(ckpt):
     assert torch.isfinite(model.lm_head.weight).all()
 
 
-def test_concurrent_transcriptions_share_the_engine_and_match_alone(svc):
+def transcribe_concurrently(svc, clips) -> list:
+    """Each clip transcribed on a thread of its own, all at once."""
     import threading
 
-    clips = [(tone(2), SR), (tone(0.7, freq=300), SR), (tone(1.3, freq=500), SR)]
-    alone = [svc.transcribe([c], max_new_tokens=5) for c in clips]
     got = [None] * len(clips)
     threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, svc.transcribe([clips[i]], max_new_tokens=5)))
                for i in range(len(clips))]
@@ -153,7 +152,13 @@ def test_concurrent_transcriptions_share_the_engine_and_match_alone(svc):
         t.start()
     for t in threads:
         t.join()
-    assert got == alone
+    return got
+
+
+def test_concurrent_transcriptions_share_the_engine_and_match_alone(svc):
+    clips = [(tone(2), SR), (tone(0.7, freq=300), SR), (tone(1.3, freq=500), SR)]
+    alone = [svc.transcribe([c], max_new_tokens=5) for c in clips]
+    assert transcribe_concurrently(svc, clips) == alone
     stats = svc.stats()
     assert stats["running"] == 0 and stats["free_blocks"] == stats["total_blocks"]
 
@@ -194,7 +199,6 @@ def test_a_cancelled_transcription_is_aborted_and_frees_its_blocks(svc):
 
 def test_requests_added_together_are_encoded_in_one_batch_and_match_alone(svc):
     """The stage runs the audio encoder at its step, once for every request added since the last step."""
-    import threading
     import time
 
     clips = [(tone(2), SR), (tone(0.7, freq=300), SR), (np.zeros(SR, np.float32), SR)]  # the last is silence
@@ -203,13 +207,7 @@ def test_requests_added_together_are_encoded_in_one_batch_and_match_alone(svc):
     svc.model.encode_audio = lambda feats: batches.append(len(feats)) or encode(feats)
     try:
         busy = svc.loop.call(lambda: time.sleep(0.3))  # the loop is busy while the three requests arrive
-        got = [None] * len(clips)
-        threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, svc.transcribe([clips[i]], max_new_tokens=5)))
-                   for i in range(len(clips))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        got = transcribe_concurrently(svc, clips)
         busy.result()
     finally:
         svc.model.encode_audio = encode
