@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import logging
 import os
+import signal
 import sys
 
 from .media.limits import Limits
@@ -154,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=getattr(args, "log_level", "info").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
+        if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <pid>` prints every thread's Python stack to stderr
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
         return serve(args)
     if args.command == "bench":
         from .bench.serve import main as bench_serve

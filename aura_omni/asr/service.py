@@ -164,7 +164,7 @@ class AsrService:
         """Offline and tests: the loop's counters (running, waiting, free_blocks, ...) once it has applied what is
         queued (aborts included). Servers read `loop.counters`, which never waits."""
         self.loop.settle()
-        return self.loop.counters.as_dict()
+        return self.loop.stats()
 
     def generate(self, pieces: list[AsrPiece], params: SamplingParams) -> list[list[int]]:
         """Offline: generated ids (EOS excluded) of prepared pieces, through the stage's loop."""

@@ -118,7 +118,7 @@ class AuraPipelineStage:
         """Offline and tests: the loop's counters (running, waiting, free_blocks, ...) once it has applied what is
         queued (aborts included). Servers read `loop.counters`, which never waits."""
         self.loop.settle()
-        return self.loop.counters.as_dict()
+        return self.loop.stats()
 
     def close(self) -> None:
         if self.loop is not None:

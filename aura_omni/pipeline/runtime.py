@@ -216,7 +216,7 @@ class Runtime:
         Takes no lock and never waits for a step. Ray actors: per replica (`aura/0`), as last polled."""
         if self.placement is not None:
             return self.placement.stage_stats()
-        return {name: loop.counters.as_dict() for name, loop in self.loops().items()}
+        return {name: loop.stats() for name, loop in self.loops().items()}
 
     def loops(self) -> dict[str, Any]:
         """Every stage loop by stage name (asr, aura, talker, code2wav)."""

@@ -84,7 +84,7 @@ class StageHost:
 
     def stats(self) -> dict:
         """Every loop's published counters (never waits for a step) and the start token (a new one: restarted)."""
-        return {"started": self.started, "loops": {name: loop.counters.as_dict() for name, loop in self.loops.items()}}
+        return {"started": self.started, "loops": {name: loop.stats() for name, loop in self.loops.items()}}
 
     # ---- requests ---------------------------------------------------------------------------------------
     async def transcribe(self, request_id: str, audios: list[tuple[np.ndarray, int]], options: dict) -> list:

@@ -19,15 +19,19 @@ def main_model(deploy: DeployConfig) -> str:
 
 @router.get("/health")
 async def health(request: Request):
-    """Each stage loop's published counters; 503 while a stage loop is down. Reads, never waits: no engine lock."""
+    """Each stage loop's published counters; 503 while a stage loop is down, or stalled (one step, or one request's
+    admission, running past a minute: stages/loop.py STALLED_S). Reads, never waits: no engine lock."""
     state = request.app.state.server
     stages = state.runtime.stage_stats()
     down = sorted(name for name, c in stages.items() if not c["alive"])
-    body = {"status": "down" if down else "ok", "pipeline": state.runtime.deploy.pipeline,
+    stalled = sorted(name for name, c in stages.items() if "stalled_s" in c)
+    body = {"status": "down" if down else "stalled" if stalled else "ok", "pipeline": state.runtime.deploy.pipeline,
             "roles": sorted(state.runtime.deploy.roles), "stages": stages}
     if down:
         body["down"] = down
-    return JSONResponse(body, status_code=503 if down else 200)
+    if stalled:
+        body["stalled"] = stalled
+    return JSONResponse(body, status_code=503 if down or stalled else 200)
 
 
 @router.get("/v1/models")

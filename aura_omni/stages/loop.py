@@ -29,9 +29,12 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import os
 import queue
+import sys
 import threading
 import time
+import traceback
 import weakref
 from typing import Any, AsyncIterator, Callable, Iterator, Protocol
 
@@ -44,6 +47,7 @@ from aura_omni.layers.kernel_switches import KernelSwitches
 log = logging.getLogger(__name__)
 _ids = itertools.count()
 SLOW_STEP_S = 1.0  # a step longer than this is logged with the engine's counters (a stall to explain)
+STALLED_S = float(os.environ.get("AURA_OMNI_STALLED_S", 60))  # one piece of work (a step, an add, a call) running longer: the stage is stalled (/health 503)
 _live_loops: "weakref.WeakSet[StageLoop]" = weakref.WeakSet()
 
 
@@ -52,6 +56,24 @@ def _close_live_loops() -> None:
     """Stop every loop thread before the interpreter tears down (a thread inside torch then aborts the process)."""
     for loop in list(_live_loops):
         loop.close()
+
+
+def _watch_loops() -> None:
+    """Log, once per stall, the Python stack of a loop thread stuck in one piece of work past STALLED_S (a CUDA
+    sync on a kernel that never ends, a lock): what an operator needs to see, as `/health` turns 503."""
+    reported: "weakref.WeakKeyDictionary[StageLoop, float]" = weakref.WeakKeyDictionary()
+    while True:
+        time.sleep(1.0)
+        for loop in list(_live_loops):
+            work = loop._work
+            if work is None or time.perf_counter() - work[1] < STALLED_S or reported.get(loop) == work[1]:
+                continue
+            reported[loop] = work[1]
+            log.error("stage %s: stalled for %.0f s in %s; its thread's stack:\n%s", loop.name,
+                      time.perf_counter() - work[1], work[0], loop.thread_stack())
+
+
+_watchdog = threading.Thread(target=_watch_loops, name="stage-watchdog", daemon=True)
 
 
 class StageError(RuntimeError):
@@ -160,6 +182,7 @@ class StageLoop:
         self._dead = False  # the thread ended on an unexpected error; `restart` clears it
         self._lock = threading.Lock()  # an add and the loop's death: either the add is refused or it is failed
         self._fault: str | None = None  # tests only (`inject_fault`)
+        self._work: tuple[str, float] | None = None  # (what, perf_counter at its start) while the thread is in it
         self.on_death: Callable[[StageLoop, BaseException], None] | None = None  # called on the dying thread
         self.counters = StageCounters(engine=self._engine_stats())
         self._start_thread()
@@ -168,6 +191,9 @@ class StageLoop:
     def _start_thread(self) -> None:
         self._thread = threading.Thread(target=self._main, name=f"stage-{self.name}", daemon=True)
         self._thread.start()
+        if not _watchdog.is_alive():
+            with contextlib.suppress(RuntimeError):  # started by another loop meanwhile
+                _watchdog.start()
 
     # ---- callers (any thread) ---------------------------------------------------------------------------
     async def submit(self, request_id: str, request: Any) -> AsyncIterator[Any]:
@@ -264,6 +290,25 @@ class StageLoop:
     def alive(self) -> bool:
         return self._running and not self._dead
 
+    def busy_for(self) -> tuple[str, float] | None:
+        """What the loop's thread is doing (step, add, call, ...) and for how many seconds; None while it waits."""
+        work = self._work
+        return None if work is None else (work[0], time.perf_counter() - work[1])
+
+    def stats(self) -> dict:
+        """The published counters, plus `stalled_s` and `stalled_in` while one piece of work has run past STALLED_S
+        (read live: a stalled loop publishes nothing)."""
+        out = self.counters.as_dict()
+        busy = self.busy_for()
+        if busy is not None and busy[1] >= STALLED_S:
+            out |= {"stalled_in": busy[0], "stalled_s": round(busy[1], 1)}
+        return out
+
+    def thread_stack(self) -> str:
+        """The Python stack of the loop's thread now (what a stalled step is blocked in)."""
+        frame = sys._current_frames().get(self._thread.ident)
+        return "".join(traceback.format_stack(frame)) if frame is not None else "(no frame)"
+
     def restart(self) -> bool:
         """Start a new thread over the same engine after the loop died (its requests were aborted and failed then).
         False when there is nothing to restart (alive, or shut down)."""
@@ -314,30 +359,33 @@ class StageLoop:
     def _drain_inbox(self) -> None:
         while self._inbox:
             op, rid, request, sink = self._inbox.popleft()
-            if op == "settle":
-                self._barriers.append(sink)
-                continue
-            if op == "call":
+            self._work = (op, time.perf_counter())
+            try:
+                self._apply(op, rid, request, sink)
+            finally:
+                self._work = None
+
+    def _apply(self, op: str, rid: str, request: Any, sink: Any) -> None:
+        if op == "settle":
+            self._barriers.append(sink)
+        elif op == "call":
+            try:
+                sink.set_result(request())
+            except Exception as e:  # noqa: BLE001 - the caller gets it
+                sink.set_exception(e)
+        elif op == "abort":
+            if self._sinks.pop(rid, None) is not None:
+                self.engine.abort(rid)
+        elif op == "feed":
+            if rid in self._sinks:
                 try:
-                    sink.set_result(request())
-                except Exception as e:  # noqa: BLE001 - the caller gets it
-                    sink.set_exception(e)
-                continue
-            if op == "abort":
-                if self._sinks.pop(rid, None) is not None:
+                    self.engine.feed(rid, request)
+                except Exception as e:  # noqa: BLE001 - bad input fails its request alone
                     self.engine.abort(rid)
-                continue
-            if op == "feed":
-                if rid in self._sinks:
-                    try:
-                        self.engine.feed(rid, request)
-                    except Exception as e:  # noqa: BLE001 - bad input fails its request alone
-                        self.engine.abort(rid)
-                        self._deliver(rid, e)
-                continue
-            if not self._running:
-                sink(StageUnavailable(f"stage {self.name} is shut down"))
-                continue
+                    self._deliver(rid, e)
+        elif not self._running:
+            sink(StageUnavailable(f"stage {self.name} is shut down"))
+        else:
             self._sinks[rid] = sink
             try:
                 self.engine.add(rid, request)
@@ -389,6 +437,7 @@ class StageLoop:
                         self._publish(-1, 0.0)
                         break
                     start = time.perf_counter()
+                    self._work = ("step", start)
                     try:
                         if self._fault == "step":
                             self._fault = None
@@ -401,6 +450,8 @@ class StageLoop:
                         self._fail_all(err)
                         self._outbox.flush()
                         continue
+                    finally:
+                        self._work = None
                     for out in outputs:
                         self._deliver(out.request_id, out)
                     took = time.perf_counter() - start

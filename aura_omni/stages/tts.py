@@ -386,7 +386,7 @@ class Qwen3TTS:
         """Offline and tests: the loop's counters (running, waiting, free_blocks, ...) once it has applied what is
         queued (aborts included). Servers read `talker_loop.counters`, which never waits."""
         self.talker_loop.settle()
-        return self.talker_loop.counters.as_dict()
+        return self.talker_loop.stats()
 
     def generate_codes(self, reqs: list[TTSRequest]) -> list[torch.Tensor]:
         """Codec frames per request, [T_i, 16] long (without any reference codes)."""

@@ -240,3 +240,28 @@ def test_a_step_wakes_the_callers_event_loop_once_for_all_its_requests():
         loop.close()
     assert got == [[2, 1, 0]] * 8
     assert wakes <= 4  # one per step (3), not one per output (24)
+
+
+def test_work_that_runs_past_the_stall_limit_is_reported_with_its_stack(stage, monkeypatch, caplog):
+    from aura_omni.stages import loop as loop_module
+
+    _, loop = stage
+    monkeypatch.setattr(loop_module, "STALLED_S", 0.3)
+    release = threading.Event()
+
+    def blocked_in_the_engine():
+        release.wait(10)
+
+    future = loop.call(blocked_in_the_engine)
+    deadline = time.monotonic() + 5
+    while "stalled_s" not in loop.stats() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stats = loop.stats()
+    assert stats["stalled_in"] == "call" and stats["stalled_s"] >= 0.3
+    deadline = time.monotonic() + 5  # the watchdog looks once a second
+    while "blocked_in_the_engine" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "stage lm: stalled" in caplog.text and "blocked_in_the_engine" in caplog.text
+    release.set()
+    future.result(5)
+    assert "stalled_s" not in loop.stats() and loop.busy_for() is None
