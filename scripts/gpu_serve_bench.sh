@@ -111,18 +111,19 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
             --load-format dummy --served-model-name aura --port 8091 > "$OUT/serve_probe.log" 2>&1 &
           SERVER=$!
           wait_ready || { tail -n 30 "$OUT/serve_probe.log"; continue; }
+          ready_at=$(wc -l < "$OUT/serve_probe.log")
           timeout 440 python3 scripts/soak.py --url $URL --minutes 7 --warmup-minutes 1 --server-pid $SERVER \
             --concurrency 4 --report "$OUT/soak_probe.json" > "$OUT/soak_probe.log" 2>&1 &
           SOAK=$!
           for _ in $(seq 88); do
             sleep 5
-            grep -q "stalled for" "$OUT/serve_probe.log" && break
+            tail -n +$ready_at "$OUT/serve_probe.log" | grep -q "stalled for" && break
             kill -0 $SOAK 2>/dev/null || break
           done
           nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv
           kill -USR1 $SERVER; sleep 3
           kill $SOAK 2>/dev/null; stop
-          grep -A40 "stalled for" "$OUT/serve_probe.log" | head -150
+          tail -n +$ready_at "$OUT/serve_probe.log" | grep -A45 "stalled for" | grep -v "site-packages/torch/nn" | head -120
           tail -n 4 "$OUT/soak_probe.log" ;;
     soak_wait) for _ in $(seq 570); do [ -f /tmp/soak/done ] && break; sleep 1; done
                cp /tmp/soak/soak.json /tmp/soak/soak.log /tmp/soak/serve.log "$OUT/" 2>/dev/null

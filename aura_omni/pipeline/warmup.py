@@ -57,7 +57,10 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
         took[f"tts:{talker.model_type}"] = time.perf_counter() - t
         t = time.perf_counter()
         loop = talker.code2wav_loop  # every window length at every batch bucket, so no request pays a capture
-        if await asyncio.wrap_future(loop.call(loop.engine.capture_graphs)):
+        captured = 0
+        while await asyncio.wrap_future(loop.call(loop.engine.capture_next_graph)):
+            captured += 1
+        if captured:
             took[f"code2wav_graphs:{talker.model_type}"] = time.perf_counter() - t
     log.info("warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
     return took

@@ -76,12 +76,9 @@ class Code2WavStageEngine:
         self.graphs = (Code2WavGraphs(self.slots, windows, max_batch)
                        if cuda_graphs and self.device.type == "cuda" else None)
 
-    def capture_graphs(self) -> int:
-        """Capture every graph now (the warm start); how many there are."""
-        if self.graphs is None:
-            return 0
-        self.graphs.capture_all()
-        return len(self.graphs)
+    def capture_next_graph(self) -> bool:
+        """Capture one graph not captured yet (the warm start calls this until it is False)."""
+        return self.graphs is not None and self.graphs.capture_next()
 
     def add(self, request_id: str, chunk: Code2WavChunk) -> None:
         s = chunk.session

@@ -83,11 +83,17 @@ class Code2WavGraphs:
         return wav[:b].clone()
 
     def capture_all(self) -> None:
-        """Every (bucket, window) graph now, so no request pays a capture (the warm start calls this)."""
-        for n in self.windows:
-            for b in self.buckets:
-                if (b, n) not in self._graphs:
-                    self._capture(b, n)
+        """Every (bucket, window) graph now, so no request pays a capture."""
+        while self.capture_next():
+            pass
+
+    def capture_next(self) -> bool:
+        """One graph not captured yet; False when there is none (the warm start captures them one loop call at a
+        time, each well under the stall watchdog's limit)."""
+        missing = next(((b, n) for n in self.windows for b in self.buckets if (b, n) not in self._graphs), None)
+        if missing is not None:
+            self._capture(*missing)
+        return missing is not None
 
     def _capture(self, bucket: int, n: int):
         ids = torch.zeros(bucket, dtype=torch.long, device=self.device)
