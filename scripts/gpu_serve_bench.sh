@@ -112,10 +112,10 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
           SERVER=$!
           wait_ready || { tail -n 30 "$OUT/serve_probe.log"; continue; }
           ready_at=$(wc -l < "$OUT/serve_probe.log")
-          timeout 440 python3 scripts/soak.py --url $URL --minutes 7 --warmup-minutes 1 --server-pid $SERVER \
+          timeout $((${PROBE_MINUTES:-7} * 60 + 20)) python3 scripts/soak.py --url $URL --minutes ${PROBE_MINUTES:-7} --warmup-minutes 1 --server-pid $SERVER \
             --concurrency 4 --report "$OUT/soak_probe.json" > "$OUT/soak_probe.log" 2>&1 &
           SOAK=$!
-          for _ in $(seq 88); do
+          for _ in $(seq $((${PROBE_MINUTES:-7} * 12 + 4))); do
             sleep 5
             tail -n +$ready_at "$OUT/serve_probe.log" | grep -q "stalled for" && break
             kill -0 $SOAK 2>/dev/null || break
