@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=getattr(args, "log_level", "info").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
-        if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <pid>` prints every thread's Python stack to stderr
-            faulthandler.register(signal.SIGUSR1, all_threads=True)
+        if hasattr(signal, "SIGUSR1") and sys.__stderr__ is not None:  # `kill -USR1 <pid>`: every thread's stack
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
         return serve(args)
     if args.command == "bench":
         from .bench.serve import main as bench_serve

@@ -89,7 +89,7 @@ class DecodeGraphs:
 
     @torch.inference_mode()
     def _capture(self) -> None:
-        pool = None
+        pool, self.stream = None, cuda_graph.private_stream(self.device)
         for b in reversed(self.batch_sizes):  # largest first, so smaller graphs reuse its memory pool
             layout = self.layouts[b]
             self.host_blobs[b] = [torch.zeros(layout.nbytes, dtype=torch.uint8).pin_memory() for _ in range(2)]
@@ -101,8 +101,8 @@ class DecodeGraphs:
                 hidden, dtype = self.embeds_shape
                 self.embeds[b] = torch.zeros(b, hidden, dtype=dtype, device=self.device)
                 self.positions[b] = torch.zeros((3, b) if self.mrope else (b,), dtype=torch.long, device=self.device)
-            self.graphs[b], self.outputs[b] = cuda_graph.capture(lambda: self._run_step(b), self.device, pool,
-                                                                 warmups=2)
+            self.graphs[b], self.outputs[b] = cuda_graph.capture(lambda: self._run_step(b), self.device,
+                                                                 self.stream, pool, warmups=2)
             pool = self.graphs[b].pool()
         log.info("captured decode CUDA graphs for batch sizes %s (up to %d tokens of context)",
                  self.batch_sizes, self.max_blocks * self.block_size)

@@ -90,10 +90,12 @@ class PrefillGraphs:
     @torch.inference_mode()
     def _capture(self) -> None:
         start, pool = time.perf_counter(), None
+        self.stream = cuda_graph.private_stream(self.device)
         with on_device(self.device):
             self._fill_idle()
             for t in reversed(self.sizes):  # largest first: the smaller graphs reuse its memory pool
-                self.graphs[t], self.outputs[t] = cuda_graph.capture(lambda: self._step(t), self.device, pool)
+                self.graphs[t], self.outputs[t] = cuda_graph.capture(lambda: self._step(t), self.device, self.stream,
+                                                                     pool)
                 pool = self.graphs[t].pool()
         log.info("captured prefill CUDA graphs for %d token counts up to %d (%d sequences) in %.2f s",
                  len(self.sizes), self.sizes[-1], self.max_seqs, time.perf_counter() - start)

@@ -1,32 +1,51 @@
-"""Capture one CUDA graph the way every graph here is captured.
+"""Capture CUDA graphs the way every graph here is captured, each family of graphs on a stream of its own.
 
 `fn` first runs outside the graph (`warmups` times: lazy inits, Triton compiles, cuBLAS workspaces must not
-happen during capture) on a side stream of the graph's device, which then records the capture: torch's default
-capture stream is per process, not per device, so a stage on cuda:1 needs its own.
+happen during capture) on the capture stream, which then records the capture. The capture is thread-local: other
+stages' threads keep running while a graph is captured lazily during serving (a vision layout seen twice, Code2Wav's
+graphs after its state rows grew); in CUDA's default global mode their allocations or synchronisations would be
+refused and invalidate the capture.
 
-The capture is thread-local: other stages' threads keep running while a graph is captured lazily during serving
-(a vision layout seen twice, Code2Wav's graphs after its state rows grew), and in CUDA's default global mode their
-allocations or synchronizations would be refused, and invalidate the capture.
+Why a stream of its own (`private_stream`): torch keeps one cuBLAS workspace per (handle, stream), and a captured
+GEMM writes into the workspace of its capture stream at every replay. torch's streams come from a pool of 32 per
+priority, handed out round-robin, so a fresh `torch.cuda.Stream()` per capture soon returns a stream that an earlier
+capture used. Two stages' graphs then shared one workspace and wrote it concurrently from their own streams, and when
+a graph was destroyed (the GEMV benchmark's at load, an evicted vision layout) torch freed the workspace of its
+capture stream, which other live graphs still wrote into at every replay: whatever later took that memory (step
+metadata, KV blocks) was overwritten (pytorch/pytorch#193402 is the same hazard). This is the likely cause of the
+H200 soak's hangs, ASR and AURA both stuck in a step with the GPU 100% busy after one to three minutes: they hung
+with the prefill graphs (cuBLAS GEMMs) on and ran clean with them off (docs/reliability.md). Hence the rules:
+- a family of graphs (those replayed only one after another, on one stage's thread) captures on one private stream;
+- a graph is reset before its stream captures again (`reset`), and a stream goes back (`release_stream`) only once
+  every graph captured on it is reset.
+Stage streams (`device.stage_stream`) are private streams too.
 """
 
 from typing import Any, Callable
 
 import torch
 
-from aura_omni.layers.device import on_device
+from aura_omni.layers.device import on_device, private_stream, release_stream  # noqa: F401 - the graph families' API
 
 
-def capture(fn: Callable[[], Any], device: torch.device, pool=None, warmups: int = 1) -> tuple[torch.cuda.CUDAGraph, Any]:
-    """(graph, what `fn` returned during capture: the static outputs its replays overwrite). `pool`: share the
-    memory pool of earlier graphs that never replay at the same time."""
+def capture(fn: Callable[[], Any], device: torch.device, stream: torch.cuda.Stream, pool=None,
+            warmups: int = 1) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """(graph, what `fn` returned during capture: the static outputs its replays overwrite). `stream`: the family's
+    private stream. `pool`: share the memory pool of earlier graphs that never replay at the same time."""
     with on_device(device):
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
             for _ in range(warmups):
                 fn()
-        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, stream=side, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
             out = fn()
     return graph, out
+
+
+def reset(graphs) -> None:
+    """Reset graphs (their memory and their capture stream's cuBLAS workspaces go now, not at garbage collection),
+    before their stream captures anything again."""
+    for graph in graphs:
+        graph.reset()

@@ -7,6 +7,8 @@ ops do not need this.
 
 `upload_async`: a host tensor to the GPU without waiting for the work already queued there.
 
+`private_stream`: a stream of torch's pool that no stage or CUDA-graph family shares (layers/cuda_graph.py).
+
 `stage_stream` / `on_stream`: a CUDA stream of a stage's own, for a stage whose inputs and outputs cross on the host
 (the ASR stage: audio in, token ids out), so its kernels neither queue behind the other stages' on a shared GPU nor
 race them. Per stage (EngineConfig.stage_stream, deploy `kernels.stage_stream`); `AURA_OMNI_STAGE_STREAMS=0` is the
@@ -15,6 +17,7 @@ process default that keeps every stage on the default stream (A/B benchmarks).
 
 import contextlib
 import functools
+import threading
 
 import torch
 
@@ -35,9 +38,40 @@ def stage_stream(device: torch.device, priority: int = 0, enabled: bool = True) 
     device = torch.device(device)
     if device.type != "cuda" or not enabled:
         return None
-    stream = torch.cuda.Stream(device, priority=priority)
+    stream = private_stream(device, priority)  # never one that a graph family or another stage has
     stream.wait_stream(torch.cuda.current_stream(device))
     return stream
+
+
+_POOL = 32  # torch's streams per priority level and device (c10 kStreamsPerPool)
+_streams_lock = threading.Lock()
+_held: set[tuple[int, int]] = set()  # (device index, stream handle) of every private stream handed out
+
+
+def private_stream(device: torch.device, priority: int = 0) -> torch.cuda.Stream:
+    """A stream from torch's pool that no other holder of a private stream has (stages and CUDA-graph families:
+    layers/cuda_graph.py says why they must not share one): of `priority`, else of another
+    level once its 32 are taken (a capture stream's priority does not matter)."""
+    device = torch.device(device)
+    least, greatest = torch.cuda.Stream.priority_range()
+    levels = [priority] + [p for p in range(least, greatest - 1, -1) if p != priority]
+    with _streams_lock, on_device(device):
+        for p in levels:
+            for _ in range(2 * _POOL):  # round-robin: every stream of the level within _POOL draws
+                stream = torch.cuda.Stream(device, priority=p)
+                key = (stream.device_index, stream.cuda_stream)
+                if key not in _held:
+                    _held.add(key)
+                    return stream
+    raise RuntimeError(f"every CUDA stream of torch's pool on {device} is taken by a stage or a graph family "
+                       f"({len(_held)} held): too many stages on one GPU")
+
+
+def release_stream(stream: torch.cuda.Stream | None) -> None:
+    """Give back a private stream once every graph captured on it has been reset."""
+    if stream is not None:
+        with _streams_lock:
+            _held.discard((stream.device_index, stream.cuda_stream))
 
 
 def on_stream(stream: "torch.cuda.Stream | None"):

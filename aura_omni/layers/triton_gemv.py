@@ -216,16 +216,21 @@ def silu_mul_gemv(gate_up: torch.Tensor, weight: torch.Tensor, residual: torch.T
 def graph_time_ms(fn, device: torch.device, reps: int = 5) -> float:
     """Mean ms of one replay of `fn()` captured in a CUDA graph: what it costs inside the decode graphs,
     launch gaps included (timing eager calls would mostly time Python)."""
-    graph, _ = cuda_graph.capture(fn, device)
-    with on_device(device):
-        graph.replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
+    stream = cuda_graph.private_stream(device)
+    graph, _ = cuda_graph.capture(fn, device, stream)
+    try:
+        with on_device(device):
             graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / reps
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(reps):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / reps
+    finally:
+        cuda_graph.reset([graph])
+        cuda_graph.release_stream(stream)
 
 
 # -- torch references ----------------------------------------------------------------------------------------------

@@ -5,6 +5,10 @@ the encoder's ~700 small launches are host-bound (about 30 ms for two 640x480 fr
 few ms of device work). A layout is captured the second time it is seen, so one-off sizes stay eager;
 at most `max_graphs` are kept (least recently used dropped). Calls are serialised: a graph's input and
 output buffers are shared, and outputs are copied out before the next replay.
+
+Each kept graph has a capture stream of its own, and a dropped graph is reset before its stream captures the next:
+graphs that share a capture stream share its cuBLAS workspace, which torch frees when one of them goes
+(layers/cuda_graph.py).
 """
 
 import logging
@@ -27,6 +31,7 @@ class _Graph:
     pixels: torch.Tensor  # the graph's input buffer
     layout: VisionLayout  # position embeddings and rotary tables the graph reads
     outputs: tuple[torch.Tensor, list[torch.Tensor]]
+    stream: torch.cuda.Stream  # its private capture stream
 
 
 class VisionGraphs:
@@ -38,6 +43,7 @@ class VisionGraphs:
         self._seen: OrderedDict[tuple, None] = OrderedDict()  # layouts met once (bounded)
         self._lock = threading.Lock()
         self._pool = None
+        self._streams: list[torch.cuda.Stream] = []  # capture streams of dropped graphs, free for the next capture
 
     def __call__(self, pixel_values: torch.Tensor, grids) -> tuple[torch.Tensor, list[torch.Tensor]]:
         grids = tuple(tuple(int(v) for v in g) for g in grids)
@@ -63,10 +69,13 @@ class VisionGraphs:
         layout = self.encoder.prepare(list(grids))
         pixels = torch.empty(pixel_values.shape, dtype=pixel_values.dtype, device=self.device)
         pixels.copy_(pixel_values)
-        graph, outputs = cuda_graph.capture(lambda: self.encoder.run(pixels, layout), self.device, self._pool)
+        while len(self._graphs) >= self.max_graphs:  # drop the least recently used first: its stream is reused
+            _, dropped = self._graphs.popitem(last=False)
+            cuda_graph.reset([dropped.graph])
+            self._streams.append(dropped.stream)
+        stream = self._streams.pop() if self._streams else cuda_graph.private_stream(self.device)
+        graph, outputs = cuda_graph.capture(lambda: self.encoder.run(pixels, layout), self.device, stream, self._pool)
         self._pool = graph.pool()
-        entry = self._graphs[key] = _Graph(graph, pixels, layout, outputs)
-        while len(self._graphs) > self.max_graphs:
-            self._graphs.popitem(last=False)
+        entry = self._graphs[key] = _Graph(graph, pixels, layout, outputs, stream)
         log.info("vision encoder graph captured for grids %s", list(grids))
         return entry

@@ -43,6 +43,7 @@ class Code2WavGraphs:
         self._graphs: dict[tuple[int, int], tuple] = {}
         self._generation = slots.generation
         self._pool = None
+        self._stream = cuda_graph.private_stream(self.device)
 
     def __len__(self) -> int:
         return len(self._graphs)
@@ -70,6 +71,7 @@ class Code2WavGraphs:
     def _replay(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         b, n = codes.shape[0], codes.shape[1]
         if self._generation != self.slots.generation:  # the rows moved: every graph reads freed tensors
+            cuda_graph.reset(entry[0] for entry in self._graphs.values())  # before the stream captures again
             self._graphs.clear()
             self._generation = self.slots.generation
         bucket = next(k for k in self.buckets if k >= b)
@@ -100,7 +102,8 @@ class Code2WavGraphs:
         codes_in = torch.zeros(bucket, n, 16, dtype=torch.long, device=self.device)
         with torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=False,
                                         allow_tf32=torch.backends.cudnn.allow_tf32):
-            graph, wav = cuda_graph.capture(lambda: self.slots.decode(ids, codes_in), self.device, self._pool)
+            graph, wav = cuda_graph.capture(lambda: self.slots.decode(ids, codes_in), self.device, self._stream,
+                                             self._pool)
         self._pool = graph.pool()
         entry = self._graphs[(bucket, n)] = (graph, ids, codes_in, wav)
         log.debug("code2wav graph captured for %d streams x %d frames", bucket, n)

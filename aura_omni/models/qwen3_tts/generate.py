@@ -120,6 +120,7 @@ class FrameDecoder:
         self.buckets = sorted({b for b in (buckets or [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128]) if b <= top} | {top})
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._pool = None
+        self._stream = None  # the frame graphs' private capture stream (layers/cuda_graph.py)
         if self.use_graphs:
             self._in_hidden = torch.zeros(self.buckets[-1], self.hidden, dtype=self.dtype, device=self.device)
             self._in_index = torch.zeros(2, self.buckets[-1], dtype=torch.long, device=self.device)
@@ -228,7 +229,9 @@ class FrameDecoder:
         self._in_index[0, :b].fill_(self.scratch)
         self._in_index[1, :b].fill_(0)
         args = (self._in_hidden[:b], self._in_index[0, :b], self._in_index[1, :b])
-        graph, out = cuda_graph.capture(lambda: self.frame(*args), self.device, self._pool, warmups=2)
+        if self._stream is None:
+            self._stream = cuda_graph.private_stream(self.device)
+        graph, out = cuda_graph.capture(lambda: self.frame(*args), self.device, self._stream, self._pool, warmups=2)
         self._pool = graph.pool()
         self.graphs[b] = (graph, out)
         log.debug("talker frame graph captured for batch %d", b)
