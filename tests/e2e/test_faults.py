@@ -209,6 +209,25 @@ def test_a_dead_loop_answers_503_at_once_is_down_on_health_and_is_restarted(srv)
     assert_freed_within(srv, baseline, time.monotonic(), 5)  # the killed request held nothing afterwards
 
 
+def test_a_stalled_stage_is_reported_by_health_until_it_moves_again(srv, monkeypatch):
+    """A step (or an add, or a call) stuck past the stall limit (a kernel that never ends, on a GPU) makes /health
+    say 503 `stalled` with the stage named, so a load balancer stops sending; once it moves on, health is back."""
+    from aura_omni.stages import loop as loop_module
+
+    monkeypatch.setattr(loop_module, "STALLED_S", 0.3)
+    release = threading.Event()
+    done = srv.runtime.loops()["code2wav"].call(lambda: release.wait(30))
+    try:
+        wait_until(lambda: httpx.get(srv.url + "/health").status_code == 503, 5, step=0.05)
+        health = httpx.get(srv.url + "/health").json()
+        assert health["status"] == "stalled" and health["stalled"] == ["code2wav"]
+        assert health["stages"]["code2wav"]["stalled_in"] == "call" and health["stages"]["code2wav"]["stalled_s"] >= 0.3
+    finally:
+        release.set()
+    done.result(5)
+    assert httpx.get(srv.url + "/health").json()["status"] == "ok"
+
+
 async def _realtime_turn(ws) -> None:
     await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(
         (0.2 * np.sin(np.arange(12000) / 8) * 32767).astype("<i2").tobytes()).decode()}))
