@@ -75,6 +75,7 @@ for s in ${*:-tts turns live}; do
            bench turns_chat --backend chat --model aura --voice bench $TURN --num-warmups 2 \
              --max-concurrency 1 8 --num-prompts 32 --plot "$OUT/turns_chat.svg" \
              --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}"
+           python3 scripts/turn_phases.py "$URL" turns_chat
            stop ;;
     live) serve configs/aura_omni_duplex_8.yaml aura || continue  # 8 sessions, CustomVoice, 1-frame first window
           bench live_silent --backend realtime --model aura ${TURN% --ignore-eos} --num-warmups 1 --max-concurrency 1 \
@@ -82,6 +83,7 @@ for s in ${*:-tts turns live}; do
             --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}]}'
           bench live_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
             --max-concurrency 1 8 --num-prompts 32 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+          python3 scripts/turn_phases.py "$URL" live_realtime
           bench live_chat_vivian --backend chat --model aura --voice Vivian $TURN --num-warmups 2 \
             --max-concurrency 1 --num-prompts 16 \
             --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}"

@@ -10,7 +10,7 @@ done). Closing that stream (client gone) or a timeout cancels every stage's work
 import asyncio
 import os
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from aura_omni.asr.transcript import Transcript
 from aura_omni.pipeline.constants import SILENT_TEXT, TTS_SAMPLE_RATE
@@ -24,7 +24,8 @@ from aura_omni.pipeline.processors import (
 from aura_omni.pipeline.prompt_tokens import AuraPrompt
 from aura_omni.pipeline.sentences import DEFAULT_MAX_UTTERANCE_CHARS, DEFAULT_START_WORDS, SentenceSplitter, Utterances
 from aura_omni.pipeline.stage_api import AsrStage, AuraStage, SpeechStage
-from aura_omni.pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnEvent, TurnRequest
+from aura_omni.pipeline.turn import (AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnEvent, TurnRequest,
+                                     TurnTimeline)
 
 
 class TurnTimeout(TimeoutError):
@@ -62,8 +63,10 @@ class AuraOmniPipeline:
     def __init__(self, asr: AsrStage | None, aura: AuraStage | None, speech: SpeechStage | None,
                  *, sentence_min_chars: int = 30, default_timeout_s: float | None = 300.0,
                  stream_text_to_talker: bool = True, talker_start_words: int = DEFAULT_START_WORDS,
-                 max_utterance_chars: int = DEFAULT_MAX_UTTERANCE_CHARS):
+                 max_utterance_chars: int = DEFAULT_MAX_UTTERANCE_CHARS,
+                 on_phases: Callable[[dict[str, float]], None] | None = None):
         self.asr, self.aura, self.speech = asr, aura, speech
+        self.on_phases = on_phases  # called with each finished turn's TurnTimeline.phases() (the server's metrics)
         # deploy `async_chunk`: AURA's text streams into the Talker while AURA decodes (True: as it comes where the
         # speech stage takes streamed text, else sentence by sentence), or the whole reply once AURA has finished
         self.stream_text_to_talker = stream_text_to_talker
@@ -121,6 +124,7 @@ class AuraOmniPipeline:
             events.put_nowait(e)
 
     async def _run_stages(self, req: TurnRequest, events: asyncio.Queue) -> None:
+        timeline = TurnTimeline()
         transcript = None
         if req.audio is not None:
             samples, sr = req.audio
@@ -132,10 +136,11 @@ class AuraOmniPipeline:
             finally:
                 await settle(vision, cancel=transcript is None)
             events.put_nowait(TranscriptReady(transcript.text, transcript.language))
+            timeline.mark("asr")
         prompt = aura_prompt(req, transcript)
 
         sentences: asyncio.Queue = asyncio.Queue()
-        speaker = asyncio.create_task(self._speak(req, sentences, events)) if req.speak else None
+        speaker = asyncio.create_task(self._speak(req, sentences, events, timeline)) if req.speak else None
         splitter = SentenceSplitter(self.sentence_min_chars)
         # token passthrough speaks the whole reply's ids
         streams = req.speak and not req.tts_pass_token_ids and self.stream_text_to_talker
@@ -147,6 +152,7 @@ class AuraOmniPipeline:
         try:
             async for delta in self.aura.generate(prompt, req.vision, request_id=f"{req.request_id}-aura",
                                                   sampling=req.aura_sampling):
+                timeline.mark("aura_first_token")
                 raw += delta.text
                 ids += delta.token_ids
                 prompt_tokens = max(prompt_tokens, delta.prompt_tokens)
@@ -185,6 +191,8 @@ class AuraOmniPipeline:
                                    transcript=transcript.text if transcript is not None else "",
                                    prompt_tokens=prompt_tokens, completion_tokens=len(ids),
                                    audio_seconds=audio_seconds, finish_reason=finish_reason))
+        if self.on_phases is not None:
+            self.on_phases(timeline.phases())
 
     @staticmethod
     def _visible(raw: str) -> str | None:
@@ -221,7 +229,8 @@ class AuraOmniPipeline:
         while (piece := await utterance.get()) is not _END:
             yield piece
 
-    async def _speak(self, req: TurnRequest, sentences: asyncio.Queue, events: asyncio.Queue) -> float:
+    async def _speak(self, req: TurnRequest, sentences: asyncio.Queue, events: asyncio.Queue,
+                     timeline: TurnTimeline) -> float:
         """Speak queued sentences and utterances in order; returns seconds of audio produced."""
         samples = 0
         n = 0
@@ -229,6 +238,7 @@ class AuraOmniPipeline:
             item = await sentences.get()
             if item is _END:
                 return samples / TTS_SAMPLE_RATE
+            timeline.mark("speech_start")
             text, token_ids = item
             request_id = f"{req.request_id}-tts{n}"
             if text is _STREAMED:
@@ -236,6 +246,7 @@ class AuraOmniPipeline:
             else:
                 chunks = self.speech.speak(text, token_ids, req.tts, request_id=request_id)
             async for chunk in chunks:
+                timeline.mark("first_audio")
                 samples += len(chunk)
                 events.put_nowait(AudioChunk(chunk))
             n += 1

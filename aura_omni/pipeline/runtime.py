@@ -119,6 +119,7 @@ class Runtime:
         self._pipeline = None
         self.request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # a turn past this is cancelled (504)
         self.restart_delay_s = LOOP_RESTART_DELAY_S
+        self.turn_observer: Callable[[dict[str, float]], None] | None = None  # each turn's phases (server metrics)
         for loop in self.loops().values():  # the supervisor: a loop that dies is restarted over the same engine
             loop.on_death = self._loop_died
 
@@ -177,8 +178,13 @@ class Runtime:
                 self.models.get(AURA),
                 SpeechPipelineStage(tts, initial_chunk_frames=codec.first_window,
                                     chunk_frames=codec.codec_chunk_frames) if tts is not None else None,
-                default_timeout_s=self.request_timeout_s, stream_text_to_talker=self.deploy.async_chunk)
+                default_timeout_s=self.request_timeout_s, stream_text_to_talker=self.deploy.async_chunk,
+                on_phases=self._turn_phases)
         return self._pipeline
+
+    def _turn_phases(self, phases: dict[str, float]) -> None:
+        if self.turn_observer is not None:
+            self.turn_observer(phases)
 
     def require(self, role: str, endpoint: str) -> Any:
         """The model serving `role`, or StageNotDeployedError saying what this deployment lacks."""

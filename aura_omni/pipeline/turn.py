@@ -1,9 +1,37 @@
 """What one conversational turn asks of the pipeline, and the events it produces. Plain data only."""
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+# a turn's phases, each from the end of the one before (or the turn's start): their sum is the turn's first audio
+TURN_PHASES = ("asr", "aura_first_token", "speech_start", "first_audio")
+
+
+class TurnTimeline:
+    """When a turn reached each of its moments (the first time only), for `phases()`: where a turn's first audio
+    went, the ASR, AURA's first token (admission, prefill, vision), the words the Talker waits for, and the Talker plus
+    the first Code2Wav window. What came before the turn started (HTTP, decoding media, voice prompts) is the
+    endpoint's TTFA less these."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.at: dict[str, float] = {}
+
+    def mark(self, moment: str) -> None:
+        self.at.setdefault(moment, time.perf_counter())
+
+    def phases(self) -> dict[str, float]:
+        """Seconds of each phase the turn went through (a turn without audio in has no `asr`, a silent one stops at
+        `aura_first_token`)."""
+        out, before = {}, self.start
+        for phase in TURN_PHASES:
+            if phase in self.at:
+                out[phase] = max(0.0, self.at[phase] - before)
+                before = self.at[phase]
+        return out
 
 
 

@@ -110,6 +110,9 @@ class ServerMetrics:
         self.silent_decision = Histogram("aura_omni:silent_decision_seconds", "Time from a request (or commit) to "
                                          "the model's choice to stay silent.", ["endpoint"], buckets=TTFA_BUCKETS,
                                          registry=r)
+        self.turn_phase = Histogram("aura_omni:turn_phase_seconds", "Where a turn's first audio went, phase by phase "
+                                    "(chat and realtime turns): asr, aura_first_token, speech_start, first_audio "
+                                    "(pipeline/turn.py TurnTimeline).", ["phase"], buckets=TTFA_BUCKETS, registry=r)
         self.sessions = Gauge("aura_omni:realtime_sessions_active", "Open /v1/realtime sessions.", registry=r)
         if stage_stats is not None:
             r.register(StageCollector(stage_stats))
@@ -129,6 +132,10 @@ class ServerMetrics:
 
     def observe_silent_decision(self, endpoint: str, seconds: float) -> None:
         self.silent_decision.labels(endpoint).observe(seconds)
+
+    def observe_turn_phases(self, phases: dict[str, float]) -> None:
+        for phase, seconds in phases.items():
+            self.turn_phase.labels(phase).observe(seconds)
 
     def count_underruns(self, endpoint: str, n: int = 1) -> None:
         self.underruns.labels(endpoint).inc(n)

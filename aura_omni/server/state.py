@@ -29,6 +29,7 @@ class ServerState:
 
     def __post_init__(self):
         self.metrics = self.metrics or ServerMetrics(lambda: self.runtime.stage_stats())
+        self.runtime.turn_observer = self.metrics.observe_turn_phases
 
     def media_policy(self) -> MediaPolicy:
         return MediaPolicy(allowed_local_media_path=self.allowed_local_media_path,

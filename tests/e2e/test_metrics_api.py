@@ -56,6 +56,11 @@ def test_metrics_move_after_a_speech_request_and_a_chat_turn(omni_server, ref_au
         assert moved("aura_omni:audio_seconds_total", endpoint) > 0
     assert moved("aura_omni:first_text_seconds_count", chat) == 1  # the silent turn has no text
     assert moved("aura_omni:audio_seconds_total", speech) == pytest.approx(speech_seconds)
+    phase = lambda name, p: after.get((name, (("phase", p),)), 0) - before.get((name, (("phase", p),)), 0)
+    assert phase("aura_omni:turn_phase_seconds_count", "aura_first_token") == 2  # both chat turns (text in: no asr)
+    for p in ("speech_start", "first_audio"):  # the spoken one only
+        assert phase("aura_omni:turn_phase_seconds_count", p) == 1 and phase("aura_omni:turn_phase_seconds_sum", p) > 0
+    assert phase("aura_omni:turn_phase_seconds_count", "asr") == 0
     stages = {dict(labels)["stage"] for name, labels in after if name == "aura_omni:num_requests_running"}
     assert stages == {"asr", "aura", "talker", "code2wav"}  # every stage loop reports
     kv_stages = stages - {"code2wav"}  # the codec decoder keeps no KV cache
