@@ -224,6 +224,13 @@ class Runtime:
             return self.placement.stage_stats()
         return {name: loop.stats() for name, loop in self.loops().items()}
 
+    def stage_latencies(self) -> dict[str, dict[str, Any]]:
+        """Per stage: its loop's queue and first-output latency histograms (stages/latency.py snapshots). In-process
+        stages only: Ray actors report none yet."""
+        if self.placement is not None:
+            return {}
+        return {name: loop.latencies() for name, loop in self.loops().items()}
+
     def loops(self) -> dict[str, Any]:
         """Every stage loop by stage name (asr, aura, talker, code2wav)."""
         out = {}

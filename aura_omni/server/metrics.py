@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
                                disable_created_metrics, generate_latest)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from ..media.playback import PlaybackClock
@@ -89,10 +89,45 @@ class StageCollector(Collector):
         yield from (f for f in (*gauges.values(), kv, preemptions) if f.samples)
 
 
+STAGE_LATENCIES = {  # stages/latency.py histogram -> metric labelled `stage`
+    "queue": ("aura_omni:stage_queue_time_seconds", "Time a request waited in front of the stage's engine "
+              "(submitted -> taken in between two steps)."),
+    "first_output": ("aura_omni:stage_time_to_first_output_seconds", "Time from a request's submission to the stage "
+                     "to its first output (AURA's first token, the Talker's first codec frame, a Code2Wav chunk)."),
+}
+
+
+class StageLatencyCollector(Collector):
+    """Per-stage latency histograms, read from the stage loops' snapshots at scrape time."""
+
+    def __init__(self, stage_latencies: Callable[[], dict[str, dict]]):
+        self.stage_latencies = stage_latencies
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        try:
+            latencies = self.stage_latencies() or {}
+        except Exception:  # noqa: BLE001 - a scrape must answer even if a stage cannot report
+            log.exception("stage_latencies failed during a /metrics scrape")
+            latencies = {}
+        families = {key: HistogramMetricFamily(name, doc, labels=["stage"]) for key, (name, doc) in
+                    STAGE_LATENCIES.items()}
+        for stage, histograms in sorted(latencies.items()):
+            for key, family in families.items():
+                snap = histograms.get(key)
+                if snap is not None and snap.count:
+                    family.add_metric([stage], [(("+Inf" if le == float("inf") else repr(le)), n)
+                                                for le, n in snap.buckets], snap.total)
+        yield from (f for f in families.values() if f.samples)
+
+
 class ServerMetrics:
     """One app's metrics; the observe_* methods take the endpoint label (the route path, e.g. /v1/audio/speech)."""
 
-    def __init__(self, stage_stats: Callable[[], dict[str, dict]] | None = None):
+    def __init__(self, stage_stats: Callable[[], dict[str, dict]] | None = None,
+                 stage_latencies: Callable[[], dict[str, dict]] | None = None):
         self.registry = r = CollectorRegistry()
         self.requests = Counter("aura_omni:requests", "HTTP requests answered, by route and status.",
                                 ["endpoint", "status"], registry=r)
@@ -116,6 +151,8 @@ class ServerMetrics:
         self.sessions = Gauge("aura_omni:realtime_sessions_active", "Open /v1/realtime sessions.", registry=r)
         if stage_stats is not None:
             r.register(StageCollector(stage_stats))
+        if stage_latencies is not None:
+            r.register(StageLatencyCollector(stage_latencies))
 
     # ---- the API endpoints and the realtime session call ------------------------------------------------------
     def count_request(self, endpoint: str, status: int) -> None:

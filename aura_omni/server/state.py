@@ -28,7 +28,8 @@ class ServerState:
     metrics: ServerMetrics | None = None  # GET /metrics; built over the runtime's stage stats when not given
 
     def __post_init__(self):
-        self.metrics = self.metrics or ServerMetrics(lambda: self.runtime.stage_stats())
+        self.metrics = self.metrics or ServerMetrics(lambda: self.runtime.stage_stats(),
+                                                     lambda: self.runtime.stage_latencies())
         self.runtime.turn_observer = self.metrics.observe_turn_phases
 
     def media_policy(self) -> MediaPolicy:

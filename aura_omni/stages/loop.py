@@ -43,6 +43,7 @@ import torch
 from aura_omni.layers import kernel_switches
 from aura_omni.layers.device import on_device, on_stream, stage_stream
 from aura_omni.layers.kernel_switches import KernelSwitches
+from aura_omni.stages.latency import LatencyHistogram, LatencySnapshot
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
@@ -183,6 +184,8 @@ class StageLoop:
         self._lock = threading.Lock()  # an add and the loop's death: either the add is refused or it is failed
         self._fault: str | None = None  # tests only (`inject_fault`)
         self._work: tuple[str, float] | None = None  # (what, perf_counter at its start) while the thread is in it
+        self._submitted: dict[str, float] = {}  # request id -> when it was submitted, until its first output
+        self.latency = {"queue": LatencyHistogram(), "first_output": LatencyHistogram()}  # stages/latency.py
         self.on_death: Callable[[StageLoop, BaseException], None] | None = None  # called on the dying thread
         self.counters = StageCounters(engine=self._engine_stats())
         self._start_thread()
@@ -304,6 +307,9 @@ class StageLoop:
             out |= {"stalled_in": busy[0], "stalled_s": round(busy[1], 1)}
         return out
 
+    def latencies(self) -> dict[str, LatencySnapshot]:
+        return {name: h.snapshot() for name, h in self.latency.items()}
+
     def thread_stack(self) -> str:
         """The Python stack of the loop's thread now (what a stalled step is blocked in)."""
         frame = sys._current_frames().get(self._thread.ident)
@@ -342,6 +348,7 @@ class StageLoop:
                 raise StageUnavailable(f"stage {self.name} is shut down")
             if self._dead:
                 raise StageUnavailable(f"stage {self.name} is down (restarting)")
+            self._submitted[request_id] = time.perf_counter()
             self._inbox.append(("add", request_id, request, sink))
         self.counters = dataclasses.replace(self.counters, queued=len(self._inbox))
         self._wake.set()
@@ -352,6 +359,9 @@ class StageLoop:
             return
         if isinstance(out, StageOutput) and isinstance(out.item, BaseException):
             out = out.item
+        submitted = self._submitted.pop(request_id, None)
+        if submitted is not None and not isinstance(out, BaseException):
+            self.latency["first_output"].observe(time.perf_counter() - submitted)
         if isinstance(out, BaseException) or out.finished:
             del self._sinks[request_id]
         sink(out)
@@ -374,6 +384,7 @@ class StageLoop:
             except Exception as e:  # noqa: BLE001 - the caller gets it
                 sink.set_exception(e)
         elif op == "abort":
+            self._submitted.pop(rid, None)
             if self._sinks.pop(rid, None) is not None:
                 self.engine.abort(rid)
         elif op == "feed":
@@ -384,9 +395,13 @@ class StageLoop:
                     self.engine.abort(rid)
                     self._deliver(rid, e)
         elif not self._running:
+            self._submitted.pop(rid, None)
             sink(StageUnavailable(f"stage {self.name} is shut down"))
         else:
             self._sinks[rid] = sink
+            submitted = self._submitted.get(rid)
+            if submitted is not None:
+                self.latency["queue"].observe(time.perf_counter() - submitted)
             try:
                 self.engine.add(rid, request)
             except Exception as e:  # noqa: BLE001 - a bad request fails alone, at its caller
@@ -479,6 +494,7 @@ class StageLoop:
                     with contextlib.suppress(Exception):
                         self.engine.abort(rid)
             elif op == "add":
+                self._submitted.pop(rid, None)
                 sink(err)  # (a feed for a request that is failed below needs nothing)
             elif op == "call":
                 sink.set_exception(err)

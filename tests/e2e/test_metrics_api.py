@@ -61,6 +61,14 @@ def test_metrics_move_after_a_speech_request_and_a_chat_turn(omni_server, ref_au
     for p in ("speech_start", "first_audio"):  # the spoken one only
         assert phase("aura_omni:turn_phase_seconds_count", p) == 1 and phase("aura_omni:turn_phase_seconds_sum", p) > 0
     assert phase("aura_omni:turn_phase_seconds_count", "asr") == 0
+    def stage_moved(name, stage):
+        return after.get((name, (("stage", stage),)), 0) - before.get((name, (("stage", stage),)), 0)
+
+    for stage in ("asr", "aura", "talker", "code2wav"):
+        assert stage_moved("aura_omni:stage_queue_time_seconds_count", stage) >= (stage != "asr")  # text in: no ASR
+    assert stage_moved("aura_omni:stage_time_to_first_output_seconds_count", "aura") == 2  # both chat turns
+    assert stage_moved("aura_omni:stage_time_to_first_output_seconds_count", "talker") == 2  # speech, spoken turn
+    assert stage_moved("aura_omni:stage_time_to_first_output_seconds_sum", "code2wav") > 0
     stages = {dict(labels)["stage"] for name, labels in after if name == "aura_omni:num_requests_running"}
     assert stages == {"asr", "aura", "talker", "code2wav"}  # every stage loop reports
     kv_stages = stages - {"code2wav"}  # the codec decoder keeps no KV cache

@@ -265,3 +265,32 @@ def test_work_that_runs_past_the_stall_limit_is_reported_with_its_stack(stage, m
     release.set()
     future.result(5)
     assert "stalled_s" not in loop.stats() and loop.busy_for() is None
+
+
+def test_queue_and_first_output_latencies_are_observed_and_nothing_is_kept_per_request(stage, free_run):
+    _, loop = stage
+    release = threading.Event()
+    busy = loop.call(lambda: release.wait(10))  # the loop is busy: the next request waits in its inbox
+
+    async def main():
+        later = asyncio.ensure_future(tokens(loop, "a", PROMPT, 12))
+        await asyncio.sleep(0.2)
+        release.set()
+        return await later
+
+    assert asyncio.run(asyncio.wait_for(main(), timeout=60)) == free_run
+    busy.result(5)
+    got = loop.latencies()
+    assert got["queue"].count == 1 and got["queue"].total >= 0.2
+    assert got["first_output"].count == 1 and got["first_output"].total >= got["queue"].total
+    assert got["queue"].buckets[-1] == (float("inf"), 1)
+
+    async def bad_then_left():
+        with pytest.raises(ValueError):  # refused by the engine: no output, nothing kept
+            await tokens(loop, "bad", list(range(48)), 4)
+        async for _ in loop.submit("gone", (PROMPT, greedy(8))):
+            break  # left at its first output
+
+    asyncio.run(asyncio.wait_for(bad_then_left(), timeout=60))
+    loop.settle()
+    assert loop._submitted == {} and loop.latencies()["first_output"].count == 2
