@@ -59,6 +59,8 @@ def time_shape(model: Code2Wav, batch: int, frames: int, steps: int, mode: str, 
                 t0 = time.perf_counter()
             outs.append(graphs.decode(ids, c) if graphs is not None else slots.decode(ids_t, c))
         sync(device)
+        if graphs is not None:
+            graphs.close()  # its capture stream goes back (layers/cuda_graph.py)
     ms = (time.perf_counter() - t0) * 1e3 / steps
     return ms, torch.cat([o.float() for o in outs], dim=1).cpu()
 

@@ -90,6 +90,7 @@ class DecodeGraphs:
     @torch.inference_mode()
     def _capture(self) -> None:
         pool, self.stream = None, cuda_graph.private_stream(self.device)
+        cuda_graph.owns(self, self.graphs, [self.stream])
         for b in reversed(self.batch_sizes):  # largest first, so smaller graphs reuse its memory pool
             layout = self.layouts[b]
             self.host_blobs[b] = [torch.zeros(layout.nbytes, dtype=torch.uint8).pin_memory() for _ in range(2)]

@@ -91,6 +91,7 @@ class PrefillGraphs:
     def _capture(self) -> None:
         start, pool = time.perf_counter(), None
         self.stream = cuda_graph.private_stream(self.device)
+        cuda_graph.owns(self, self.graphs, [self.stream])
         with on_device(self.device):
             self._fill_idle()
             for t in reversed(self.sizes):  # largest first: the smaller graphs reuse its memory pool

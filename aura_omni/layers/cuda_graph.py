@@ -21,6 +21,7 @@ with the prefill graphs (cuBLAS GEMMs) on and ran clean with them off (docs/reli
 Stage streams (`device.stage_stream`) are private streams too.
 """
 
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -49,3 +50,17 @@ def reset(graphs) -> None:
     before their stream captures anything again."""
     for graph in graphs:
         graph.reset()
+
+
+def owns(owner: Any, graphs: dict, streams: list) -> weakref.finalize:
+    """When `owner` (a family) is collected, or the returned finalizer is called (once, whichever comes first): reset
+    the graphs in `graphs` (values: a graph, or a tuple or record holding one first or as `.graph`), then give the
+    capture streams in `streams` back (a list the family may add to). Families live as long as their stage, so this
+    matters for processes that build many (tests, benchmarks)."""
+    return weakref.finalize(owner, _reset_and_release, graphs, streams)
+
+
+def _reset_and_release(graphs: dict, streams: list) -> None:
+    reset(v if isinstance(v, torch.cuda.CUDAGraph) else getattr(v, "graph", None) or v[0] for v in graphs.values())
+    for stream in streams:
+        release_stream(stream)

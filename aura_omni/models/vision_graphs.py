@@ -44,6 +44,8 @@ class VisionGraphs:
         self._lock = threading.Lock()
         self._pool = None
         self._streams: list[torch.cuda.Stream] = []  # capture streams of dropped graphs, free for the next capture
+        self._owned: list[torch.cuda.Stream] = []  # every capture stream it took, given back when it is collected
+        cuda_graph.owns(self, self._graphs, self._owned)
 
     def __call__(self, pixel_values: torch.Tensor, grids) -> tuple[torch.Tensor, list[torch.Tensor]]:
         grids = tuple(tuple(int(v) for v in g) for g in grids)
@@ -73,7 +75,10 @@ class VisionGraphs:
             _, dropped = self._graphs.popitem(last=False)
             cuda_graph.reset([dropped.graph])
             self._streams.append(dropped.stream)
-        stream = self._streams.pop() if self._streams else cuda_graph.private_stream(self.device)
+        if not self._streams:
+            self._owned.append(cuda_graph.private_stream(self.device))
+            self._streams.append(self._owned[-1])
+        stream = self._streams.pop()
         graph, outputs = cuda_graph.capture(lambda: self.encoder.run(pixels, layout), self.device, stream, self._pool)
         self._pool = graph.pool()
         entry = self._graphs[key] = _Graph(graph, pixels, layout, outputs, stream)

@@ -3,8 +3,9 @@
 A request is one chunk of one stream (`Code2WavChunk`); its single output is the chunk's 24 kHz samples on the host.
 A stream's decoder state (conv tails, attention window, frame count) is one row of the stage's `Code2WavSlots`, taken
 on the loop thread at the stream's first chunk and given back when its `Code2WavSession` is closed (the stream ended
-or its client left: `Qwen3TTS.astream`'s `finally`) or collected. Each step decodes the chunks of one length (shortest first: a new stream's first chunk is
-its first audio), up to `max_batch` streams in one forward. On CUDA every step replays captured graphs
+or its client left: `Qwen3TTS.astream`'s `finally`) or collected. Each step decodes the chunks of one length
+(shortest first: a new stream's first chunk is its first audio), up to `max_batch` streams in one forward. On CUDA
+every step replays captured graphs
 (`Code2WavGraphs`: one per window length of the codec schedule and batch bucket); on the CPU, or with
 `enforce_eager`, it runs eagerly on the same rows.
 """
@@ -72,6 +73,8 @@ class Code2WavStageEngine:
         """The deploy's batch bound, and graphs for its window lengths (CUDA only). On the loop thread, before it
         serves; the rows are made anew in the decoder's (possibly new) dtype."""
         self.max_batch = max_batch
+        if self.graphs is not None:
+            self.graphs.close()
         self.slots = Code2WavSlots(self.code2wav, slot_capacity(max_batch))
         self.graphs = (Code2WavGraphs(self.slots, windows, max_batch)
                        if cuda_graphs and self.device.type == "cuda" else None)

@@ -13,6 +13,11 @@ next step. A step that raises fails the requests then in the engine, not the loo
 giving an exception as its output. Nothing outside the loop thread touches the engine: `/health` and `/metrics`
 read `counters`, which the loop publishes after every step.
 
+A loop stuck in one piece of work (a step, an add, a `call`) past STALLED_S is stalled: a watchdog thread logs the
+loop thread's Python stack once, and `stats()` (so `/health`) says `stalled_in` / `stalled_s` until it moves. Each
+loop also keeps two latency histograms (stages/latency.py): a request's wait in the inbox, and its time to its first
+output.
+
 A loop whose thread ends on an unexpected error (anything outside a step, or a BaseException) is down: its requests
 get `StageUnavailable` at once, new ones are refused with it, `counters.alive` is false, and `on_death` is called
 (the runtime's supervisor, pipeline/runtime.py, calls `restart` after a short delay). Tests make a step raise or the
@@ -48,7 +53,8 @@ from aura_omni.stages.latency import LatencyHistogram, LatencySnapshot
 log = logging.getLogger(__name__)
 _ids = itertools.count()
 SLOW_STEP_S = 1.0  # a step longer than this is logged with the engine's counters (a stall to explain)
-STALLED_S = float(os.environ.get("AURA_OMNI_STALLED_S", 60))  # one piece of work (a step, an add, a call) running longer: the stage is stalled (/health 503)
+# one piece of work on a loop thread (a step, an add, a call) running longer: the stage is stalled (/health 503)
+STALLED_S = float(os.environ.get("AURA_OMNI_STALLED_S", 60))
 _live_loops: "weakref.WeakSet[StageLoop]" = weakref.WeakSet()
 
 

@@ -44,6 +44,7 @@ class Code2WavGraphs:
         self._generation = slots.generation
         self._pool = None
         self._stream = cuda_graph.private_stream(self.device)
+        self.close = cuda_graph.owns(self, self._graphs, [self._stream])  # reset every graph, give the stream back
 
     def __len__(self) -> int:
         return len(self._graphs)

@@ -231,6 +231,7 @@ class FrameDecoder:
         args = (self._in_hidden[:b], self._in_index[0, :b], self._in_index[1, :b])
         if self._stream is None:
             self._stream = cuda_graph.private_stream(self.device)
+            cuda_graph.owns(self, self.graphs, [self._stream])
         graph, out = cuda_graph.capture(lambda: self.frame(*args), self.device, self._stream, self._pool, warmups=2)
         self._pool = graph.pool()
         self.graphs[b] = (graph, out)
