@@ -14,7 +14,9 @@ giving an exception as its output. Nothing outside the loop thread touches the e
 read `counters`, which the loop publishes after every step.
 
 A loop stuck in one piece of work (a step, an add, a `call`) past STALLED_S is stalled: a watchdog thread logs the
-loop thread's Python stack once, and `stats()` (so `/health`) says `stalled_in` / `stalled_s` until it moves. Each
+loop thread's Python stack once and fails the loop's requests with `StageUnavailable` (their engine aborts wait for the
+loop), new ones are refused the same way, and `stats()` (so `/health`) says `stalled_in` / `stalled_s`, until the
+work ends. Each
 loop also keeps two latency histograms (stages/latency.py): a request's wait in the inbox, and its time to its first
 output.
 
@@ -66,8 +68,9 @@ def _close_live_loops() -> None:
 
 
 def _watch_loops() -> None:
-    """Log, once per stall, the Python stack of a loop thread stuck in one piece of work past STALLED_S (a CUDA
-    sync on a kernel that never ends, a lock): what an operator needs to see, as `/health` turns 503."""
+    """Once per stall of a loop thread stuck in one piece of work past STALLED_S (a CUDA sync on a kernel that never
+    ends, a lock): log the thread's Python stack, what an operator needs to see, and fail the loop's requests
+    (`StageLoop._stalled`), as `/health` turns 503."""
     reported: "weakref.WeakKeyDictionary[StageLoop, float]" = weakref.WeakKeyDictionary()
     while True:
         time.sleep(1.0)
@@ -78,6 +81,7 @@ def _watch_loops() -> None:
             reported[loop] = work[1]
             log.error("stage %s: stalled for %.0f s in %s; its thread's stack:\n%s", loop.name,
                       time.perf_counter() - work[1], work[0], loop.thread_stack())
+            loop._stall(work)
 
 
 _watchdog = threading.Thread(target=_watch_loops, name="stage-watchdog", daemon=True)
@@ -144,12 +148,15 @@ class _Outbox:
 
     def __init__(self):
         self._items: dict[asyncio.AbstractEventLoop, list] = {}
+        self._lock = threading.Lock()  # the loop thread, and the watchdog's thread when it fails a stalled loop's
 
     def post(self, loop: asyncio.AbstractEventLoop, q: asyncio.Queue, item) -> None:
-        self._items.setdefault(loop, []).append((q, item))
+        with self._lock:
+            self._items.setdefault(loop, []).append((q, item))
 
     def flush(self) -> None:
-        items, self._items = self._items, {}
+        with self._lock:
+            items, self._items = self._items, {}
         for loop, batch in items.items():
             try:
                 loop.call_soon_threadsafe(_put_all, batch)
@@ -190,6 +197,7 @@ class StageLoop:
         self._lock = threading.Lock()  # an add and the loop's death: either the add is refused or it is failed
         self._fault: str | None = None  # tests only (`inject_fault`)
         self._work: tuple[str, float] | None = None  # (what, perf_counter at its start) while the thread is in it
+        self._stalled: tuple[str, float] | None = None  # the work the watchdog found stuck, until it ends
         self._submitted: dict[str, float] = {}  # request id -> when it was submitted, until its first output
         self.latency = {"queue": LatencyHistogram(), "first_output": LatencyHistogram()}  # stages/latency.py
         self.on_death: Callable[[StageLoop, BaseException], None] | None = None  # called on the dying thread
@@ -354,6 +362,8 @@ class StageLoop:
                 raise StageUnavailable(f"stage {self.name} is shut down")
             if self._dead:
                 raise StageUnavailable(f"stage {self.name} is down (restarting)")
+            if self._stalled is not None:
+                raise StageUnavailable(f"stage {self.name} is stalled (a {self._stalled[0]} has not ended)")
             self._submitted[request_id] = time.perf_counter()
             self._inbox.append(("add", request_id, request, sink))
         self.counters = dataclasses.replace(self.counters, queued=len(self._inbox))
@@ -369,7 +379,7 @@ class StageLoop:
         if submitted is not None and not isinstance(out, BaseException):
             self.latency["first_output"].observe(time.perf_counter() - submitted)
         if isinstance(out, BaseException) or out.finished:
-            del self._sinks[request_id]
+            self._sinks.pop(request_id, None)  # (the watchdog may have failed it meanwhile)
         sink(out)
 
     def _drain_inbox(self) -> None:
@@ -379,7 +389,7 @@ class StageLoop:
             try:
                 self._apply(op, rid, request, sink)
             finally:
-                self._work = None
+                self._work_ended()
 
     def _apply(self, op: str, rid: str, request: Any, sink: Any) -> None:
         if op == "settle":
@@ -393,6 +403,8 @@ class StageLoop:
             self._submitted.pop(rid, None)
             if self._sinks.pop(rid, None) is not None:
                 self.engine.abort(rid)
+        elif op == "drop":  # a request the watchdog failed during a stall (its sink is gone already)
+            self.engine.abort(rid)
         elif op == "feed":
             if rid in self._sinks:
                 try:
@@ -413,6 +425,29 @@ class StageLoop:
             except Exception as e:  # noqa: BLE001 - a bad request fails alone, at its caller
                 self.engine.abort(rid)
                 self._deliver(rid, e)
+
+    def _stall(self, work: tuple[str, float]) -> None:
+        """On the watchdog's thread: the loop thread has been stuck in `work` past STALLED_S. Its requests fail now
+        with StageUnavailable (a client hears 503 rather than waiting on), new ones are refused until the work ends,
+        and their aborts are queued for the engine (which only the loop thread touches) for when it does."""
+        with self._lock:
+            self._stalled = work
+            failed = list(self._sinks.items())
+            for rid, _ in failed:
+                self._inbox.append(("drop", rid, None, None))
+        err = StageUnavailable(f"stage {self.name} is stalled: its {work[0]} has run for over {STALLED_S:.0f} s")
+        for rid, sink in failed:
+            if self._sinks.pop(rid, None) is not None:
+                self._submitted.pop(rid, None)
+                sink(err)
+        self._outbox.flush()
+
+    def _work_ended(self) -> None:
+        stalled, self._work = self._stalled, None
+        if stalled is not None:
+            self._stalled = None
+            log.warning("stage %s: its %s ended after %.0f s; it takes requests again", self.name, stalled[0],
+                        time.perf_counter() - stalled[1])
 
     def _fail_all(self, err: BaseException) -> None:
         for rid in list(self._sinks):
@@ -472,7 +507,7 @@ class StageLoop:
                         self._outbox.flush()
                         continue
                     finally:
-                        self._work = None
+                        self._work_ended()
                     for out in outputs:
                         self._deliver(out.request_id, out)
                     took = time.perf_counter() - start
@@ -495,8 +530,8 @@ class StageLoop:
         for op, rid, _, sink in pending:
             if op == "settle":
                 self._barriers.append(sink)
-            elif op == "abort":
-                if self._sinks.pop(rid, None) is not None:
+            elif op in ("abort", "drop"):
+                if self._sinks.pop(rid, None) is not None or op == "drop":
                     with contextlib.suppress(Exception):
                         self.engine.abort(rid)
             elif op == "add":

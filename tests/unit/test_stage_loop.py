@@ -294,3 +294,51 @@ def test_queue_and_first_output_latencies_are_observed_and_nothing_is_kept_per_r
     asyncio.run(asyncio.wait_for(bad_then_left(), timeout=60))
     loop.settle()
     assert loop._submitted == {} and loop.latencies()["first_output"].count == 2
+
+
+class _StuckOnce(_Countdown):
+    """A step that hangs the first time (a kernel that never ends) until `release`."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+
+    def step(self):
+        self.release.wait(20)
+        return super().step()
+
+
+def test_a_stalled_loop_fails_its_requests_refuses_new_ones_and_recovers(monkeypatch):
+    from aura_omni.stages import loop as loop_module
+
+    monkeypatch.setattr(loop_module, "STALLED_S", 0.3)
+    engine = _StuckOnce()
+    loop = StageLoop(engine, name="stuck")
+    try:
+        async def main():
+            t0 = time.monotonic()
+            with pytest.raises(StageUnavailable, match="stalled"):
+                async for _ in loop.submit("a", 3):
+                    pass
+            waited = time.monotonic() - t0
+            with pytest.raises(StageUnavailable, match="stalled"):  # refused at once while stalled
+                async for _ in loop.submit("b", 1):
+                    pass
+            return waited
+
+        waited = asyncio.run(asyncio.wait_for(main(), timeout=20))
+        assert 0.3 <= waited < 2.5  # the watchdog looks once a second
+        assert "stalled_s" in loop.stats()
+        engine.release.set()
+        deadline = time.monotonic() + 5
+        while (loop.stats().get("stalled_s") or engine.left) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "stalled_s" not in loop.stats() and engine.left == {}  # the failed request was aborted in the engine
+
+        async def again():
+            return [item async for item in loop.submit("c", 2)]
+
+        assert asyncio.run(asyncio.wait_for(again(), timeout=10)) == [1, 0]
+    finally:
+        engine.release.set()
+        loop.close()
