@@ -133,6 +133,25 @@ def test_vision_graphs_replay_equals_the_eager_encoder(tiny):
         assert len(graphs._graphs) == 1
 
 
+def test_vision_graphs_stay_exact_as_layouts_are_evicted_and_their_streams_reused(tiny):
+    """More layouts than graphs kept: each new one evicts the least recently used and captures on its stream (the
+    evicted graph is reset first, layers/cuda_graph.py); the kept graphs keep replaying the eager encoder exactly."""
+    from aura_omni.media.vision_preprocess import preprocess_image
+    from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
+    from aura_omni.models.vision_graphs import VisionGraphs
+
+    model = Qwen3VLForCausalLM.from_pretrained(tiny["aura"], device="cuda")
+    graphs = VisionGraphs(model.visual, max_graphs=2)
+    rng = np.random.RandomState(2)
+    with torch.inference_mode():
+        for size in [64, 96, 64, 128, 96, 64, 160, 128] * 2:  # seen twice before a capture; evictions after two
+            v = preprocess_image(rng.randint(0, 256, (size, size, 3), dtype=np.uint8))
+            pixels = v.pixel_values.cuda()
+            (got, _), (want, _) = graphs(pixels, [v.grid_thw]), model.visual(pixels, [v.grid_thw])
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert len(graphs._graphs) == 2 and len(graphs._owned) == 2  # two streams served every capture
+
+
 def _speech_like(seconds: float = 2.0) -> np.ndarray:
     t = np.arange(int(16000 * seconds)) / 16000
     return (0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * np.random.RandomState(0).randn(t.size)).astype(np.float32)
