@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts turns live ray soak soak_wait]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts turns live ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls. A call returns at most 8 files, so the later sections' files may not come back (their tables are
 # printed).
@@ -17,6 +17,9 @@
 # soak:  configs/aura_omni.yaml and `scripts/soak.py --minutes ${SOAK_MINUTES:-10}`, both started detached (setsid)
 #        so they outlive this call (a call lasts at most 10 minutes); output in /tmp/soak. `soak_wait` (the next call,
 #        within the machine's 30 s idle grace) waits for the report and copies it to $OUT.
+# soak_probe: the soak in the foreground for ${PROBE_MINUTES:-7} minutes with a 15 s stall limit
+#        (AURA_OMNI_STALLED_S); at the first stall every thread's stack (SIGUSR1) goes to serve_probe.log and it stops.
+# After each of tts, turns and live: the turn phases and per-stage waits from /metrics (scripts/latency_breakdown.py).
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT"
