@@ -1,4 +1,4 @@
-"""What one conversational turn asks of the pipeline, and the events it produces. Plain data only."""
+"""What one conversational turn asks of the pipeline, the events it produces (plain data), and its timeline."""
 
 import time
 from dataclasses import dataclass, field
