@@ -225,10 +225,10 @@ class Runtime:
         return {name: loop.stats() for name, loop in self.loops().items()}
 
     def stage_latencies(self) -> dict[str, dict[str, Any]]:
-        """Per stage: its loop's queue and first-output latency histograms (stages/latency.py snapshots). In-process
-        stages only: Ray actors report none yet."""
+        """Per stage: its loop's queue and first-output latency histograms (stages/latency.py snapshots). Ray actors:
+        per replica (`aura/0`), as last polled."""
         if self.placement is not None:
-            return {}
+            return self.placement.stage_latencies()
         return {name: loop.latencies() for name, loop in self.loops().items()}
 
     def loops(self) -> dict[str, Any]:

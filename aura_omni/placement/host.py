@@ -83,8 +83,10 @@ class StageHost:
         return out
 
     def stats(self) -> dict:
-        """Every loop's published counters (never waits for a step) and the start token (a new one: restarted)."""
-        return {"started": self.started, "loops": {name: loop.stats() for name, loop in self.loops.items()}}
+        """Every loop's published counters (never waits for a step), its latency histograms and the start token (a new
+        one: restarted)."""
+        return {"started": self.started, "loops": {name: loop.stats() for name, loop in self.loops.items()},
+                "latencies": {name: loop.latencies() for name, loop in self.loops.items()}}
 
     # ---- requests ---------------------------------------------------------------------------------------
     async def transcribe(self, request_id: str, audios: list[tuple[np.ndarray, int]], options: dict) -> list:

@@ -146,6 +146,12 @@ class RayPlacement:
             out.update(replicas.stage_stats())
         return out
 
+    def stage_latencies(self) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for replicas in self.sets.values():
+            out.update(replicas.stage_latencies())
+        return out
+
     def actors(self, label: str) -> list:
         """The Ray actor handles of a stage's replicas (tests kill one)."""
         return [r.actor for r in self.sets[label].replicas]

@@ -33,6 +33,7 @@ class Replica:
     restarts: int = 0  # restarts seen (the actor reported a new start token)
     started: str | None = None  # the actor's start token as last seen
     counters: dict = dataclasses.field(default_factory=dict)  # loop name -> counters, as last polled
+    latencies: dict = dataclasses.field(default_factory=dict)  # loop name -> latency snapshots, as last polled
 
 
 def _ray():
@@ -140,6 +141,7 @@ class ReplicaSet:
         if replica.started is not None and stats["started"] != replica.started:
             replica.restarts += 1
         replica.started, replica.counters, replica.alive = stats["started"], stats["loops"], True
+        replica.latencies = stats.get("latencies", {})
 
     def stage_stats(self) -> dict[str, dict]:
         """Per replica and loop (`talker/1`): its counters as last polled, `alive` false while the replica is down."""
@@ -151,6 +153,11 @@ class ReplicaSet:
                                 replica_in_flight=r.in_flight)
                 out[f"{loop}{self.loop_suffix}/{r.index}"] = counters
         return out
+
+    def stage_latencies(self) -> dict[str, dict]:
+        """Per replica and loop (`talker/1`): its latency histograms as last polled (a restarted actor's start anew)."""
+        return {f"{loop}{self.loop_suffix}/{r.index}": r.latencies[loop]
+                for r in self.replicas for loop in r.loops if loop in r.latencies}
 
 
 class StatsPoller:

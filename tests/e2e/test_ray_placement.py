@@ -131,6 +131,9 @@ def test_chat_turn_through_actors(served):
     wav, sr = sf.read(io.BytesIO(base64.b64decode(message["audio"]["data"])), dtype="float32")
     assert sr == 24000 and wav.size > 0 and np.abs(wav).max() > 0
     wait_until(lambda: runtime.stage_stats()["talker/0"]["steps"] > steps, 10, "the Talker replica's counters")
+    wait_until(lambda: 'aura_omni:stage_time_to_first_output_seconds_count{stage="aura/0"}' in
+               client.get("/metrics", headers=AUTH).text, 10, "AURA's replica latency histograms on /metrics")
+    assert runtime.stage_latencies()["aura/0"]["first_output"].count >= 1
 
 
 def test_transcription_through_an_actor_equals_the_in_process_stage(served, ray_deploy):
