@@ -158,7 +158,8 @@ class RealtimeSession:
         self._buffer_speech: bool | None = None  # any append with is_speech true (None: no audio yet)
         self._new_frames = False
         self._last_frame_b64: str | None = None  # the last video frame received, as sent
-        self._clip: tuple[int, asyncio.Task] | None = None  # (window version, its AURA vision input being made)
+        # (window version, the task making its AURA vision input and then encoding it, the input once made)
+        self._clip: tuple[int, asyncio.Task, asyncio.Future] | None = None
         self.vad: ServerVad | None = None
         self._vad_origin = 0
         self._speech_item_id: str | None = None  # the item a speech_started announced
@@ -726,39 +727,45 @@ class RealtimeSession:
         return req
 
     def _prepare_clip(self) -> None:
-        """Start making the camera window's vision input as its frames arrive, and encoding it into AURA's vision
-        cache: a turn then finds both done, not on its path from commit to first token. One at a time; a window
-        that changed meanwhile is made when the current one ends (or by the turn that needs it)."""
+        """Start making the camera window's vision input as its frames arrive, then encoding it into AURA's vision
+        cache: a turn then finds the input made, and the encoding done or under way (the orchestrator's own prefetch
+        of it, beside the ASR, finds it cached), not on its path from commit to first token. One window at a time; a
+        window that changed meanwhile is made when the current one is encoded (or by the turn that needs it)."""
         if not self.frames.frames or (self._clip is not None and (
                 self._clip[0] == self.frames.version or not self._clip[1].done())):
             return
         version, clip = self.frames.version, self.frames.clip()  # the window as of `version`
-        task = asyncio.create_task(self._prepared_clip_input(clip))
+        made = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._prepared_clip_input(clip, made))
         task.add_done_callback(lambda _: self._prepare_clip() if not self.closed else None)
-        self._clip = (version, task)
+        self._clip = (version, task, made)
 
     async def _clip_input(self):
-        """The camera window as AURA's vision input (None without frames): the prepared one when it is current."""
+        """The camera window as AURA's vision input (None without frames): the prepared one when it is current. A
+        turn waits for the input only, never for its encoding."""
         if self._clip is not None and self._clip[0] == self.frames.version:
-            vision = await asyncio.shield(self._clip[1])
+            vision = await asyncio.shield(self._clip[2])
             if vision is not None:
                 return vision
         clip = self.frames.clip()
-        return None if clip is None else await self._make_clip_input(clip, prefetch=False)
+        return None if clip is None else await self._make_clip_input(clip)
 
-    async def _prepared_clip_input(self, clip):
+    async def _prepared_clip_input(self, clip, made: asyncio.Future) -> None:
+        vision = None
         try:
-            return await self._make_clip_input(clip, prefetch=True)
+            vision = await self._make_clip_input(clip)
         except Exception:  # noqa: BLE001 - the turn makes it again, and its error reaches the turn then
-            return None
+            pass
+        finally:  # (cancelled too: a turn waiting on it makes the input itself)
+            if not made.done():
+                made.set_result(vision)
+        if vision is not None:
+            await settle(prefetch_vision(self.runtime.models.get(AURA), [vision]))
 
-    async def _make_clip_input(self, clip, prefetch: bool):
+    async def _make_clip_input(self, clip):
         aura = self.runtime.models.get(AURA)
         checkpoint = getattr(getattr(aura, "stage", None), "model", None)
-        vision = await asyncio.to_thread(clip.to_vision_input, vision_configs(checkpoint)[1])
-        if prefetch:
-            await settle(prefetch_vision(aura, [vision]))
-        return vision
+        return await asyncio.to_thread(clip.to_vision_input, vision_configs(checkpoint)[1])
 
     def _start_item(self, resp: Response) -> None:
         if resp.item is not None:

@@ -503,21 +503,28 @@ async def test_a_frame_resent_with_every_chunk_is_decoded_once(monkeypatch):
 @pytest.mark.asyncio
 async def test_the_camera_window_is_made_into_auras_input_as_frames_arrive():
     """The clip's vision input is made (and handed to AURA's vision cache) when its frames arrive, so the turn
-    takes it as is; a window that changed after it is made again for the turn."""
+    takes it as is; a window that changed after it is made again for the turn. The turn waits for the input only:
+    an encoding still under way does not hold it up."""
     made = []
+    encoding = asyncio.Event()
 
     class PrefetchingAura(ScriptedAura):
         async def prefetch_vision(self, vision):
             made.append(vision[0])
+            await encoding.wait()  # AURA's loop is busy with other sessions' steps
 
     rt = FakeRuntime(aura=PrefetchingAura())
     rt.models["aura"] = rt.aura
     s = new_session(rt)
     await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64((255, 0, 0))])
+    turn = await asyncio.wait_for(s._clip_input(), 5)  # while its encoding has not ended
+    for _ in range(500):
+        if made:
+            break
+        await asyncio.sleep(0.01)
+    assert made == [turn] and not s._clip[1].done()  # the turn takes the prepared input, encoded meanwhile
+    encoding.set()
     await asyncio.wait_for(s._clip[1], 5)
-    assert len(made) == 1
-    turn = await s._clip_input()
-    assert turn is made[0]  # the turn takes the prepared input
     await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64((0, 0, 255))])
     await asyncio.wait_for(s._clip[1], 5)
     assert len(made) == 2 and await s._clip_input() is made[1]
