@@ -7,7 +7,10 @@
   vLLM-Omni's chunks marked `modality: audio`, from `delta.content` (PCM16 or WAV).
 - `realtime`: one push-to-talk turn per WebSocket session on `/v1/realtime` (OpenAI Realtime events as vLLM-Omni's
   aura-ptt client sends them): `session.update` -> `session.updated`, `input_audio_buffer.append` (PCM16 16 kHz,
-  `video_frames`), `input_audio_buffer.commit` (`create_response: true`); the clock starts at the commit. Audio
+  `video_frames`), `input_audio_buffer.commit` (`create_response: true`); the clock starts at the commit. The
+  appends go out as a microphone would send them, each once its 0.2 s of speech has passed, and the commit right
+  after the last (`input_pace: realtime`, the default), or all at once (`burst`, what session 7's runs did: the
+  server then still decodes them when the clock starts). Audio
   from `response.output_audio.delta` (GA) or `response.audio.delta` (beta), text from their transcript or text
   deltas (a server sending both names is counted once); the turn ends at `response.done`, or at `response.listen`
   when the model chose to stay silent.
@@ -56,6 +59,7 @@ class BenchConfig:
     frame_size: tuple[int, int] = (640, 480)  # a camera's width, height
     timeout: float = 600.0
     extra_body: dict = field(default_factory=dict)
+    input_pace: str = "realtime"  # realtime: the user's audio is appended as it is spoken; burst: all at once
 
 
 @dataclass
@@ -310,7 +314,10 @@ class RealtimeBackend:
                     await asyncio.wait_for(self._until(ws, "session.updated"), SESSION_READY_TIMEOUT_S)
                 except TimeoutError:
                     raise RealtimeError(f"no session.updated within {SESSION_READY_TIMEOUT_S:.0f} s") from None
-                for append in self.appends:
+                spoken = time.perf_counter()  # the user starts speaking
+                for k, append in enumerate(self.appends):
+                    if self.cfg.input_pace == "realtime":  # chunk k is sent once its audio has been captured
+                        await asyncio.sleep(max(0.0, spoken + (k + 1) * APPEND_SECONDS - time.perf_counter()))
                     await ws.send(append)
                 reply = Reply()  # the turn's clock starts at the commit
                 await ws.send(json.dumps({"type": "input_audio_buffer.commit", "create_response": True}))

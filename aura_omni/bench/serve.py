@@ -60,6 +60,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--num-frames", type=int, default=2, help="chat / realtime: camera frames per turn")
     parser.add_argument("--frame-size", type=_frame_size, default=(640, 480),
                         help="camera frame WIDTHxHEIGHT (or one number: square), pixels")
+    parser.add_argument("--input-pace", choices=("realtime", "burst"), default="realtime",
+                        help="realtime: the user's speech is appended as it is spoken, the commit after it (a live "
+                             "microphone); burst: every append at once before the commit")
     parser.add_argument("--extra-body", type=_json_object, default={},
                         help="JSON object merged into each request (realtime: the session's extra_body)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a request counts as failed")
@@ -189,7 +192,8 @@ async def benchmark(args: argparse.Namespace) -> dict:
                       voice=args.voice, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos,
                       ref_audio=data_url(args.ref_audio) if args.ref_audio else None, ref_text=args.ref_text,
                       input_audio_seconds=args.input_audio_seconds, num_frames=args.num_frames,
-                      frame_size=args.frame_size, timeout=args.timeout, extra_body=args.extra_body)
+                      frame_size=args.frame_size, timeout=args.timeout, extra_body=args.extra_body,
+                      input_pace=args.input_pace)
     texts = load_prompts(args.prompts_file)
     rng = random.Random(args.seed)
     backend = BACKENDS[args.backend](cfg)
@@ -216,6 +220,8 @@ async def benchmark(args: argparse.Namespace) -> dict:
               "request_rate": args.request_rate if math.isfinite(args.request_rate) else "inf", "runs": runs}
     if args.backend != "speech":
         report.update(input_audio_seconds=args.input_audio_seconds, num_frames=args.num_frames)
+    if args.backend == "realtime":
+        report.update(input_pace=args.input_pace)
     if args.save_detailed:
         for run, requests in zip(runs, details):
             run["requests"] = requests

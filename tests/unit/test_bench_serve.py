@@ -6,6 +6,7 @@ import base64
 import json
 import math
 import random
+import time
 import xml.etree.ElementTree as ET
 from contextlib import asynccontextmanager
 
@@ -45,8 +46,10 @@ class FakeRealtime:
                 await ws.send(json.dumps({"type": "session.updated", "session": event["session"]}))
             elif kind == "input_audio_buffer.append":
                 seen["appends"].append(event)
+                seen.setdefault("append_times", []).append(time.perf_counter())
             elif kind == "input_audio_buffer.commit":
                 seen["commit"] = event
+                seen["commit_time"] = time.perf_counter()
                 await self.respond(ws, model)
             elif kind == "session.close":
                 await ws.send(json.dumps({"type": "session.closed"}))
@@ -113,6 +116,21 @@ def test_realtime_turns_are_timed_from_the_commit_with_ga_or_beta_event_names(mo
     assert len(audio) == 2 * 16000  # 1 s of PCM16 at 16 kHz, in 200 ms appends
     assert len(first["appends"]) == 5
     assert all(a["sample_rate_hz"] == 16000 and len(a["video_frames"]) == 2 for a in first["appends"])
+
+
+@pytest.mark.parametrize("pace", ["realtime", "burst"])
+def test_realtime_speech_is_appended_as_it_is_spoken_or_all_at_once(pace):
+    """realtime: each 0.2 s append once its audio has passed, the commit right after the last (a microphone), so the
+    turn's clock starts when the user stops talking; burst: everything at once."""
+    fake, report = realtime_run("ga", "--num-prompts", "1", "--input-pace", pace)
+    assert report["input_pace"] == pace and report["runs"][0]["completed"] == 1
+    seen = fake.sessions[0]
+    spread = seen["commit_time"] - seen["append_times"][0]
+    if pace == "realtime":
+        gaps = [b - a for a, b in zip(seen["append_times"], seen["append_times"][1:])]
+        assert 0.75 <= spread < 1.5 and min(gaps) > 0.1  # 1 s of speech in 5 appends of 0.2 s
+    else:
+        assert spread < 0.2
 
 
 def test_a_silent_realtime_turn_is_a_success_without_audio():
