@@ -10,7 +10,8 @@
 # turns: configs/aura_omni.yaml, the first request after /health said ready, then chat voice turns
 #        (3 s of speech + 2 frames, 40 AURA tokens, 40 codec frames) at c = 1 8
 # live:  configs/aura_omni_duplex_8.yaml (8 sessions): the silent decision (commit -> response.listen), the same turns
-#        pushed to talk over /v1/realtime at c = 1 8, and over chat with the same CustomVoice voice at c = 1
+#        pushed to talk over /v1/realtime at c = 1 8 (speech appended as spoken: each turn takes its 3 s first), and
+#        over chat with the same CustomVoice voice at c = 1
 # ray:   configs/qwen3_tts.yaml served through Ray actors (--distributed-executor-backend ray), 1 then 2 Talker
 #        replicas (each with its Code2Wav) on the one GPU, /v1/audio/speech at c = 64 (issue 17). Needs the trimmed
 #        Ray tarball in .whl (scripts/build_ray_trimmed.sh).
@@ -85,7 +86,7 @@ for s in ${*:-tts turns live}; do
             --num-prompts 16 \
             --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}]}'
           bench live_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
-            --max-concurrency 1 8 --num-prompts 32 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+            --max-concurrency 1 8 --num-prompts 24 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
           python3 scripts/latency_breakdown.py "$URL" live_realtime
           bench live_chat_vivian --backend chat --model aura --voice Vivian $TURN --num-warmups 2 \
             --max-concurrency 1 --num-prompts 16 \
