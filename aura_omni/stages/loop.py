@@ -55,8 +55,10 @@ from aura_omni.stages.latency import LatencyHistogram, LatencySnapshot
 log = logging.getLogger(__name__)
 _ids = itertools.count()
 SLOW_STEP_S = 1.0  # a step longer than this is logged with the engine's counters (a stall to explain)
-# one piece of work on a loop thread (a step, an add, a call) running longer: the stage is stalled (/health 503)
+# one piece of work on a loop thread (a step, an add, a call) running longer: the stage is stalled (/health 503, its
+# requests fail). On the CPU a real model's long prefill step can take minutes: its loops get ten times as long.
 STALLED_S = float(os.environ.get("AURA_OMNI_STALLED_S", 60))
+CPU_STALL_FACTOR = 10
 _live_loops: "weakref.WeakSet[StageLoop]" = weakref.WeakSet()
 
 
@@ -76,7 +78,7 @@ def _watch_loops() -> None:
         time.sleep(1.0)
         for loop in list(_live_loops):
             work = loop._work
-            if work is None or time.perf_counter() - work[1] < STALLED_S or reported.get(loop) == work[1]:
+            if work is None or time.perf_counter() - work[1] < loop.stall_limit() or reported.get(loop) == work[1]:
                 continue
             reported[loop] = work[1]
             log.error("stage %s: stalled for %.0f s in %s; its thread's stack:\n%s", loop.name,
@@ -317,9 +319,12 @@ class StageLoop:
         (read live: a stalled loop publishes nothing)."""
         out = self.counters.as_dict()
         busy = self.busy_for()
-        if busy is not None and busy[1] >= STALLED_S:
+        if busy is not None and busy[1] >= self.stall_limit():
             out |= {"stalled_in": busy[0], "stalled_s": round(busy[1], 1)}
         return out
+
+    def stall_limit(self) -> float:
+        return STALLED_S * (1 if self.device.type == "cuda" else CPU_STALL_FACTOR)
 
     def latencies(self) -> dict[str, LatencySnapshot]:
         return {name: h.snapshot() for name, h in self.latency.items()}
@@ -435,7 +440,8 @@ class StageLoop:
             failed = list(self._sinks.items())
             for rid, _ in failed:
                 self._inbox.append(("drop", rid, None, None))
-        err = StageUnavailable(f"stage {self.name} is stalled: its {work[0]} has run for over {STALLED_S:.0f} s")
+        err = StageUnavailable(f"stage {self.name} is stalled: its {work[0]} has run for over "
+                               f"{self.stall_limit():.0f} s")
         for rid, sink in failed:
             if self._sinks.pop(rid, None) is not None:
                 self._submitted.pop(rid, None)

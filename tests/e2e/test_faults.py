@@ -215,6 +215,7 @@ def test_a_stalled_stage_is_reported_by_health_until_it_moves_again(srv, monkeyp
     from aura_omni.stages import loop as loop_module
 
     monkeypatch.setattr(loop_module, "STALLED_S", 0.3)
+    monkeypatch.setattr(loop_module, "CPU_STALL_FACTOR", 1)
     release = threading.Event()
     done = srv.runtime.loops()["code2wav"].call(lambda: release.wait(30))
     try:

@@ -247,6 +247,7 @@ def test_work_that_runs_past_the_stall_limit_is_reported_with_its_stack(stage, m
 
     _, loop = stage
     monkeypatch.setattr(loop_module, "STALLED_S", 0.3)
+    monkeypatch.setattr(loop_module, "CPU_STALL_FACTOR", 1)
     release = threading.Event()
 
     def blocked_in_the_engine():
@@ -312,6 +313,7 @@ def test_a_stalled_loop_fails_its_requests_refuses_new_ones_and_recovers(monkeyp
     from aura_omni.stages import loop as loop_module
 
     monkeypatch.setattr(loop_module, "STALLED_S", 0.3)
+    monkeypatch.setattr(loop_module, "CPU_STALL_FACTOR", 1)
     engine = _StuckOnce()
     loop = StageLoop(engine, name="stuck")
     try:
