@@ -47,7 +47,8 @@ def capture(fn: Callable[[], Any], device: torch.device, stream: torch.cuda.Stre
 
 def reset(graphs) -> None:
     """Reset graphs (their memory and their capture stream's cuBLAS workspaces go now, not at garbage collection),
-    before their stream captures anything again."""
+    before their stream captures anything again. Drop every reference to them too before it does: torch may also
+    clear the workspaces when a graph object is destroyed."""
     for graph in graphs:
         graph.reset()
 
@@ -62,5 +63,6 @@ def owns(owner: Any, graphs: dict, streams: list) -> weakref.finalize:
 
 def _reset_and_release(graphs: dict, streams: list) -> None:
     reset(v if isinstance(v, torch.cuda.CUDAGraph) else getattr(v, "graph", None) or v[0] for v in graphs.values())
+    graphs.clear()  # destroyed now, before their streams can capture for someone else
     for stream in streams:
         release_stream(stream)

@@ -230,6 +230,7 @@ def graph_time_ms(fn, device: torch.device, reps: int = 5) -> float:
             return start.elapsed_time(end) / reps
     finally:
         cuda_graph.reset([graph])
+        del graph  # destroyed before its stream goes back
         cuda_graph.release_stream(stream)
 
 

@@ -75,6 +75,7 @@ class VisionGraphs:
             _, dropped = self._graphs.popitem(last=False)
             cuda_graph.reset([dropped.graph])
             self._streams.append(dropped.stream)
+            del dropped  # its graph is destroyed now, not after the capture below
         if not self._streams:
             self._owned.append(cuda_graph.private_stream(self.device))
             self._streams.append(self._owned[-1])
