@@ -20,7 +20,8 @@
 #        within the machine's 30 s idle grace) waits for the report and copies it to $OUT.
 # soak_probe: the soak in the foreground for ${PROBE_MINUTES:-7} minutes with a 15 s stall limit
 #        (AURA_OMNI_STALLED_S); at the first stall every thread's stack (SIGUSR1) goes to serve_probe.log and it stops.
-# After each of tts, turns and live: the turn phases and per-stage waits from /metrics (scripts/latency_breakdown.py).
+# Each bench run also prints the server's account of it from /metrics: turn phases and per-stage waits
+# (aura_omni/bench/breakdown.py).
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT"
@@ -70,7 +71,6 @@ for s in ${*:-tts turns live}; do
     tts) serve configs/qwen3_tts.yaml qwen3-tts || continue
          bench tts_speech --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
            --max-concurrency 1 8 32 64 --num-prompts 64 --num-warmups 2 --plot "$OUT/tts_speech.svg"
-         python3 scripts/latency_breakdown.py "$URL" tts_speech
          stop ;;
     turns) serve configs/aura_omni.yaml aura || continue
            bench turns_first_after_ready --backend chat --model aura --voice bench $TURN --num-warmups 0 \
@@ -79,7 +79,6 @@ for s in ${*:-tts turns live}; do
            bench turns_chat --backend chat --model aura --voice bench $TURN --num-warmups 2 \
              --max-concurrency 1 8 --num-prompts 32 --plot "$OUT/turns_chat.svg" \
              --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}"
-           python3 scripts/latency_breakdown.py "$URL" turns_chat
            stop ;;
     live) serve configs/aura_omni_duplex_8.yaml aura || continue  # 8 sessions, CustomVoice, 1-frame first window
           bench live_silent --backend realtime --model aura ${TURN% --ignore-eos} --num-warmups 1 --max-concurrency 1 \
@@ -87,7 +86,6 @@ for s in ${*:-tts turns live}; do
             --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}]}'
           bench live_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
             --max-concurrency 1 8 --num-prompts 24 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
-          python3 scripts/latency_breakdown.py "$URL" live_realtime
           bench live_chat_vivian --backend chat --model aura --voice Vivian $TURN --num-warmups 2 \
             --max-concurrency 1 --num-prompts 16 \
             --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}"

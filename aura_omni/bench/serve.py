@@ -7,8 +7,9 @@ Each `--max-concurrency` value is one run of `--num-prompts` requests (a sweep w
 start all at once (`--request-rate inf`) or with Poisson arrivals at that rate, never more than the concurrency
 in flight. Per run: p50 / p95 / p99 of the time to first audio (TTFA) and to first text, the real-time factor
 (a request's time to its last audio / its audio seconds), audio seconds per second of the run, underruns
-(media/playback.py: a chunk that arrived after the audio before it had finished playing) and errors. The exit
-status is 1 when no request succeeded.
+(media/playback.py: a chunk that arrived after the audio before it had finished playing) and errors. Against an
+aura-omni server, each run also reports the server's own account of it from `/metrics` (bench/breakdown.py: turn
+phases and per-stage waits). The exit status is 1 when no request succeeded.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ import json
 import logging
 import math
 import random
+import re
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import httpx
 import numpy as np
 
+from . import breakdown
 from .backends import BACKENDS, BenchConfig, RequestResult
 from .inputs import data_url, load_prompts
 
@@ -198,6 +202,10 @@ async def benchmark(args: argparse.Namespace) -> dict:
     rng = random.Random(args.seed)
     backend = BACKENDS[args.backend](cfg)
     runs, details = [], []
+    # the server's own account of each run (aura-omni's /metrics; nothing from a server without them)
+    metrics_client = httpx.AsyncClient()
+    metrics_url = re.sub(r"^ws", "http", args.base_url)
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     try:
         for i in range(max(args.num_warmups, 0)):
             warm = await backend.request(texts[i % len(texts)])
@@ -206,14 +214,18 @@ async def benchmark(args: argparse.Namespace) -> dict:
         for concurrency in args.max_concurrency:
             prompts = [texts[rng.randrange(len(texts))] for _ in range(args.num_prompts)]
             progress = Progress(len(prompts), f"c={concurrency or 'inf'}", not args.disable_tqdm)
+            before = await breakdown.scrape(metrics_client, metrics_url, headers)
             results, duration = await run_once(backend, prompts, concurrency, args.request_rate, args.timeout,
                                                rng, progress)
             runs.append(summarize(results, duration, concurrency, args.request_rate))
+            runs[-1]["server_breakdown"] = breakdown.means(
+                before, await breakdown.scrape(metrics_client, metrics_url, headers))
             if args.save_detailed:
                 t0 = min(r.start for r in results)
                 details.append([{**r.as_dict(), "start": r.start - t0} for r in results])
     finally:
         await backend.aclose()
+        await metrics_client.aclose()
     report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "backend": args.backend,
               "base_url": args.base_url, "endpoint": args.endpoint or backend.default_endpoint, "model": args.model,
               "voice": args.voice, "max_tokens": args.max_tokens, "num_prompts": args.num_prompts,
@@ -278,6 +290,8 @@ def main(args: argparse.Namespace) -> int:
                   f"{_ms(run['p50_silent_decision_ms'])} / {_ms(run['p95_silent_decision_ms'])} ms")
         for message, count in run["error_messages"].items():
             print(f"c={run['max_concurrency'] or 'inf'}: {count} x {message}")
+        for line in breakdown.lines(run.get("server_breakdown") or {}, prefix=f"c={run['max_concurrency'] or 'inf'}: "):
+            print(line)
     if args.save_result:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         path = Path(args.result_filename or f"bench-{args.backend}-{stamp}.json")

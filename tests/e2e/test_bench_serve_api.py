@@ -40,9 +40,14 @@ def test_backend_at_concurrency_1_and_2_gives_sane_numbers(omni_server, tmp_path
         assert run["completed"] == 3 and run["errors"] == 0, run["error_messages"]
         assert 0 < run["p50_ttfa_ms"] <= run["p95_ttfa_ms"] <= run["p99_ttfa_ms"]
         assert run["total_audio_s"] > 0 and run["audio_throughput"] > 0 and run["p50_rtf"] > 0
+        stages = run["server_breakdown"]["first_output"]  # the server's own account of this run, from /metrics
+        assert stages["talker"]["n"] >= 3 and stages["talker"]["mean_ms"] > 0 and stages["code2wav"]["n"] >= 3
         if backend == "chat":
             assert 0 < run["p50_first_text_ms"]
             assert run["total_audio_s"] <= 3 * 8 * 4 * 0.08  # at most 4 frames per sentence: the extra body held
+            phases = run["server_breakdown"]["phase"]
+            assert phases["asr"]["n"] == phases["first_audio"]["n"] == 3  # this run's turns only, not the warm-ups'
+            assert stages["asr"]["n"] == stages["aura"]["n"] == 3
         else:
             assert run["p50_first_text_ms"] is None
             assert run["total_audio_s"] <= 3 * 6 * 0.08 + 1e-6  # 6 codec frames of 80 ms per request

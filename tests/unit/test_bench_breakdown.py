@@ -1,0 +1,32 @@
+"""bench/breakdown.py: a run's turn phases and stage waits from two /metrics scrapes (only what happened between
+them), and nothing from a server without these metrics."""
+
+from aura_omni.bench import breakdown
+
+BEFORE = """
+aura_omni:turn_phase_seconds_sum{phase="asr"} 1.0
+aura_omni:turn_phase_seconds_count{phase="asr"} 10.0
+aura_omni:stage_queue_time_seconds_sum{stage="talker/0"} 0.5
+aura_omni:stage_queue_time_seconds_count{stage="talker/0"} 5.0
+aura_omni:stage_time_to_first_output_seconds_sum{stage="talker/0"} 1.0
+aura_omni:stage_time_to_first_output_seconds_count{stage="talker/0"} 5.0
+"""
+AFTER = BEFORE.replace('asr"} 1.0', 'asr"} 1.5').replace('asr"} 10.0', 'asr"} 15.0') + """
+aura_omni:turn_phase_seconds_sum{phase="first_audio"} 0.4
+aura_omni:turn_phase_seconds_count{phase="first_audio"} 2.0
+"""
+
+
+def test_means_are_of_what_happened_between_the_scrapes():
+    got = breakdown.means(breakdown.parse(BEFORE), breakdown.parse(AFTER))
+    assert got == {"phase": {"asr": {"n": 5, "mean_ms": 100.0}, "first_audio": {"n": 2, "mean_ms": 200.0}}}
+    lines = breakdown.lines(got, prefix="c=8: ")
+    assert lines == ["c=8: turn phases (mean ms): asr 100.0 (n=5)  first_audio 200.0 (n=2)"]
+
+
+def test_stage_waits_per_replica_and_a_server_without_the_metrics():
+    got = breakdown.means(None, breakdown.parse(BEFORE))
+    assert got["queue"]["talker/0"] == {"n": 5, "mean_ms": 100.0}
+    assert breakdown.lines(got)[1] == "stages, mean queue / first output ms: talker/0 100.0 / 200.0 (n=5)"
+    assert breakdown.means(None, breakdown.parse("vllm:num_requests_running 3.0\n")) == {}
+    assert breakdown.means(None, None) == {} and breakdown.lines({}) == []
