@@ -20,7 +20,8 @@ Every job is timed; any 5xx, hang (past `--job-timeout`), dropped connection, in
 was due counts as an unexpected error, by kind. Every `--sample-s` seconds it reads the server's RSS
 (`/proc/<--server-pid>/status` VmRSS, else `/metrics` process_resident_memory_bytes), GPU memory in use
 (`nvidia-smi`, when there is one) and `/health` (a 503 is an error). It prints one line per minute (jobs, errors,
-latency p50/p95/p99 by kind) and at the end a JSON report (`--report`).
+latency p50/p95/p99 by kind, each stage's requests in flight and busy seconds), under it that minute's turn phases
+and stage waits from `/metrics` (aura_omni/bench/breakdown.py), and at the end a JSON report (`--report`).
 
 Pass: 0 unexpected errors; RSS at the end within 5% of RSS at the end of warm-up (`--warmup-minutes`, default 10% of
 the run, at least 1); every stage idle on `/health` (nothing running, queued or in flight; every KV block free) a
@@ -45,6 +46,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from aura_omni.bench import breakdown  # noqa: E402
 from aura_omni.bench.inputs import pcm16, speech_like, wav_bytes  # noqa: E402
 
 WEIGHTS = {"speech": 3, "speech_wav": 1, "chat": 3, "chat_audio_in": 2, "chat_leave": 1, "transcription": 2,
@@ -260,6 +262,7 @@ class Soak:
 
     async def reporter(self, deadline: float) -> None:
         shown = 0
+        scraped = await breakdown.scrape(self.client, self.base, self.headers)
         while time.monotonic() < deadline + 1:
             await asyncio.sleep(60)
             window = [r for r in self.results[shown:]]
@@ -271,6 +274,10 @@ class Soak:
                   f"{sum(1 for r in window if r[2].startswith('error')):3d}  rss {mem.get('rss_mb')} MB  "
                   + "  ".join(f"{k} p50 {p[0]:.2f} p95 {p[1]:.2f}" for k, p in percentiles(window).items())
                   + f"  | {stages}", flush=True)
+            now = await breakdown.scrape(self.client, self.base, self.headers)
+            for line in breakdown.lines(breakdown.means(scraped, now), prefix="    "):  # the minute's waits
+                print(line, flush=True)
+            scraped = now or scraped
             for kind, n in self.errors.items():  # what failed so far, with an example, while it runs
                 print(f"    {kind}: {n}  e.g. {self.error_examples.get(kind, '')[:160]}", flush=True)
 
