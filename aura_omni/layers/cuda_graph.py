@@ -54,15 +54,20 @@ def reset(graphs) -> None:
 
 
 def owns(owner: Any, graphs: dict, streams: list) -> weakref.finalize:
-    """When `owner` (a family) is collected, or the returned finalizer is called (once, whichever comes first): reset
-    the graphs in `graphs` (values: a graph, or a tuple or record holding one first or as `.graph`), then give the
-    capture streams in `streams` back (a list the family may add to). Families live as long as their stage, so this
-    matters for processes that build many (tests, benchmarks)."""
+    """When `owner` (a family) is collected, or the returned finalizer is called (once, whichever comes first): `drop`
+    the graphs in `graphs`, then give the capture streams in `streams` back (a list the family may add to). Families
+    live as long as their stage, so this matters for processes that build many (tests, benchmarks)."""
     return weakref.finalize(owner, _reset_and_release, graphs, streams)
 
 
-def _reset_and_release(graphs: dict, streams: list) -> None:
+def drop(graphs: dict) -> None:
+    """Reset and destroy every graph in `graphs` (values: a graph, or a tuple or record holding one first or as
+    `.graph`), before their stream captures again or goes back."""
     reset(v if isinstance(v, torch.cuda.CUDAGraph) else getattr(v, "graph", None) or v[0] for v in graphs.values())
-    graphs.clear()  # destroyed now, before their streams can capture for someone else
+    graphs.clear()
+
+
+def _reset_and_release(graphs: dict, streams: list) -> None:
+    drop(graphs)
     for stream in streams:
         release_stream(stream)

@@ -59,6 +59,15 @@ def arrival(request: Request) -> float:
     return request.scope.get(ARRIVAL) or time.perf_counter()
 
 
+def _read(source: Callable[[], dict], what: str) -> dict:
+    """What `source` reports for a scrape; {} (logged) when it fails: a scrape must answer even if a stage cannot."""
+    try:
+        return source() or {}
+    except Exception:  # noqa: BLE001
+        log.exception("%s failed during a /metrics scrape", what)
+        return {}
+
+
 class StageCollector(Collector):
     """Per-stage gauges sampled from `stage_stats()` at scrape time."""
 
@@ -69,11 +78,7 @@ class StageCollector(Collector):
         return []  # registered without a scrape; its names depend on what the stages report
 
     def collect(self):
-        try:
-            stats = self.stage_stats() or {}
-        except Exception:  # noqa: BLE001 - a scrape must answer even if a stage cannot report
-            log.exception("stage_stats failed during a /metrics scrape")
-            stats = {}
+        stats = _read(self.stage_stats, "stage_stats")
         gauges = {key: GaugeMetricFamily(name, doc, labels=["stage"]) for key, (name, doc) in STAGE_GAUGES.items()}
         kv = GaugeMetricFamily(*KV_USAGE, labels=["stage"])
         preemptions = CounterMetricFamily(*PREEMPTIONS, labels=["stage"])
@@ -107,11 +112,7 @@ class StageLatencyCollector(Collector):
         return []
 
     def collect(self):
-        try:
-            latencies = self.stage_latencies() or {}
-        except Exception:  # noqa: BLE001 - a scrape must answer even if a stage cannot report
-            log.exception("stage_latencies failed during a /metrics scrape")
-            latencies = {}
+        latencies = _read(self.stage_latencies, "stage_latencies")
         families = {key: HistogramMetricFamily(name, doc, labels=["stage"]) for key, (name, doc) in
                     STAGE_LATENCIES.items()}
         for stage, histograms in sorted(latencies.items()):

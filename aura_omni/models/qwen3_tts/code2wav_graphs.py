@@ -72,8 +72,7 @@ class Code2WavGraphs:
     def _replay(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         b, n = codes.shape[0], codes.shape[1]
         if self._generation != self.slots.generation:  # the rows moved: every graph reads freed tensors
-            cuda_graph.reset(entry[0] for entry in self._graphs.values())  # before the stream captures again
-            self._graphs.clear()
+            cuda_graph.drop(self._graphs)  # before the stream captures again
             self._generation = self.slots.generation
         bucket = next(k for k in self.buckets if k >= b)
         entry = self._graphs.get((bucket, n)) or self._capture(bucket, n)
