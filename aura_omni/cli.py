@@ -76,29 +76,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_serve_config(args: argparse.Namespace):
-    """The deploy config `serve` runs: the file (stage `model` wins over MODEL) or TTS-only from MODEL."""
-    from .config import load_deploy_config, single_model_config
+    """The deploy config `serve` runs: the file (stage `model` wins over MODEL) or TTS-only from MODEL, with
+    `--distributed-executor-backend` and `--ray-address` over the file's keys (checked like them)."""
+    from .config import load_deploy_config, parse_deploy_config, single_model_config
 
     model = args.model or args.model_flag
+    backend, ray_address = getattr(args, "distributed_executor_backend", None), getattr(args, "ray_address", None)
+    placement = {}
+    if backend or ray_address:
+        placement = {"distributed_executor_backend": backend or "ray"}
+        if ray_address:
+            placement["ray_address"] = ray_address
     if args.deploy_config:
-        deploy = load_deploy_config(args.deploy_config, default_model=model)
-    elif not model:
+        return load_deploy_config(args.deploy_config, default_model=model, overrides=placement)
+    if not model:
         raise SystemExit("aura-omni serve: give --deploy-config PATH, or MODEL (a Qwen3-TTS checkpoint)")
-    else:
-        deploy = single_model_config(model)
-    return with_placement(deploy, getattr(args, "distributed_executor_backend", None), getattr(args, "ray_address", None))
-
-
-def with_placement(deploy, backend: str | None, ray_address: str | None):
-    """`--distributed-executor-backend` and `--ray-address` over the deploy file's keys (checked like them)."""
-    from .config import parse_deploy_config
-
-    if backend is None and ray_address is None:
+    deploy = single_model_config(model)
+    if not placement:
         return deploy
-    data = deploy.model_dump(exclude_unset=True)
-    data["distributed_executor_backend"] = backend or deploy.distributed_executor_backend or "ray"
-    data["ray_address"] = ray_address or deploy.ray_address
-    return parse_deploy_config(data, deploy.source)
+    return parse_deploy_config({**deploy.model_dump(exclude_unset=True), **placement}, deploy.source)
 
 
 def serve_limits(args: argparse.Namespace, deploy) -> Limits:

@@ -504,8 +504,11 @@ def parse_deploy_config(data: Any, source: str = "<memory>", default_model: str 
     return cfg
 
 
-def load_deploy_config(path: str | os.PathLike, default_model: str | None = None) -> DeployConfig:
-    """Read and validate a deploy YAML; relative stage `model` paths resolve against the file's folder."""
+def load_deploy_config(path: str | os.PathLike, default_model: str | None = None,
+                       overrides: dict[str, Any] | None = None) -> DeployConfig:
+    """Read and validate a deploy YAML; relative stage `model` paths resolve against the file's folder.
+    `overrides` (top-level keys, from `serve` flags) replace the file's before it is checked, so a file whose
+    replicas need Ray is valid when the flag asks for Ray."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -515,6 +518,8 @@ def load_deploy_config(path: str | os.PathLike, default_model: str | None = None
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise DeployConfigError(f"{path}: not valid YAML ({e})") from None
+    if overrides and isinstance(data, dict):
+        data = {**data, **overrides}
     cfg = parse_deploy_config(data, str(path), default_model)
     for s in cfg.stages:
         if s.model.startswith(("./", "../")):

@@ -41,10 +41,16 @@ serve() {  # serve DEPLOY NAME: start a server, wait for /health, register the `
   echo "=== $2 ready after $((SECONDS - t0)) s"
   python3 -c "import httpx, sys; r = httpx.post('$URL/v1/audio/voices', data={'name': 'bench'}, files={'audio_sample': open('/tmp/ref.wav', 'rb')}, timeout=60); print('voice', r.status_code)"
 }
-wait_ready() {
-  python3 - "$URL" <<'EOF'
-import sys, time, httpx
+wait_ready() {  # until /health says ready; gives up at once if the server ($SERVER) has exited
+  python3 - "$URL" "${SERVER:-}" <<'EOF'
+import os, sys, time, httpx
 for _ in range(1200):
+    if sys.argv[2]:  # exited: gone, or a zombie its shell has not reaped
+        try:
+            if open(f"/proc/{sys.argv[2]}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                sys.exit(1)
+        except FileNotFoundError:
+            sys.exit(1)
     try:
         if httpx.get(sys.argv[1] + "/health", timeout=2).status_code == 200:
             sys.exit(0)
@@ -91,11 +97,11 @@ for s in ${*:-tts turns live}; do
             --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}"
           stop ;;
     ray) mkdir -p /tmp/ray && tar -xJf .whl/ray-trimmed-cp312.tar.xz -C /tmp/ray || continue
-         for r in 1 2; do
+         for r in ${RAY_REPLICAS:-1 2}; do
            python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); d['stages'][0]['num_replicas'] = $r
+d['distributed_executor_backend'] = 'ray'; d.setdefault('limits', {})['max_concurrent_requests'] = 256
 yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
-           PYTHONPATH=/tmp/ray/site:$PYTHONPATH SERVE_ARGS="--distributed-executor-backend ray" \
-             serve /tmp/qwen3_tts_ray$r.yaml "qwen3-tts-ray$r" || continue
+           PYTHONPATH=/tmp/ray/site:$PYTHONPATH serve /tmp/qwen3_tts_ray$r.yaml "qwen3-tts-ray$r" || continue
            bench "tts_ray_replicas$r" --backend speech --model "qwen3-tts-ray$r" --voice bench --max-tokens 126 \
              --max-concurrency 64 --num-prompts 128 --num-warmups 2
            stop
@@ -104,7 +110,7 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
     soak) mkdir -p /tmp/soak
           setsid nohup python3 -m aura_omni.cli serve --deploy-config configs/aura_omni.yaml --load-format dummy \
             --served-model-name aura --port 8091 > /tmp/soak/serve.log 2>&1 < /dev/null &
-          echo $! > /tmp/soak/server.pid
+          SERVER=$!; echo $SERVER > /tmp/soak/server.pid
           wait_ready || { tail -n 30 /tmp/soak/serve.log; continue; }
           setsid nohup bash -c "python3 scripts/soak.py --url $URL --minutes ${SOAK_MINUTES:-10} --warmup-minutes 1 \
             --server-pid $(cat /tmp/soak/server.pid) --concurrency 4 --report /tmp/soak/soak.json > /tmp/soak/soak.log 2>&1;

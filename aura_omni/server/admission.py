@@ -21,7 +21,7 @@ def _too_large(limit: int) -> str:
 class Admission:
     def __init__(self, app: ASGIApp, state):
         self.app, self.state = app, state
-        self.requests = 0  # HTTP requests in flight (a streamed response counts until its last byte)
+        self.requests = 0  # HTTP requests in flight (a streamed response counts until its last byte is sent)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in NEVER_REFUSED:
@@ -36,10 +36,25 @@ class Admission:
                               f"retry shortly", 429, code="too_many_requests")
             return await JSONResponse(body, status_code=429, headers={"Retry-After": "1"})(scope, receive, send)
         self.requests += 1
+        counted = True
+
+        def release():
+            nonlocal counted
+            if counted:
+                counted = False
+                self.requests -= 1
+
+        async def send_and_release(message):
+            # a client that has its response's last byte may send its next request at once: count this one out
+            # before that byte goes, not after the endpoint's clean-up (a stage release, a Ray actor call)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                release()
+            await send(message)
+
         try:
-            await self.app(scope, _capped(receive, limits.max_body_bytes), send)
+            await self.app(scope, _capped(receive, limits.max_body_bytes), send_and_release)
         finally:
-            self.requests -= 1
+            release()
 
 
 def _capped(receive: Receive, limit: int) -> Receive:

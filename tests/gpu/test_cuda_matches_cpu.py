@@ -144,7 +144,9 @@ def test_vision_graphs_stay_exact_as_layouts_are_evicted_and_their_streams_reuse
     graphs = VisionGraphs(model.visual, max_graphs=2)
     rng = np.random.RandomState(2)
     with torch.inference_mode():
-        for size in [64, 96, 64, 128, 96, 64, 160, 128] * 2:  # seen twice before a capture; evictions after two
+        # grids 16, 20, 24, 28 patches square (smaller images are resized up to the same 16x16): a layout is captured
+        # the second time it is seen, and from the third capture on each evicts the least recently used
+        for size in [256, 320, 256, 384, 320, 256, 448, 384] * 2:
             v = preprocess_image(rng.randint(0, 256, (size, size, 3), dtype=np.uint8))
             pixels = v.pixel_values.cuda()
             (got, _), (want, _) = graphs(pixels, [v.grid_thw]), model.visual(pixels, [v.grid_thw])

@@ -122,6 +122,47 @@ def test_requests_over_the_concurrency_limit_get_429():
     assert client.get("/v1/models", headers=AUTH).status_code == 200
 
 
+def test_a_request_counts_out_when_its_last_byte_goes_not_after_its_clean_up():
+    """A client at the limit sends its next request as soon as it has a response: the clean-up the endpoint runs after
+    the last byte (a stage release, a Ray actor call) must not make that request a 429."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from aura_omni.server.admission import Admission
+
+    async def main():
+        cleanup = asyncio.Event()
+
+        async def app(scope, receive, send):  # streams two chunks, then cleans up
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"a", "more_body": True})
+            await send({"type": "http.response.body", "body": b"b"})
+            await cleanup.wait()
+
+        admission = Admission(app, SimpleNamespace(limits=Limits.from_values({"max_concurrent_requests": 1})))
+        scope = {"type": "http", "path": "/v1/audio/speech", "headers": []}
+        sent, last_byte = [], asyncio.Event()
+
+        async def send(message):
+            sent.append((message, admission.requests))
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                last_byte.set()
+
+        async def receive():
+            return {"type": "http.request", "body": b""}
+
+        first = asyncio.create_task(admission(scope, receive, send))
+        await last_byte.wait()
+        counts = [n for _, n in sent]
+        assert counts == [1, 1, 0]  # in flight while streaming, out as its last byte goes
+        assert admission.requests == 0 and not first.done()  # still cleaning up, no longer counted
+        cleanup.set()
+        await first
+        assert admission.requests == 0  # counted out once
+
+    asyncio.run(main())
+
+
 # ---------------------------------------------------------------------------------------------- websockets
 
 def _socket_app(api_key="k", **limits):

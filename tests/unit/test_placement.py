@@ -95,6 +95,19 @@ def test_serve_flags_ask_for_ray_over_the_deploy_file(tmp_path):
     assert cfg.source == str(path)
 
 
+def test_the_ray_flag_makes_a_file_with_replicas_valid(tmp_path):
+    """Replicas need Ray; the flag asks for it before the file is checked, as the deploy key would."""
+    import yaml
+
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(deploy(stages={0: {"model": "./m", "num_replicas": 2}, 1: {"model": "./m"}})))
+    with pytest.raises(DeployConfigError, match="replicas are Ray actors"):
+        load_serve_config(build_parser().parse_args(["serve", "--deploy-config", str(path)]))
+    cfg = load_serve_config(build_parser().parse_args(["serve", "--deploy-config", str(path),
+                                                       "--distributed-executor-backend", "ray"]))
+    assert (cfg.distributed_executor_backend, cfg.stages[0].num_replicas) == ("ray", 2)
+
+
 def test_in_process_serving_never_imports_ray():
     code = ("import sys, aura_omni.pipeline.runtime, aura_omni.server.app, aura_omni.session.handler, aura_omni.cli; "
             "sys.exit('ray imported' if 'ray' in sys.modules else 0)")
