@@ -15,6 +15,7 @@ import torch
 from aura_omni.config import Stage
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.prompts import vl_request
+from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.layers import kernel_switches
 from aura_omni.media.vision_preprocess import VisionInput
 from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
@@ -83,6 +84,19 @@ class AuraPipelineStage:
         from the transcript to AURA's first token."""
         if vision and self.loop is not None:
             await asyncio.wrap_future(self.loop.call(lambda: self.vision_cache(vision)))
+
+    async def prefill_prefix(self, prompt: AuraPrompt, vision: list[VisionInput], *, request_id: str) -> int:
+        """Prefill `prompt` through its last vision item into the prefix cache; returns that prefix's tokens (0: no
+        vision, or no prefix cache to keep it in). A turn calls this while its transcript is being made: the vision
+        tokens, the bulk of a camera turn's prompt, come before the words, so the turn's own request then prefills
+        little more than its words. A one-token request: its KV blocks stay cached after it ends."""
+        if not vision or self.loop is None or not self.engine.config.enable_prefix_caching:
+            return 0
+        ids = await asyncio.to_thread(self.prompt_ids, prompt, vision)
+        end = len(ids) - ids[::-1].index(self.prompt_tokens.vision_end)
+        async for _ in self.loop.submit(request_id, (ids[:end], vision, SamplingParams(temperature=0.0, max_tokens=1))):
+            pass
+        return end
 
     def _prepare(self, request):
         """The loop's engine request from (ids, vision, params): the device work, on the stage's stream."""

@@ -13,6 +13,7 @@ import time
 from typing import AsyncIterator, Callable
 
 from aura_omni.asr.transcript import Transcript
+from aura_omni.placement import session_key
 from aura_omni.pipeline.constants import SILENT_TEXT, TTS_SAMPLE_RATE
 from aura_omni.pipeline.processors import (
     PipelineRequestError,
@@ -36,11 +37,15 @@ _END = object()
 _STREAMED = object()  # a queued utterance whose text pieces follow in its own queue
 
 
+def turn_vision(req: TurnRequest) -> list:
+    """This turn's own vision inputs. `req.vision` is in prompt order: the items shown in history turns (their kinds
+    in the turn), then this turn's."""
+    return req.vision[sum(len(turn[2]) for turn in req.history if len(turn) > 2):]
+
+
 def aura_prompt(req: TurnRequest, transcript: Transcript | None) -> AuraPrompt:
-    """The AURA prompt turns of one turn: its transcript (None without audio), vision, text, system prompt, history.
-    `req.vision` is in prompt order: the items shown in history turns (their kinds in the turn), then this turn's."""
-    shown = sum(len(turn[2]) for turn in req.history if len(turn) > 2)
-    return asr2aura(transcript, vision_items=[v.kind for v in req.vision[shown:]], text_parts=req.text_parts,
+    """The AURA prompt turns of one turn: its transcript (None without audio), vision, text, system prompt, history."""
+    return asr2aura(transcript, vision_items=[v.kind for v in turn_vision(req)], text_parts=req.text_parts,
                     system_prompt=req.system_prompt, history=req.history, is_speech=req.is_speech)
 
 
@@ -128,13 +133,15 @@ class AuraOmniPipeline:
         transcript = None
         if req.audio is not None:
             samples, sr = req.audio
-            vision = prefetch_vision(self.aura, req.vision)  # encoded while ASR runs
+            if session_key.get() is None:  # the prefix prefill and the turn's request go to one AURA replica (Ray)
+                session_key.set(req.request_id)
+            ahead = asyncio.create_task(self.prepare_aura(req))
             try:
                 transcript = await self.asr.transcribe(samples, sr, request_id=f"{req.request_id}-asr",
                                                        language=req.asr_language, context=req.asr_context,
                                                        sampling=req.asr_sampling)
             finally:
-                await settle(vision, cancel=transcript is None)
+                await settle(ahead, cancel=transcript is None)
             events.put_nowait(TranscriptReady(transcript.text, transcript.language))
             timeline.mark("asr")
         prompt = aura_prompt(req, transcript)
@@ -193,6 +200,17 @@ class AuraOmniPipeline:
                                    audio_seconds=audio_seconds, finish_reason=finish_reason))
         if self.on_phases is not None:
             self.on_phases(timeline.phases())
+
+    async def prepare_aura(self, req: TurnRequest) -> None:
+        """AURA's share of a turn that needs no words, done while ASR runs (here, or a realtime session's own
+        transcription): the vision encoded, then the prompt through this turn's vision prefilled into the prefix
+        cache (`prefill_prefix`, where the stage can). The turn's request then prefills only its words: on the path
+        from transcript to first token, or to a silent decision, the vision tokens cost nothing. Its failures are the
+        turn's request's to report."""
+        await settle(prefetch_vision(self.aura, req.vision))
+        prefill = getattr(self.aura, "prefill_prefix", None)
+        if prefill is not None and turn_vision(req) and os.environ.get("AURA_OMNI_PREFIX_PREFILL", "1") != "0":
+            await prefill(aura_prompt(req, None), req.vision, request_id=f"{req.request_id}-aura-prefix")
 
     @staticmethod
     def _visible(raw: str) -> str | None:

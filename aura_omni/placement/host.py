@@ -99,6 +99,10 @@ class StageHost:
         async for delta in self.model.generate(prompt, vision, request_id=request_id, sampling=sampling):
             yield delta
 
+    async def prefill_prefix(self, request_id: str, prompt, vision: list) -> int:
+        """AURA: the prompt through its vision into this replica's prefix cache (AuraPipelineStage.prefill_prefix)."""
+        return await self.model.prefill_prefix(prompt, vision, request_id=request_id)
+
     async def speak(self, request_id: str, req, initial_chunk_frames: int, chunk_frames: int,
                     feed: tuple[list[int], bool] | None = None) -> AsyncIterator:
         """TTS: a Talker request -> 24 kHz float32 chunks (its codec frames stay inside this actor). `feed`: the text

@@ -2,7 +2,8 @@
 the runtime, the orchestrator, the server and realtime sessions use, carrying plain data to and from the replicas.
 
     AsrProxy   ~ asr.service.AsrService          atranscribe, transcribe, languages, stats
-    AuraProxy  ~ pipeline.aura_stage.AuraPipelineStage   generate (streamed AuraDelta), stage, model.config, stats
+    AuraProxy  ~ pipeline.aura_stage.AuraPipelineStage   generate (streamed AuraDelta), prefill_prefix, stage,
+                                                 model.config, stats
     TtsProxy   ~ stages.tts.Qwen3TTS             astream (text whole, or fed while spoken: feed_text), frames, validate,
                                                  create_voice_prompt, model_type, speakers, languages, text_tokens,
                                                  config, defaults, stats (several Talker stages: a TalkerSet of them)
@@ -89,6 +90,12 @@ class AuraProxy(StageProxy):
         async for delta in self.replicas.stream("generate", request_id, prompt, vision, sampling,
                                                 session=session_key.get()):
             yield delta
+
+    async def prefill_prefix(self, prompt, vision: list, *, request_id: str) -> int:
+        """The prompt through its vision into the prefix cache of the replica the turn's request will use (the
+        orchestrator keys a turn without a session by its own id)."""
+        return await self.replicas.call("prefill_prefix", request_id, prompt, [_host_vision(v) for v in vision],
+                                        session=session_key.get())
 
 
 class TtsProxy(StageProxy):

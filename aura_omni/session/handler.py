@@ -656,9 +656,15 @@ class RealtimeSession:
             draining = [r for r in self.responses if r is not resp and r.aura_final.is_set()]
             for old in draining[:-1]:  # at most one reply drains while this one runs
                 await self._cancel(old, "new_response")
-            for p in resp.inputs:
-                if p.transcription is not None:
-                    await asyncio.gather(p.transcription, return_exceptions=True)
+            transcribing = [p.transcription for p in resp.inputs if p.transcription is not None]
+            early = (asyncio.create_task(self._prepare_aura(resp)) if any(not t.done() for t in transcribing)
+                     and hasattr(self.pipeline, "prepare_aura") else None)
+            try:
+                await asyncio.gather(*transcribing, return_exceptions=True)
+            except BaseException:
+                await settle(early, cancel=True)
+                raise
+            await settle(early)
             req = await self._turn_request(resp)
             if req.audio is None:  # with audio, after its transcript (vLLM-Omni's order)
                 self._created(resp)
@@ -713,6 +719,18 @@ class RealtimeSession:
                         system_prompt=config.system_prompt,
                         history=self.history.turns(config.playback_commit_policy, exclude), speak=config.speak, info=info,
                         voice=config.voice, stage_sampling=config.stage_sampling, aura_sampling=sampling)
+
+    async def _prepare_aura(self, resp: Response) -> None:
+        """While the turn's speech is still being transcribed (a commit, then response.create): the prompt as known
+        without its words goes to the pipeline's `prepare_aura`, as the pipeline's own ASR path does."""
+        images = [url for p in resp.inputs for url in p.images]
+        spec = self._spec(resp.config, [], images, None, {p.item.id for p in resp.inputs} | {resp.item_id})
+        spec.speak = False  # no TTS template (a cloned voice's prompt) for a prompt prefix
+        req = await self.builder.build(spec, resp.id)
+        vision = await self._clip_input()
+        if vision is not None:
+            req.vision.append(vision)
+        await self.pipeline.prepare_aura(req)
 
     async def _turn_request(self, resp: Response):
         audio = next((p.audio for p in reversed(resp.inputs) if p.audio is not None and p.transcription is None), None)

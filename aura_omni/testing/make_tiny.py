@@ -70,8 +70,11 @@ def deploy_files(root: Path) -> dict[str, dict]:
     tts_cv = {"pipeline": "qwen3_tts", "async_chunk": True, "connectors": {"codec": CODEC_CONNECTOR},
               "stages": _tts_stages(0, custom)}
     # the demo: the full chain with both Talkers, so preset speakers (CustomVoice) and cloned voices (Base) both work
-    demo = dict(full, stages=[*full["stages"], *[dict(s, model_stage=role) for s, role in
-                                                 zip(_tts_stages(4, custom), ("qwen3_tts", "code2wav"))]])
+    # and AURA's prefix cache, as the shipped configs have it: a session's history and a turn's frames are prefilled
+    # once (docs/architecture.md)
+    demo = dict(full, stages=[full["stages"][0], dict(full["stages"][1], enable_prefix_caching=True),
+                              *full["stages"][2:], *[dict(s, model_stage=role) for s, role in
+                                                     zip(_tts_stages(4, custom), ("qwen3_tts", "code2wav"))]])
     return {"deploy.yaml": full, "deploy_tts.yaml": tts, "deploy_tts_customvoice.yaml": tts_cv, "deploy_demo.yaml": demo}
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import yaml
+from PIL import Image
 
 ray = pytest.importorskip("ray")
 
@@ -158,6 +159,8 @@ def test_realtime_push_to_talk_turn_through_actors(served, monkeypatch):
     keys = []
     monkeypatch.setattr(aura, "pick", lambda session=None, pick=aura.pick: keys.append(session) or pick(session))
     wav, sr = sf.read(SPEECH_WAV, dtype="int16")
+    frame = io.BytesIO()
+    Image.new("RGB", (64, 48), (30, 140, 200)).save(frame, "JPEG")
     with client.websocket_connect(f"/v1/realtime?model={MODEL}", headers=AUTH) as ws:
         until = functools.partial(receive_until, ws)
         session_id = until("session.created")[-1]["session"]["id"]
@@ -166,7 +169,8 @@ def test_realtime_push_to_talk_turn_through_actors(served, monkeypatch):
                 "tts_max_new_tokens": FEW, "sampling_params_list": SPEAK}}})
         until("session.updated")
         ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(
-            np.repeat(wav, 24000 // sr).astype("<i2").tobytes()).decode()})  # 16 kHz -> the session's 24 kHz
+            np.repeat(wav, 24000 // sr).astype("<i2").tobytes()).decode(),  # 16 kHz -> the session's 24 kHz
+            "video_frames": [base64.b64encode(frame.getvalue()).decode()]})
         ws.send_json({"type": "input_audio_buffer.commit"})
         ws.send_json({"type": "response.create"})
         events = until("response.done")
@@ -174,8 +178,11 @@ def test_realtime_push_to_talk_turn_through_actors(served, monkeypatch):
     assert "conversation.item.input_audio_transcription.completed" in types
     assert events[-1]["response"]["status"] == "completed", events[-1]
     assert types.count("response.output_audio.delta") > 0
-    assert keys == [session_id]  # the session's AURA replica is chosen by its id (its prefix cache)
+    # the session's AURA replica is chosen by its id (its prefix cache), for the prompt through the frame prefilled
+    # while ASR ran and for the turn's request, which found that prefix cached
+    assert keys == [session_id, session_id]
     wait_until(lambda: runtime.stage_stats()["aura/0"]["steps"] > aura_steps, 10, "the AURA replica's counters")
+    wait_until(lambda: runtime.stage_stats()["aura/0"]["prefix_cache_hit_rate"] > 0, 10, "the replica's prefix hits")
 
 
 def test_text_fed_while_spoken_reaches_its_replica_in_order(served):

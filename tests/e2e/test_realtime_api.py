@@ -387,6 +387,37 @@ async def test_turn_two_prefills_only_its_new_tokens(omni):
     assert prompts[1] > prompts[0] and hits[1] >= prompts[0] - blocks.block_size
 
 
+@pytest.mark.parametrize("create", ["with the commit", "after the commit"])
+async def test_a_camera_turns_vision_is_prefilled_while_its_speech_is_transcribed(omni, monkeypatch, create):
+    """The prompt through the turn's frame goes into AURA's prefix cache while ASR runs, so the turn's own request
+    finds the frame's tokens cached: in the pipeline's ASR (a commit that creates the response) and beside the
+    session's own transcription (a commit, then response.create). Measured against the same turn with that switched
+    off (a new frame each, so only the switch differs; the switched-on turn runs first, so the other finds the system
+    prompt cached too)."""
+    from aura_omni.config import AURA
+
+    blocks = omni.runtime.models[AURA].engine.blocks
+    hits = {}
+    shade = 0 if create == "with the commit" else 60
+    for switch, color in (("1", (10, 120 + shade, 240)), ("0", (240, 120 + shade, 10))):
+        monkeypatch.setenv("AURA_OMNI_PREFIX_PREFILL", switch)
+        async with omni.session(output_modalities=["text"], extra_body=SPEAK) as s:
+            before = blocks.prefix_hit_tokens
+            await s.send("input_audio_buffer.append", audio=pcm16(), video_frames=[jpeg(color)])
+            if create == "with the commit":
+                await s.send("input_audio_buffer.commit", create_response=True)
+            else:
+                await s.send("input_audio_buffer.commit")
+                await s.send("response.create")
+            async for event in s:
+                if event.type == "response.done":
+                    assert event["response"]["status"] == "completed"
+                    break
+            hits[switch] = blocks.prefix_hit_tokens - before
+    # the blocks from the cached system prompt through the frame: at least the block holding the frame's tokens
+    assert hits["1"] >= hits["0"] + blocks.block_size
+
+
 async def test_realtime_client_example_saves_the_reply(server, tmp_path):
     import subprocess
     import sys

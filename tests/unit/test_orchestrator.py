@@ -264,3 +264,76 @@ def test_a_turns_frames_are_encoded_while_asr_transcribes():
     _run(pipeline, TurnRequest("r-v", audio=(np.zeros(16000), 16000), vision=frames, speak=False))
     assert timeline.index(("prefetch", tuple(frames))) < timeline.index("asr end")
     assert timeline[-1] == ("generate", tuple(frames))
+
+
+class PrefillingAura(ScriptedAura):
+    """Records prefetches and prefix prefills; a prefill can be held open to see it cancelled."""
+
+    def __init__(self, pieces, timeline, hold=False):
+        super().__init__(pieces)
+        self.timeline, self.hold, self.prefill_closed = timeline, hold, False
+
+    async def prefetch_vision(self, vision):
+        self.timeline.append("prefetch")
+
+    async def prefill_prefix(self, prompt, vision, *, request_id):
+        self.timeline.append(("prefill", prompt.turns[-1], len(vision), request_id))
+        try:
+            if self.hold:
+                await asyncio.Event().wait()
+        finally:
+            self.prefill_closed = True
+        return 1
+
+    async def generate(self, prompt, vision, *, request_id, sampling=None):
+        self.timeline.append("generate")
+        async for d in super().generate(prompt, vision, request_id=request_id, sampling=sampling):
+            yield d
+
+
+def test_the_prompt_through_the_turns_vision_is_prefilled_while_asr_transcribes(monkeypatch):
+    """AURA prefills the prompt as known before the transcript (the user turn's vision, no words yet) after encoding
+    the vision and before the turn's own request; not for a turn whose vision is all in its history, nor when
+    switched off for A/B runs."""
+    from types import SimpleNamespace
+
+    timeline = []
+
+    class SlowAsr(ScriptedAsr):
+        async def transcribe(self, samples, sample_rate, **kw):
+            await asyncio.sleep(0.05)
+            timeline.append("asr end")
+            return self.text
+
+    image = SimpleNamespace(kind="image")
+    aura = PrefillingAura(["Ok."], timeline)
+    pipeline = AuraOmniPipeline(SlowAsr(Transcript("English", "look")), aura, None)
+    _run(pipeline, TurnRequest("r-p", audio=(np.zeros(16000), 16000), vision=[image, image], speak=False))
+    assert timeline == ["prefetch", ("prefill", PromptTurn("user", "", ("image", "image")), 2, "r-p-aura-prefix"),
+                        "asr end", "generate"]
+    assert aura.prompts[0].turns[-1] == PromptTurn("user", "look", ("image", "image"))
+
+    timeline.clear()  # the only image is the history's: nothing new to prefill
+    _run(pipeline, TurnRequest("r-h", audio=(np.zeros(16000), 16000), vision=[image], speak=False,
+                               history=[("user", "before", ["image"]), ("assistant", "ok")]))
+    assert timeline == ["prefetch", "asr end", "generate"]
+
+    timeline.clear()
+    monkeypatch.setenv("AURA_OMNI_PREFIX_PREFILL", "0")
+    _run(pipeline, TurnRequest("r-off", audio=(np.zeros(16000), 16000), vision=[image], speak=False))
+    assert timeline == ["prefetch", "asr end", "generate"]
+
+
+def test_a_failed_transcript_cancels_the_prefix_prefill():
+    from types import SimpleNamespace
+
+    class FailingAsr(ScriptedAsr):
+        async def transcribe(self, samples, sample_rate, **kw):
+            await asyncio.sleep(0.02)
+            raise PipelineRequestError("audio is silent")
+
+    aura = PrefillingAura(["Ok."], [], hold=True)
+    with pytest.raises(PipelineRequestError):
+        _run(AuraOmniPipeline(FailingAsr(None), aura, None),
+             TurnRequest("r-f", audio=(np.zeros(16000), 16000), vision=[SimpleNamespace(kind="image")], speak=False))
+    assert aura.prefill_closed and "generate" not in aura.timeline
