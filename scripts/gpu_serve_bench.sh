@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts turns live ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts turns live profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls. A call returns at most 8 files, so the later sections' files may not come back (their tables are
 # printed).
@@ -15,6 +15,9 @@
 # ray:   configs/qwen3_tts.yaml served through Ray actors (--distributed-executor-backend ray), 1 then 2 Talker
 #        replicas (each with its Code2Wav) on the one GPU, /v1/audio/speech at c = 64 (issue 17). Needs the trimmed
 #        Ray tarball in .whl (scripts/build_ray_trimmed.sh).
+# profile: configs/qwen3_tts.yaml at c=64 (1,280 requests, about 40 s) with py-spy sampling the server: which thread
+#        holds the interpreter lock (--gil, 15 s) and where every thread stands (--idle, 10 s); scripts/pyspy_top.py
+#        summarises both (needs the py-spy wheel in .whl)
 # soak:  configs/aura_omni.yaml and `scripts/soak.py --minutes ${SOAK_MINUTES:-10}`, both started detached (setsid)
 #        so they outlive this call (a call lasts at most 10 minutes); output in /tmp/soak. `soak_wait` (the next call,
 #        within the machine's 30 s idle grace) waits for the report and copies it to $OUT.
@@ -96,6 +99,20 @@ for s in ${*:-tts turns live}; do
             --max-concurrency 1 --num-prompts 16 \
             --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}"
           stop ;;
+    profile) serve configs/qwen3_tts.yaml qwen3-tts || continue
+             spy=/tmp/site/bin/py-spy  # samples without pausing the server (--nonblocking)
+             ( sleep 10
+               $spy record --nonblocking --gil --threads -r 200 -d 15 -f raw -o "$OUT/pyspy_gil.txt" -p $SERVER \
+                 > "$OUT/pyspy_gil.log" 2>&1
+               $spy record --nonblocking --idle --threads -r 100 -d 10 -f raw -o "$OUT/pyspy_all.txt" -p $SERVER \
+                 > "$OUT/pyspy_all.log" 2>&1 ) &
+             SPY=$!
+             bench tts_profile --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
+               --max-concurrency 64 --num-prompts 1280 --num-warmups 2
+             wait $SPY
+             tail -n 3 "$OUT/pyspy_gil.log" "$OUT/pyspy_all.log"
+             python3 scripts/pyspy_top.py "$OUT/pyspy_gil.txt" "$OUT/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"
+             stop ;;
     ray) mkdir -p /tmp/ray && tar -xJf .whl/ray-trimmed-cp312.tar.xz -C /tmp/ray || continue
          for r in ${RAY_REPLICAS:-1 2}; do
            python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); d['stages'][0]['num_replicas'] = $r
