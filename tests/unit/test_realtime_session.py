@@ -529,3 +529,80 @@ async def test_the_camera_window_is_made_into_auras_input_as_frames_arrive():
     await asyncio.wait_for(s._clip[1], 5)
     assert len(made) == 2 and await s._clip_input() is made[1]
     await s.close()
+
+
+class _PrefillingAura(ScriptedAura):
+    """Records prefix prefills (held open until `go` is set) and replies."""
+
+    def __init__(self, log: list, go: asyncio.Event):
+        super().__init__(step_s=0.001)
+        self.log, self.go = log, go
+
+    async def prefill_prefix(self, prompt, vision, *, request_id):
+        self.log.append(("prefill", prompt.turns[-1].text, prompt.turns[-1].vision, len(vision)))
+        try:
+            await self.go.wait()
+        finally:
+            self.log.append("prefill ended")
+        return 1
+
+    async def generate(self, prompt, vision, *, request_id, sampling=None):
+        self.log.append("generate")
+        async for d in super().generate(prompt, vision, request_id=request_id, sampling=sampling):
+            yield d
+
+
+def _transcribing_session(log: list, go: asyncio.Event, heard: asyncio.Event) -> RealtimeSession:
+    class SlowAsrRuntime(FakeRuntime):
+        async def transcribe(self, samples, sample_rate, **kw):
+            await heard.wait()
+            log.append("transcribed")
+            return "what is this"
+
+    rt = SlowAsrRuntime(aura=_PrefillingAura(log, go))
+    rt.models["aura"] = rt.aura
+    return new_session(rt)
+
+
+async def _until_logged(log: list, entry) -> None:
+    for _ in range(500):
+        if any(e == entry or (isinstance(e, tuple) and e[0] == entry) for e in log):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{entry!r} never came: {log}")
+
+
+@pytest.mark.asyncio
+async def test_a_commit_then_response_create_prefills_the_prompt_through_the_frames_while_transcribing():
+    """The session's own transcription (a commit without create_response) hides AURA's prefill of the prompt through
+    the camera window, as the pipeline's ASR does: the prefill has the window and no words, and the turn's request
+    comes after both the prefill and the transcript."""
+    log, go, heard = [], asyncio.Event(), asyncio.Event()
+    s = _transcribing_session(log, go, heard)
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64()])
+    await s.send("input_audio_buffer.commit")
+    await s.send("response.create")
+    await _until_logged(log, "prefill")
+    go.set()
+    heard.set()
+    await until(s, "response.done")
+    assert log[0][1:] == ("", ("video",), 1)  # the camera window, no words yet
+    assert log.index("prefill ended") < log.index("generate") and log.index("transcribed") < log.index("generate")
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_response_cancelled_while_transcribing_stops_its_prefix_prefill():
+    log, go, heard = [], asyncio.Event(), asyncio.Event()
+    s = _transcribing_session(log, go, heard)
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64()])
+    await s.send("input_audio_buffer.commit")
+    await s.send("response.create")
+    await _until_logged(log, "prefill")
+    rid = next(r.id for r in s.responses)
+    await s.send("response.cancel", response_id=rid)
+    await _until_logged(log, "prefill ended")  # cancelled, never released by `go`
+    heard.set()
+    await asyncio.sleep(0.05)
+    assert "generate" not in log
+    await s.close()
