@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts turns live profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts turns live live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls. A call returns at most 8 files, so the later sections' files may not come back (their tables are
 # printed).
@@ -15,6 +15,8 @@
 # ray:   configs/qwen3_tts.yaml served through Ray actors (--distributed-executor-backend ray), 1 then 2 Talker
 #        replicas (each with its Code2Wav) on the one GPU, /v1/audio/speech at c = 64 (issue 17). Needs the trimmed
 #        Ray tarball in .whl (scripts/build_ray_trimmed.sh).
+# live_off: the silent decision and 8 paced sessions of `live` with AURA_OMNI_PREFIX_PREFILL=0 (a turn's prompt is
+#        not prefilled while its ASR runs): the A/B of that change. `live live_off` fits one call.
 # profile: configs/qwen3_tts.yaml at c=64 (1,280 requests, about 40 s) with py-spy sampling the server: which thread
 #        holds the interpreter lock (--gil, 15 s) and where every thread stands (--idle, 10 s); scripts/pyspy_top.py
 #        summarises both (needs the py-spy wheel in .whl)
@@ -99,6 +101,15 @@ for s in ${*:-tts turns live}; do
             --max-concurrency 1 --num-prompts 16 \
             --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}"
           stop ;;
+    live_off) export AURA_OMNI_PREFIX_PREFILL=0  # the A/B of live: no prompt prefilled while ASR runs
+              serve configs/aura_omni_duplex_8.yaml aura || { unset AURA_OMNI_PREFIX_PREFILL; continue; }
+              unset AURA_OMNI_PREFIX_PREFILL
+              bench live_off_silent --backend realtime --model aura ${TURN% --ignore-eos} --num-warmups 1 \
+                --max-concurrency 1 --num-prompts 8 \
+                --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}]}'
+              bench live_off_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+                --max-concurrency 8 --num-prompts 24 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+              stop ;;
     profile) serve configs/qwen3_tts.yaml qwen3-tts || continue
              spy=/tmp/site/bin/py-spy  # samples without pausing the server (--nonblocking)
              ( sleep 10
