@@ -552,18 +552,6 @@ class _PrefillingAura(ScriptedAura):
             yield d
 
 
-def _transcribing_session(log: list, go: asyncio.Event, heard: asyncio.Event) -> RealtimeSession:
-    class SlowAsrRuntime(FakeRuntime):
-        async def transcribe(self, samples, sample_rate, **kw):
-            await heard.wait()
-            log.append("transcribed")
-            return "what is this"
-
-    rt = SlowAsrRuntime(aura=_PrefillingAura(log, go))
-    rt.models["aura"] = rt.aura
-    return new_session(rt)
-
-
 async def _until_logged(log: list, entry) -> None:
     for _ in range(500):
         if any(e == entry or (isinstance(e, tuple) and e[0] == entry) for e in log):
@@ -572,17 +560,32 @@ async def _until_logged(log: list, entry) -> None:
     raise AssertionError(f"{entry!r} never came: {log}")
 
 
+async def _prefilling_while_transcribing(log: list, go: asyncio.Event, heard: asyncio.Event) -> RealtimeSession:
+    """A session whose commit (then response.create, with a frame) is still being transcribed (until `heard`), its
+    prefix prefill started and held open (until `go`)."""
+    class SlowAsrRuntime(FakeRuntime):
+        async def transcribe(self, samples, sample_rate, **kw):
+            await heard.wait()
+            log.append("transcribed")
+            return "what is this"
+
+    rt = SlowAsrRuntime(aura=_PrefillingAura(log, go))
+    rt.models["aura"] = rt.aura
+    s = new_session(rt)
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64()])
+    await s.send("input_audio_buffer.commit")
+    await s.send("response.create")
+    await _until_logged(log, "prefill")
+    return s
+
+
 @pytest.mark.asyncio
 async def test_a_commit_then_response_create_prefills_the_prompt_through_the_frames_while_transcribing():
     """The session's own transcription (a commit without create_response) hides AURA's prefill of the prompt through
     the camera window, as the pipeline's ASR does: the prefill has the window and no words, and the turn's request
     comes after both the prefill and the transcript."""
     log, go, heard = [], asyncio.Event(), asyncio.Event()
-    s = _transcribing_session(log, go, heard)
-    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64()])
-    await s.send("input_audio_buffer.commit")
-    await s.send("response.create")
-    await _until_logged(log, "prefill")
+    s = await _prefilling_while_transcribing(log, go, heard)
     go.set()
     heard.set()
     await until(s, "response.done")
@@ -594,11 +597,7 @@ async def test_a_commit_then_response_create_prefills_the_prompt_through_the_fra
 @pytest.mark.asyncio
 async def test_a_response_cancelled_while_transcribing_stops_its_prefix_prefill():
     log, go, heard = [], asyncio.Event(), asyncio.Event()
-    s = _transcribing_session(log, go, heard)
-    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64()])
-    await s.send("input_audio_buffer.commit")
-    await s.send("response.create")
-    await _until_logged(log, "prefill")
+    s = await _prefilling_while_transcribing(log, go, heard)
     rid = next(r.id for r in s.responses)
     await s.send("response.cancel", response_id=rid)
     await _until_logged(log, "prefill ended")  # cancelled, never released by `go`
