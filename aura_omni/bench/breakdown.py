@@ -9,7 +9,7 @@ import re
 
 import httpx
 
-PHASES = ("asr", "aura_first_token", "speech_start", "first_audio")
+from ..pipeline.turn import TURN_PHASES
 _HISTOGRAMS = {"phase": ("aura_omni:turn_phase_seconds", "phase"),
                "queue": ("aura_omni:stage_queue_time_seconds", "stage"),
                "first_output": ("aura_omni:stage_time_to_first_output_seconds", "stage")}
@@ -54,7 +54,7 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
     phases = breakdown.get("phase", {})
     if phases:
         out.append(prefix + "turn phases (mean ms): " + "  ".join(
-            f"{p} {phases[p]['mean_ms']:.1f} (n={phases[p]['n']})" for p in PHASES if p in phases))
+            f"{p} {phases[p]['mean_ms']:.1f} (n={phases[p]['n']})" for p in TURN_PHASES if p in phases))
     first, queue = breakdown.get("first_output", {}), breakdown.get("queue", {})
     if first:
         out.append(prefix + "stages, mean queue / first output ms: " + "  ".join(
