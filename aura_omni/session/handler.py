@@ -723,21 +723,17 @@ class RealtimeSession:
     async def _prepare_aura(self, resp: Response) -> None:
         """While the turn's speech is still being transcribed (a commit, then response.create): the prompt as known
         without its words goes to the pipeline's `prepare_aura`, as the pipeline's own ASR path does."""
-        images = [url for p in resp.inputs for url in p.images]
-        spec = self._spec(resp.config, [], images, None, {p.item.id for p in resp.inputs} | {resp.item_id})
-        spec.speak = False  # no TTS template (a cloned voice's prompt) for a prompt prefix
-        req = await self.builder.build(spec, resp.id)
-        vision = await self._clip_input()
-        if vision is not None:
-            req.vision.append(vision)
-        await self.pipeline.prepare_aura(req)
+        await self.pipeline.prepare_aura(await self._turn_request(resp, words=False))
 
-    async def _turn_request(self, resp: Response):
+    async def _turn_request(self, resp: Response, words: bool = True):
+        """The turn's request; `words=False`: without its words (audio, texts) or speech, the same prompt up to them."""
         audio = next((p.audio for p in reversed(resp.inputs) if p.audio is not None and p.transcription is None), None)
         texts = [p.item.text for p in resp.inputs if p.item.text and p.audio is None]
         images = [url for p in resp.inputs for url in p.images]
         exclude = {p.item.id for p in resp.inputs} | {resp.item_id}
-        spec = self._spec(resp.config, texts, images, audio, exclude)
+        spec = self._spec(resp.config, texts if words else [], images, audio if words else None, exclude)
+        if not words:
+            spec.speak = False  # no TTS template (a cloned voice's prompt) for a prompt prefix
         req = await self.builder.build(spec, resp.id)
         vision = await self._clip_input()
         if vision is not None:
