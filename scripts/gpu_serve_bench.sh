@@ -10,8 +10,8 @@
 # turns: configs/aura_omni.yaml, the first request after /health said ready, then chat voice turns
 #        (3 s of speech + 2 frames, 40 AURA tokens, 40 codec frames) at c = 1 8
 # live:  configs/aura_omni_duplex_8.yaml (8 sessions): the silent decision (commit -> response.listen), the same turns
-#        pushed to talk over /v1/realtime at c = 1 8 (speech appended as spoken: each turn takes its 3 s first), and
-#        over chat with the same CustomVoice voice at c = 1
+#        pushed to talk over /v1/realtime at c = 1 8 (speech appended as spoken: each turn takes its 3 s first), with
+#        the first replies' text printed
 # ray:   configs/qwen3_tts.yaml served through Ray actors (--distributed-executor-backend ray), 1 then 2 Talker
 #        replicas (each with its Code2Wav) on the one GPU, /v1/audio/speech at c = 64 (issue 17). Needs the trimmed
 #        Ray tarball in .whl (scripts/build_ray_trimmed.sh).
@@ -66,6 +66,9 @@ sys.exit(1)
 EOF
 }
 stop() { kill "$SERVER"; wait "$SERVER" 2>/dev/null; }
+replies() {  # replies RESULT.json: the first two replies' text (--save-detailed), to see what AURA said
+  python3 -c "import json, sys; [print('reply:', repr(q['text'][:120])) for q in json.load(open(sys.argv[1]))['runs'][0]['requests'][:2]]" "$1"
+}
 bench() {  # bench NAME ARGS...
   local name=$1; shift
   timeout 300 python3 -m aura_omni.cli bench serve --base-url "$URL" --disable-tqdm --save-result \
@@ -73,8 +76,12 @@ bench() {  # bench NAME ARGS...
   echo "=== $name: rc=$?"; cat "$OUT/$name.md"
 }
 TURN="--input-audio-seconds 3 --num-frames 2 --frame-size 640x480 --max-tokens 40 --ignore-eos"
-# random weights never end a transcript: ASR stops at 12 tokens, about what 3 s of speech transcribes to
-ASR12='"sampling_params_list": [{"max_tokens": 12}]'
+# random weights never end a transcript: ASR stops at 12 tokens, about what 3 s of speech transcribes to. Their
+# replies are runs of letters with no word boundary, which streamed text cannot hand the Talker before the reply ends
+# (text_stream.py StableTokens): a bias on ten common words (" the", " a", " is", ...) makes AURA's reply words, as a
+# real reply is.
+WORDS='{"logit_bias": {"279": 40, "264": 40, "374": 40, "432": 40, "498": 40, "311": 40, "323": 40, "315": 40, "429": 40, "358": 40}}'
+ASR12="\"sampling_params_list\": [{\"max_tokens\": 12}, $WORDS]"
 
 
 for s in ${*:-tts turns live}; do
@@ -93,13 +100,11 @@ for s in ${*:-tts turns live}; do
            stop ;;
     live) serve configs/aura_omni_duplex_8.yaml aura || continue  # 8 sessions, CustomVoice, 1-frame first window
           bench live_silent --backend realtime --model aura ${TURN% --ignore-eos} --num-warmups 1 --max-concurrency 1 \
-            --num-prompts 16 \
+            --num-prompts 8 \
             --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}]}'
           bench live_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
-            --max-concurrency 1 8 --num-prompts 24 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
-          bench live_chat_vivian --backend chat --model aura --voice Vivian $TURN --num-warmups 2 \
-            --max-concurrency 1 --num-prompts 16 \
-            --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}"
+            --max-concurrency 1 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
+          replies "$OUT/live_realtime.json"
           stop ;;
     live_off) export AURA_OMNI_PREFIX_PREFILL=0  # the A/B of live: no prompt prefilled while ASR runs
               serve configs/aura_omni_duplex_8.yaml aura || { unset AURA_OMNI_PREFIX_PREFILL; continue; }

@@ -23,6 +23,7 @@ from aura_omni.media.audio import AudioDecodeError, resample
 from aura_omni.models.loader import resolve_checkpoint
 from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos, preset_config_path
 from aura_omni.models.qwen3_asr_encoder import TOKENS_PER_CHUNK, num_audio_tokens
+from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
 from aura_omni.stages.engine_config import engine_config
 from aura_omni.stages.loop import StageLoop, StageOutput
 
@@ -90,7 +91,7 @@ class AsrService:
         dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
         net = Qwen3ASR.from_pretrained(model, dtype=dtype, device=device, load_format=load_format)
         if load_format == "dummy":
-            tok_dir = tokenizer or _dummy_tokenizer_dir()
+            tok_dir = tokenizer or dummy_tokenizer_dir("asr")
             return cls(net, load_asr_tokenizer(tok_dir), **kw)
         ckpt = resolve_checkpoint(model)
         return cls(net, load_asr_tokenizer(tokenizer or ckpt), eos_token_ids=load_generation_eos(ckpt), **kw)
@@ -284,13 +285,3 @@ def load_asr_stage(stage, device: str, dtype: torch.dtype, load_format: str) -> 
                                       max_new_tokens=max_tokens, engine_config=engine_config(stage))
 
 
-def _dummy_tokenizer_dir() -> Path:
-    """A tokenizer for dummy weights: the real Qwen vocabulary with the ASR added tokens, written once."""
-    import tempfile
-
-    from aura_omni.models.qwen_vocab import write_asr_tokenizer
-
-    out = Path(tempfile.gettempdir()) / "aura_omni_asr_tokenizer"
-    if not (out / "tokenizer_config.json").exists():
-        write_asr_tokenizer(out)
-    return out

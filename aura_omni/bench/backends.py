@@ -73,6 +73,7 @@ class RequestResult:
     audio_seconds: float = 0.0
     underruns: int = 0
     silent: bool = False  # the model chose not to speak (a voice turn's `<|silent|>`)
+    text: str = ""  # chat / realtime: the reply's text as streamed (--save-detailed keeps it)
 
     @property
     def rtf(self) -> float | None:
@@ -92,6 +93,7 @@ class Reply:
     def text(self, delta: str) -> None:
         if delta and self.result.first_text is None:
             self.result.first_text = time.perf_counter() - self.result.start
+        self.result.text += delta
 
     def audio(self, seconds: float) -> None:
         if seconds <= 0:

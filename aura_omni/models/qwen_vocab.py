@@ -8,7 +8,9 @@ only when a vocabulary is written; without it `qwen_vocab_dir` says which packag
 
 import importlib.util
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 # Ids 151643..151668 are shared by every Qwen2/Qwen3 tokenizer.
@@ -101,3 +103,21 @@ def write_asr_tokenizer(out: Path) -> None:
             entry["special"] = False
     cfg["additional_special_tokens"] = [t for t in cfg["additional_special_tokens"] if t not in ASR_NON_SPECIAL]
     path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
+
+
+def dummy_tokenizer_dir(family: str) -> Path:
+    """The tokenizer of a `--load-format dummy` model (`aura`, `tts` or `asr`): the real Qwen vocabulary with the
+    family's added tokens at their real ids, written once per machine. Without AURA's own tokens <|silent|> would
+    decode to nothing and the silent gate could never close."""
+    writers = {"aura": lambda d: write_qwen_tokenizer(d, AURA_EXTRA_TOKENS),
+               "tts": lambda d: write_qwen_tokenizer(d, TTS_EXTRA_TOKENS),
+               "asr": write_asr_tokenizer}
+    out = Path(tempfile.gettempdir()) / f"aura_omni_{family}_tokenizer"
+    if not (out / "tokenizer_config.json").exists():
+        staging = Path(tempfile.mkdtemp(prefix=out.name + "."))
+        writers[family](staging)
+        try:  # atomic: processes starting together (Ray actors) never read a half-written directory
+            os.rename(staging, out)
+        except OSError:  # another process got there first
+            shutil.rmtree(staging, ignore_errors=True)
+    return out

@@ -3,12 +3,8 @@
 from pathlib import Path
 
 
-def load_tokenizer(ckpt: str | Path | None):
-    """The checkpoint's tokenizer; with no checkpoint (`--load-format dummy`), the real Qwen vocabulary."""
+def load_tokenizer(ckpt: str | Path):
+    """The tokenizer in a checkpoint directory (for dummy weights: qwen_vocab.dummy_tokenizer_dir)."""
     from transformers import AutoTokenizer
 
-    if ckpt is None:
-        from aura_omni.models.qwen_vocab import qwen_vocab_dir
-
-        ckpt = qwen_vocab_dir()
     return AutoTokenizer.from_pretrained(str(ckpt))

@@ -57,9 +57,11 @@ class AuraPipelineStage:
     @classmethod
     def load(cls, stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> "AuraPipelineStage":
         from aura_omni.models.loader import resolve_checkpoint
+        from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
 
         model = Qwen3VLForCausalLM.from_pretrained(stage.model, dtype=dtype, device=device, load_format=load_format)
-        tokenizer = load_tokenizer(resolve_checkpoint(stage.model) if load_format != "dummy" else None)
+        tokenizer = load_tokenizer(resolve_checkpoint(stage.model) if load_format != "dummy"
+                                   else dummy_tokenizer_dir("aura"))
         engine = LLMEngine(model, engine_config(stage), eos_token_ids=list(AURA_STOP_TOKEN_IDS),
                            detokenize=lambda ids: tokenizer.decode(ids, skip_special_tokens=False), name="aura")
         return cls(model, tokenizer, engine, stage)

@@ -21,6 +21,7 @@ import torch
 from aura_omni.models.loader import (PRESETS_DIR, CheckpointError, dummy_config_dir, init_dummy, iter_tensors, load_into,
                                     resolve_checkpoint)
 from aura_omni.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
+from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import PromptTooLongError
 from aura_omni.models.qwen3_tts.generate import TalkerInput
@@ -143,7 +144,7 @@ class Qwen3TTS:
         else:
             load_into(talker, iter_tensors(ckpt, "talker."), where=f"{ckpt} talker")
         talker = talker.to(device=device, dtype=dtype).eval()
-        tokenizer = _load_tokenizer(ckpt) if (ckpt / "vocab.json").exists() else _fallback_tokenizer()
+        tokenizer = _load_tokenizer(ckpt if (ckpt / "vocab.json").exists() else dummy_tokenizer_dir("tts"))
         codec_dir = ckpt / "speech_tokenizer"
         if dummy and not (codec_dir / "config.json").exists():  # presets ship the codec config separately
             codec_dir = PRESETS_DIR / "Qwen__Qwen3-TTS-Tokenizer-12Hz"
@@ -463,17 +464,6 @@ def code2wav_device(code2wav) -> torch.device:
 
 
 # ---------------------------------------------------------------------- codec / speaker encoder glue
-def _fallback_tokenizer():
-    """The real Qwen vocabulary for dummy presets (no tokenizer files shipped with the preset)."""
-    import tempfile
-
-    from aura_omni.models.qwen_vocab import TTS_EXTRA_TOKENS, write_qwen_tokenizer
-
-    tmp = Path(tempfile.mkdtemp(prefix="aura_omni_tts_tok_"))
-    write_qwen_tokenizer(tmp, TTS_EXTRA_TOKENS)
-    return _load_tokenizer(tmp)
-
-
 def _load_code2wav(codec_dir: Path, device, dummy: bool):
     from aura_omni.models.qwen3_tts.code2wav import Code2Wav
     from aura_omni.models.qwen3_tts.codec_config import CodecConfig

