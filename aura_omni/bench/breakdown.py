@@ -1,6 +1,7 @@
 """Where a run's time went on the server, from an aura-omni server's `/metrics` read before and after the run: the
-mean of each turn phase (`aura_omni:turn_phase_seconds`) and, per stage, the mean wait in front of its engine and
-time to its first output (`aura_omni:stage_queue_time_seconds`, `aura_omni:stage_time_to_first_output_seconds`).
+mean of each turn phase (`aura_omni:turn_phase_seconds`) and, per stage, the mean wait in front of its engine, the
+Talker's wait for its text and time to its first output (`aura_omni:stage_queue_time_seconds`,
+`aura_omni:stage_input_wait_seconds`, `aura_omni:stage_time_to_first_output_seconds`).
 A server without these metrics (vLLM-Omni, or one without the API key's access) gives none, never an error."""
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import httpx
 from ..pipeline.turn import TURN_PHASES
 _HISTOGRAMS = {"phase": ("aura_omni:turn_phase_seconds", "phase"),
                "queue": ("aura_omni:stage_queue_time_seconds", "stage"),
+               "input_wait": ("aura_omni:stage_input_wait_seconds", "stage"),
                "first_output": ("aura_omni:stage_time_to_first_output_seconds", "stage")}
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """kind (phase, queue, first_output) -> label -> (sum seconds, count) from Prometheus text."""
+    """kind (phase, queue, input_wait, first_output) -> label -> (sum seconds, count) from Prometheus text."""
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for kind, (metric, label) in _HISTOGRAMS.items():
         got: dict[str, list[float]] = {}
@@ -55,9 +57,10 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
     if phases:
         out.append(prefix + "turn phases (mean ms): " + "  ".join(
             f"{p} {phases[p]['mean_ms']:.1f} (n={phases[p]['n']})" for p in TURN_PHASES if p in phases))
-    first, queue = breakdown.get("first_output", {}), breakdown.get("queue", {})
+    first, queue, wait = (breakdown.get(k, {}) for k in ("first_output", "queue", "input_wait"))
     if first:
         out.append(prefix + "stages, mean queue / first output ms: " + "  ".join(
-            f"{s} {queue.get(s, {}).get('mean_ms', 0.0):.1f} / {first[s]['mean_ms']:.1f} (n={first[s]['n']})"
+            f"{s} {queue.get(s, {}).get('mean_ms', 0.0):.1f} / {first[s]['mean_ms']:.1f}"
+            + (f" (waited {wait[s]['mean_ms']:.1f} for input)" if s in wait else "") + f" (n={first[s]['n']})"
             for s in sorted(first)))
     return out

@@ -97,6 +97,8 @@ class StageCollector(Collector):
 STAGE_LATENCIES = {  # stages/latency.py histogram -> metric labelled `stage`
     "queue": ("aura_omni:stage_queue_time_seconds", "Time a request waited in front of the stage's engine "
               "(submitted -> taken in between two steps)."),
+    "input_wait": ("aura_omni:stage_input_wait_seconds", "Time a request waited for input it needs to start, after "
+                   "the stage took it (the Talker's first streamed text, 0 for a whole text)."),
     "first_output": ("aura_omni:stage_time_to_first_output_seconds", "Time from a request's submission to the stage "
                      "to its first output (AURA's first token, the Talker's first codec frame, a Code2Wav chunk)."),
 }

@@ -327,7 +327,9 @@ class StageLoop:
         return STALLED_S * (1 if self.device.type == "cuda" else CPU_STALL_FACTOR)
 
     def latencies(self) -> dict[str, LatencySnapshot]:
-        return {name: h.snapshot() for name, h in self.latency.items()}
+        """The loop's latencies, and any its engine keeps (the Talker's `input_wait`)."""
+        own = getattr(self.engine, "latency", {})
+        return {name: h.snapshot() for name, h in (self.latency | own).items()}
 
     def thread_stack(self) -> str:
         """The Python stack of the loop's thread now (what a stalled step is blocked in)."""

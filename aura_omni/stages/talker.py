@@ -7,6 +7,7 @@ frames) it waits outside the engine.
 """
 
 import secrets
+import time
 from typing import Any, Callable
 
 import torch
@@ -20,6 +21,7 @@ from aura_omni.layers import kernel_switches
 from aura_omni.models.qwen3_tts.generate import FrameDecoder, TalkerInput, TalkerRequestState
 from aura_omni.models.qwen3_tts.sampling import seed_key
 from aura_omni.models.qwen3_tts.talker import Talker
+from aura_omni.stages.latency import LatencyHistogram
 from aura_omni.stages.llm import LLMStageEngine
 
 
@@ -67,23 +69,27 @@ class TalkerStageEngine(LLMStageEngine):
     def __init__(self, talker: TalkerEngine, build: Callable[[Any], TalkerInput | None], text_eos_id: int | None):
         super().__init__(talker.engine, on_add=TalkerEngine._start, after_step=talker.adapter.decoder.release_finished)
         self.build, self.talker, self.text_eos_id = build, talker.adapter.model, text_eos_id
-        self.parked: dict[str, Any] = {}  # request id -> stage request whose prompt needs more text
+        self.parked: dict[str, tuple[Any, float]] = {}  # request id -> (stage request whose prompt needs more text,
+        #                                                  when it was parked)
+        # how long each request waited for the text its prompt needs (0 for a whole text): the stage loop serves it
+        # as the stage's `input_wait` latency, apart from the Talker's own time to its first frame
+        self.latency = {"input_wait": LatencyHistogram()}
 
-    def add(self, request_id: str, request: Any) -> None:
+    def add(self, request_id: str, request: Any, parked_at: float | None = None) -> None:
         if request_id in self.engine.requests or request_id in self.parked:
             raise ValueError(f"request id {request_id!r} is already running")
         inp = self.build(request)
         if inp is None:
-            self.parked[request_id] = request
+            self.parked[request_id] = (request, parked_at or time.perf_counter())
             return
+        self.latency["input_wait"].observe(0.0 if parked_at is None else time.perf_counter() - parked_at)
         seq = self.engine.add_request(request_id, *TalkerEngine._request(inp))
         TalkerEngine._start(seq, inp)
         self._take_text(seq)  # what arrived between building the prompt and now
 
     def feed(self, request_id: str, item: Any = None) -> None:
         if request_id in self.parked:
-            request = self.parked.pop(request_id)
-            self.add(request_id, request)
+            self.add(request_id, *self.parked.pop(request_id))
             return
         seq = self.engine.requests.get(request_id)
         if seq is not None:

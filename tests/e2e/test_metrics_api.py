@@ -68,6 +68,7 @@ def test_metrics_move_after_a_speech_request_and_a_chat_turn(omni_server, ref_au
         assert stage_moved("aura_omni:stage_queue_time_seconds_count", stage) >= (stage != "asr")  # text in: no ASR
     assert stage_moved("aura_omni:stage_time_to_first_output_seconds_count", "aura") == 2  # both chat turns
     assert stage_moved("aura_omni:stage_time_to_first_output_seconds_count", "talker") == 2  # speech, spoken turn
+    assert stage_moved("aura_omni:stage_input_wait_seconds_count", "talker") == 2  # the Talker's wait for its text
     assert stage_moved("aura_omni:stage_time_to_first_output_seconds_sum", "code2wav") > 0
     stages = {dict(labels)["stage"] for name, labels in after if name == "aura_omni:num_requests_running"}
     assert stages == {"asr", "aura", "talker", "code2wav"}  # every stage loop reports

@@ -28,5 +28,9 @@ def test_stage_waits_per_replica_and_a_server_without_the_metrics():
     got = breakdown.means(None, breakdown.parse(BEFORE))
     assert got["queue"]["talker/0"] == {"n": 5, "mean_ms": 100.0}
     assert breakdown.lines(got)[1] == "stages, mean queue / first output ms: talker/0 100.0 / 200.0 (n=5)"
+    waited = BEFORE + 'aura_omni:stage_input_wait_seconds_sum{stage="talker/0"} 0.25\n' \
+                      'aura_omni:stage_input_wait_seconds_count{stage="talker/0"} 5.0\n'
+    assert breakdown.lines(breakdown.means(None, breakdown.parse(waited)))[1] == (
+        "stages, mean queue / first output ms: talker/0 100.0 / 200.0 (waited 50.0 for input) (n=5)")
     assert breakdown.means(None, breakdown.parse("vllm:num_requests_running 3.0\n")) == {}
     assert breakdown.means(None, None) == {} and breakdown.lines({}) == []

@@ -93,6 +93,7 @@ def test_text_fed_in_pieces_gives_the_frames_of_the_whole_text(cv, base, voice):
     whole = tts.generate_codes([TTSRequest(**{**req.__dict__, "text": TEXT})])[0]
     ids = body_ids(tts, TEXT)
     pieces = [ids[:2], ids[2:5], ids[5:6], ids[6:9], ids[9:]]
+    waited = tts.talker_loop.latencies()["input_wait"]
     stream = Stream(tts, req, first=pieces[0])  # known before the request reaches the loop
     stream.wait_until_waiting()
     # ICL's prompt needs the text under its 13 reference frames: parked until then
@@ -108,6 +109,9 @@ def test_text_fed_in_pieces_gives_the_frames_of_the_whole_text(cv, base, voice):
     stream.put(pieces[4], end=True)
     got = stream.result()
     assert whole.shape[0] == 39 and torch.equal(got, whole)
+    now = tts.talker_loop.latencies()["input_wait"]  # how long the request waited for the text its prompt needs
+    assert now.count == waited.count + 1
+    assert (now.total - waited.total >= 0.1) == (voice == "icl")  # parked through the 0.1 s sleep above
 
 
 def test_text_given_whole_through_the_feed_equals_the_text(cv):
