@@ -105,6 +105,8 @@ class BlockManager:
     def grow(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Blocks for `num_new_tokens` more tokens of a running sequence; False (nothing changed) if none left."""
         need = self.blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table)
+        if need <= 0:  # most decode steps: the last block has room
+            return True
         if need > self.num_free:
             return False
         seq.block_table.extend(self._take_free() for _ in range(need))

@@ -57,6 +57,10 @@ class Sequence:
         self.output_extras: list[Any] = []  # per output token, from the model adapter (Talker: the 16 codes)
         self.eos_token_ids = list(eos_token_ids)
         self.max_model_len = max_model_len
+        # output tokens allowed: max_tokens, also bounded by max_model_len (read for every row at every step)
+        limits = [x for x in (params.max_tokens, None if max_model_len is None else max_model_len - self.prompt_len)
+                  if x is not None]
+        self.max_tokens: int | None = min(limits) if limits else None
         self.status = SequenceStatus.WAITING
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
@@ -105,13 +109,6 @@ class Sequence:
         if end > self.prompt_len:
             ids = ids + self.output_token_ids[max(0, start - self.prompt_len):end - self.prompt_len]
         return ids
-
-    @property
-    def max_tokens(self) -> int | None:
-        """Output tokens allowed: max_tokens, also bounded by max_model_len."""
-        limits = [x for x in (self.params.max_tokens,
-                              None if self.max_model_len is None else self.max_model_len - self.prompt_len) if x is not None]
-        return min(limits) if limits else None
 
     def __repr__(self) -> str:
         return (f"Sequence({self.request_id!r}, {self.status.value}, tokens={self.num_tokens}, "
