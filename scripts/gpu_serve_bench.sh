@@ -10,8 +10,8 @@
 # turns: configs/aura_omni.yaml, the first request after /health said ready, then chat voice turns
 #        (3 s of speech + 2 frames, 40 AURA tokens, 40 codec frames) at c = 1 8
 # live:  configs/aura_omni_duplex_8.yaml (8 sessions): the silent decision (commit -> response.listen), the same turns
-#        pushed to talk over /v1/realtime at c = 1 8 (speech appended as spoken: each turn takes its 3 s first), with
-#        the first replies' text printed
+#        over chat at c = 1 (4 turns), then pushed to talk over /v1/realtime at c = 1 8 (speech appended as spoken:
+#        each turn takes its 3 s first); each run prints its first replies' text
 # ray:   configs/qwen3_tts.yaml served through Ray actors (--distributed-executor-backend ray), 1 then 2 Talker
 #        replicas (each with its Code2Wav) on the one GPU, /v1/audio/speech at c = 64 (issue 17). Needs the trimmed
 #        Ray tarball in .whl (scripts/build_ray_trimmed.sh).
@@ -101,7 +101,11 @@ for s in ${*:-tts turns live}; do
     live) serve configs/aura_omni_duplex_8.yaml aura || continue  # 8 sessions, CustomVoice, 1-frame first window
           bench live_silent --backend realtime --model aura ${TURN% --ignore-eos} --num-warmups 1 --max-concurrency 1 \
             --num-prompts 8 \
-            --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}]}'
+            --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}], "tts_max_new_tokens": 41}' --save-detailed
+          replies "$OUT/live_silent.json"
+          bench live_chat --backend chat --model aura --voice Vivian $TURN --num-warmups 1 --max-concurrency 1 \
+            --num-prompts 4 --extra-body "{$ASR12, \"additional_information\": {\"tts_max_new_tokens\": 41}}" --save-detailed
+          replies "$OUT/live_chat.json"
           bench live_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
             --max-concurrency 1 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
           replies "$OUT/live_realtime.json"
@@ -111,7 +115,7 @@ for s in ${*:-tts turns live}; do
               unset AURA_OMNI_PREFIX_PREFILL
               bench live_off_silent --backend realtime --model aura ${TURN% --ignore-eos} --num-warmups 1 \
                 --max-concurrency 1 --num-prompts 8 \
-                --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}]}'
+                --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}], "tts_max_new_tokens": 41}' --save-detailed
               bench live_off_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
                 --max-concurrency 8 --num-prompts 24 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
               stop ;;
