@@ -135,6 +135,48 @@ def test_aura_greedy_tokens_match_cpu(tiny):
     assert outs["cuda"] == outs["cpu"]
 
 
+def test_a_camera_turn_after_its_prefix_prefill_matches_cpu(tiny):
+    """A realtime turn's shape on AURA: the prompt through a video window prefilled first (a one-token request whose
+    blocks stay cached), then the turn (words after the window) served from that prefix. Its greedy tokens match the
+    CPU's, and a logit_bias still decides every token."""
+    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.llm_engine import LLMEngine
+    from aura_omni.engine.prompts import vl_request
+    from aura_omni.engine.sampling_params import SamplingParams
+    from aura_omni.media.vision_preprocess import preprocess_video
+    from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
+
+    rng = np.random.RandomState(2)
+    vision = [preprocess_video(rng.randint(0, 256, (2, 96, 128, 3), dtype=np.uint8), video_fps=2.0)]
+    prefix = ([151644, 8948, 198, 2610, 525, 264, 10950, 151645, 198, 151644, 872, 198]
+              + [27, 15, 13, 15, 6486, 29, 151652] + [151656] * vision[0].tokens_per_group + [151653])
+    turn = prefix + [9707, 11, 1128, 653, 498, 1490, 30, 151645, 198, 151644, 77091, 198]
+    greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    biased = SamplingParams(temperature=0.5, max_tokens=12, ignore_eos=True, seed=1, logit_bias={279: 100.0})
+    outs = {}
+    for device in ("cpu", "cuda"):
+        model = Qwen3VLForCausalLM.from_pretrained(tiny["aura"], device=device)
+        engine = LLMEngine(model, EngineConfig(max_model_len=512, enable_prefix_caching=True,
+                                               prefill_graphs=device == "cuda",  # the turn replays one on the GPU
+                                               kv_cache_bytes=64 << 20, gpu_memory_utilization=0.05))
+
+        def run(ids, params, rid):
+            with torch.inference_mode():
+                req = vl_request(model.build_prompt(ids, vision), vision)
+            engine.add_request(rid, req[0], params, req[1])
+            tokens = []
+            while engine.has_unfinished():
+                for o in engine.step():
+                    tokens += o.new_token_ids
+            return tokens
+
+        run(prefix, SamplingParams(temperature=0, max_tokens=1), "prefix")
+        outs[device] = run(turn, greedy, "turn")
+        assert engine.stats()["prefix_cache_hit_rate"] > 0  # the turn was served from the prefix
+        assert set(run(turn, biased, "biased")) == {279}
+    assert outs["cuda"] == outs["cpu"]
+
+
 def test_vision_graphs_replay_equals_the_eager_encoder(tiny):
     from aura_omni.media.vision_preprocess import preprocess_image, preprocess_video
     from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
