@@ -3,8 +3,8 @@
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
 #   bash scripts/gpu_serve_bench.sh [tts tts_fp16 turns live live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
-# as two calls. A call returns at most 8 files, so the later sections' files may not come back (their tables are
-# printed).
+# as two calls, each inside `timeout` a little under the call's limit. Every table is printed and appended to
+# $OUT/summary.md as its run ends, so a call cut short still brings back what it measured.
 # tts:   configs/qwen3_tts.yaml, /v1/audio/speech streamed pcm, 10 s of audio per request, an x-vector voice,
 #        c = 1 8 32 64
 # turns: configs/aura_omni.yaml, the first request after /health said ready, then chat voice turns
@@ -32,7 +32,8 @@
 # (aura_omni/bench/breakdown.py).
 set -uo pipefail
 OUT=${OUT:-/tmp/aura_gpu_out}
-mkdir -p "$OUT"
+LOGS=/tmp/aura_gpu_logs  # server logs, each run's table and stderr: a call brings back at most 8 files, so $OUT gets
+mkdir -p "$OUT" "$LOGS"  # only the result JSONs, plots, summary.md (every table) and serve_tails.txt
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 wheels=$(ls .whl/*.whl | grep -v -e '/av-')
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels || exit 1
@@ -43,9 +44,10 @@ python3 -c "from aura_omni.bench.inputs import speech_like, wav_bytes; open('/tm
 serve() {  # serve DEPLOY NAME: start a server, wait for /health, register the `bench` voice
   local t0=$SECONDS
   python3 -m aura_omni.cli serve --deploy-config "$1" --load-format dummy --served-model-name "$2" --port 8091 \
-    ${SERVE_ARGS:-} > "$OUT/serve_$2.log" 2>&1 &
+    ${SERVE_ARGS:-} > "$LOGS/serve_$2.log" 2>&1 &
+  SERVER_LOG="$LOGS/serve_$2.log"
   SERVER=$!
-  wait_ready || { tail -n 30 "$OUT/serve_$2.log"; return 1; }
+  wait_ready || { tail -n 30 "$SERVER_LOG" | tee -a "$OUT/serve_tails.txt"; return 1; }
   echo "=== $2 ready after $((SECONDS - t0)) s"
   python3 -c "import httpx, sys; r = httpx.post('$URL/v1/audio/voices', data={'name': 'bench'}, files={'audio_sample': open('/tmp/ref.wav', 'rb')}, timeout=60); print('voice', r.status_code)"
 }
@@ -68,19 +70,25 @@ for _ in range(1200):
 sys.exit(1)
 EOF
 }
-stop() { kill "$SERVER"; wait "$SERVER" 2>/dev/null; }
+stop() {  # the server down; its log's errors and last lines kept in serve_tails.txt
+  kill "$SERVER"; wait "$SERVER" 2>/dev/null
+  { echo "=== $SERVER_LOG"; grep -i -m 20 -e error -e traceback "$SERVER_LOG"; tail -n 15 "$SERVER_LOG"; } \
+    >> "$OUT/serve_tails.txt"
+}
 replies() {  # replies RESULT.json: the first two replies' text (--save-detailed), to see what AURA said
-  python3 -c "import json, sys; [print('reply:', repr(q['text'][:120])) for q in json.load(open(sys.argv[1]))['runs'][0]['requests'][:2]]" "$1"
+  python3 -c "import json, sys; [print('reply:', repr(q['text'][:120])) for q in json.load(open(sys.argv[1]))['runs'][0]['requests'][:2]]" "$1" \
+    | tee -a "$OUT/summary.md"
 }
 bench() {  # bench NAME ARGS...
   local name=$1; shift
   timeout 300 python3 -m aura_omni.cli bench serve --base-url "$URL" --disable-tqdm --save-result \
-    --result-filename "$OUT/$name.json" "$@" > "$OUT/$name.md" 2>"$OUT/$name.err"
-  echo "=== $name: rc=$?"; cat "$OUT/$name.md"
+    --result-filename "$OUT/$name.json" "$@" > "$LOGS/$name.md" 2>"$LOGS/$name.err"
+  local rc=$?
+  { echo "=== $name: rc=$rc"; cat "$LOGS/$name.md"; [ $rc = 0 ] || tail -n 5 "$LOGS/$name.err"; } | tee -a "$OUT/summary.md"
 }
 TURN="--input-audio-seconds 3 --num-frames 2 --frame-size 640x480 --max-tokens 40 --ignore-eos"
-# random weights never end a transcript: ASR stops at 12 tokens, about what 3 s of speech transcribes to. Their
-# replies are runs of letters with no word boundary, which streamed text cannot hand the Talker before the reply ends
+# random weights never end a transcript: ASR stops at 12 tokens, about what 3 s of speech transcribes to. A random
+# reply may hold no word boundary (a run of letters or CJK), and streamed text gives the Talker nothing before one
 # (text_stream.py StableTokens): a bias on ten common words (" the", " a", " is", ...) makes AURA's reply words, as a
 # real reply is.
 WORDS='{"logit_bias": {"279": 40, "264": 40, "374": 40, "432": 40, "498": 40, "311": 40, "323": 40, "315": 40, "429": 40, "358": 40}}'
@@ -131,16 +139,16 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_fp16.yaml', 'w'))"
     profile) serve configs/qwen3_tts.yaml qwen3-tts || continue
              spy=/tmp/site/bin/py-spy  # samples without pausing the server (--nonblocking)
              ( sleep 10
-               $spy record --nonblocking --gil --threads -r 200 -d 15 -f raw -o "$OUT/pyspy_gil.txt" -p $SERVER \
-                 > "$OUT/pyspy_gil.log" 2>&1
-               $spy record --nonblocking --idle --threads -r 100 -d 10 -f raw -o "$OUT/pyspy_all.txt" -p $SERVER \
-                 > "$OUT/pyspy_all.log" 2>&1 ) &
+               $spy record --nonblocking --gil --threads -r 200 -d 15 -f raw -o "$LOGS/pyspy_gil.txt" -p $SERVER \
+                 > "$LOGS/pyspy_gil.log" 2>&1
+               $spy record --nonblocking --idle --threads -r 100 -d 10 -f raw -o "$LOGS/pyspy_all.txt" -p $SERVER \
+                 > "$LOGS/pyspy_all.log" 2>&1 ) &
              SPY=$!
              bench tts_profile --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
                --max-concurrency 64 --num-prompts 1280 --num-warmups 2
              wait $SPY
-             tail -n 3 "$OUT/pyspy_gil.log" "$OUT/pyspy_all.log"
-             python3 scripts/pyspy_top.py "$OUT/pyspy_gil.txt" "$OUT/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"
+             tail -n 3 "$LOGS/pyspy_gil.log" "$LOGS/pyspy_all.log"
+             python3 scripts/pyspy_top.py "$LOGS/pyspy_gil.txt" "$LOGS/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"
              stop ;;
     ray) mkdir -p /tmp/ray && tar -xJf .whl/ray-trimmed-cp312.tar.xz -C /tmp/ray || continue
          for r in ${RAY_REPLICAS:-1 2}; do
