@@ -332,13 +332,13 @@ class RealtimeSession:
             self._new_frames |= self.frames.push(frame)
         if event.get("video_frames"):
             self._new_frames = True  # a frame-bearing append refreshes what AURA sees, duplicate or not
-        self._prepare_clip()
         if samples.size:
             self._buffer.append(samples)
             self.input_pos += samples.size
             self._buffer_speech = bool(self._buffer_speech) or is_speech
-            if self.vad is not None:
-                await self._run_vad(samples)
+        self._prepare_clip()
+        if samples.size and self.vad is not None:
+            await self._run_vad(samples)
 
     async def _decode_frames(self, frames: Any) -> list[np.ndarray]:
         if frames is None:
@@ -773,8 +773,26 @@ class RealtimeSession:
         finally:  # (cancelled too: a turn waiting on it makes the input itself)
             if not made.done():
                 made.set_result(vision)
-        if vision is not None:
+        if vision is None:
+            return
+        prepare = getattr(self.pipeline, "prepare_aura", None)
+        if prepare is not None and (self.vad.speaking if self.vad is not None else self._buffer_speech):
+            await settle(self._prefill_ahead(prepare, vision))  # encodes the window, then prefills through it
+        else:
             await settle(prefetch_vision(self.runtime.models.get(AURA), [vision]))
+
+    async def _prefill_ahead(self, prepare, vision) -> None:
+        """The user is speaking with this camera window: AURA prefills the prompt through it now, before the commit
+        (the prompt `_turn_request(resp, words=False)` will build, given the session's config, which a response's
+        own overrides may change: then the cache just misses). At the commit AURA then prefills only the turn's
+        words, and 8 sessions committing together no longer queue 8 windows' prefills beside their transcriptions.
+        A window that changes before the commit costs one more prefill (about what its encoding costs)."""
+        session_key.set(self.id)  # the session's AURA replica (Ray) keeps its prefix cache
+        spec = self._spec(self.config, [], [], None)
+        spec.speak = False
+        req = await self.builder.build(spec, new_id("ahead"))
+        req.vision.append(vision)
+        await prepare(req)
 
     async def _make_clip_input(self, clip):
         aura = self.runtime.models.get(AURA)

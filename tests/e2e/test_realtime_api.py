@@ -418,6 +418,33 @@ async def test_a_camera_turns_vision_is_prefilled_while_its_speech_is_transcribe
     assert hits["1"] >= hits["0"] + blocks.block_size
 
 
+async def test_a_window_seen_while_the_user_speaks_is_prefilled_before_the_commit(omni):
+    """Speech appended with a frame: AURA prefills the prompt through the window before any commit. The turn the
+    commit creates then computes less than that prefix: its own prefix prefill and its request find it cached, and
+    compute only the words and the partly filled blocks."""
+    from aura_omni.config import AURA
+
+    blocks = omni.runtime.models[AURA].engine.blocks
+    async with omni.session(instructions="You narrate a kitchen camera, briefly. " * 16, output_modalities=["text"],
+                            extra_body=SPEAK) as s:
+        queried = blocks.prefix_queried_tokens
+        await s.send("input_audio_buffer.append", audio=pcm16(), video_frames=[jpeg((30, 200, 90))])
+        t0 = time.monotonic()
+        while blocks.prefix_queried_tokens == queried or omni.runtime.stage_stats()[AURA]["in_flight"]:
+            assert time.monotonic() - t0 < 30, "AURA did not prefill the window while the user spoke"
+            await asyncio.sleep(0.01)
+        assert not s.responses  # no commit yet
+        prefix = blocks.prefix_queried_tokens - queried  # the prompt through the window
+        queried, hit = blocks.prefix_queried_tokens, blocks.prefix_hit_tokens
+        await s.send("input_audio_buffer.commit", create_response=True)
+        async for event in s:
+            if event.type == "response.done":
+                assert event["response"]["status"] == "completed"
+                break
+    computed = (blocks.prefix_queried_tokens - queried) - (blocks.prefix_hit_tokens - hit)
+    assert prefix > 100 and computed < prefix, (prefix, computed)
+
+
 async def test_realtime_client_example_saves_the_reply(server, tmp_path):
     import subprocess
     import sys

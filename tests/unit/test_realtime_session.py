@@ -552,6 +552,28 @@ class _PrefillingAura(ScriptedAura):
             yield d
 
 
+@pytest.mark.asyncio
+async def test_a_window_seen_while_the_user_speaks_is_prefilled_before_the_commit():
+    """Speech appended with a camera frame: AURA prefills the prompt through that window before any commit (the
+    window, no words), so the commit leaves it only the words. Frames beside audio marked as not speech are only
+    encoded."""
+    log, go = [], asyncio.Event()
+    go.set()
+    rt = FakeRuntime(aura=_PrefillingAura(log, go))
+    rt.models["aura"] = rt.aura
+    s = new_session(rt)
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64()], is_speech=False)
+    await asyncio.wait_for(s._clip[1], 5)
+    assert log == []  # encoded only: nobody is speaking
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64((0, 0, 255))])
+    await _until_logged(log, "prefill ended")
+    assert log[0][1:] == ("", ("video",), 1) and "generate" not in log  # before the commit: the window, no words
+    await s.send("input_audio_buffer.commit", create_response=True)
+    await until(s, "response.done")
+    assert "generate" in log
+    await s.close()
+
+
 async def _until_logged(log: list, entry) -> None:
     for _ in range(500):
         if any(e == entry or (isinstance(e, tuple) and e[0] == entry) for e in log):
