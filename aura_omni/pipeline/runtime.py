@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -262,11 +263,14 @@ def load_stage(deploy: DeployConfig, stage: Stage, device: str, dtype: str | Non
     module, _, attr = STAGE_LOADERS[role].partition(":")
     loader: Callable = getattr(importlib.import_module(module), attr)
     log.info("loading stage %d (%s) from %s on %s", stage.stage_id, role, stage.model, device)
+    t0 = time.perf_counter()
     model = loader(stage, device, stage_dtype(stage, dtype, device), "auto" if fmt == "safetensors" else fmt)
     if role == TALKER and getattr(model, "code2wav_loop", None) is not None:
         from ..stages.engine_config import code2wav_settings  # the Code2Wav stage's fields
 
         model.configure_code2wav(**code2wav_settings(deploy.code2wav_of(stage), deploy.codec_streaming()))
+    # weights, KV cache and graph captures: what a restart costs, stage by stage (the warm start logs the rest)
+    log.info("stage %d (%s) loaded in %.1f s", stage.stage_id, role, time.perf_counter() - t0)
     return model
 
 
