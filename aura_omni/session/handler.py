@@ -727,15 +727,21 @@ class RealtimeSession:
 
     async def _turn_request(self, resp: Response, words: bool = True):
         """The turn's request; `words=False`: without its words (audio, texts) or speech, the same prompt up to them."""
-        audio = next((p.audio for p in reversed(resp.inputs) if p.audio is not None and p.transcription is None), None)
-        texts = [p.item.text for p in resp.inputs if p.item.text and p.audio is None]
-        images = [url for p in resp.inputs for url in p.images]
-        exclude = {p.item.id for p in resp.inputs} | {resp.item_id}
-        spec = self._spec(resp.config, texts if words else [], images, audio if words else None, exclude)
+        return await self._request(resp.config, resp.inputs, resp.id, words, resp.item_id)
+
+    async def _request(self, config: SessionConfig, inputs: list, request_id: str, words: bool,
+                       reply_item_id: str | None = None, vision=None):
+        """A turn's request from its config and inputs (those items leave the history: they are the turn), with the
+        camera window as AURA's vision input (`vision`, else the current window's)."""
+        audio = next((p.audio for p in reversed(inputs) if p.audio is not None and p.transcription is None), None)
+        texts = [p.item.text for p in inputs if p.item.text and p.audio is None]
+        images = [url for p in inputs for url in p.images]
+        exclude = {p.item.id for p in inputs} | ({reply_item_id} if reply_item_id else set())
+        spec = self._spec(config, texts if words else [], images, audio if words else None, exclude)
         if not words:
             spec.speak = False  # no TTS template (a cloned voice's prompt) for a prompt prefix
-        req = await self.builder.build(spec, resp.id)
-        vision = await self._clip_input()
+        req = await self.builder.build(spec, request_id)
+        vision = vision if vision is not None else await self._clip_input()
         if vision is not None:
             req.vision.append(vision)
         return req
@@ -782,17 +788,13 @@ class RealtimeSession:
             await settle(prefetch_vision(self.runtime.models.get(AURA), [vision]))
 
     async def _prefill_ahead(self, prepare, vision) -> None:
-        """The user is speaking with this camera window: AURA prefills the prompt through it now, before the commit
-        (the prompt `_turn_request(resp, words=False)` will build, given the session's config, which a response's
-        own overrides may change: then the cache just misses). At the commit AURA then prefills only the turn's
-        words, and 8 sessions committing together no longer queue 8 windows' prefills beside their transcriptions.
-        A window that changes before the commit costs one more prefill (about what its encoding costs)."""
+        """The user is speaking with this camera window: AURA prefills the prompt through it now, before the commit:
+        the prefix the next response's `_turn_request(resp, words=False)` builds from the pending inputs (unless the
+        response brings overrides of its own: then the cache just misses). At the commit AURA then prefills only the
+        turn's words, and 8 sessions committing together no longer queue 8 windows' prefills beside their
+        transcriptions. A window that changes before the commit costs one more prefill (about its encoding's cost)."""
         session_key.set(self.id)  # the session's AURA replica (Ray) keeps its prefix cache
-        spec = self._spec(self.config, [], [], None)
-        spec.speak = False
-        req = await self.builder.build(spec, new_id("ahead"))
-        req.vision.append(vision)
-        await prepare(req)
+        await prepare(await self._request(self.config, list(self.pending), new_id("ahead"), False, vision=vision))
 
     async def _make_clip_input(self, clip):
         aura = self.runtime.models.get(AURA)
