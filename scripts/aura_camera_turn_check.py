@@ -1,0 +1,78 @@
+"""AURA alone, a camera turn as a realtime session and as a chat request make it: the prompt through the camera input
+prefilled first (the turn's prefix), then the turn with its words, greedy and with a logit_bias. Prints each reply's
+text and ids, so a reply that is one token repeated (id 0, "!", is what NaN logits give) or a bias that does not hold
+shows at once. Session 10 on the H200: realtime turns (a 2-frame video clip) behaved as if their bias did not hold
+and their replies had no word boundary, while chat turns (two images) on the same server did not.
+
+    python3 scripts/aura_camera_turn_check.py [--deploy-config configs/aura_omni_duplex_8.yaml] [--load-format dummy]
+"""
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aura_omni.config import AURA, load_deploy_config  # noqa: E402
+from aura_omni.pipeline.aura_stage import AuraPipelineStage  # noqa: E402
+from aura_omni.pipeline.media_input import load_image_input, vision_configs  # noqa: E402
+from aura_omni.pipeline.processors import asr2aura  # noqa: E402
+from aura_omni.session.frames import FrameWindow  # noqa: E402
+
+WORDS = "What is on the table in front of me?"
+THE = 279  # " the"
+
+
+def camera_inputs(kind: str, checkpoint: str, size: tuple[int, int]) -> list:
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8) for _ in range(2)]
+    if kind == "images":  # a chat request's two camera frames
+        return [load_image_input(f, None, checkpoint) for f in frames]
+    window = FrameWindow(max_frames=2, threshold=1.0)  # a realtime session's camera window
+    for f in frames:
+        window.push(f)
+    return [window.clip().to_vision_input(vision_configs(checkpoint)[1])]
+
+
+async def reply(stage: AuraPipelineStage, prompt, vision, rid: str, sampling: dict) -> tuple[str, list[int]]:
+    text, ids = "", []
+    async for d in stage.generate(prompt, vision, request_id=rid, sampling=sampling):
+        text, ids = text + d.text, ids + list(d.token_ids)
+    return text, ids
+
+
+async def main(args) -> int:
+    deploy = load_deploy_config(args.deploy_config)
+    spec = next(s for s in deploy.stages if deploy.role_of(s) == AURA)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    stage = AuraPipelineStage.load(spec, device, torch.bfloat16 if device == "cuda" else torch.float32,
+                                   args.load_format)
+    checkpoint = getattr(stage.stage, "model", None)
+    bad = 0
+    for kind in ("images", "video"):
+        vision = camera_inputs(kind, checkpoint if Path(str(checkpoint)).is_dir() else None, args.frame_size)
+        items = ["image"] * len(vision) if kind == "images" else ["video"]
+        prefix = await stage.prefill_prefix(asr2aura(None, vision_items=items), vision, request_id=f"{kind}-prefix")
+        prompt = asr2aura(None, text_parts=[WORDS], vision_items=items)
+        text, ids = await reply(stage, prompt, vision, f"{kind}-greedy", {"max_tokens": 16, "temperature": 0.0})
+        biased, bias_ids = await reply(stage, prompt, vision, f"{kind}-biased",
+                                       {"max_tokens": 8, "temperature": 0.5, "logit_bias": {str(THE): 100.0}})
+        one_token = len(set(ids)) == 1
+        bias_holds = set(bias_ids) == {THE}
+        bad += one_token or not bias_holds
+        print(f"{kind}: prefix {prefix} tokens; greedy {text!r} {ids}; biased {biased!r} "
+              f"({'bias holds' if bias_holds else 'BIAS DOES NOT HOLD'}){'; ONE TOKEN REPEATED' if one_token else ''}")
+    stage.close()
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--deploy-config", default="configs/aura_omni_duplex_8.yaml")
+    p.add_argument("--load-format", default="dummy")
+    p.add_argument("--frame-size", type=lambda s: tuple(int(x) for x in s.split("x")), default=(640, 480))
+    sys.exit(asyncio.run(main(p.parse_args())))
