@@ -352,16 +352,20 @@ class RealtimeBackend:
 
     @staticmethod
     async def _read_turn(ws, reply: Reply) -> None:
-        audio_name = None  # servers that send each delta under both names (GA and beta) are counted once
+        # servers that send each delta under both names (GA and beta) are counted once: by the first name seen
+        audio_name = text_name = None
         async for message in ws:
             event = _event(message)
             kind = event.get("type", "")
-            if kind in REALTIME_AUDIO_DELTAS and audio_name in (None, kind):
-                audio_name = kind
-                data = base64.b64decode(event.get("delta") or event.get("audio") or "")
-                reply.audio(pcm16_seconds(data, int(event.get("sample_rate_hz") or OUTPUT_SAMPLE_RATE)))
+            if kind in REALTIME_AUDIO_DELTAS:
+                if audio_name in (None, kind):
+                    audio_name = kind
+                    data = base64.b64decode(event.get("delta") or event.get("audio") or "")
+                    reply.audio(pcm16_seconds(data, int(event.get("sample_rate_hz") or OUTPUT_SAMPLE_RATE)))
             elif kind in REALTIME_TEXT_DELTAS:
-                reply.text(event.get("delta") or "")
+                if text_name in (None, kind):
+                    text_name = kind
+                    reply.text(event.get("delta") or "")
             elif kind == "response.listen":
                 reply.result.silent = True
                 return

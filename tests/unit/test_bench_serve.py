@@ -107,6 +107,7 @@ def test_realtime_turns_are_timed_from_the_commit_with_ga_or_beta_event_names(mo
         assert run["total_audio_s"] == pytest.approx(0.6)  # 3 deltas of 0.1 s per turn, under either name or both
         assert 0 < run["p50_first_text_ms"] < run["p50_ttfa_ms"]
         assert run["p50_rtf"] > 0 and run["audio_throughput"] > 0
+        assert [r["text"] for r in run["requests"]] == ["Hello", "Hello"]  # "both": the text counted once too
     assert len(fake.sessions) == 4  # one session per turn
     first = fake.sessions[0]
     assert first["auth"] == "Bearer sk-1" and first["path"].startswith(f"/v1/realtime?model={model}")
