@@ -56,7 +56,6 @@ class Sequence:
         self.output_token_ids: list[int] = []
         self.output_extras: list[Any] = []  # per output token, from the model adapter (Talker: the 16 codes)
         self.eos_token_ids = list(eos_token_ids)
-        self.max_model_len = max_model_len
         # output tokens allowed: max_tokens, also bounded by max_model_len (read for every row at every step)
         limits = [x for x in (params.max_tokens, None if max_model_len is None else max_model_len - self.prompt_len)
                   if x is not None]
