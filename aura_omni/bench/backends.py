@@ -353,19 +353,18 @@ class RealtimeBackend:
     @staticmethod
     async def _read_turn(ws, reply: Reply) -> None:
         # servers that send each delta under both names (GA and beta) are counted once: by the first name seen
-        audio_name = text_name = None
+        first_name: dict[tuple, str] = {}
         async for message in ws:
             event = _event(message)
             kind = event.get("type", "")
-            if kind in REALTIME_AUDIO_DELTAS:
-                if audio_name in (None, kind):
-                    audio_name = kind
-                    data = base64.b64decode(event.get("delta") or event.get("audio") or "")
-                    reply.audio(pcm16_seconds(data, int(event.get("sample_rate_hz") or OUTPUT_SAMPLE_RATE)))
-            elif kind in REALTIME_TEXT_DELTAS:
-                if text_name in (None, kind):
-                    text_name = kind
-                    reply.text(event.get("delta") or "")
+            names = next((n for n in (REALTIME_AUDIO_DELTAS, REALTIME_TEXT_DELTAS) if kind in n), None)
+            if names is not None and first_name.setdefault(names, kind) != kind:
+                continue
+            if names is REALTIME_AUDIO_DELTAS:
+                data = base64.b64decode(event.get("delta") or event.get("audio") or "")
+                reply.audio(pcm16_seconds(data, int(event.get("sample_rate_hz") or OUTPUT_SAMPLE_RATE)))
+            elif names is REALTIME_TEXT_DELTAS:
+                reply.text(event.get("delta") or "")
             elif kind == "response.listen":
                 reply.result.silent = True
                 return
