@@ -51,10 +51,9 @@ async def main(args) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     stage = AuraPipelineStage.load(spec, device, torch.bfloat16 if device == "cuda" else torch.float32,
                                    args.load_format)
-    checkpoint = getattr(stage.stage, "model", None)
     bad = 0
-    for kind in ("images", "video"):
-        vision = camera_inputs(kind, checkpoint if Path(str(checkpoint)).is_dir() else None, args.frame_size)
+    for kind in ("images", "video"):  # the checkpoint's preprocessing configs, as the server reads them
+        vision = camera_inputs(kind, spec.model, args.frame_size)
         items = ["image"] * len(vision) if kind == "images" else ["video"]
         prefix = await stage.prefill_prefix(asr2aura(None, vision_items=items), vision, request_id=f"{kind}-prefix")
         prompt = asr2aura(None, text_parts=[WORDS], vision_items=items)
