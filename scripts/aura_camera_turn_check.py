@@ -45,9 +45,31 @@ async def reply(stage: AuraPipelineStage, prompt, vision, rid: str, sampling: di
     return text, ids
 
 
+def watch_prefill_graphs() -> None:
+    """Print each replayed prefill graph's finiteness beside the same step run eagerly over the same buffers."""
+    from aura_omni.engine.prefill_graphs import PrefillGraphs
+
+    replay = PrefillGraphs.run
+
+    def run(self, t, slots, cu, seq_lens, *rest):
+        out = replay(self, t, slots, cu, seq_lens, *rest).clone()
+        if t in self.graphs:
+            eager = self._step(t)[:out.shape[0]].float()
+            print(f"  prefill graph {t}: {out.shape[0]} tokens of {len(seq_lens)} sequences; replay finite "
+                  f"{bool(out.isfinite().all())}, eager finite {bool(eager.isfinite().all())}, "
+                  f"max |replay - eager| {float((out.float() - eager).abs().max()):.3g}")
+        return out
+
+    PrefillGraphs.run = run
+
+
 async def main(args) -> int:
+    if args.watch_graphs:
+        watch_prefill_graphs()
     deploy = load_deploy_config(args.deploy_config)
     spec = next(s for s in deploy.stages if deploy.role_of(s) == AURA)
+    for switch in args.off:  # e.g. --off prefill_graphs: which fast path a bad reply needs
+        setattr(spec.kernels, switch, False)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     stage = AuraPipelineStage.load(spec, device, torch.bfloat16 if device == "cuda" else torch.float32,
                                    args.load_format)
@@ -55,6 +77,10 @@ async def main(args) -> int:
     for kind in ("images", "video"):  # the checkpoint's preprocessing configs, as the server reads them
         vision = camera_inputs(kind, spec.model, args.frame_size)
         items = ["image"] * len(vision) if kind == "images" else ["video"]
+        with torch.inference_mode():
+            embeds, deepstack = stage.model.encode_vision(vision)
+        finite = all(bool(torch.isfinite(t).all()) for t in (embeds, *deepstack))
+        print(f"{kind}: vision embeddings {'finite' if finite else 'NOT FINITE'}, max |x| {float(embeds.abs().max()):.3g}")
         prefix = await stage.prefill_prefix(asr2aura(None, vision_items=items), vision, request_id=f"{kind}-prefix")
         prompt = asr2aura(None, text_parts=[WORDS], vision_items=items)
         text, ids = await reply(stage, prompt, vision, f"{kind}-greedy", {"max_tokens": 16, "temperature": 0.0})
@@ -73,5 +99,8 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--deploy-config", default="configs/aura_omni_duplex_8.yaml")
     p.add_argument("--load-format", default="dummy")
+    p.add_argument("--off", nargs="*", default=[], choices=["fast_attention", "gemv", "pdl", "prefill_graphs"],
+                   help="kernel switches to turn off for AURA")
+    p.add_argument("--watch-graphs", action="store_true", help="check each prefill graph replay against eager")
     p.add_argument("--frame-size", type=lambda s: tuple(int(x) for x in s.split("x")), default=(640, 480))
     sys.exit(asyncio.run(main(p.parse_args())))

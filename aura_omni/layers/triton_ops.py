@@ -136,8 +136,11 @@ if AVAILABLE:
             s = tl.dot(q, tl.trans(k))
         s = tl.where(valid, s * scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new[:, None])
+        # a row that has seen no key yet (a key part that starts past its position) keeps max -inf; exp(-inf - -inf)
+        # would be NaN, so it subtracts 0 instead and its weights stay exp(-inf) = 0
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - shift)
+        p = tl.exp(s - shift[:, None])
         if IEEE:
             pv = tl.dot(p.to(q.dtype), v, input_precision="ieee")
         else:

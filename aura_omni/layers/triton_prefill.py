@@ -161,14 +161,14 @@ def ref_paged_prefill(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables,
 
 def self_check(device: torch.device, dtype: torch.dtype, head_dim: int = 64, hq: int = 8, hkv: int = 2) -> float:
     """Max |kernel - reference| relative to the reference's scale, over a ragged batch: a prefix-cached prompt
-    longer than one tile over a context split into parts, a cold one, a decode row, a padded (empty) sequence and
-    padding rows at the end."""
+    longer than one tile over a context split into parts, with a tile across a part boundary (its first rows see no
+    key of the second part), a cold one, a decode row, a padded (empty) sequence and padding rows at the end."""
     gen = torch.Generator(device="cpu").manual_seed(0)
     rnd = lambda *s: torch.randn(*s, generator=gen).to(device, dtype)
     bs, blocks = 16, 64
     kc, vc = rnd(blocks, bs, hkv, head_dim), rnd(blocks, bs, hkv, head_dim)
     tables = torch.randint(0, blocks, (4, 48), generator=gen).to(device=device, dtype=torch.int32)
-    qlens, contexts = [37, 20, 1, 0], [700, 0, 129, 0]
+    qlens, contexts = [37, 20, 1, 0], [240, 0, 129, 0]  # rows 240..271: part 2 starts at 256
     cu = torch.tensor([0, 37, 57, 58, 58], dtype=torch.int32, device=device)
     seq_lens = torch.tensor([c + n for c, n in zip(contexts, qlens)], dtype=torch.int32, device=device)
     q = rnd(64, hq, head_dim)
