@@ -1,8 +1,11 @@
 """Where a run's time went on the server, from an aura-omni server's `/metrics` read before and after the run: the
 mean of each turn phase (`aura_omni:turn_phase_seconds`) and, per stage, the mean wait in front of its engine, the
 Talker's wait for its text and time to its first output (`aura_omni:stage_queue_time_seconds`,
-`aura_omni:stage_input_wait_seconds`, `aura_omni:stage_time_to_first_output_seconds`).
-A server without these metrics (vLLM-Omni, or one without the API key's access) gives none, never an error."""
+`aura_omni:stage_input_wait_seconds`, `aura_omni:stage_time_to_first_output_seconds`); and the server's own first
+audio (mean, and p95 from the histogram's buckets) and underruns per endpoint, as it handed each chunk to the
+transport: beside the client's figures they split a run's latency into the server's part and the network's and
+client's part. A server without these metrics (vLLM-Omni, or one without the API key's access) gives none, never an
+error."""
 
 from __future__ import annotations
 
@@ -14,7 +17,9 @@ from ..pipeline.turn import TURN_PHASES
 _HISTOGRAMS = {"phase": ("aura_omni:turn_phase_seconds", "phase"),
                "queue": ("aura_omni:stage_queue_time_seconds", "stage"),
                "input_wait": ("aura_omni:stage_input_wait_seconds", "stage"),
-               "first_output": ("aura_omni:stage_time_to_first_output_seconds", "stage")}
+               "first_output": ("aura_omni:stage_time_to_first_output_seconds", "stage"),
+               "ttfa": ("aura_omni:audio_ttfp_seconds", "endpoint")}
+_UNDERRUNS = "aura_omni:audio_underruns_total"
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
@@ -25,7 +30,30 @@ def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
         for part, value, number in re.findall(rf'^{metric}_(sum|count)\{{{label}="([^"]+)"\}} (\S+)$', text, re.M):
             got.setdefault(value, [0.0, 0.0])[part == "count"] = float(number)
         out[kind] = {k: (v[0], v[1]) for k, v in got.items()}
+    metric, label = _HISTOGRAMS["ttfa"]
+    buckets: dict[str, dict[float, float]] = {}
+    for value, le, number in re.findall(rf'^{metric}_bucket\{{{label}="([^"]+)",le="([^"]+)"\}} (\S+)$', text, re.M):
+        buckets.setdefault(value, {})[float(le)] = float(number)
+    out["ttfa_buckets"] = buckets
+    out["underruns"] = {v: float(n) for v, n in re.findall(rf'^{_UNDERRUNS}\{{endpoint="([^"]+)"\}} (\S+)$', text, re.M)}
     return out
+
+
+def _quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
+    """Seconds below which a fraction q of the new observations fell, interpolated inside its bucket (as
+    Prometheus' histogram_quantile does); None when there are none."""
+    edges = sorted(after)
+    counts = [after[e] - before.get(e, 0.0) for e in edges]  # cumulative
+    if not counts or counts[-1] <= 0:
+        return None
+    rank, low, below = q * counts[-1], 0.0, 0.0
+    for edge, cum in zip(edges, counts):
+        if cum >= rank:
+            if edge == float("inf"):
+                return low  # past the last finite bucket: its bound is all that is known
+            return low + (edge - low) * (rank - below) / max(cum - below, 1e-12)
+        low, below = edge, cum
+    return None
 
 
 async def scrape(client: httpx.AsyncClient, base_url: str, headers: dict) -> dict | None:
@@ -37,21 +65,32 @@ async def scrape(client: httpx.AsyncClient, base_url: str, headers: dict) -> dic
 
 
 def means(before: dict | None, after: dict | None) -> dict[str, dict[str, dict]]:
-    """kind -> label -> {"n", "mean_ms"} of what happened between two scrapes (labels with nothing new left out)."""
+    """kind -> label -> {"n", "mean_ms"} of what happened between two scrapes (labels with nothing new left out);
+    "ttfa_p95" -> endpoint -> {"ms"}, "underruns" -> endpoint -> {"n"}."""
     if not after:
         return {}
     out: dict[str, dict[str, dict]] = {}
     for kind, labels in after.items():
-        for label, (total, count) in labels.items():
-            t0, c0 = (before or {}).get(kind, {}).get(label, (0.0, 0.0))
-            if count - c0 > 0:
-                out.setdefault(kind, {})[label] = {"n": int(count - c0),
-                                                   "mean_ms": round(1000 * (total - t0) / (count - c0), 2)}
+        prev = (before or {}).get(kind, {})
+        for label, now in labels.items():
+            if kind == "ttfa_buckets":
+                p95 = _quantile(prev.get(label, {}), now, 0.95)
+                if p95 is not None:
+                    out.setdefault("ttfa_p95", {})[label] = {"ms": round(1000 * p95, 1)}
+            elif kind == "underruns":
+                if (n := int(now - prev.get(label, 0.0))) > 0:
+                    out.setdefault(kind, {})[label] = {"n": n}
+            else:
+                (total, count), (t0, c0) = now, prev.get(label, (0.0, 0.0))
+                if count - c0 > 0:
+                    out.setdefault(kind, {})[label] = {"n": int(count - c0),
+                                                       "mean_ms": round(1000 * (total - t0) / (count - c0), 2)}
     return out
 
 
 def lines(breakdown: dict, prefix: str = "") -> list[str]:
-    """The breakdown as two readable lines (none when empty)."""
+    """The breakdown as readable lines: turn phases, stages, the server's first audio per endpoint (none when
+    empty)."""
     out = []
     phases = breakdown.get("phase", {})
     if phases:
@@ -63,4 +102,9 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
             f"{s} {queue.get(s, {}).get('mean_ms', 0.0):.1f} / {first[s]['mean_ms']:.1f}"
             + (f" (waited {wait[s]['mean_ms']:.1f} for input)" if s in wait else "") + f" (n={first[s]['n']})"
             for s in sorted(first)))
+    ttfa, p95, underruns = (breakdown.get(k, {}) for k in ("ttfa", "ttfa_p95", "underruns"))
+    for endpoint in sorted(ttfa):
+        out.append(prefix + f"server {endpoint}: first audio mean {ttfa[endpoint]['mean_ms']:.1f} ms"
+                   + (f", p95 ~{p95[endpoint]['ms']:.0f} ms" if endpoint in p95 else "")
+                   + f" (n={ttfa[endpoint]['n']}); underruns {underruns.get(endpoint, {}).get('n', 0)}")
     return out

@@ -34,3 +34,20 @@ def test_stage_waits_per_replica_and_a_server_without_the_metrics():
         "stages, mean queue / first output ms: talker/0 100.0 / 200.0 (waited 50.0 for input) (n=5)")
     assert breakdown.means(None, breakdown.parse("vllm:num_requests_running 3.0\n")) == {}
     assert breakdown.means(None, None) == {} and breakdown.lines({}) == []
+
+
+def test_the_servers_first_audio_and_underruns_per_endpoint():
+    """Mean, a p95 interpolated in its bucket (histogram_quantile's rule) and underruns, of the new requests only."""
+    def scrape(count, fast, underruns):  # `fast` of `count` requests under 50 ms, the rest in (50, 100] ms
+        return (f'aura_omni:audio_ttfp_seconds_bucket{{endpoint="/v1/audio/speech",le="0.05"}} {fast}\n'
+                f'aura_omni:audio_ttfp_seconds_bucket{{endpoint="/v1/audio/speech",le="0.1"}} {count}\n'
+                f'aura_omni:audio_ttfp_seconds_bucket{{endpoint="/v1/audio/speech",le="+Inf"}} {count}\n'
+                f'aura_omni:audio_ttfp_seconds_sum{{endpoint="/v1/audio/speech"}} {0.05 * count}\n'
+                f'aura_omni:audio_ttfp_seconds_count{{endpoint="/v1/audio/speech"}} {count}\n'
+                f'aura_omni:audio_underruns_total{{endpoint="/v1/audio/speech"}} {underruns}\n')
+    got = breakdown.means(breakdown.parse(scrape(10, 10, 2)), breakdown.parse(scrape(30, 20, 5)))
+    # 20 new requests, 10 of them under 50 ms: p95 is rank 19, 9/10 of the way through (50, 100]
+    assert got["ttfa_p95"] == {"/v1/audio/speech": {"ms": 95.0}}
+    assert got["underruns"] == {"/v1/audio/speech": {"n": 3}}
+    assert breakdown.lines(got) == [
+        "server /v1/audio/speech: first audio mean 50.0 ms, p95 ~95 ms (n=20); underruns 3"]
