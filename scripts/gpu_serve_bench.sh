@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts tts_fp16 turns live live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_fp16 turns live live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls, each inside `timeout` a little under the call's limit. Every table is printed and appended to
 # $OUT/summary.md as its run ends, so a call cut short still brings back what it measured.
@@ -12,6 +12,8 @@
 # live:  configs/aura_omni_duplex_8.yaml (8 sessions): the silent decision (commit -> response.listen), the same turns
 #        over chat at c = 1 (4 turns), then pushed to talk over /v1/realtime at c = 1 8 (speech appended as spoken:
 #        each turn takes its 3 s first); each run prints its first replies' text
+# tts_load: the `tts` server at c = 32 64 (128 requests each, the first c of them arriving together), every request's
+#        timings kept (--save-detailed): whether the p95 is the burst or the steady state, and the server's part of it
 # tts_fp16: the `tts` load at c = 32 64 (128 requests each) with Code2Wav in float16 (1.7x faster than fp32 at large
 #        batches, max error 5.8e-3; session 7): whether Code2Wav's third of the GPU is what keeps c=64 under 400
 #        audio-s/s (session 10)
@@ -102,6 +104,10 @@ for s in ${*:-tts turns live}; do
          bench tts_speech --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
            --max-concurrency 1 8 32 64 --num-prompts 64 --num-warmups 2 --plot "$OUT/tts_speech.svg"
          stop ;;
+    tts_load) serve configs/qwen3_tts.yaml qwen3-tts || continue  # the burst and the steady state, request by request
+              bench tts_load --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
+                --max-concurrency 32 64 --num-prompts 128 --num-warmups 2 --save-detailed
+              stop ;;
     tts_fp16) python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); d['stages'][1]['dtype'] = 'float16'
 yaml.safe_dump(d, open('/tmp/qwen3_tts_fp16.yaml', 'w'))"
               serve /tmp/qwen3_tts_fp16.yaml qwen3-tts-fp16 || continue
