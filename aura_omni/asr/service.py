@@ -25,6 +25,7 @@ from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos, preset_con
 from aura_omni.models.qwen3_asr_encoder import TOKENS_PER_CHUNK, num_audio_tokens
 from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
 from aura_omni.stages.engine_config import engine_config
+from aura_omni.stages.llm import numerical_fault
 from aura_omni.stages.loop import StageLoop, StageOutput
 
 SILENCE_PEAK = 1e-4  # |sample| below this everywhere (about -80 dBFS, 3 LSB of 16-bit): no speech, skip the model
@@ -237,6 +238,10 @@ class AsrStageEngine:
             rid, _, k = out.request_id.rpartition("/")
             run = self._running.get(rid)
             if run is None:
+                continue
+            if (fault := numerical_fault(self.service.engine, out)) is not None:
+                self.abort(rid)  # its other pieces too
+                done.append(StageOutput(rid, fault, True))
                 continue
             run.outputs[int(k)] += out.new_token_ids
             if out.finished:

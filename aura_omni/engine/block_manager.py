@@ -121,6 +121,15 @@ class BlockManager:
         seq.block_table, seq.block_hashes = [], []
         seq.num_computed_tokens = 0
 
+    def forget(self, seq: Sequence) -> None:
+        """Unregister the sequence's blocks from the prefix cache (their K/V may hold a numerical fault): no later
+        prompt reuses them, and they go back as plain free blocks once no running sequence holds them."""
+        for b in seq.block_table:
+            h = self.block_hash[b]
+            if h is not None and self.cached.get(h) == b:
+                del self.cached[h]
+            self.block_hash[b] = self.block_tokens[b] = None
+
     def commit(self, seq: Sequence) -> None:
         """After a step: register the sequence's newly full, computed blocks in the prefix cache (those whose token
         values are all known: a block holding a PENDING output waits for the next commit)."""

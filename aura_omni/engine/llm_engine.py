@@ -26,7 +26,7 @@ from aura_omni.engine.model_runner import LaunchedStep, ModelRunner
 from aura_omni.engine.outputs import RequestOutput
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.scheduler import Scheduler
-from aura_omni.engine.sequence import PENDING, MultimodalPrompt, Sequence
+from aura_omni.engine.sequence import NON_FINITE, PENDING, MultimodalPrompt, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,9 @@ class LLMEngine:
             seq = s.seq
             if seq.is_finished:
                 continue  # aborted, or ended at the step before (async scheduling): a spare row
+            if token == NON_FINITE:
+                outputs.append(self._fail(seq, index))
+                continue
             extra = extras[i] if extras is not None else None
             seq.output_token_ids[index] = token
             seq.output_extras[index] = extra
@@ -140,6 +143,18 @@ class LLMEngine:
                 self.blocks.commit(seq)  # blocks that waited for this token's value
             outputs.append(self._output(seq, [token], [extra] if extras is not None else [], index + 1))
         return outputs
+
+    def _fail(self, seq: Sequence, index: int) -> RequestOutput:
+        """A row whose hidden state was NaN or infinite: the request ends with finish_reason "error" and no new
+        token, and its blocks leave the prefix cache (their K/V may be what went wrong)."""
+        log.error("%s: request %s produced non-finite values at output %d (%d prompt tokens); it is stopped and its "
+                  "blocks dropped from the prefix cache", self.name, seq.request_id, index, seq.prompt_len)
+        del seq.output_token_ids[index:], seq.output_extras[index:]
+        seq.finish_reason, seq.stop_reason = "error", "non-finite"
+        self.blocks.forget(seq)
+        self.scheduler.finish(seq, "error")
+        self.requests.pop(seq.request_id, None)
+        return self._output(seq, [], [], index)
 
     def _check_stop(self, seq: Sequence, token: int, n: int) -> bool:
         """Whether `token`, the sequence's n-th output, ends it (sets its finish and stop reasons)."""

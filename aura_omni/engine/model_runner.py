@@ -29,6 +29,7 @@ from aura_omni.engine.model_api import CausalLMAdapter, ModelAdapter, Piece, Ste
 from aura_omni.engine.prefill_graphs import PrefillGraphs, graph_sizes
 from aura_omni.engine.sampler import Sampler, is_plain_greedy
 from aura_omni.engine.scheduler import ScheduledSeq, SchedulerOutput
+from aura_omni.engine.sequence import NON_FINITE
 from aura_omni.layers import attention_backend, kernel_switches
 from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.layers.device import on_device, upload_async
@@ -73,12 +74,16 @@ def upload(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]
 class LaunchedStep:
     """A step queued on the device, with its sampled ids and extras (one row per sampling sequence). `ahead` (the
     engine queues the next step before reading this one): they start copying to pinned host memory at once and
-    `result` waits for that copy only; otherwise `result` reads them directly."""
+    `result` waits for that copy only; otherwise `result` reads them directly. `finite` [rows] (bool, device): a
+    row whose hidden state was not finite reads as NON_FINITE on the host, while the device keeps its sampled id
+    (a step queued behind this one embeds it, and -2 would fault there)."""
 
     def __init__(self, sampling: list[ScheduledSeq], token_ids: torch.Tensor | None, extras: torch.Tensor | None,
-                 ahead: bool = False):
+                 ahead: bool = False, finite: torch.Tensor | None = None):
         self.sampling = sampling
         self.device_ids = token_ids  # what a step queued behind this one feeds its rows from
+        if finite is not None and token_ids is not None:
+            token_ids = torch.where(finite, token_ids, NON_FINITE)
         self._ids, self._extras, self._copied = token_ids, extras, None
         if ahead and token_ids is not None and token_ids.is_cuda:
             self._ids = token_ids.to("cpu", non_blocking=True)
@@ -372,7 +377,10 @@ class ModelRunner:
             last = hidden[ends]
             seqs = [s.seq for s in sampling]
             token_ids = self._sample(last, seqs)
-        return LaunchedStep(sampling, token_ids, self.adapter.after_sample(seqs, last, token_ids), ahead)
+        # one reduction over the sampled rows: a numerical fault (NaN / inf) fails its request instead of streaming
+        # whatever the argmax of NaN is (token 0, "!", for AURA)
+        return LaunchedStep(sampling, token_ids, self.adapter.after_sample(seqs, last, token_ids), ahead,
+                            finite=torch.isfinite(last).all(-1))
 
     def shutdown(self) -> None:
         self.graphs = self.prefill_graphs = None

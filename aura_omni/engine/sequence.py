@@ -39,6 +39,7 @@ class MultimodalPrompt:
 
 
 PENDING = -1  # an output token queued on the device whose value has not come back yet
+NON_FINITE = -2  # what the host reads for a row whose hidden state was NaN or infinite (a numerical fault)
 
 
 class Sequence:

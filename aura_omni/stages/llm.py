@@ -9,10 +9,19 @@ per-request model state (the Talker's) to the new sequence; `after_step` runs af
 from typing import Any, Callable
 
 from aura_omni.engine.llm_engine import LLMEngine
-from aura_omni.stages.loop import StageOutput
+from aura_omni.engine.outputs import RequestOutput
+from aura_omni.stages.loop import StageError, StageOutput
 
 # (prompt token ids, sampling params, multimodal prompt or None, per-request state for on_add or None)
 Prepared = tuple
+
+
+def numerical_fault(engine: LLMEngine, output: RequestOutput) -> StageError | None:
+    """What a request hears when its engine stopped it for non-finite values (finish_reason "error"), else None."""
+    if output.finish_reason != "error":
+        return None
+    return StageError(f"stage {engine.name}: the model's values for this request were not finite (a numerical "
+                      f"fault, logged); the request was stopped")
 
 
 class LLMStageEngine:
@@ -41,7 +50,7 @@ class LLMStageEngine:
         outputs = self.engine.step()
         if self.after_step is not None:
             self.after_step()
-        return [StageOutput(o.request_id, o, o.finished) for o in outputs]
+        return [StageOutput(o.request_id, numerical_fault(self.engine, o) or o, o.finished) for o in outputs]
 
     def stats(self) -> dict[str, float]:
         return self.engine.stats()
