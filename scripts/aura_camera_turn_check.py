@@ -1,10 +1,12 @@
 """AURA alone, a camera turn as a realtime session and as a chat request make it: the prompt through the camera input
 prefilled first (the turn's prefix), then the turn with its words, greedy and with a logit_bias. Prints each reply's
 text and ids, so a reply that is one token repeated (id 0, "!", is what NaN logits give) or a bias that does not hold
-shows at once. Session 10 on the H200: realtime turns (a 2-frame video clip) behaved as if their bias did not hold
-and their replies had no word boundary, while chat turns (two images) on the same server did not.
+shows at once. Session 11 found that way that realtime turns (a 2-frame video clip) went NaN on the H200 while chat
+turns (two images) did not: `--off` names the fast paths to turn off and `--watch-graphs` compares every prefill-graph
+replay with the same step run eagerly, which narrowed it to the Triton paged-prefill kernel (docs/benchmarks.md).
 
     python3 scripts/aura_camera_turn_check.py [--deploy-config configs/aura_omni_duplex_8.yaml] [--load-format dummy]
+        [--off prefill_graphs fast_attention gemv pdl] [--watch-graphs] [--frame-size 640x480]
 """
 
 import argparse
