@@ -1,8 +1,9 @@
 """Stage faults and client disconnects against a live server (uvicorn in a thread of this process, the tiny four-stage
 deploy with the CustomVoice Talker), so the tests can break a stage loop and watch every stage's state.
 
-Faults come from the stage loop's test-only hook (`StageLoop.inject_fault`): a step that raises fails the requests of
-that step only (503 `stage_failed`); a loop that dies answers its requests 503 at once, `/health` says the stage is
+Faults come from the stage loop's test-only hook (`StageLoop.inject_fault`), or from a NaN written into AURA's
+embeddings: a step that raises fails the requests of that step only (503 `stage_failed`), a request whose values go
+NaN fails alone and leaves nothing in AURA's prefix cache (on, as shipped); a loop that dies answers its requests 503 at once, `/health` says the stage is
 down, and the runtime's supervisor restarts it. Disconnects: a client that goes away at any moment (during its
 upload, while ASR or AURA's prefill runs, mid-stream, a realtime socket mid-reply) gives every stage's state back
 (KV blocks, Talker frame-decoder slots, Code2Wav chunks, the session slot) within 100 ms.
@@ -24,6 +25,7 @@ import httpx
 import numpy as np
 import pytest
 import websockets
+import yaml
 from PIL import Image
 from serving import API_KEY, ThreadServer
 
@@ -38,7 +40,11 @@ SPEAK = {"sampling_params_list": [None, {"logit_bias": {str(AURA_SILENT_TOKEN_ID
 
 @pytest.fixture(scope="module")
 def srv(chat_customvoice_deploy):
-    server = ThreadServer(chat_customvoice_deploy)
+    deploy = yaml.safe_load(chat_customvoice_deploy.read_text())
+    deploy["stages"][1]["enable_prefix_caching"] = True  # AURA as shipped: what a fault must not leave behind
+    path = chat_customvoice_deploy.with_name("deploy_faults.yaml")
+    path.write_text(yaml.safe_dump(deploy, sort_keys=False))
+    server = ThreadServer(path)
     assert httpx.post(server.url + "/v1/chat/completions", headers=AUTH, timeout=60, json=chat_body("warm up")
                       ).status_code == 200  # lazily made state (frame-decoder tables, graphs) exists before baselines
     yield server
@@ -183,6 +189,34 @@ def test_a_step_fault_fails_only_the_requests_in_that_step(srv):
     assert health["status"] == "ok" and health["stages"]["talker"]["restarts"] == 0  # the loop went on
     ok = httpx.post(srv.url + "/v1/audio/speech", headers=AUTH, json=speech_body(stream=False, frames=4), timeout=60)
     assert ok.status_code == 200 and ok.content[:4] == b"RIFF"
+
+
+def test_a_request_whose_values_go_nan_fails_alone_and_leaves_no_poisoned_prefix(srv):
+    """AURA's embedding of one word is NaN while two requests run: the one with that word gets 503 `stage_failed`
+    (not a reply made of the argmax of NaN), the other its answer. With the weights restored, the same prompt
+    succeeds: its poisoned blocks left the prefix cache, else it would reuse their NaN K/V."""
+    import torch
+
+    aura = srv.runtime.pipeline.aura
+    word = "xylophone"
+    text = word + ", then enough words after it to fill a few whole blocks of the prefix cache, and more" * 2
+    token = aura.tokenizer.encode(word)[0]
+    weight = aura.model.embed.weight
+    row = weight[token].clone()
+    with torch.no_grad():
+        weight[token] = float("nan")
+    try:
+        bad = post_later(srv, "/v1/chat/completions", chat_body(text, speak=False))
+        good = post_later(srv, "/v1/chat/completions", chat_body("hello", speak=False))
+        bad, good = bad.result(), good.result()
+    finally:
+        with torch.no_grad():
+            weight[token] = row
+    assert bad.status_code == 503 and bad.json()["error"]["code"] == "stage_failed"
+    assert good.status_code == 200 and good.json()["usage"]["completion_tokens"] == 12
+    again = httpx.post(srv.url + "/v1/chat/completions", headers=AUTH, json=chat_body(text, speak=False), timeout=60)
+    assert again.status_code == 200 and again.json()["usage"]["completion_tokens"] == 12
+    assert httpx.get(srv.url + "/health").json()["status"] == "ok"
 
 
 def test_a_dead_loop_answers_503_at_once_is_down_on_health_and_is_restarted(srv):
