@@ -38,6 +38,8 @@ from .config import SessionConfig, SessionConfigError, check_input_rate
 from .events import GA_AND_BETA, ServerEvent, error_event, new_id
 from .frames import FrameWindow
 from .history import History, Item
+from .transcribe_ahead import TranscribeAhead
+from .transcribe_ahead import enabled as transcribe_ahead_enabled
 from .vad import ServerVad
 
 log = logging.getLogger("aura_omni.session")
@@ -163,6 +165,7 @@ class RealtimeSession:
         self.vad: ServerVad | None = None
         self._vad_origin = 0
         self._speech_item_id: str | None = None  # the item a speech_started announced
+        self.ahead = TranscribeAhead()  # the speech's transcription in the VAD's silence window, before its commit
 
     # ------------------------------------------------------------------ event plumbing
     def emit(self, type_: str, **data: Any) -> ServerEvent:
@@ -231,6 +234,7 @@ class RealtimeSession:
         for p in self.pending:
             if p.transcription is not None:
                 p.transcription.cancel()
+        self.ahead.cancel()
         if self._clip is not None:
             self._clip[1].cancel()
         self.closed = True
@@ -278,9 +282,11 @@ class RealtimeSession:
         td = new.turn_detection
         if td is None:
             self.vad = None
+            self.ahead.cancel()
         elif self.vad is None or (self.vad.threshold, self.vad.silence_ms) != (td.threshold, td.silence_duration_ms):
             self.vad = await asyncio.to_thread(ServerVad, td.threshold, td.silence_duration_ms)
             self._vad_origin = self.input_pos
+            self.ahead.cancel()
         self.start()
         self.emit("session.updated", session=self._session_json())
 
@@ -377,10 +383,15 @@ class RealtimeSession:
                 if td.interrupt_response:
                     for resp in list(self.responses):
                         await self._cancel(resp, "barge_in")
+            elif ev.kind == "pause":  # the commit's audio is known now, unless the user speaks again
+                end = pos + self.vad.pause_ms * ASR_SAMPLE_RATE // 1000
+                if transcribe_ahead_enabled() and self._buffer_speech is not False:
+                    self.ahead.start(end, self._asr(self._audio_until(end)))
             else:
                 self.emit("input_audio_buffer.speech_stopped", audio_end_ms=pos * 1000 // ASR_SAMPLE_RATE,
                           item_id=self._speech_item_id)
-                await self._commit(None, create=td.create_response, item_id=self._speech_item_id)
+                await self._commit(None, create=td.create_response, item_id=self._speech_item_id,
+                                   end=pos + self.vad.pause_ms * ASR_SAMPLE_RATE // 1000)
                 self._speech_item_id = None
         if self.vad is not None and not self.vad.speaking:  # keep only the prefix padding while nobody speaks
             self._trim_buffer(self.input_pos - td.prefix_padding_ms * ASR_SAMPLE_RATE // 1000)
@@ -393,8 +404,14 @@ class RealtimeSession:
         self._buffer = [audio] if audio.size else []
         self._buffer_start = start
 
-    def _take_buffer(self) -> np.ndarray:
+    def _audio_until(self, end: int | None = None) -> np.ndarray:
+        """The buffer's audio, up to session position `end` if given."""
         audio = np.concatenate(self._buffer) if self._buffer else np.zeros(0, np.float32)
+        return audio if end is None else audio[:max(0, end - self._buffer_start)]
+
+    def _take_buffer(self, end: int | None = None) -> np.ndarray:
+        """The buffer's audio (up to `end`: a VAD commit keeps the speech and its trailing pad), which empties it."""
+        audio = self._audio_until(end)
         self._buffer, self._buffer_start = [], self.input_pos
         return audio
 
@@ -408,8 +425,9 @@ class RealtimeSession:
         await self._commit(event, create=bool(create), is_speech=is_speech)
 
     async def _commit(self, event: dict | None, *, create: bool, is_speech: bool | None = None,
-                      item_id: str | None = None) -> None:
-        audio = self._take_buffer()
+                      item_id: str | None = None, end: int | None = None) -> None:
+        audio = self._take_buffer(end)
+        ahead = self.ahead.take(end) if end is not None else None
         if not audio.size and not self._new_frames:
             raise ClientError("input_audio_buffer_empty", "nothing to commit: the input audio buffer is empty "
                               "(append audio or video_frames first)")
@@ -421,8 +439,10 @@ class RealtimeSession:
         p = PendingInput(item, audio=audio if speech else None, is_speech=speech)
         self._add_user_item(p, event)
         self.emit("input_audio_buffer.committed", previous_item_id=self._previous(item), item_id=item.id)
-        if speech and not create:
-            p.transcription = asyncio.create_task(self._transcribe(p))
+        if speech and (not create or ahead is not None):  # a response takes the transcript, not the audio
+            p.transcription = asyncio.create_task(self._transcribe(p, ahead))
+        elif ahead is not None:
+            ahead.cancel()
         elif not speech:
             self.emit("conversation.item.done", item=item.to_json())
         if create:
@@ -440,14 +460,18 @@ class RealtimeSession:
         k = ids.index(item.id) if item.id in ids else len(ids)
         return ids[k - 1] if k > 0 else None
 
-    async def _transcribe(self, p: PendingInput) -> None:
+    def _asr(self, audio: np.ndarray):
+        """The transcription of a user item's audio (a coroutine), with the session's ASR settings as a turn has them."""
         info = self.config.info
         asr = (self.config.stage_sampling or [None])[0] or {}  # sampling_params_list's ASR entry, as in a turn
+        return self.runtime.transcribe(audio, ASR_SAMPLE_RATE, language=info.get("asr_language"),
+                                       context=info.get("asr_context"), temperature=asr.get("temperature") or 0.0,
+                                       max_new_tokens=asr.get("max_tokens"))
+
+    async def _transcribe(self, p: PendingInput, ahead: asyncio.Task | None = None) -> None:
+        """The item's transcript (`ahead`: the one started in the VAD's silence window), then its events."""
         try:
-            result = await self.runtime.transcribe(p.audio, ASR_SAMPLE_RATE, language=info.get("asr_language"),
-                                                   context=info.get("asr_context"),
-                                                   temperature=asr.get("temperature") or 0.0,
-                                                   max_new_tokens=asr.get("max_tokens"))
+            result = await (ahead if ahead is not None else self._asr(p.audio))
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - reported to the client, the session carries on
@@ -465,6 +489,7 @@ class RealtimeSession:
 
     async def _clear_input(self, event: dict) -> None:
         self._take_buffer()
+        self.ahead.cancel()
         self._buffer_speech = None
         self.emit("input_audio_buffer.cleared")
 

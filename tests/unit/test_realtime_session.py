@@ -252,14 +252,26 @@ def test_vad_start_and_stop_positions():
     # 32 ms windows: silence x3, speech x10, silence x20 with 200 ms silence_duration
     vad = ServerVad(0.5, 200, model=StubVadModel([0.0] * 3 + [0.9] * 10 + [0.0] * 20))
     events = vad.feed(np.zeros(512 * 33, np.float32))
-    assert [(e.kind, e.ms) for e in events] == [("start", 96), ("stop", 416)]
+    assert [(e.kind, e.ms) for e in events] == [("start", 96), ("pause", 416), ("stop", 416)]
+
+
+def test_vad_pauses_at_the_trailing_pad_and_again_after_speech_resumes():
+    """A pause after 200 ms of silence (the commit's trailing pad), a stop after 500 ms; speech that resumes in
+    between pauses again at its new end."""
+    probs = [0.9] * 10 + [0.0] * 8 + [0.9] * 5 + [0.0] * 20  # speech, 256 ms of silence, speech, silence
+    vad = ServerVad(0.5, 500, model=StubVadModel(probs))
+    events = vad.feed(np.zeros(512 * len(probs), np.float32))
+    assert [(e.kind, e.ms) for e in events] == [("start", 0), ("pause", 320), ("pause", 736), ("stop", 736)]
+    assert (vad.position - 736 * 16) * 1000 // 16000 >= 500 and vad.pause_ms == 200
 
 
 def test_silero_hears_speech_but_not_silence(speech_16k):
     vad = ServerVad(0.5, 300, model=load_silero())
     assert vad.feed(np.zeros(16000, np.float32)) == []
     events = vad.feed(np.concatenate([speech_16k, np.zeros(16000, np.float32)]))
-    assert [e.kind for e in events] == ["start", "stop"]
+    kinds = [e.kind for e in events]  # a pause inside the phrase too, if the speech holds one of 200 ms
+    assert kinds[0] == "start" and kinds[-2:] == ["pause", "stop"] and set(kinds[1:-2]) <= {"pause"}
+    assert events[-2].sample == events[-1].sample
 
 
 # ------------------------------------------------------------------------------------------------ the session
@@ -400,6 +412,82 @@ async def test_server_vad_barge_in_cancels_the_reply():
     assert types.index("input_audio_buffer.speech_started") < types.index("response.done")
     assert next(e for e in events if e.type == "response.done")["response"]["status_details"]["reason"] == "barge_in"
     assert "input_audio_buffer.speech_stopped" in types
+
+
+class AheadRuntime(FakeRuntime):
+    """Records each transcription ahead (its audio's length) and counts the turns' own ASR runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.ahead: list[int] = []
+        self.turn_asr = 0
+        asr = self.pipeline.asr
+        original = asr.transcribe
+
+        async def counted(*a, **kw):
+            self.turn_asr += 1
+            return await original(*a, **kw)
+
+        asr.transcribe = counted
+
+    async def transcribe(self, samples, sample_rate, **kw):
+        self.ahead.append(len(samples))
+        await asyncio.sleep(0.02)
+        return f"heard {len(samples)} samples"
+
+
+def vad_session(rt, probs) -> RealtimeSession:
+    s = new_session(rt)
+    s.vad = ServerVad(0.5, 500, model=StubVadModel(probs))
+    s.config = s.config.with_update({"turn_detection": {"type": "server_vad", "silence_duration_ms": 500}})
+    return s
+
+
+def pcm16k_b64(windows: int) -> str:  # 32 ms VAD windows of 16 kHz audio, as a session at 16 kHz receives them
+    return base64.b64encode((0.2 * np.ones(512 * windows) * 32767).astype("<i2").tobytes()).decode()
+
+
+@pytest.mark.asyncio
+async def test_server_vad_transcribes_the_speech_in_its_silence_window_and_the_turn_takes_it():
+    """320 ms of speech, then silence: at 200 ms of silence the speech plus that pad is transcribed; the commit at
+    500 ms takes exactly that audio and its transcript, and the turn runs no ASR of its own."""
+    rt = AheadRuntime()
+    s = vad_session(rt, [0.9] * 10 + [0.0] * 20)
+    s.config = s.config.with_update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
+    await s.send("input_audio_buffer.append", audio=pcm16k_b64(17))  # speech and 224 ms of silence: paused
+    await asyncio.sleep(0.005)  # the transcription's task starts
+    assert rt.ahead == [(320 + 200) * 16] and "input_audio_buffer.committed" not in [e.type for e in drain(s)]
+    await s.send("input_audio_buffer.append", audio=pcm16k_b64(13))  # on to 512 ms of silence: the commit
+    events = await until(s, "response.done")
+    types = [e.type for e in events]
+    assert types.index("input_audio_buffer.committed") < types.index(
+        "conversation.item.input_audio_transcription.completed") < types.index("response.created")
+    done = next(e for e in events if e.type == "conversation.item.input_audio_transcription.completed")
+    assert done["transcript"] == f"heard {520 * 16} samples" and rt.ahead == [520 * 16] and rt.turn_asr == 0
+    assert f"heard {520 * 16} samples" in rt.aura.prompts[-1]
+
+
+@pytest.mark.asyncio
+async def test_speech_that_resumes_after_the_pause_is_transcribed_again_whole(monkeypatch):
+    rt = AheadRuntime()
+    s = vad_session(rt, [0.9] * 10 + [0.0] * 8 + [0.9] * 5 + [0.0] * 20)
+    s.config = s.config.with_update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
+    await s.send("input_audio_buffer.append", audio=pcm16k_b64(18))  # speech and 256 ms of silence: paused
+    await asyncio.sleep(0.005)
+    await s.send("input_audio_buffer.append", audio=pcm16k_b64(25))  # the user goes on, then stops
+    events = await until(s, "response.done")
+    done = next(e for e in events if e.type == "conversation.item.input_audio_transcription.completed")
+    whole = (736 + 200) * 16  # up to the second speech's end and its pad
+    assert rt.ahead == [(320 + 200) * 16, whole] and done["transcript"] == f"heard {whole} samples"
+    assert rt.turn_asr == 0
+
+    monkeypatch.setenv("AURA_OMNI_TRANSCRIBE_AHEAD", "0")  # off: the turn transcribes after the commit
+    rt = AheadRuntime()
+    s = vad_session(rt, [0.9] * 10 + [0.0] * 20)
+    s.config = s.config.with_update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
+    await s.send("input_audio_buffer.append", audio=pcm16k_b64(30))
+    await until(s, "response.done")
+    assert rt.ahead == [] and rt.turn_asr == 1
 
 
 @pytest.mark.asyncio
