@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_fp16 turns live live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls, each inside `timeout` a little under the call's limit. Every table is printed and appended to
 # $OUT/summary.md as its run ends, so a call cut short still brings back what it measured.
@@ -20,6 +20,9 @@
 # ray:   configs/qwen3_tts.yaml served through Ray actors (--distributed-executor-backend ray), 1 then 2 Talker
 #        replicas (each with its Code2Wav) on the one GPU, /v1/audio/speech at c = 64 (issue 17). Needs the trimmed
 #        Ray tarball in .whl (scripts/build_ray_trimmed.sh).
+# live_vad: realtime turns ended by the server's VAD (a recorded phrase, then silence; the clock starts where the
+#        phrase ends, so 500 ms of it is the VAD's silence): the silent decision at c = 1, turns at c = 1 8, then the
+#        turns again with AURA_OMNI_TRANSCRIBE_AHEAD=0 (the speech transcribed after the commit, not in the silence)
 # live_off: the silent decision and 8 paced sessions of `live` with AURA_OMNI_PREFIX_PREFILL=0 (a turn's prompt is
 #        not prefilled while its ASR runs): the A/B of that change. `live live_off` fits one call.
 # profile: configs/qwen3_tts.yaml at c=64 (1,280 requests, about 40 s) with py-spy sampling the server: which thread
@@ -133,6 +136,21 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_fp16.yaml', 'w'))"
           bench live_realtime --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
             --max-concurrency 1 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
           replies "$OUT/live_realtime.json"
+          stop ;;
+    live_vad) serve configs/aura_omni_duplex_8.yaml aura || continue  # turns ended by the server's VAD
+          bench live_vad_silent --backend realtime --model aura --turn-detection server_vad --num-frames 2 \
+            --frame-size 640x480 --max-tokens 40 --num-warmups 1 --max-concurrency 1 --num-prompts 8 \
+            --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}], "tts_max_new_tokens": 41}'
+          bench live_vad_realtime --backend realtime --model aura --voice Vivian --turn-detection server_vad \
+            --num-frames 2 --frame-size 640x480 --max-tokens 40 --ignore-eos --num-warmups 2 --max-concurrency 1 8 \
+            --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+          stop
+          export AURA_OMNI_TRANSCRIBE_AHEAD=0  # the A/B: the speech transcribed after the VAD's commit
+          serve configs/aura_omni_duplex_8.yaml aura || { unset AURA_OMNI_TRANSCRIBE_AHEAD; continue; }
+          unset AURA_OMNI_TRANSCRIBE_AHEAD
+          bench live_vad_off_realtime --backend realtime --model aura --voice Vivian --turn-detection server_vad \
+            --num-frames 2 --frame-size 640x480 --max-tokens 40 --ignore-eos --num-warmups 2 --max-concurrency 1 8 \
+            --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
           stop ;;
     live_off) export AURA_OMNI_PREFIX_PREFILL=0  # the A/B of live: no prompt prefilled while ASR runs
               serve configs/aura_omni_duplex_8.yaml aura || { unset AURA_OMNI_PREFIX_PREFILL; continue; }

@@ -10,7 +10,11 @@
   `video_frames`), `input_audio_buffer.commit` (`create_response: true`); the clock starts at the commit. The
   appends go out as a microphone would send them, each once its 0.2 s of speech has passed, and the commit right
   after the last (`input_pace: realtime`, the default), or all at once (`burst`, what session 7's runs did: the
-  server then still decodes them when the clock starts). Audio
+  server then still decodes them when the clock starts). With `turn_detection: server_vad` the server's VAD ends
+  the turn instead: a recorded phrase (which a VAD hears as speech) is appended as it is spoken, then silence, 0.2 s
+  at a time, until the reply ends; the clock starts at the end of the phrase, so it includes the VAD's
+  `silence_duration_ms` (500 ms unless `--extra-body` sets the session's turn detection), and the server's
+  `input_audio_buffer.committed` is timed too (`RequestResult.commit`). Audio
   from `response.output_audio.delta` (GA) or `response.audio.delta` (beta), text from their transcript or text
   deltas (a server sending both names is counted once); the turn ends at `response.done`, or at `response.listen`
   when the model chose to stay silent.
@@ -32,7 +36,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..media.playback import PlaybackClock
-from .inputs import INPUT_SAMPLE_RATE, jpeg_frames, pcm16, speech_like, wav_bytes
+from .inputs import INPUT_SAMPLE_RATE, jpeg_frames, pcm16, recorded_speech, speech_like, wav_bytes
 
 OUTPUT_SAMPLE_RATE = 24000  # Qwen3-TTS Code2Wav; OpenAI's pcm16
 APPEND_SECONDS = 0.2  # audio per input_audio_buffer.append, as the aura-ptt client sends it
@@ -60,6 +64,7 @@ class BenchConfig:
     timeout: float = 600.0
     extra_body: dict = field(default_factory=dict)
     input_pace: str = "realtime"  # realtime: the user's audio is appended as it is spoken; burst: all at once
+    turn_detection: str = "none"  # realtime: "none" (push to talk: the client commits) or "server_vad"
 
 
 @dataclass
@@ -73,6 +78,7 @@ class RequestResult:
     audio_seconds: float = 0.0
     underruns: int = 0
     silent: bool = False  # the model chose not to speak (a voice turn's `<|silent|>`)
+    commit: float | None = None  # realtime under server VAD: the server's commit, seconds after `start`
     text: str = ""  # chat / realtime: the reply's text as streamed (--save-detailed keeps it)
 
     @property
@@ -279,20 +285,28 @@ class RealtimeBackend:
         query = f"?model={quote(cfg.model, safe='/')}" if cfg.model else ""
         self.url = base + (cfg.endpoint or self.default_endpoint) + query
         self.headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-        audio = pcm16(speech_like(cfg.input_audio_seconds))
+        self.vad = cfg.turn_detection == "server_vad"
+        audio = pcm16(recorded_speech() if self.vad else speech_like(cfg.input_audio_seconds))
         step = int(APPEND_SECONDS * INPUT_SAMPLE_RATE) * 2
         frames = jpeg_frames(cfg.num_frames, cfg.frame_size)
+        speech = {} if self.vad else {"is_speech": True}  # under server VAD the server decides
         self.appends = [json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(audio[i:i + step])
                                     .decode(), "format": "pcm16", "sample_rate_hz": INPUT_SAMPLE_RATE,
-                                    "is_speech": True, "video_frames": frames})
+                                    **speech, "video_frames": frames})
                         for i in range(0, max(len(audio), 1), step)]
+        self.speech_seconds = len(audio) / 2 / INPUT_SAMPLE_RATE
+        self.silence = json.dumps({"type": "input_audio_buffer.append", "format": "pcm16",
+                                   "sample_rate_hz": INPUT_SAMPLE_RATE, "audio": base64.b64encode(
+                                       bytes(step)).decode()})
 
     async def aclose(self) -> None:
         pass
 
     def session(self) -> dict:
         cfg = self.cfg
-        session: dict[str, Any] = {"modalities": ["audio", "text"], "voice": cfg.voice, "turn_detection": None}
+        vad = {"type": "server_vad", "silence_duration_ms": 500, "create_response": True, "interrupt_response": False}
+        session: dict[str, Any] = {"modalities": ["audio", "text"], "voice": cfg.voice,
+                                   "turn_detection": vad if self.vad else None}
         if cfg.max_tokens:
             session["max_response_output_tokens"] = cfg.max_tokens
         extra = {}
@@ -318,18 +332,34 @@ class RealtimeBackend:
                     raise RealtimeError(f"no session.updated within {SESSION_READY_TIMEOUT_S:.0f} s") from None
                 spoken = time.perf_counter()  # the user starts speaking
                 for k, append in enumerate(self.appends):
-                    if self.cfg.input_pace == "realtime":  # chunk k is sent once its audio has been captured
+                    if self.cfg.input_pace == "realtime" or self.vad:  # chunk k once its audio was captured
                         await asyncio.sleep(max(0.0, spoken + (k + 1) * APPEND_SECONDS - time.perf_counter()))
                     await ws.send(append)
-                reply = Reply()  # the turn's clock starts at the commit
-                await ws.send(json.dumps({"type": "input_audio_buffer.commit", "create_response": True}))
-                await self._read_turn(ws, reply)
+                if self.vad:  # the clock starts where the phrase ends; the microphone goes on, silent
+                    reply = Reply()
+                    reply.result.start = spoken + self.speech_seconds
+                    listening = asyncio.create_task(self._silence(ws, spoken + len(self.appends) * APPEND_SECONDS))
+                else:
+                    reply = Reply()  # the turn's clock starts at the commit
+                    await ws.send(json.dumps({"type": "input_audio_buffer.commit", "create_response": True}))
+                try:
+                    await self._read_turn(ws, reply)
+                finally:
+                    if self.vad:
+                        listening.cancel()
                 reply.done()  # the goodbye is not part of the turn
                 await self._close(ws)
         except Exception as e:  # noqa: BLE001 - refused, closed mid-turn: this turn failed
             if not reply.result.ok:  # (a turn that completed stays measured whatever the goodbye did)
                 return reply.fail(str(e) if isinstance(e, RealtimeError) else f"{type(e).__name__}: {e}")
         return reply.result
+
+    async def _silence(self, ws, at: float) -> None:
+        """Silence, appended as a microphone captures it (from `at`), until cancelled."""
+        while True:
+            at += APPEND_SECONDS
+            await asyncio.sleep(max(0.0, at - time.perf_counter()))
+            await ws.send(self.silence)
 
     async def _close(self, ws) -> None:
         """`session.close`, then up to a second for `session.closed`: the server frees the session's slot then."""
@@ -365,6 +395,8 @@ class RealtimeBackend:
                 reply.audio(pcm16_seconds(data, int(event.get("sample_rate_hz") or OUTPUT_SAMPLE_RATE)))
             elif names is REALTIME_TEXT_DELTAS:
                 reply.text(event.get("delta") or "")
+            elif kind == "input_audio_buffer.committed" and reply.result.commit is None:
+                reply.result.commit = time.perf_counter() - reply.result.start
             elif kind == "response.listen":
                 reply.result.silent = True
                 return

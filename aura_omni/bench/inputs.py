@@ -1,7 +1,9 @@
-"""What `bench serve` sends: texts to speak, and synthetic user speech and camera frames for voice turns.
+"""What `bench serve` sends: texts to speak, and user speech and camera frames for voice turns.
 
-The user's audio is a voiced-sounding pulse train (deterministic, so every run sends the same bytes); a frame is a
-JPEG of a colour gradient. A server's models hear and see noise either way; what is measured is the serving.
+The user's audio is a voiced-sounding pulse train (deterministic, so every run sends the same bytes), or, where a
+server's VAD must hear speech (realtime turns under server VAD), a recorded phrase (`RECORDED_SPEECH`: espeak-ng
+saying "hello", 3.1 s, 16 kHz, which Silero VAD hears; the pulse train it does not). A frame is a JPEG of a colour
+gradient. A server's models hear and see noise either way; what is measured is the serving.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 INPUT_SAMPLE_RATE = 16000  # Qwen3-ASR input rate; what the realtime reference client sends
+RECORDED_SPEECH = Path(__file__).with_name("speech_hello_16k.wav")
 
 DEFAULT_PROMPTS = [
     "The quick brown fox jumps over the lazy dog while the sun sets behind the hills.",
@@ -45,6 +48,15 @@ def speech_like(seconds: float, sample_rate: int = INPUT_SAMPLE_RATE) -> np.ndar
     phase = 2 * np.pi * np.cumsum(f0) / sample_rate
     wav = sum(np.sin(k * phase) / k for k in range(1, 8)) * 0.2 * (0.6 + 0.4 * np.sin(2 * np.pi * 2 * t) ** 2)
     return np.asarray(wav, np.float32)
+
+
+def recorded_speech() -> np.ndarray:
+    """`RECORDED_SPEECH` as float32 at INPUT_SAMPLE_RATE."""
+    import soundfile as sf
+
+    samples, rate = sf.read(RECORDED_SPEECH, dtype="float32")
+    assert rate == INPUT_SAMPLE_RATE, f"{RECORDED_SPEECH} is {rate} Hz"
+    return samples
 
 
 def pcm16(samples: np.ndarray) -> bytes:

@@ -67,6 +67,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--input-pace", choices=("realtime", "burst"), default="realtime",
                         help="realtime: the user's speech is appended as it is spoken, the commit after it (a live "
                              "microphone); burst: every append at once before the commit")
+    parser.add_argument("--turn-detection", choices=("none", "server_vad"), default="none",
+                        help="realtime: none (push to talk: the client commits after the speech) or server_vad "
+                             "(a recorded phrase, then silence until the server's VAD commits; the clock starts "
+                             "where the phrase ends, so it includes the VAD's 500 ms of silence)")
     parser.add_argument("--extra-body", type=_json_object, default={},
                         help="JSON object merged into each request (realtime: the session's extra_body)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a request counts as failed")
@@ -188,6 +192,7 @@ def summarize(results: list[RequestResult], duration: float, concurrency: int | 
         **_percentiles([r.rtf for r in ok if r.rtf is not None], "rtf"),
         "underruns": sum(r.underruns for r in ok), "requests_with_underruns": sum(r.underruns > 0 for r in ok),
         **_percentiles([r.latency for r in ok if r.silent], "silent_decision", 1000, "_ms"),  # commit -> listen
+        **_percentiles([r.commit for r in ok if r.commit is not None], "commit", 1000, "_ms"),  # server VAD
     }
 
 
@@ -197,7 +202,7 @@ async def benchmark(args: argparse.Namespace) -> dict:
                       ref_audio=data_url(args.ref_audio) if args.ref_audio else None, ref_text=args.ref_text,
                       input_audio_seconds=args.input_audio_seconds, num_frames=args.num_frames,
                       frame_size=args.frame_size, timeout=args.timeout, extra_body=args.extra_body,
-                      input_pace=args.input_pace)
+                      input_pace=args.input_pace, turn_detection=args.turn_detection)
     texts = load_prompts(args.prompts_file)
     rng = random.Random(args.seed)
     backend = BACKENDS[args.backend](cfg)
@@ -288,6 +293,9 @@ def main(args: argparse.Namespace) -> int:
         if run["silent"]:
             print(f"c={run['max_concurrency'] or 'inf'}: {run['silent']} silent replies, decision p50 / p95 "
                   f"{_ms(run['p50_silent_decision_ms'])} / {_ms(run['p95_silent_decision_ms'])} ms")
+        if run["p50_commit_ms"] is not None:
+            print(f"c={run['max_concurrency'] or 'inf'}: the server's VAD committed p50 / p95 "
+                  f"{_ms(run['p50_commit_ms'])} / {_ms(run['p95_commit_ms'])} ms after the phrase ended")
         for message, count in run["error_messages"].items():
             print(f"c={run['max_concurrency'] or 'inf'}: {count} x {message}")
         for line in breakdown.lines(run.get("server_breakdown") or {}, prefix=f"c={run['max_concurrency'] or 'inf'}: "):

@@ -28,6 +28,7 @@ from PIL import Image
 ray = pytest.importorskip("ray")
 
 import aura_omni  # noqa: E402
+from aura_omni.bench.inputs import RECORDED_SPEECH  # noqa: E402
 from aura_omni.config import ASR, AURA, TALKER, load_deploy_config  # noqa: E402
 from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID  # noqa: E402
 from aura_omni.pipeline.runtime import load_stage  # noqa: E402
@@ -39,7 +40,7 @@ from aura_omni.stages.tts import TTSRequest, TTSRequestError  # noqa: E402
 MODEL = "aura-tiny"
 API_KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-SPEECH_WAV = Path(__file__).resolve().parents[1] / "fixtures/speech_hello_16k.wav"
+SPEECH_WAV = RECORDED_SPEECH  # espeak-ng, 16 kHz
 SPEAK = [None, {"max_tokens": 8, "logit_bias": {str(AURA_SILENT_TOKEN_ID): -100, str(QWEN_IM_END_ID): -100}}]
 FEW = 4  # Talker frames per sentence
 LONG = 4000  # Talker frames of a request that is still running when the test leaves it or kills its actor

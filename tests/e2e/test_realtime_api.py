@@ -23,11 +23,12 @@ import websockets
 import yaml
 from PIL import Image
 
+from aura_omni.bench.inputs import RECORDED_SPEECH
 from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID
 
 API_KEY = "test-key"  # as conftest.API_KEY
 MODEL = "tiny-tts"  # conftest's --served-model-name
-SPEECH_WAV = Path(__file__).resolve().parents[1] / "fixtures/speech_hello_16k.wav"
+SPEECH_WAV = RECORDED_SPEECH  # espeak-ng, 16 kHz
 SPEAK = {"tts_max_new_tokens": 4, "sampling_params_list": [
     None, {"max_tokens": 8, "logit_bias": {str(AURA_SILENT_TOKEN_ID): -100, str(QWEN_IM_END_ID): -100}}]}
 LISTEN = {"sampling_params_list": [None, {"logit_bias": {str(AURA_SILENT_TOKEN_ID): 100}}]}

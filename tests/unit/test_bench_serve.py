@@ -24,7 +24,8 @@ DELTA = base64.b64encode(b"\0\0" * 2400).decode()  # 0.1 s of PCM16 at 24 kHz
 
 
 class FakeRealtime:
-    """A Realtime endpoint that answers each commit by its `model` query: ga, beta, both, silent, slow, bad."""
+    """A Realtime endpoint that answers each commit by its `model` query: ga, beta, both, silent, slow, bad. Under
+    server VAD it commits itself at the third append of silence after the phrase (0.6 s)."""
 
     def __init__(self):
         self.sessions: list[dict] = []  # per connection: headers, the session.update, appends, commit
@@ -47,6 +48,12 @@ class FakeRealtime:
             elif kind == "input_audio_buffer.append":
                 seen["appends"].append(event)
                 seen.setdefault("append_times", []).append(time.perf_counter())
+                vad = (seen["session"].get("turn_detection") or {}).get("type") == "server_vad"
+                if vad and "video_frames" not in event:  # the microphone's silence after the phrase
+                    seen["silent_appends"] = seen.get("silent_appends", 0) + 1
+                    if seen["silent_appends"] == 3:
+                        await ws.send(json.dumps({"type": "input_audio_buffer.committed", "item_id": "item_1"}))
+                        await self.respond(ws, model)
             elif kind == "input_audio_buffer.commit":
                 seen["commit"] = event
                 seen["commit_time"] = time.perf_counter()
@@ -132,6 +139,20 @@ def test_realtime_speech_is_appended_as_it_is_spoken_or_all_at_once(pace):
         assert 0.75 <= spread < 1.5 and min(gaps) > 0.1  # 1 s of speech in 5 appends of 0.2 s
     else:
         assert spread < 0.2
+
+
+def test_under_server_vad_a_phrase_then_silence_go_out_and_the_clock_starts_where_the_phrase_ends():
+    """The recorded phrase (3.1 s, 16 appends, no is_speech: the server's VAD decides) as it is spoken, then silence
+    until the reply ends; no commit from the client. The fake commits at its third silent append, about 0.5 s after
+    the phrase ended."""
+    fake, report = realtime_run("ga", "--num-prompts", "1", "--turn-detection", "server_vad")
+    run, seen = report["runs"][0], fake.sessions[0]
+    assert seen["session"]["turn_detection"]["type"] == "server_vad" and "commit" not in seen
+    spoken = [a for a in seen["appends"] if "video_frames" in a]  # the phrase's appends carry the camera frames
+    assert len(spoken) == 16 and "is_speech" not in spoken[0] and seen["silent_appends"] >= 3
+    assert not any(any(base64.b64decode(a["audio"])) for a in seen["appends"][16:])  # then zeros
+    assert run["completed"] == 1 and 400 < run["p50_commit_ms"] < 900 < run["p50_ttfa_ms"] + 400
+    assert run["p50_commit_ms"] < run["p50_ttfa_ms"]
 
 
 def test_a_silent_realtime_turn_is_a_success_without_audio():

@@ -20,6 +20,7 @@ import soundfile as sf
 from PIL import Image
 
 from aura_omni.asr.transcript import Transcript
+from aura_omni.bench.inputs import RECORDED_SPEECH
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline
 from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.pipeline.stage_api import AuraDelta
@@ -31,7 +32,7 @@ from aura_omni.session.history import History, Item
 from aura_omni.session.vad import ServerVad, load_silero
 
 SILENT = "<|silent|>"
-SPEECH_WAV = Path(__file__).resolve().parents[1] / "fixtures/speech_hello_16k.wav"  # espeak-ng, 16 kHz
+SPEECH_WAV = RECORDED_SPEECH  # espeak-ng, 16 kHz
 
 
 @pytest.fixture(scope="module")
