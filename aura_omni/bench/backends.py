@@ -13,8 +13,8 @@
   server then still decodes them when the clock starts). With `turn_detection: server_vad` the server's VAD ends
   the turn instead: a recorded phrase (which a VAD hears as speech) is appended as it is spoken, then silence, 0.2 s
   at a time, until the reply ends; the clock starts at the end of the phrase, so it includes the VAD's
-  `silence_duration_ms` (500 ms unless `--extra-body` sets the session's turn detection), and the server's
-  `input_audio_buffer.committed` is timed too (`RequestResult.commit`). Audio
+  `silence_duration_ms` (500 ms, OpenAI's default), and the server's `input_audio_buffer.committed` is timed too
+  (`RequestResult.commit`). Audio
   from `response.output_audio.delta` (GA) or `response.audio.delta` (beta), text from their transcript or text
   deltas (a server sending both names is counted once); the turn ends at `response.done`, or at `response.listen`
   when the model chose to stay silent.
@@ -335,17 +335,17 @@ class RealtimeBackend:
                     if self.cfg.input_pace == "realtime" or self.vad:  # chunk k once its audio was captured
                         await asyncio.sleep(max(0.0, spoken + (k + 1) * APPEND_SECONDS - time.perf_counter()))
                     await ws.send(append)
-                if self.vad:  # the clock starts where the phrase ends; the microphone goes on, silent
-                    reply = Reply()
+                reply = Reply()  # the turn's clock starts at the commit, or where the phrase ends (server VAD)
+                listening = None
+                if self.vad:  # the microphone goes on, silent, until the reply ends
                     reply.result.start = spoken + self.speech_seconds
                     listening = asyncio.create_task(self._silence(ws, spoken + len(self.appends) * APPEND_SECONDS))
                 else:
-                    reply = Reply()  # the turn's clock starts at the commit
                     await ws.send(json.dumps({"type": "input_audio_buffer.commit", "create_response": True}))
                 try:
                     await self._read_turn(ws, reply)
                 finally:
-                    if self.vad:
+                    if listening is not None:
                         listening.cancel()
                 reply.done()  # the goodbye is not part of the turn
                 await self._close(ws)

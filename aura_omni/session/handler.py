@@ -374,6 +374,7 @@ class RealtimeSession:
         td = self.config.turn_detection
         for ev in await asyncio.to_thread(self.vad.feed, samples):
             pos = self._vad_origin + ev.sample
+            padded = pos + self.vad.pause_ms * ASR_SAMPLE_RATE // 1000  # a pause's or stop's commit ends here
             if ev.kind == "start":
                 self._speech_item_id = new_id("item")
                 start = max(self._buffer_start, pos - td.prefix_padding_ms * ASR_SAMPLE_RATE // 1000)
@@ -384,14 +385,12 @@ class RealtimeSession:
                     for resp in list(self.responses):
                         await self._cancel(resp, "barge_in")
             elif ev.kind == "pause":  # the commit's audio is known now, unless the user speaks again
-                end = pos + self.vad.pause_ms * ASR_SAMPLE_RATE // 1000
                 if transcribe_ahead_enabled() and self._buffer_speech is not False:
-                    self.ahead.start(end, self._asr(self._audio_until(end)))
+                    self.ahead.start(padded, self._asr(self._audio_until(padded)))
             else:
                 self.emit("input_audio_buffer.speech_stopped", audio_end_ms=pos * 1000 // ASR_SAMPLE_RATE,
                           item_id=self._speech_item_id)
-                await self._commit(None, create=td.create_response, item_id=self._speech_item_id,
-                                   end=pos + self.vad.pause_ms * ASR_SAMPLE_RATE // 1000)
+                await self._commit(None, create=td.create_response, item_id=self._speech_item_id, end=padded)
                 self._speech_item_id = None
         if self.vad is not None and not self.vad.speaking:  # keep only the prefix padding while nobody speaks
             self._trim_buffer(self.input_pos - td.prefix_padding_ms * ASR_SAMPLE_RATE // 1000)
