@@ -85,6 +85,20 @@ replies() {  # replies RESULT.json: the first two replies' text (--save-detailed
   python3 -c "import json, sys; [print('reply:', repr(q['text'][:120])) for q in json.load(open(sys.argv[1]))['runs'][0]['requests'][:2]]" "$1" \
     | tee -a "$OUT/summary.md"
 }
+burst() {  # burst RESULT.json: per run, the first c requests (sent together) against the rest (--save-detailed)
+  python3 - "$1" <<'PY' | tee -a "$OUT/summary.md"
+import json, sys
+import numpy as np
+for run in json.load(open(sys.argv[1]))["runs"]:
+    c, reqs = run["max_concurrency"], run["requests"]
+    for name, group in (("burst", reqs[:c]), ("after", reqs[c:])):
+        ttfa = [1000 * r["ttfa"] for r in group if r["ttfa"] is not None]
+        if ttfa:
+            print(f"c={c} {name}: {len(group)} requests, TTFA p50 / p95 {np.percentile(ttfa, 50):.0f} / "
+                  f"{np.percentile(ttfa, 95):.0f} ms, underruns {sum(r['underruns'] for r in group)} in "
+                  f"{sum(r['underruns'] > 0 for r in group)} requests")
+PY
+}
 bench() {  # bench NAME ARGS...
   local name=$1; shift
   timeout 300 python3 -m aura_omni.cli bench serve --base-url "$URL" --disable-tqdm --save-result \
@@ -110,6 +124,7 @@ for s in ${*:-tts turns live}; do
     tts_load) serve configs/qwen3_tts.yaml qwen3-tts || continue  # the burst and the steady state, request by request
               bench tts_load --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
                 --max-concurrency 32 64 --num-prompts 128 --num-warmups 2 --save-detailed
+              burst "$OUT/tts_load.json"
               stop ;;
     tts_fp16) python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); d['stages'][1]['dtype'] = 'float16'
 yaml.safe_dump(d, open('/tmp/qwen3_tts_fp16.yaml', 'w'))"
