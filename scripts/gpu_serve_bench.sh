@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_first2 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls, each inside `timeout` a little under the call's limit. Every table is printed and appended to
 # $OUT/summary.md as its run ends, so a call cut short still brings back what it measured.
@@ -14,6 +14,9 @@
 #        each turn takes its 3 s first); each run prints its first replies' text
 # tts_load: the `tts` server at c = 32 64 (128 requests each, the first c of them arriving together), every request's
 #        timings kept (--save-detailed): whether the p95 is the burst or the steady state, and the server's part of it
+# tts_first2: tts_load with a first Code2Wav window of 2 frames (160 ms of audio) instead of 1: a stream's second
+#        chunk then has 160 ms, not 80, to arrive before the first has played (its Code2Wav wait at c=32 was ~30 ms
+#        on average, session 11), for one more Talker step before the first audio
 # tts_fp16: the `tts` load at c = 32 64 (128 requests each) with Code2Wav in float16 (1.7x faster than fp32 at large
 #        batches, max error 5.8e-3; session 7): whether Code2Wav's third of the GPU is what keeps c=64 under 400
 #        audio-s/s (session 10)
@@ -126,6 +129,14 @@ for s in ${*:-tts turns live}; do
                 --max-concurrency 32 64 --num-prompts 128 --num-warmups 2 --save-detailed
               burst "$OUT/tts_load.json"
               stop ;;
+    tts_first2) python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml'))
+d['connectors']['connector_of_shared_memory']['extra']['initial_codec_chunk_frames'] = 2
+yaml.safe_dump(d, open('/tmp/qwen3_tts_first2.yaml', 'w'))"
+                serve /tmp/qwen3_tts_first2.yaml qwen3-tts-first2 || continue
+                bench tts_load_first2 --backend speech --model qwen3-tts-first2 --voice bench --max-tokens 126 \
+                  --max-concurrency 32 64 --num-prompts 128 --num-warmups 2 --save-detailed
+                burst "$OUT/tts_load_first2.json"
+                stop ;;
     tts_fp16) python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); d['stages'][1]['dtype'] = 'float16'
 yaml.safe_dump(d, open('/tmp/qwen3_tts_fp16.yaml', 'w'))"
               serve /tmp/qwen3_tts_fp16.yaml qwen3-tts-fp16 || continue
