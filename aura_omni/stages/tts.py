@@ -11,6 +11,7 @@ Only host data crosses between them (codec frames, samples). Leaving a stream ea
 drops its decoder state.
 """
 
+import asyncio
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import AsyncIterator, Iterator
@@ -339,17 +340,47 @@ class Qwen3TTS:
                       request_id: str | None = None) -> AsyncIterator[np.ndarray]:
         """24 kHz float32 chunks as frames are produced: the first after `initial_chunk_frames` frames, then every
         `chunk_frames`. The stateful decoder is frame-exact (no re-decoded context); for in-context cloning the
-        reference codes prime the decoder state. Concatenated chunks equal `synthesize()`."""
+        reference codes prime the decoder state. Concatenated chunks equal `synthesize()`.
+
+        A window goes to Code2Wav as soon as its frames exist, behind the stream's window being decoded, not once the
+        caller has taken that one's audio: Code2Wav decodes it at its next step (a stream's windows in order, one
+        per step), so an early window never waits for the caller's round trip and a long step of other streams'
+        windows on top (the second window has only the first's 80 ms of audio to arrive in)."""
         chunks = _FrameChunks(initial_chunk_frames, chunk_frames)
         session = self._code2wav_session(req)
+        decoded: asyncio.Queue = asyncio.Queue()  # each window's decode (a task), in order; None after the last
+
+        def decode(codes: torch.Tensor) -> None:
+            decoded.put_nowait(asyncio.ensure_future(self.code2wav_loop.result(
+                self.code2wav_loop.new_request_id(), Code2WavChunk(session, codes))))
+
+        async def feed() -> None:  # the frames into windows, as the Talker makes them
+            try:
+                async for frame in self.frames(req, request_id):
+                    if (codes := chunks.add(frame)) is not None:
+                        decode(codes)
+                if (codes := chunks.rest()) is not None:
+                    decode(codes)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the caller hears it after the audio made before it
+                failed = asyncio.get_running_loop().create_future()
+                failed.set_exception(e)
+                decoded.put_nowait(failed)
+            finally:
+                decoded.put_nowait(None)
+
+        feeder = asyncio.ensure_future(feed())
         try:
-            async for frame in self.frames(req, request_id):
-                if (codes := chunks.add(frame)) is not None:
-                    yield await self.code2wav_loop.result(self.code2wav_loop.new_request_id(),
-                                                          Code2WavChunk(session, codes))
-            if (codes := chunks.rest()) is not None:
-                yield await self.code2wav_loop.result(self.code2wav_loop.new_request_id(), Code2WavChunk(session, codes))
+            while (window := await decoded.get()) is not None:
+                yield await window
         finally:
+            feeder.cancel()  # it stops where it waits for the Talker, which aborts the Talker request
+            await asyncio.gather(feeder, return_exceptions=True)
+            left = list(iter(decoded.get_nowait, None)) if not decoded.empty() else []
+            for window in left:  # decodes not taken: cancelling them aborts their Code2Wav requests
+                window.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
             session.close()
 
     def iter_frames(self, reqs: list[TTSRequest]) -> Iterator[tuple[int, torch.Tensor]]:

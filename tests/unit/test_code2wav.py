@@ -162,6 +162,25 @@ def test_the_stage_decodes_concurrent_streams_together_like_each_alone(code2wav)
     assert stage.stats()["streams"] == 0  # a collected session gives its row back
 
 
+def test_a_streams_queued_chunks_decode_in_order_one_per_step(code2wav):
+    """A stream queues its next windows while one is pending (astream sends each as soon as its frames exist): each
+    step takes only its first, here beside another stream's chunk of that length, and its audio equals the stream
+    decoded alone."""
+    from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
+
+    a, b = _codes(5, 30), _codes(1, 31)
+    stage, sa, sb = Code2WavStageEngine(code2wav, max_batch=8), Code2WavSession(), Code2WavSession()
+    for rid, (start, end) in zip(("a1", "a2", "a3"), ((0, 1), (1, 3), (3, 5))):  # a2 and a3: one length
+        stage.add(rid, Code2WavChunk(sa, a[start:end]))
+    stage.add("b1", Code2WavChunk(sb, b))
+    steps = []
+    while stage.has_work():
+        steps.append({out.request_id: torch.from_numpy(out.item) for out in stage.step()})
+    assert [sorted(step) for step in steps] == [["a1", "b1"], ["a2"], ["a3"]]
+    got = torch.cat([steps[0]["a1"], steps[1]["a2"], steps[2]["a3"]])
+    assert torch.allclose(got, _stream(code2wav, a, [1, 2, 2]).float(), atol=1e-5, rtol=0)
+
+
 def test_a_reused_slot_starts_fresh(code2wav):
     """A row handed to a new stream decodes like a new stream, not like the continuation of the last one."""
     from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine

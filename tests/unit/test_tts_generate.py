@@ -132,3 +132,39 @@ def test_streamed_chunks_join_into_the_whole_utterance(tmp_path_factory, icl):
         joined = np.concatenate(list(base.stream(request, first, steady)))
         assert joined.shape == whole.shape
         np.testing.assert_allclose(joined, whole, atol=1e-5)
+
+
+def test_astream_sends_each_window_to_code2wav_before_the_caller_takes_the_last(tmp_path_factory):
+    """The next window goes to Code2Wav as soon as its frames exist, while the caller still holds the first chunk
+    (the second chunk has only the first's 80 ms to arrive in); the chunks join into the whole utterance, and a
+    caller that leaves early leaves nothing behind in either stage."""
+    import asyncio
+    import time
+
+    import numpy as np
+
+    cv = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice"))
+    request = req(max_new_tokens=12, do_sample=False, subtalker_dosample=False)
+    whole = cv.synthesize(request)
+    engine = cv.code2wav_loop.engine
+
+    async def held_then_read() -> list:
+        stream = cv.astream(request, 1, 2)
+        chunks = [await anext(stream)]
+        decoded, deadline = engine.decoded_frames, time.monotonic() + 10
+        while engine.decoded_frames == decoded:  # the caller takes nothing meanwhile
+            assert time.monotonic() < deadline, "no window was decoded while the caller held the first chunk"
+            await asyncio.sleep(0.01)
+        return chunks + [c async for c in stream]
+
+    async def left_early() -> None:
+        stream = cv.astream(request, 1, 2)
+        await anext(stream)
+        await stream.aclose()
+
+    np.testing.assert_allclose(np.concatenate(asyncio.run(held_then_read())), whole, atol=1e-5)
+    asyncio.run(left_early())
+    talker = cv.stats()
+    cv.code2wav_loop.settle()
+    assert talker["running"] == talker["waiting"] == 0 and talker["free_blocks"] == talker["total_blocks"]
+    assert not engine.has_work() and engine.stats()["streams"] == 0
