@@ -79,8 +79,8 @@ async def main(args) -> int:
     for kind in ("images", "video"):  # the checkpoint's preprocessing configs, as the server reads them
         vision = camera_inputs(kind, spec.model, args.frame_size)
         items = ["image"] * len(vision) if kind == "images" else ["video"]
-        with torch.inference_mode():
-            embeds, deepstack = stage.model.encode_vision(vision)
+        with torch.inference_mode():  # through the stage's cache: the prefill below reuses this encoding
+            embeds, deepstack = stage.vision_cache(vision)
         finite = all(bool(torch.isfinite(t).all()) for t in (embeds, *deepstack))
         print(f"{kind}: vision embeddings {'finite' if finite else 'NOT FINITE'}, max |x| {float(embeds.abs().max()):.3g}")
         prefix = await stage.prefill_prefix(asr2aura(None, vision_items=items), vision, request_id=f"{kind}-prefix")

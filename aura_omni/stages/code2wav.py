@@ -3,12 +3,11 @@
 A request is one chunk of one stream (`Code2WavChunk`); its single output is the chunk's 24 kHz samples on the host.
 A stream's decoder state (conv tails, attention window, frame count) is one row of the stage's `Code2WavSlots`, taken
 on the loop thread at the stream's first chunk and given back when its `Code2WavSession` is closed (the stream ended
-or its client left: `Qwen3TTS.astream`'s `finally`) or collected. A stream may queue its next chunk while one is decoded; its chunks are decoded in order, one per step.
-Each step decodes the chunks of one length among each stream's first (shortest first: a new stream's first chunk is
-its first audio), up to `max_batch` streams in one forward. On CUDA
-every step replays captured graphs
-(`Code2WavGraphs`: one per window length of the codec schedule and batch bucket); on the CPU, or with
-`enforce_eager`, it runs eagerly on the same rows.
+or its client left: `Qwen3TTS.astream`'s `finally`) or collected. A stream may queue its next chunk while one is
+decoded: its chunks are decoded in order, one per step. Each step decodes the chunks of one length among each
+stream's first (shortest first: a new stream's first chunk is its first audio), up to `max_batch` streams in one
+forward. On CUDA every step replays captured graphs (`Code2WavGraphs`: one per window length of the codec schedule
+and batch bucket); on the CPU, or with `enforce_eager`, it runs eagerly on the same rows.
 """
 
 import weakref
