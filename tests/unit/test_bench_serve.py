@@ -185,7 +185,7 @@ def test_a_server_that_is_not_there_gives_errors_not_a_crash(capsys):
 
 def test_bad_flags_are_refused_by_the_parser(capsys):
     for argv in (["--request-rate", "0"], ["--max-concurrency", "0"], ["--extra-body", "[1]"],
-                 ["--extra-body", "{"], ["--backend", "grpc"]):
+                 ["--extra-body", "{"], ["--backend", "grpc"], ["--turn-detection", "semantic_vad"]):
         with pytest.raises(SystemExit) as e:
             bench_args(*argv)
         assert e.value.code == 2
