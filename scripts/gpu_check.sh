@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call on the H200: install the carried wheels, then run the chosen sections; logs land in $OUT.
-#   bash scripts/gpu_check.sh tests camera engine code2wav aura asr tts pipeline     (default: all but camera)
+#   bash scripts/gpu_check.sh tests tests_quick camera engine code2wav aura asr tts pipeline     (default: all but camera)
 # Each section is cut off after $SECTION_TIMEOUT seconds (default 600) so one slow part cannot sink the call.
 # Needs .whl/ (scripts/fetch_gpu_wheels.sh) and, for the qwen-tts reference, .whl-ref/ (see docs/benchmarks.md).
 set -uo pipefail
@@ -33,6 +33,8 @@ for s in $sections; do
   case $s in
     tests) run gpu_tests python3 -m pytest -q -p no:cacheprovider tests/gpu tests/unit/test_triton_gemv.py \
              tests/unit/test_triton_sampling.py tests/unit/test_engine_prefill_graphs.py tests/unit/test_triton_short_attention.py tests/parity/test_qwen3_backbone.py ;;
+    tests_quick) run gpu_tests_quick python3 -m pytest -q -p no:cacheprovider tests/gpu \
+                   tests/unit/test_engine_prefill_graphs.py ;;  # `tests` less the kernels' own suites
     camera) run camera_turn python3 scripts/aura_camera_turn_check.py ;;  # full-size dummy AURA, images vs video
     engine) run engine_bench python3 benchmarks/engine_bench.py ;;
     code2wav) run code2wav_bench python3 benchmarks/code2wav_bench.py --dtypes float32,float16,bfloat16 \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_first2 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls, each inside `timeout` a little under the call's limit. Every table is printed and appended to
 # $OUT/summary.md as its run ends, so a call cut short still brings back what it measured.
@@ -12,12 +12,15 @@
 # live:  configs/aura_omni_duplex_8.yaml (8 sessions): the silent decision (commit -> response.listen), the same turns
 #        over chat at c = 1 (4 turns), then pushed to talk over /v1/realtime at c = 1 8 (speech appended as spoken:
 #        each turn takes its 3 s first); each run prints its first replies' text
-# tts_load: the `tts` server at c = 32 64 (128 requests each, the first c of them arriving together), every request's
-#        timings kept (--save-detailed): whether the p95 is the burst or the steady state, and the server's part of it
+# tts_load: the `tts` server at c = 1 (16 requests), then c = 32 64 (256 requests each, the first c of them arriving
+#        together, and as all end at 126 frames, each wave after them too), every request's timings kept
+#        (--save-detailed): whether the p95 is the first burst or the steady state, and the server's part of it
 # tts_first2: tts_load with a first Code2Wav window of 2 frames (160 ms of audio) instead of 1: a stream's second
 #        chunk then has 160 ms, not 80, to arrive before the first has played (its Code2Wav wait at c=32 was ~30 ms
 #        on average, session 11), for one more Talker step before the first audio
-# tts_fp16: the `tts` load at c = 32 64 (128 requests each) with Code2Wav in float16 (1.7x faster than fp32 at large
+# tts_first2_c2w8: tts_first2 with Code2Wav steps of at most 8 streams' 25-frame windows (max_num_batched_tokens
+#        3200, ~14 ms a step, not 16 streams' ~27 ms): a new stream's first window waits behind a shorter step
+# tts_fp16: the `tts_load` load with Code2Wav in float16 (1.7x faster than fp32 at large
 #        batches, max error 5.8e-3; session 7): whether Code2Wav's third of the GPU is what keeps c=64 under 400
 #        audio-s/s (session 10)
 # ray:   configs/qwen3_tts.yaml served through Ray actors (--distributed-executor-backend ray), 1 then 2 Talker
@@ -109,6 +112,19 @@ bench() {  # bench NAME ARGS...
   local rc=$?
   { echo "=== $name: rc=$rc"; cat "$LOGS/$name.md"; [ $rc = 0 ] || tail -n 5 "$LOGS/$name.err"; } | tee -a "$OUT/summary.md"
 }
+tts_load_run() {  # tts_load_run NAME MODEL: c = 32 64, 256 requests each (4 and 8 waves), each request's timings
+  bench "$1" --backend speech --model "$2" --voice bench --max-tokens 126 --max-concurrency 32 64 --num-prompts 256 \
+    --num-warmups 2 --save-detailed
+  burst "$OUT/$1.json"
+}
+tts_variant() {  # tts_variant NAME PYTHON: configs/qwen3_tts.yaml as the statement(s) on `d` change it, under load
+  python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); $2
+yaml.safe_dump(d, open('/tmp/qwen3_tts_$1.yaml', 'w'))" || return
+  serve "/tmp/qwen3_tts_$1.yaml" "qwen3-tts-$1" || return
+  tts_load_run "tts_load_$1" "qwen3-tts-$1"
+  stop
+}
+FIRST2="d['connectors']['connector_of_shared_memory']['extra']['initial_codec_chunk_frames'] = 2"
 TURN="--input-audio-seconds 3 --num-frames 2 --frame-size 640x480 --max-tokens 40 --ignore-eos"
 # random weights never end a transcript: ASR stops at 12 tokens, about what 3 s of speech transcribes to. A random
 # reply may hold no word boundary (a run of letters or CJK), and streamed text gives the Talker nothing before one
@@ -125,24 +141,13 @@ for s in ${*:-tts turns live}; do
            --max-concurrency 1 8 32 64 --num-prompts 64 --num-warmups 2 --plot "$OUT/tts_speech.svg"
          stop ;;
     tts_load) serve configs/qwen3_tts.yaml qwen3-tts || continue  # the burst and the steady state, request by request
-              bench tts_load --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
-                --max-concurrency 32 64 --num-prompts 128 --num-warmups 2 --save-detailed
-              burst "$OUT/tts_load.json"
+              bench tts_c1 --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
+                --max-concurrency 1 --num-prompts 16 --num-warmups 2
+              tts_load_run tts_load qwen3-tts
               stop ;;
-    tts_first2) python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml'))
-d['connectors']['connector_of_shared_memory']['extra']['initial_codec_chunk_frames'] = 2
-yaml.safe_dump(d, open('/tmp/qwen3_tts_first2.yaml', 'w'))"
-                serve /tmp/qwen3_tts_first2.yaml qwen3-tts-first2 || continue
-                bench tts_load_first2 --backend speech --model qwen3-tts-first2 --voice bench --max-tokens 126 \
-                  --max-concurrency 32 64 --num-prompts 128 --num-warmups 2 --save-detailed
-                burst "$OUT/tts_load_first2.json"
-                stop ;;
-    tts_fp16) python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); d['stages'][1]['dtype'] = 'float16'
-yaml.safe_dump(d, open('/tmp/qwen3_tts_fp16.yaml', 'w'))"
-              serve /tmp/qwen3_tts_fp16.yaml qwen3-tts-fp16 || continue
-              bench tts_speech_fp16 --backend speech --model qwen3-tts-fp16 --voice bench --max-tokens 126 \
-                --max-concurrency 32 64 --num-prompts 128 --num-warmups 2
-              stop ;;
+    tts_first2) tts_variant first2 "$FIRST2" ;;
+    tts_first2_c2w8) tts_variant first2_c2w8 "$FIRST2; d['stages'][1]['max_num_batched_tokens'] = 3200" ;;
+    tts_fp16) tts_variant fp16 "d['stages'][1]['dtype'] = 'float16'" ;;
     turns) serve configs/aura_omni.yaml aura || continue
            bench turns_first_after_ready --backend chat --model aura --voice bench $TURN --num-warmups 0 \
              --num-prompts 1 --max-concurrency 1 \

@@ -18,12 +18,14 @@ _HISTOGRAMS = {"phase": ("aura_omni:turn_phase_seconds", "phase"),
                "queue": ("aura_omni:stage_queue_time_seconds", "stage"),
                "input_wait": ("aura_omni:stage_input_wait_seconds", "stage"),
                "first_output": ("aura_omni:stage_time_to_first_output_seconds", "stage"),
+               "add": ("aura_omni:stage_add_time_seconds", "stage"),
+               "step": ("aura_omni:stage_step_time_seconds", "stage"),
                "ttfa": ("aura_omni:audio_ttfp_seconds", "endpoint")}
 _UNDERRUNS = "aura_omni:audio_underruns_total"
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """kind (phase, queue, input_wait, first_output) -> label -> (sum seconds, count) from Prometheus text."""
+    """kind (phase, queue, input_wait, first_output, add, step) -> label -> (sum seconds, count) from Prometheus text."""
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for kind, (metric, label) in _HISTOGRAMS.items():
         got: dict[str, list[float]] = {}
@@ -102,6 +104,11 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
             f"{s} {queue.get(s, {}).get('mean_ms', 0.0):.1f} / {first[s]['mean_ms']:.1f}"
             + (f" (waited {wait[s]['mean_ms']:.1f} for input)" if s in wait else "") + f" (n={first[s]['n']})"
             for s in sorted(first)))
+    add, step = breakdown.get("add", {}), breakdown.get("step", {})
+    if step:
+        out.append(prefix + "stage loops, mean add / step ms: " + "  ".join(
+            f"{s} {add.get(s, {}).get('mean_ms', 0.0):.2f} / {step[s]['mean_ms']:.2f} ({step[s]['n']} steps)"
+            for s in sorted(step)))
     ttfa, p95, underruns = (breakdown.get(k, {}) for k in ("ttfa", "ttfa_p95", "underruns"))
     for endpoint in sorted(ttfa):
         out.append(prefix + f"server {endpoint}: first audio mean {ttfa[endpoint]['mean_ms']:.1f} ms"

@@ -62,7 +62,7 @@ def upload(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]
     for a, size in zip(arrays, sizes):
         blob[at:at + a.nbytes] = np.ascontiguousarray(a).view(np.uint8).reshape(-1)
         at += size
-    dev = torch.from_numpy(blob).to(device)
+    dev = upload_async(torch.from_numpy(blob), device)
     out, at = [], 0
     for a, size in zip(arrays, sizes):
         t = dev[at:at + a.nbytes].view(getattr(torch, a.dtype.name)).view(a.shape)
@@ -364,7 +364,7 @@ class ModelRunner:
                 a = self._step_arrays(sched)
                 hidden = self.prefill_graphs.run(graph, a["slots"], a["cu"], a["ends"].astype(np.int32), a["tables"],
                                                  embeds, positions, inputs.deepstack)
-                ends = torch.from_numpy(a["sample_rows"]).to(self.device)
+                ends = upload_async(torch.from_numpy(a["sample_rows"]), self.device)
             else:
                 meta, ends = self._metadata(sched, decode, pad)
                 if pad:

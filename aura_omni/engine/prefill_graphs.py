@@ -21,7 +21,7 @@ import torch
 
 from aura_omni.layers import cuda_graph, triton_prefill
 from aura_omni.layers.attention import AttentionMetadata
-from aura_omni.layers.device import on_device
+from aura_omni.layers.device import on_device, upload_into
 from aura_omni.models.qwen3 import DeepStack, Qwen3Model
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class PrefillGraphs:
         v["tables"][:n, :tables.shape[1]] = tables  # entries past a row's length are never read
         with on_device(self.device):
             used = self._tables_at + 4 * n * self.max_blocks
-            self._blob[:used].copy_(torch.from_numpy(self._host[:used]))
+            upload_into(self._blob[:used], torch.from_numpy(self._host[:used]))  # the host buffer is reused
             self.embeds[:tokens].copy_(embeds)
             self.positions[..., :tokens].copy_(positions)
             if deepstack is not None or self._deepstack_dirty:

@@ -52,12 +52,12 @@ class TalkerAdapter:
                 text = torch.stack([seq.model_state.text_row(j, self.pad) for j in frames]).to(device, self.dtype)
                 last = seq.num_output_tokens - 1  # its codes may still be on their way: the decoder has its embedding
                 known = [seq.output_extras[j] for j in frames if j != last]
-                parts = [self.model.embed_frame(torch.stack(known).to(device))] if known else []
+                parts = [self.model.embed_frame(upload_async(torch.stack(known), device))] if known else []
                 if frames[-1] == last:
                     parts.append(self.decoder.frame_embed[seq.model_state.slot][None])
                 rows.append(torch.cat(parts) + text)
             positions.append(torch.arange(s, e))
-        return StepInputs(torch.cat(rows), torch.cat(positions).to(device))
+        return StepInputs(torch.cat(rows), upload_async(torch.cat(positions), device))
 
     def decode_inputs(self, seqs, device: torch.device):
         slots, pos = upload_async(torch.tensor([[s.model_state.slot for s in seqs], [s.num_tokens - 1 for s in seqs]]),

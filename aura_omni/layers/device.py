@@ -85,9 +85,18 @@ def upload_async(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """`t` (host) on `device`, without the host waiting: a plain copy from pageable memory waits for every kernel
     queued before it, which would undo an engine step queued ahead (async scheduling). Staged through pinned memory,
     whose caching allocator keeps the block until the copy has run."""
-    if device.type != "cuda":
+    if device.type != "cuda" or t.device.type != "cpu":
         return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)
+
+
+def upload_into(dst: torch.Tensor, t: torch.Tensor) -> None:
+    """`dst.copy_(t)`; from the host to a GPU without the host waiting (as `upload_async`), and `t` may be reused at
+    once."""
+    if dst.device.type != "cuda" or t.device.type != "cpu":
+        dst.copy_(t)
+    else:
+        dst.copy_(t.pin_memory(), non_blocking=True)
 
 
 def on_first_tensor_device(fn):

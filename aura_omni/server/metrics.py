@@ -101,6 +101,10 @@ STAGE_LATENCIES = {  # stages/latency.py histogram -> metric labelled `stage`
                    "the stage took it (the Talker's first streamed text, 0 for a whole text)."),
     "first_output": ("aura_omni:stage_time_to_first_output_seconds", "Time from a request's submission to the stage "
                      "to its first output (AURA's first token, the Talker's first codec frame, a Code2Wav chunk)."),
+    "add": ("aura_omni:stage_add_time_seconds", "Time the stage's loop spent taking one new request in between two "
+            "steps (prompt building, encoders): the requests behind it in the queue wait that long."),
+    "step": ("aura_omni:stage_step_time_seconds", "Duration of each of the stage's steps (a batch's device and host "
+             "work; with async scheduling, launching one step and reading the one before)."),
 }
 
 

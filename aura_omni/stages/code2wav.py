@@ -53,6 +53,29 @@ def window_schedule(initial: int, steady: int) -> list[int]:
     return out
 
 
+class FrameChunks:
+    """A stream's codec frames gathered into Code2Wav windows whose lengths follow `window_schedule`."""
+
+    def __init__(self, initial: int, steady: int):
+        if initial < 1 or steady < 1:
+            raise ValueError("initial_chunk_frames and chunk_frames must be >= 1")
+        self.windows, self.pending = window_schedule(min(initial, steady), steady), []
+
+    def add(self, frame: torch.Tensor) -> torch.Tensor | None:
+        """The next window [n, 16] once this frame completes it."""
+        self.pending.append(frame)
+        if len(self.pending) < self.windows[0]:
+            return None
+        if len(self.windows) > 1:
+            self.windows.pop(0)
+        return self.rest()
+
+    def rest(self) -> torch.Tensor | None:
+        """The frames not yet in a window (the stream's last, shorter one), if any."""
+        codes, self.pending = (torch.stack(self.pending) if self.pending else None), []
+        return codes
+
+
 def slot_capacity(max_batch: int) -> int:
     """Rows made up front: streams decoding, plus ones between chunks or just ended. Rows are added when these run
     out, but that drops every captured graph (they read the old rows), so there are plenty (5 MB a row in fp32)."""

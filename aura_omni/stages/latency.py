@@ -1,7 +1,9 @@
-"""Per-stage request latencies, kept by each stage loop: how long a request waited in front of the stage's engine
+"""Per-stage latencies, kept by each stage loop: how long a request waited in front of the stage's engine
 (`queue`: submitted -> taken in between steps) and until its first output (`first_output`: submitted -> first
-output delivered; the Talker's first codec frame, a Code2Wav chunk's audio, AURA's first token). `/metrics` serves
-them as `aura_omni:stage_queue_time_seconds` and `aura_omni:stage_time_to_first_output_seconds`.
+output delivered; the Talker's first codec frame, a Code2Wav chunk's audio, AURA's first token); and the loop's own
+time taking each new request (`add`: prompt building, encoders) and in each step (`step`). `/metrics` serves them
+as `aura_omni:stage_queue_time_seconds`, `aura_omni:stage_time_to_first_output_seconds`,
+`aura_omni:stage_add_time_seconds` and `aura_omni:stage_step_time_seconds`.
 
 Observed on the loop thread only; a scrape reads a snapshot from another thread without a lock (counts may be one
 observation apart from the sum, which a histogram tolerates)."""

@@ -17,8 +17,8 @@ A loop stuck in one piece of work (a step, an add, a `call`) past STALLED_S is s
 loop thread's Python stack once and fails the loop's requests with `StageUnavailable` (their engine aborts wait for the
 loop), new ones are refused the same way, and `stats()` (so `/health`) says `stalled_in` / `stalled_s`, until the
 work ends. Each
-loop also keeps two latency histograms (stages/latency.py): a request's wait in the inbox, and its time to its first
-output.
+loop also keeps latency histograms (stages/latency.py): a request's wait in the inbox and its time to its first output,
+and the loop's own time taking each request (`add`) and in each step.
 
 A loop whose thread ends on an unexpected error (anything outside a step, or a BaseException) is down: its requests
 get `StageUnavailable` at once, new ones are refused with it, `counters.alive` is false, and `on_death` is called
@@ -172,9 +172,9 @@ def _put_all(batch: list) -> None:
 
 
 class _AsyncSink:
-    def __init__(self, outbox: _Outbox):
+    def __init__(self, outbox: _Outbox, q: asyncio.Queue | None = None):
         self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.queue: asyncio.Queue = q if q is not None else asyncio.Queue()
         self.outbox = outbox
 
     def put(self, item) -> None:  # on the loop thread; delivered at its next flush
@@ -201,7 +201,7 @@ class StageLoop:
         self._work: tuple[str, float] | None = None  # (what, perf_counter at its start) while the thread is in it
         self._stalled: tuple[str, float] | None = None  # the work the watchdog found stuck, until it ends
         self._submitted: dict[str, float] = {}  # request id -> when it was submitted, until its first output
-        self.latency = {"queue": LatencyHistogram(), "first_output": LatencyHistogram()}  # stages/latency.py
+        self.latency = {name: LatencyHistogram() for name in ("queue", "first_output", "add", "step")}  # latency.py
         self.on_death: Callable[[StageLoop, BaseException], None] | None = None  # called on the dying thread
         self.counters = StageCounters(engine=self._engine_stats())
         self._start_thread()
@@ -219,7 +219,7 @@ class StageLoop:
         """The request's outputs as the engine produces them; raises the request's failure (a bad request's
         ValueError, or StageError). Leaving early aborts it."""
         sink = _AsyncSink(self._outbox)
-        self._add(request_id, request, sink.put)
+        self.add(request_id, request, sink.put)
         finished = False
         try:
             while True:
@@ -253,7 +253,7 @@ class StageLoop:
         index = {rid: i for i, (rid, _) in enumerate(requests)}
         live = set(index)
         for rid, request in requests:
-            self._add(rid, request, lambda out, rid=rid: sink.put((rid, out)))
+            self.add(rid, request, lambda out, rid=rid: sink.put((rid, out)))
         try:
             while live:
                 rid, out = sink.get()
@@ -266,6 +266,28 @@ class StageLoop:
         finally:
             for rid in live:
                 self.abort(rid)
+
+    def add(self, request_id: str, request: Any, sink: Callable[[Any], None]) -> None:
+        """Queue a request whose outputs go to `sink`, called on the loop's thread with each `StageOutput` (or the
+        request's failure, an exception) as the step that made it ends: a stage hands its outputs to the next one
+        this way without a caller's event loop in between. The sink must be quick and must not block; `abort` stops
+        it. `submit` and `run` are this with a queue for the caller."""
+        with self._lock:
+            if not self._running:
+                raise StageUnavailable(f"stage {self.name} is shut down")
+            if self._dead:
+                raise StageUnavailable(f"stage {self.name} is down (restarting)")
+            if self._stalled is not None:
+                raise StageUnavailable(f"stage {self.name} is stalled (a {self._stalled[0]} has not ended)")
+            self._submitted[request_id] = time.perf_counter()
+            self._inbox.append(("add", request_id, request, sink))
+        self.counters = dataclasses.replace(self.counters, queued=len(self._inbox))
+        self._wake.set()
+
+    def sink_to(self, q: asyncio.Queue) -> Callable[[Any], None]:
+        """A sink (for `add`) that hands what it is given to `q`, an asyncio queue of the calling event loop, once this
+        loop's step (or drain) ends: one wake-up of that event loop per step however many items it carries."""
+        return _AsyncSink(self._outbox, q).put
 
     def feed(self, request_id: str, item: Any = None) -> None:
         """More input for a running request (the Talker's streamed text): the engine's `feed`, between steps. Dropped
@@ -363,19 +385,6 @@ class StageLoop:
             self._thread.join(timeout=10)
 
     # ---- the loop thread ------------------------------------------------------------------------------
-    def _add(self, request_id: str, request: Any, sink: Callable) -> None:
-        with self._lock:
-            if not self._running:
-                raise StageUnavailable(f"stage {self.name} is shut down")
-            if self._dead:
-                raise StageUnavailable(f"stage {self.name} is down (restarting)")
-            if self._stalled is not None:
-                raise StageUnavailable(f"stage {self.name} is stalled (a {self._stalled[0]} has not ended)")
-            self._submitted[request_id] = time.perf_counter()
-            self._inbox.append(("add", request_id, request, sink))
-        self.counters = dataclasses.replace(self.counters, queued=len(self._inbox))
-        self._wake.set()
-
     def _deliver(self, request_id: str, out: StageOutput | BaseException) -> None:
         sink = self._sinks.get(request_id)
         if sink is None:
@@ -427,11 +436,13 @@ class StageLoop:
             submitted = self._submitted.get(rid)
             if submitted is not None:
                 self.latency["queue"].observe(time.perf_counter() - submitted)
+            start = time.perf_counter()
             try:
                 self.engine.add(rid, request)
             except Exception as e:  # noqa: BLE001 - a bad request fails alone, at its caller
                 self.engine.abort(rid)
                 self._deliver(rid, e)
+            self.latency["add"].observe(time.perf_counter() - start)
 
     def _stall(self, work: tuple[str, float]) -> None:
         """On the watchdog's thread: the loop thread has been stuck in `work` past STALLED_S. Its requests fail now
@@ -519,6 +530,7 @@ class StageLoop:
                     for out in outputs:
                         self._deliver(out.request_id, out)
                     took = time.perf_counter() - start
+                    self.latency["step"].observe(took)
                     self._publish(len(outputs), took)
                     if took > SLOW_STEP_S:
                         log.warning("stage %s: a step took %.2f s (%d outputs; %s)", self.name, took, len(outputs),

@@ -11,7 +11,6 @@ Only host data crosses between them (codec frames, samples). Leaving a stream ea
 drops its decoder state.
 """
 
-import asyncio
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import AsyncIterator, Iterator
@@ -31,7 +30,8 @@ from aura_omni.models.qwen3_tts.prompt import (embed_prompt, instruct_template, 
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
 from aura_omni.models.qwen3_tts.talker import Talker
 from aura_omni.models.qwen3_tts.text_stream import StableTokens, TextFeed
-from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine, window_schedule
+from aura_omni.stages.audio_relay import AudioRelay
+from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine, FrameChunks
 from aura_omni.stages.loop import StageLoop
 from aura_omni.stages.talker import TalkerEngine
 
@@ -342,46 +342,20 @@ class Qwen3TTS:
         `chunk_frames`. The stateful decoder is frame-exact (no re-decoded context); for in-context cloning the
         reference codes prime the decoder state. Concatenated chunks equal `synthesize()`.
 
-        A window goes to Code2Wav as soon as its frames exist, behind the stream's window being decoded, not once the
-        caller has taken that one's audio: Code2Wav decodes it at its next step (a stream's windows in order, one
-        per step), so an early window never waits for the caller's round trip and a long step of other streams'
-        windows on top (the second window has only the first's 80 ms of audio to arrive in)."""
-        chunks = _FrameChunks(initial_chunk_frames, chunk_frames)
-        session = self._code2wav_session(req)
-        decoded: asyncio.Queue = asyncio.Queue()  # each window's decode (a task), in order; None after the last
-
-        def decode(codes: torch.Tensor) -> None:
-            decoded.put_nowait(asyncio.ensure_future(self.code2wav_loop.result(
-                self.code2wav_loop.new_request_id(), Code2WavChunk(session, codes))))
-
-        async def feed() -> None:  # the frames into windows, as the Talker makes them
-            try:
-                async for frame in self.frames(req, request_id):
-                    if (codes := chunks.add(frame)) is not None:
-                        decode(codes)
-                if (codes := chunks.rest()) is not None:
-                    decode(codes)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - the caller hears it after the audio made before it
-                failed = asyncio.get_running_loop().create_future()
-                failed.set_exception(e)
-                decoded.put_nowait(failed)
-            finally:
-                decoded.put_nowait(None)
-
-        feeder = asyncio.ensure_future(feed())
+        The frames go from the Talker's thread straight to Code2Wav (`AudioRelay`): a window is queued there as soon
+        as its frames exist, behind the stream's window being decoded, so an early window never waits for this event
+        loop or for the caller to take the audio before it (the second window has only the first's 80 ms of audio
+        to arrive in). Leaving early aborts the Talker request and the windows not yet decoded."""
+        relay = AudioRelay(self.talker_loop, self.code2wav_loop, self._code2wav_session(req),
+                           _frame_chunks(initial_chunk_frames, chunk_frames))
         try:
-            while (window := await decoded.get()) is not None:
-                yield await window
+            relay.start(request_id or self.talker_loop.new_request_id(), req)
+            async for wav in relay.audio():
+                yield wav
+        except PromptTooLongError as e:
+            raise TTSRequestError(str(e)) from e
         finally:
-            feeder.cancel()  # it stops where it waits for the Talker, which aborts the Talker request
-            await asyncio.gather(feeder, return_exceptions=True)
-            left = list(iter(decoded.get_nowait, None)) if not decoded.empty() else []
-            for window in left:  # decodes not taken: cancelling them aborts their Code2Wav requests
-                window.cancel()
-            await asyncio.gather(*left, return_exceptions=True)
-            session.close()
+            relay.close()
 
     def iter_frames(self, reqs: list[TTSRequest]) -> Iterator[tuple[int, torch.Tensor]]:
         """Offline: (request index, frame [16]) as soon as each frame exists, the requests batched together.
@@ -396,7 +370,7 @@ class Qwen3TTS:
 
     def stream(self, req: TTSRequest, initial_chunk_frames: int = 1, chunk_frames: int = 25) -> Iterator[np.ndarray]:
         """Offline, blocking `astream`."""
-        chunks = _FrameChunks(initial_chunk_frames, chunk_frames)
+        chunks = _frame_chunks(initial_chunk_frames, chunk_frames)
         session = self._code2wav_session(req)
         try:
             for _, frame in self.iter_frames([req]):
@@ -469,25 +443,11 @@ def _frames_of(out) -> list[torch.Tensor]:
     return [] if out.finished else out.new_extras
 
 
-class _FrameChunks:
-    """Codec frames gathered into Code2Wav chunks whose lengths follow `window_schedule`."""
-
-    def __init__(self, initial: int, steady: int):
-        if initial < 1 or steady < 1:
-            raise TTSRequestError("initial_chunk_frames and chunk_frames must be >= 1")
-        self.windows, self.pending = window_schedule(min(initial, steady), steady), []
-
-    def add(self, frame: torch.Tensor) -> torch.Tensor | None:
-        self.pending.append(frame)
-        if len(self.pending) < self.windows[0]:
-            return None
-        if len(self.windows) > 1:
-            self.windows.pop(0)
-        return self.rest()
-
-    def rest(self) -> torch.Tensor | None:
-        codes, self.pending = (torch.stack(self.pending) if self.pending else None), []
-        return codes
+def _frame_chunks(initial: int, steady: int) -> FrameChunks:
+    try:
+        return FrameChunks(initial, steady)
+    except ValueError as e:
+        raise TTSRequestError(str(e)) from e
 
 
 def code2wav_device(code2wav) -> torch.device:

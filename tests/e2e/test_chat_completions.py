@@ -287,22 +287,28 @@ def test_stream_gives_text_and_audio_deltas_before_the_final_chunk(client, ref_a
 
 
 class SlowTalker:
-    """Talker frames at most every `pause` s (the tiny Talker is otherwise done in milliseconds), with arrival
-    times, so a test can tell audio sent as it is made from audio sent at the end."""
+    """Talker steps at least `pause` s apart (the tiny Talker is otherwise done in milliseconds), with the time each
+    codec frame was made, so a test can tell audio sent as it is made from audio sent at the end. It wraps the
+    Talker stage's step on its loop thread: the frames go from there to Code2Wav without passing the caller."""
 
     def __init__(self, tts, pause: float = 0.1):
-        self.tts, self.pause, self.times = tts, pause, []
-        self.original = tts.frames
-        tts.frames = self.frames
+        self.engine = tts.facades[0].talker_loop.engine
+        self.pause, self.times, self.finished = pause, [], 0
+        self.original = self.engine.step
+        self.engine.step = self.step
 
-    async def frames(self, req, request_id=None):
-        async for item in self.original(req, request_id):
-            await asyncio.sleep(self.pause)
-            self.times.append(time.monotonic())
-            yield item
+    def step(self):
+        time.sleep(self.pause)
+        outputs = self.original()
+        for out in outputs:
+            if out.finished:
+                self.finished += 1
+            elif not isinstance(out.item, BaseException):
+                self.times.extend(time.monotonic() for _ in out.item.new_extras)
+        return outputs
 
     def restore(self):
-        del self.tts.frames
+        del self.engine.step
 
 
 def test_chat_audio_streams_while_the_talker_still_speaks(base, ref_audio_b64):
@@ -411,15 +417,7 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
 
     start_free = aura.stats()["free_blocks"]
     aborts = Spy(aura.engine, "abort")
-    tts, frames = base.runtime.tts, []
-    talker_frames = tts.frames
-
-    async def counting_frames(req, request_id=None):  # counts the Talker frames this turn produced
-        async for item in talker_frames(req, request_id):
-            frames.append(item)
-            yield item
-
-    tts.frames = counting_frames
+    talker = SlowTalker(base.runtime.tts, pause=0.0)  # counts the Talker frames this turn produced
     body = {"model": MODEL, "stream": True, "messages": user({"type": "text", "text": "talk for a while"}),
             "max_tokens": 400, "ignore_eos": True, "seed": 7,
             "additional_information": {"tts_ref_audio": ref_audio_b64, "tts_x_vector_only_mode": True,
@@ -439,45 +437,33 @@ def test_client_disconnect_mid_stream_frees_every_stage(base, ref_audio_b64):
                 break
             time.sleep(0.05)
         aborts.restore()
-        del tts.frames
+        talker.restore()
     stats = aura.stats()
     assert stats["running"] == 0 and stats["waiting"] == 0 and not aura.engine.has_unfinished()
     assert stats["free_blocks"] == start_free
     assert talker_idle()  # the Talker holds no sequence
     assert [a[0][0] for a in aborts.calls if a[0][0].endswith("-aura")], "AURA was not cancelled mid-reply"
-    assert 0 < len(frames) < 100, "the Talker was not cancelled mid-sentence"  # it may speak up to 256 frames
+    assert 0 < len(talker.times) < 100, "the Talker was not cancelled mid-sentence"  # it may speak up to 256 frames
 
 
 # ---------------------------------------------------------------------------------------------- errors
 
 def test_non_streaming_speech_stops_when_its_client_leaves(base, ref_audio_b64):
-    tts, outcome = base.runtime.tts, []
-    talker_frames = tts.frames
-
-    async def slow_frames(req, request_id=None):  # 10 frames/s: the longest (256-frame) utterance would take 25 s
-        try:
-            async for item in talker_frames(req, request_id):
-                await asyncio.sleep(0.1)
-                yield item
-            outcome.append("finished")
-        except (GeneratorExit, asyncio.CancelledError):
-            outcome.append("closed")
-            raise
-
-    tts.frames = slow_frames
+    tts = base.runtime.tts
+    slow = SlowTalker(tts)  # 10 frames/s: the longest (256-frame) utterance would take 25 s
     body = {"model": MODEL, "input": "say this slowly", "voice": "x", "response_format": "wav", "seed": 3,
             "max_new_tokens": 256, "ref_audio": ref_audio_b64, "x_vector_only_mode": True}
     try:
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(base.url + "/v1/audio/speech", headers=AUTH, json=body, timeout=1.0)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not (outcome and tts.stats()["running"] == 0):
+        while time.monotonic() < deadline and not (slow.times and tts.stats()["running"] == 0):
             time.sleep(0.05)
     finally:
-        del tts.frames
+        slow.restore()
     talker = tts.stats()
-    assert outcome == ["closed"], "the Talker was not stopped mid-utterance"
-    assert talker["running"] == 0 and talker["free_blocks"] == talker["total_blocks"]
+    assert slow.times and slow.finished == 0, "the Talker was not stopped mid-utterance"
+    assert len(slow.times) < 100 and talker["running"] == 0 and talker["free_blocks"] == talker["total_blocks"]
     health = httpx.get(base.url + "/health").json()
     assert health["stages"]["talker"]["running"] == 0
 

@@ -70,6 +70,10 @@ def test_metrics_move_after_a_speech_request_and_a_chat_turn(omni_server, ref_au
     assert stage_moved("aura_omni:stage_time_to_first_output_seconds_count", "talker") == 2  # speech, spoken turn
     assert stage_moved("aura_omni:stage_input_wait_seconds_count", "talker") == 2  # the Talker's wait for its text
     assert stage_moved("aura_omni:stage_time_to_first_output_seconds_sum", "code2wav") > 0
+    for stage in ("aura", "talker", "code2wav"):  # the loops' own time: taking requests, and each step
+        assert stage_moved("aura_omni:stage_add_time_seconds_count", stage) >= 2
+        assert stage_moved("aura_omni:stage_step_time_seconds_count", stage) >= 2
+        assert stage_moved("aura_omni:stage_step_time_seconds_sum", stage) > 0
     stages = {dict(labels)["stage"] for name, labels in after if name == "aura_omni:num_requests_running"}
     assert stages == {"asr", "aura", "talker", "code2wav"}  # every stage loop reports
     kv_stages = stages - {"code2wav"}  # the codec decoder keeps no KV cache

@@ -213,12 +213,11 @@ def test_a_failed_chunk_fails_its_stream_and_the_stage_keeps_serving(code2wav):
 
 
 def test_stream_windows_double_from_the_first_to_the_steady_length():
-    from aura_omni.stages.code2wav import window_schedule
-    from aura_omni.stages.tts import _FrameChunks
+    from aura_omni.stages.code2wav import FrameChunks, window_schedule
 
     assert window_schedule(1, 25) == [1, 2, 4, 8, 16, 25]
     assert window_schedule(8, 25) == [8, 16, 25] and window_schedule(25, 25) == [25]
-    chunks, sizes = _FrameChunks(1, 25), []
+    chunks, sizes = FrameChunks(1, 25), []
     for _ in range(100):
         if (c := chunks.add(torch.zeros(16, dtype=torch.long))) is not None:
             sizes.append(c.shape[0])

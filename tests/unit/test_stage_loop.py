@@ -285,6 +285,8 @@ def test_queue_and_first_output_latencies_are_observed_and_nothing_is_kept_per_r
     assert got["queue"].count == 1 and got["queue"].total >= 0.2
     assert got["first_output"].count == 1 and got["first_output"].total >= got["queue"].total
     assert got["queue"].buckets[-1] == (float("inf"), 1)
+    assert got["add"].count == 1 and got["add"].total < got["queue"].total  # the loop's own time, apart
+    assert got["step"].count >= 12 and got["step"].total <= got["first_output"].total + 60  # one per step
 
     async def bad_then_left():
         with pytest.raises(ValueError):  # refused by the engine: no output, nothing kept

@@ -135,9 +135,9 @@ def test_streamed_chunks_join_into_the_whole_utterance(tmp_path_factory, icl):
 
 
 def test_astream_sends_each_window_to_code2wav_before_the_caller_takes_the_last(tmp_path_factory):
-    """The next window goes to Code2Wav as soon as its frames exist, while the caller still holds the first chunk
-    (the second chunk has only the first's 80 ms to arrive in); the chunks join into the whole utterance, and a
-    caller that leaves early leaves nothing behind in either stage."""
+    """The next window goes to Code2Wav as soon as its frames exist, from the Talker's thread, while the caller still
+    holds the first chunk and its event loop is blocked (the second chunk has only the first's 80 ms to arrive in);
+    the chunks join into the whole utterance, and a caller that leaves early leaves nothing behind in either stage."""
     import asyncio
     import time
 
@@ -152,9 +152,9 @@ def test_astream_sends_each_window_to_code2wav_before_the_caller_takes_the_last(
         stream = cv.astream(request, 1, 2)
         chunks = [await anext(stream)]
         decoded, deadline = engine.decoded_frames, time.monotonic() + 10
-        while engine.decoded_frames == decoded:  # the caller takes nothing meanwhile
+        while engine.decoded_frames == decoded:  # the caller takes nothing meanwhile, nor lets its event loop run
             assert time.monotonic() < deadline, "no window was decoded while the caller held the first chunk"
-            await asyncio.sleep(0.01)
+            time.sleep(0.01)
         return chunks + [c async for c in stream]
 
     async def left_early() -> None:
@@ -168,3 +168,57 @@ def test_astream_sends_each_window_to_code2wav_before_the_caller_takes_the_last(
     cv.code2wav_loop.settle()
     assert talker["running"] == talker["waiting"] == 0 and talker["free_blocks"] == talker["total_blocks"]
     assert not engine.has_work() and engine.stats()["streams"] == 0
+
+
+def test_a_talker_failure_mid_stream_comes_after_the_audio_made_before_it(tmp_path_factory):
+    """The Talker's step fails after the first chunk: the caller gets the chunks already decoded, in order, then the
+    stage's error, and neither stage keeps anything of the stream."""
+    import asyncio
+
+    from aura_omni.stages.loop import StageError
+
+    cv = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice"))
+    request = req(max_new_tokens=40, do_sample=False, subtalker_dosample=False)
+
+    async def read() -> tuple[list, BaseException | None]:
+        got = []
+        try:
+            async for chunk in cv.astream(request, 1, 2):
+                got.append(chunk)
+                if len(got) == 1:
+                    cv.talker_loop.inject_fault("step")
+        except StageError as e:
+            return got, e
+        return got, None
+
+    got, error = asyncio.run(read())
+    assert isinstance(error, StageError) and "injected" in str(error.__cause__)
+    assert 1 <= len(got) and all(len(c) % 1920 == 0 for c in got)
+    talker = cv.stats()
+    cv.code2wav_loop.settle()
+    assert talker["running"] == 0 and talker["free_blocks"] == talker["total_blocks"]
+    assert not cv.code2wav_loop.engine.has_work() and cv.code2wav_loop.engine.stats()["streams"] == 0
+
+
+def test_the_warm_start_burst_runs_max_num_seqs_streams_together(tmp_path_factory):
+    """The warm start ends with the Talker's max_num_seqs streams at once (on a GPU by default): they share their
+    steps, each gets its audio, and nothing of them stays in either stage."""
+    import asyncio
+
+    from aura_omni.pipeline.warmup import warm_up
+
+    cv = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice"),
+                       engine_config=EngineConfig(max_num_seqs=8, max_model_len=512))
+    took = asyncio.run(warm_up(tts=cv, burst=False))
+    assert "tts_burst:custom_voice" not in took  # the CPU default is off
+    cv.stats()
+    single, outputs = cv.talker_loop.counters.steps, cv.talker_loop.latencies()["first_output"].count
+    took = asyncio.run(warm_up(tts=cv, burst=True))
+    assert took["tts_burst:custom_voice"] > 0
+    talker = cv.stats()
+    assert cv.talker_loop.latencies()["first_output"].count - outputs == 1 + 8  # the single request, then the burst
+    burst_steps = cv.talker_loop.counters.steps - 2 * single
+    assert burst_steps <= 8  # 8 streams of 4 tokens in shared steps, not 32 steps one stream after another
+    cv.code2wav_loop.settle()
+    assert talker["running"] == 0 and talker["free_blocks"] == talker["total_blocks"]
+    assert cv.code2wav_loop.engine.stats()["streams"] == 0

@@ -19,6 +19,7 @@ import logging
 import torch
 
 from aura_omni.layers import cuda_graph
+from aura_omni.layers.device import upload_into
 from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavSlots
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class Code2WavGraphs:
         ids.zero_()  # padding rows -> the scratch slot
         ids[:b].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
         codes_in[b:].zero_()
-        codes_in[:b].copy_(codes)
+        upload_into(codes_in[:b], codes)
         graph.replay()
         return wav[:b].clone()
 

@@ -19,7 +19,7 @@ from typing import Protocol
 import torch
 
 from aura_omni.layers import cuda_graph
-from aura_omni.layers.device import on_device
+from aura_omni.layers.device import on_device, upload_async, upload_into
 from aura_omni.models.qwen3_tts import sampling as S, triton_sampling
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
 from aura_omni.models.qwen3_tts.talker import Talker
@@ -73,7 +73,7 @@ class TalkerRequestState:
         ids, ended = self.request.text.snapshot()
         new = ids[self.text_taken:] + ([eos_id] if ended else [])
         if new:
-            rows = embed_text(torch.tensor(new, dtype=torch.long, device=self.trailing.device))
+            rows = embed_text(upload_async(torch.tensor(new, dtype=torch.long), self.trailing.device))
             self.trailing = torch.cat([self.trailing, rows.to(self.trailing.dtype)])
         self.text_taken, self.text_done = len(ids), ended
 
@@ -162,7 +162,7 @@ class FrameDecoder:
         slot = self.free_slots.pop()
         state: TalkerRequestState = seq.model_state
         self.seen[slot] = False
-        self.params[slot] = torch.tensor(S.param_row(state.request.sampling), dtype=torch.float32)
+        upload_into(self.params[slot], torch.tensor(S.param_row(state.request.sampling), dtype=torch.float32))
         self.keys[slot] = state.key
         self.owners[slot] = seq
         state.slot = slot

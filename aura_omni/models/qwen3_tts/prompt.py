@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from aura_omni.layers.device import upload_async
 from aura_omni.models.qwen3_tts.config import Qwen3TTSConfig
 
 XVECTOR = "xvector"  # codec item: the speaker embedding row (Base models)
@@ -146,22 +147,22 @@ def embed_prompt(talker, prompt: TalkerPrompt, *, xvector: torch.Tensor | None =
 
     text_pos = [i for i, t in enumerate(prompt.text_ids) if t is not None]
     if text_pos:
-        ids = torch.tensor([prompt.text_ids[i] for i in text_pos], device=device)
+        ids = upload_async(torch.tensor([prompt.text_ids[i] for i in text_pos]), device)
         out[text_pos] += talker.embed_text(ids)
     codec_pos = [i for i, c in enumerate(prompt.codec) if isinstance(c, int)]
     if codec_pos:
-        ids = torch.tensor([prompt.codec[i] for i in codec_pos], device=device)
+        ids = upload_async(torch.tensor([prompt.codec[i] for i in codec_pos]), device)
         out[codec_pos] += talker.embed_codec(ids)
     xvec_pos = [i for i, c in enumerate(prompt.codec) if c == XVECTOR]
     if xvec_pos:
         if xvector is None:
             raise ValueError("prompt has an x-vector row but no x-vector was given")
-        out[xvec_pos] += xvector.to(device, dtype)
+        out[xvec_pos] += upload_async(xvector, device).to(dtype)
     frame_pos = [i for i, c in enumerate(prompt.codec) if isinstance(c, RefFrame)]
     if frame_pos:
         if ref_codes is None:
             raise ValueError("prompt has reference frames but no reference codes were given")
-        frames = torch.stack([ref_codes[prompt.codec[i].index] for i in frame_pos]).to(device)
+        frames = upload_async(torch.stack([ref_codes[prompt.codec[i].index] for i in frame_pos]), device)
         out[frame_pos] += talker.embed_frame(frames)
-    trailing = talker.embed_text(torch.tensor(prompt.trailing_text_ids, device=device, dtype=torch.long))
+    trailing = talker.embed_text(upload_async(torch.tensor(prompt.trailing_text_ids, dtype=torch.long), device))
     return out, trailing.reshape(-1, weight.shape[1])  # [0, H] for an open text with nothing trailing yet

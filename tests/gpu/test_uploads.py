@@ -1,0 +1,36 @@
+"""Host-to-GPU uploads that do not wait for the stream (layers/device.py): a stage's host inputs must reach the device
+while a step queued ahead still runs, with the values the host had at the call even if it reuses its buffer at once.
+Skipped without CUDA."""
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def _busy(stream: torch.cuda.Stream) -> torch.Tensor:
+    """Tens of milliseconds of work queued on `stream`."""
+    with torch.cuda.stream(stream):
+        x = torch.randn(4096, 4096, device="cuda")
+        for _ in range(20):
+            x = x @ x / 64
+    return x
+
+
+def test_uploads_take_the_host_values_of_the_call_and_leave_the_queued_work_running():
+    from aura_omni.layers.device import upload_async, upload_into
+
+    stream = torch.cuda.Stream()
+    _busy(stream)
+    host = torch.arange(1024, dtype=torch.long)
+    dst = torch.zeros(1024, dtype=torch.long, device="cuda")
+    with torch.cuda.stream(stream):
+        got = upload_async(host, torch.device("cuda"))
+        upload_into(dst, host)
+        queued = not stream.query()  # the host did not wait for the matmuls
+        host.fill_(-1)  # the caller reuses its buffer at once
+    stream.synchronize()
+    assert queued
+    assert torch.equal(got.cpu(), torch.arange(1024)) and torch.equal(dst.cpu(), torch.arange(1024))
+    on_device = torch.ones(4, device="cuda")  # a device tensor is copied as it is
+    assert torch.equal(upload_async(on_device, torch.device("cuda")), on_device)
