@@ -32,8 +32,8 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
                   chunk_frames: int = 25, burst: bool | None = None) -> dict[str, float]:
     """Seconds each stage's warm requests took (stages given as the runtime holds them; None = not deployed).
     `frames`: distinct VisionInputs for AURA (camera frames of the live size), sum(AURA_LAYOUTS) of them.
-    `burst` (default: on a GPU) ends with a Talker's max_num_seqs requests at once: a first burst of clients would
-    otherwise pay for the shapes only many prompts in one step make (session 12 on the H200: a first burst of 32
+    `burst` (default: on a GPU) ends with a burst of the Talker's max_num_seqs requests: a first burst of clients
+    would otherwise pay for the shapes only many prompts in one step make (session 12 on the H200: a first burst of 32
     waited ~490 ms for its audio, the same burst ~155 ms once Triton's cache held those kernels)."""
     took = {}
     if asr is not None:
@@ -74,15 +74,21 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
 
 
 async def _burst(talker, initial_chunk_frames: int, chunk_frames: int, name: str) -> None:
-    """The Talker's max_num_seqs streams at once, each to its second window: one prefill of them all, steps at the
-    full batch, and their first windows decoded together."""
+    """The Talker's max_num_seqs streams, each to its second window: half of them at once (one prefill of them
+    all, steps at that batch, their first windows decoded together), the other half as soon as the first half has
+    its first audio (their prompts in steps beside running streams, whose block tables are wider)."""
     req = _tts_request(talker, initial_chunk_frames + 3)
     n = talker.engine.engine.config.max_num_seqs
+    first_audio = asyncio.Event()
 
     async def one(i: int) -> None:
         async for _ in talker.astream(req, initial_chunk_frames, chunk_frames, request_id=f"{name}-{i}"):
-            pass
-    await asyncio.gather(*(one(i) for i in range(n)))
+            first_audio.set()
+    first = asyncio.gather(*(one(i) for i in range(max(1, n // 2))))
+    heard = asyncio.ensure_future(first_audio.wait())
+    await asyncio.wait([heard, first], return_when=asyncio.FIRST_COMPLETED)  # (a failure: no audio to wait for)
+    heard.cancel()
+    await asyncio.gather(first, *(one(i) for i in range(max(1, n // 2), n)))
 
 
 def _tts_request(tts, frames: int):

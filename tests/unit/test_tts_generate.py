@@ -201,8 +201,9 @@ def test_a_talker_failure_mid_stream_comes_after_the_audio_made_before_it(tmp_pa
 
 
 def test_the_warm_start_burst_runs_max_num_seqs_streams_together(tmp_path_factory):
-    """The warm start ends with the Talker's max_num_seqs streams at once (on a GPU by default): they share their
-    steps, each gets its audio, and nothing of them stays in either stage."""
+    """The warm start ends with a burst of the Talker's max_num_seqs streams (on a GPU by default), half of them
+    joining the other half's steps: they share their steps, each gets its audio, and nothing of them stays in
+    either stage."""
     import asyncio
 
     from aura_omni.pipeline.warmup import warm_up
@@ -218,7 +219,7 @@ def test_the_warm_start_burst_runs_max_num_seqs_streams_together(tmp_path_factor
     talker = cv.stats()
     assert cv.talker_loop.latencies()["first_output"].count - outputs == 1 + 8  # the single request, then the burst
     burst_steps = cv.talker_loop.counters.steps - 2 * single
-    assert burst_steps <= 8  # 8 streams of 4 tokens in shared steps, not 32 steps one stream after another
+    assert burst_steps <= 12  # 8 streams of 4 tokens in shared steps (half of them joining later), not 32 steps
     cv.code2wav_loop.settle()
     assert talker["running"] == 0 and talker["free_blocks"] == talker["total_blocks"]
     assert cv.code2wav_loop.engine.stats()["streams"] == 0

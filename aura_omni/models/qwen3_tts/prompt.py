@@ -144,25 +144,28 @@ def embed_prompt(talker, prompt: TalkerPrompt, *, xvector: torch.Tensor | None =
     weight = talker.model.codec_embedding.weight
     device, dtype = weight.device, weight.dtype
     out = torch.zeros(len(prompt), weight.shape[1], device=device, dtype=dtype)
-
     text_pos = [i for i, t in enumerate(prompt.text_ids) if t is not None]
-    if text_pos:
-        ids = upload_async(torch.tensor([prompt.text_ids[i] for i in text_pos]), device)
-        out[text_pos] += talker.embed_text(ids)
     codec_pos = [i for i, c in enumerate(prompt.codec) if isinstance(c, int)]
-    if codec_pos:
-        ids = upload_async(torch.tensor([prompt.codec[i] for i in codec_pos]), device)
-        out[codec_pos] += talker.embed_codec(ids)
     xvec_pos = [i for i, c in enumerate(prompt.codec) if c == XVECTOR]
-    if xvec_pos:
-        if xvector is None:
-            raise ValueError("prompt has an x-vector row but no x-vector was given")
-        out[xvec_pos] += upload_async(xvector, device).to(dtype)
     frame_pos = [i for i, c in enumerate(prompt.codec) if isinstance(c, RefFrame)]
+    if xvec_pos and xvector is None:
+        raise ValueError("prompt has an x-vector row but no x-vector was given")
+    if frame_pos and ref_codes is None:
+        raise ValueError("prompt has reference frames but no reference codes were given")
+    # every id and row index in one upload, added with index_add_ (a device index: a Python-list index would copy
+    # from pageable memory, and wait for the step queued on the stream, at each of the four tracks)
+    parts = [text_pos, [prompt.text_ids[i] for i in text_pos], codec_pos, [prompt.codec[i] for i in codec_pos],
+             xvec_pos, frame_pos, list(prompt.trailing_text_ids)]
+    flat = upload_async(torch.tensor([v for part in parts for v in part], dtype=torch.long), device)
+    text_at, text_ids, codec_at, codec_ids, xvec_at, frame_at, trailing_ids = flat.split([len(p) for p in parts])
+    if text_pos:
+        out.index_add_(0, text_at, talker.embed_text(text_ids).to(dtype))
+    if codec_pos:
+        out.index_add_(0, codec_at, talker.embed_codec(codec_ids).to(dtype))
+    if xvec_pos:
+        out.index_add_(0, xvec_at, upload_async(xvector, device).to(dtype).expand(len(xvec_pos), -1))
     if frame_pos:
-        if ref_codes is None:
-            raise ValueError("prompt has reference frames but no reference codes were given")
         frames = upload_async(torch.stack([ref_codes[prompt.codec[i].index] for i in frame_pos]), device)
-        out[frame_pos] += talker.embed_frame(frames)
-    trailing = talker.embed_text(upload_async(torch.tensor(prompt.trailing_text_ids, dtype=torch.long), device))
+        out.index_add_(0, frame_at, talker.embed_frame(frames).to(dtype))
+    trailing = talker.embed_text(trailing_ids)
     return out, trailing.reshape(-1, weight.shape[1])  # [0, H] for an open text with nothing trailing yet
