@@ -10,4 +10,4 @@ SITE=${TRITON_SITE:-.triton-site}
 [ -d "$SITE/triton" ] || "$VENV/bin/pip" install -q --no-deps --target "$SITE" triton==3.6.0
 TRITON_INTERPRET=1 PYTHONPATH="$SITE" "$VENV/bin/python" -m pytest -q tests/unit/test_triton_gemv.py \
   tests/unit/test_triton_sampling.py tests/unit/test_triton_short_attention.py tests/unit/test_engine_prefill_graphs.py
-PYTHONPATH="$SITE" "$VENV/bin/python" -m pytest -q tests/unit/test_triton_sm90.py
+PYTHONPATH="$SITE" "$VENV/bin/python" -m pytest -q tests/unit/test_triton_sm90.py tests/unit/test_kernel_compiles.py

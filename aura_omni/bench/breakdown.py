@@ -22,10 +22,12 @@ _HISTOGRAMS = {"phase": ("aura_omni:turn_phase_seconds", "phase"),
                "step": ("aura_omni:stage_step_time_seconds", "stage"),
                "ttfa": ("aura_omni:audio_ttfp_seconds", "endpoint")}
 _UNDERRUNS = "aura_omni:audio_underruns_total"
+_COMPILES, _COMPILE_SECONDS = "aura_omni:kernel_compiles", "aura_omni:kernel_compile_seconds"
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """kind (phase, queue, input_wait, first_output, add, step) -> label -> (sum seconds, count) from Prometheus text."""
+    """kind (phase, queue, input_wait, first_output, add, step; kernel_compiles by phase) -> label -> (sum seconds,
+    count) from Prometheus text."""
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for kind, (metric, label) in _HISTOGRAMS.items():
         got: dict[str, list[float]] = {}
@@ -38,6 +40,9 @@ def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
         buckets.setdefault(value, {})[float(le)] = float(number)
     out["ttfa_buckets"] = buckets
     out["underruns"] = {v: float(n) for v, n in re.findall(rf'^{_UNDERRUNS}\{{endpoint="([^"]+)"\}} (\S+)$', text, re.M)}
+    made = dict(re.findall(rf'^{_COMPILES}_total\{{phase="([^"]+)"\}} (\S+)$', text, re.M))
+    took = dict(re.findall(rf'^{_COMPILE_SECONDS}_total\{{phase="([^"]+)"\}} (\S+)$', text, re.M))
+    out["kernel_compiles"] = {phase: (float(took.get(phase, 0.0)), float(n)) for phase, n in made.items()}
     return out
 
 
@@ -109,6 +114,9 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
         out.append(prefix + "stage loops, mean add / step ms: " + "  ".join(
             f"{s} {add.get(s, {}).get('mean_ms', 0.0):.2f} / {step[s]['mean_ms']:.2f} ({step[s]['n']} steps)"
             for s in sorted(step)))
+    if made := breakdown.get("kernel_compiles", {}).get("serving"):  # each one stalled its stage's loop
+        out.append(prefix + f"Triton kernel variants made while serving: {made['n']}, "
+                            f"{made['mean_ms']:.0f} ms each on average (the warm start missed them)")
     ttfa, p95, underruns = (breakdown.get(k, {}) for k in ("ttfa", "ttfa_p95", "underruns"))
     for endpoint in sorted(ttfa):
         out.append(prefix + f"server {endpoint}: first audio mean {ttfa[endpoint]['mean_ms']:.1f} ms"

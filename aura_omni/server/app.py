@@ -14,6 +14,7 @@ from starlette.requests import HTTPConnection
 
 from .. import __version__
 from ..config import DeployConfig
+from ..layers import kernel_compiles
 from ..media.limits import Limits
 from ..pipeline.runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .admission import Admission
@@ -61,8 +62,10 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
     `request_timeout_s`: a chat turn running longer is cancelled in every stage and answered 504 (None: no limit).
     `limits`: default the deploy file's `limits:` section over the built-in defaults."""
     if runtime is None:  # loaded and warmed here: /health answers only once every stage has served a request
+        kernel_compiles.watch()  # Triton variants made after the warm start are stalls: logged, and in /metrics
         runtime = Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
         asyncio.run(runtime.warm_up())
+        kernel_compiles.mark_ready()
     runtime.request_timeout_s = request_timeout_s
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name or [])
     names = names or [main_model(deploy_config)]

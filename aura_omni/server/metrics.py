@@ -21,6 +21,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from ..layers import kernel_compiles
 from ..media.playback import PlaybackClock
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.turn import AudioChunk, TextDelta, TurnDone
@@ -130,6 +131,24 @@ class StageLatencyCollector(Collector):
         yield from (f for f in families.values() if f.samples)
 
 
+class KernelCompileCollector(Collector):
+    """Triton kernel variants this process made, before and after the warm start (layers/kernel_compiles.py)."""
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        count = CounterMetricFamily("aura_omni:kernel_compiles", "Triton kernel variants made in the server's "
+                                    "process (compiled, or loaded from Triton's cache), by phase: one made while "
+                                    "serving stalled its stage.", labels=["phase"])
+        seconds = CounterMetricFamily("aura_omni:kernel_compile_seconds", "Seconds spent making them, by phase.",
+                                      labels=["phase"])
+        for phase, (n, s) in kernel_compiles.snapshot().items():
+            count.add_metric([phase], n)
+            seconds.add_metric([phase], s)
+        yield from (count, seconds)
+
+
 class ServerMetrics:
     """One app's metrics; the observe_* methods take the endpoint label (the route path, e.g. /v1/audio/speech)."""
 
@@ -160,6 +179,7 @@ class ServerMetrics:
             r.register(StageCollector(stage_stats))
         if stage_latencies is not None:
             r.register(StageLatencyCollector(stage_latencies))
+        r.register(KernelCompileCollector())
 
     # ---- the API endpoints and the realtime session call ------------------------------------------------------
     def count_request(self, endpoint: str, status: int) -> None:

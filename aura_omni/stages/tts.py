@@ -7,8 +7,8 @@ voices, and stream 24 kHz audio.
 
 Two stage loops (stages/loop.py) do the work: the Talker's, whose steps batch every stream's next frame
 (stages/talker.py), and Code2Wav's, whose steps decode concurrent streams' chunks together (stages/code2wav.py).
-Only host data crosses between them (codec frames, samples). Leaving a stream early aborts its Talker request and
-drops its decoder state.
+Only host data crosses between them (codec frames, samples), from one loop thread to the other
+(stages/audio_relay.py). Leaving a stream early aborts its Talker request and drops its decoder state.
 """
 
 from dataclasses import dataclass, fields

@@ -78,3 +78,6 @@ def test_metrics_move_after_a_speech_request_and_a_chat_turn(omni_server, ref_au
     assert stages == {"asr", "aura", "talker", "code2wav"}  # every stage loop reports
     kv_stages = stages - {"code2wav"}  # the codec decoder keeps no KV cache
     assert all(after[("aura_omni:kv_cache_usage_perc", (("stage", s),))] == 0 for s in kv_stages)  # idle again
+    for phase in ("warm_start", "serving"):  # Triton kernel variants by phase (none on this CPU server: no Triton)
+        assert after[("aura_omni:kernel_compiles_total", (("phase", phase),))] >= 0
+        assert ("aura_omni:kernel_compile_seconds_total", (("phase", phase),)) in after

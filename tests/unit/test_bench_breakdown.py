@@ -57,3 +57,16 @@ def test_the_servers_first_audio_and_underruns_per_endpoint():
     assert got["underruns"] == {"/v1/audio/speech": {"n": 3}}
     assert breakdown.lines(got) == [
         "server /v1/audio/speech: first audio mean 50.0 ms, p95 ~95 ms (n=20); underruns 3"]
+
+
+def test_kernel_variants_made_while_serving_during_the_run():
+    def scrape(n, seconds):
+        return (f'aura_omni:kernel_compiles_total{{phase="warm_start"}} 40.0\n'
+                f'aura_omni:kernel_compile_seconds_total{{phase="warm_start"}} 9.0\n'
+                f'aura_omni:kernel_compiles_total{{phase="serving"}} {n}\n'
+                f'aura_omni:kernel_compile_seconds_total{{phase="serving"}} {seconds}\n')
+    got = breakdown.means(breakdown.parse(scrape(1, 0.3)), breakdown.parse(scrape(3, 0.9)))
+    assert got == {"kernel_compiles": {"serving": {"n": 2, "mean_ms": 300.0}}}  # the warm start's: before the run
+    assert breakdown.lines(got) == [
+        "Triton kernel variants made while serving: 2, 300 ms each on average (the warm start missed them)"]
+    assert breakdown.lines(breakdown.means(breakdown.parse(scrape(3, 0.9)), breakdown.parse(scrape(3, 0.9)))) == []
