@@ -84,7 +84,7 @@ EOF
 stop() {  # the server down; its log's errors and last lines kept in serve_tails.txt
   kill "$SERVER"; wait "$SERVER" 2>/dev/null
   { echo "=== $SERVER_LOG"; grep -e "loaded in" -e "warm start" "$SERVER_LOG"; grep -i -m 20 -e error -e traceback \
-    "$SERVER_LOG"; grep -m 20 "made while serving" "$SERVER_LOG"; tail -n 15 "$SERVER_LOG"; } \
+    "$SERVER_LOG"; grep -m 30 WARNING "$SERVER_LOG"; tail -n 15 "$SERVER_LOG"; } \
     >> "$OUT/serve_tails.txt"
 }
 replies() {  # replies RESULT.json: the first two replies' text (--save-detailed), to see what AURA said

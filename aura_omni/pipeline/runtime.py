@@ -215,7 +215,10 @@ class Runtime:
         Ray actors warm their own stage as they start (and restart): this waits for them."""
         if self.placement is not None:
             return await self.placement.warm_up()
-        return await warm_models(self.models, self.deploy)
+        took = await warm_models(self.models, self.deploy)
+        for loop in self._each_loop():
+            loop.serving()  # a slow step from now on is a stall to explain
+        return took
 
     def stage_stats(self) -> dict[str, dict[str, float]]:
         """Per stage: what its loop published after its last step (alive, queued, in_flight, steps, batch_size,
@@ -234,14 +237,14 @@ class Runtime:
 
     def loops(self) -> dict[str, Any]:
         """Every stage loop by stage name (asr, aura, talker, code2wav)."""
-        out = {}
+        return {loop.name: loop for loop in self._each_loop()}
+
+    def _each_loop(self):
         for model in self.models.values():
             for part in getattr(model, "facades", [model]):  # a TalkerSet: each Talker's loops
                 for attr in ("loop", "talker_loop", "code2wav_loop"):
-                    loop = getattr(part, attr, None)
-                    if loop is not None:
-                        out[loop.name] = loop
-        return out
+                    if (loop := getattr(part, attr, None)) is not None:
+                        yield loop
 
     def close(self) -> None:
         if self.placement is not None:

@@ -54,7 +54,9 @@ from aura_omni.stages.latency import LatencyHistogram, LatencySnapshot
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
-SLOW_STEP_S = 1.0  # a step longer than this is logged with the engine's counters (a stall to explain)
+# a step or add longer than this is logged (a stall to explain); `StageLoop.serving` tightens it on a GPU once the warm
+# start (whose first steps compile kernels and capture graphs) is done: there a step takes milliseconds
+SLOW_S, SLOW_SERVING_GPU_S = 1.0, 0.25
 # one piece of work on a loop thread (a step, an add, a call) running longer: the stage is stalled (/health 503, its
 # requests fail). On the CPU a real model's long prefill step can take minutes: its loops get ten times as long.
 STALLED_S = float(os.environ.get("AURA_OMNI_STALLED_S", 60))
@@ -188,6 +190,7 @@ class StageLoop:
         self.name = name
         self.device = torch.device(device)
         self.stream = stage_stream(self.device, priority, enabled=streams)
+        self.slow_s = SLOW_S
         self.kernels = kernels  # the stage's kernel switches, for everything its thread runs (None: the default)
         self._inbox: collections.deque = collections.deque()
         self._wake = threading.Event()
@@ -374,6 +377,11 @@ class StageLoop:
         self._wake.set()
         return True
 
+    def serving(self) -> None:
+        """The warm start is done: on a GPU, a step or add past SLOW_SERVING_GPU_S is now logged as a stall."""
+        if self.device.type == "cuda":
+            self.slow_s = SLOW_SERVING_GPU_S
+
     def new_request_id(self) -> str:
         return f"{self.name}-{next(_ids)}"
 
@@ -442,7 +450,10 @@ class StageLoop:
             except Exception as e:  # noqa: BLE001 - a bad request fails alone, at its caller
                 self.engine.abort(rid)
                 self._deliver(rid, e)
-            self.latency["add"].observe(time.perf_counter() - start)
+            took = time.perf_counter() - start
+            self.latency["add"].observe(took)
+            if took > self.slow_s:
+                log.warning("stage %s: taking request %s took %.2f s", self.name, rid, took)
 
     def _stall(self, work: tuple[str, float]) -> None:
         """On the watchdog's thread: the loop thread has been stuck in `work` past STALLED_S. Its requests fail now
@@ -532,7 +543,7 @@ class StageLoop:
                     took = time.perf_counter() - start
                     self.latency["step"].observe(took)
                     self._publish(len(outputs), took)
-                    if took > SLOW_STEP_S:
+                    if took > self.slow_s:
                         log.warning("stage %s: a step took %.2f s (%d outputs; %s)", self.name, took, len(outputs),
                                     self.counters.engine)
             self._drain_inbox()  # pending aborts free their state; pending adds are refused
