@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_spread tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls, each inside `timeout` a little under the call's limit. Every table is printed and appended to
 # $OUT/summary.md as its run ends, so a call cut short still brings back what it measured.
@@ -15,6 +15,9 @@
 # tts_load: the `tts` server at c = 1 (16 requests), then c = 32 64 (256 requests each, the first c of them arriving
 #        together, and as all end at 126 frames, each wave after them too), every request's timings kept
 #        (--save-detailed): whether the p95 is the first burst or the steady state, and the server's part of it
+# tts_spread: the `tts` server at c = 32 64 with each request's length drawn from [63, 189] frames
+#        (--random-range-ratio 0.5): requests no longer end together, so new ones no longer arrive in waves (the
+#        steady state); then the fixed lengths again on the same, now warm, server (a first-server effect or not)
 # tts_first2: tts_load with a first Code2Wav window of 2 frames (160 ms of audio) instead of 1: a stream's second
 #        chunk then has 160 ms, not 80, to arrive before the first has played (its Code2Wav wait at c=32 was ~30 ms
 #        on average, session 11), for one more Talker step before the first audio
@@ -112,9 +115,9 @@ bench() {  # bench NAME ARGS...
   local rc=$?
   { echo "=== $name: rc=$rc"; cat "$LOGS/$name.md"; [ $rc = 0 ] || tail -n 5 "$LOGS/$name.err"; } | tee -a "$OUT/summary.md"
 }
-tts_load_run() {  # tts_load_run NAME MODEL: c = 32 64, 256 requests each (4 and 8 waves), each request's timings
+tts_load_run() {  # tts_load_run NAME MODEL [ARGS]: c = 32 64, 256 requests each (4 and 8 waves), each request's timings
   bench "$1" --backend speech --model "$2" --voice bench --max-tokens 126 --max-concurrency 32 64 --num-prompts 256 \
-    --num-warmups 2 --save-detailed
+    --num-warmups 2 --save-detailed "${@:3}"
   burst "$OUT/$1.json"
 }
 tts_variant() {  # tts_variant NAME PYTHON: configs/qwen3_tts.yaml as the statement(s) on `d` change it, under load
@@ -145,6 +148,10 @@ for s in ${*:-tts turns live}; do
                 --max-concurrency 1 --num-prompts 16 --num-warmups 2
               tts_load_run tts_load qwen3-tts
               stop ;;
+    tts_spread) serve configs/qwen3_tts.yaml qwen3-tts || continue  # lengths drawn from [63, 189] frames
+                tts_load_run tts_load_spread qwen3-tts --random-range-ratio 0.5
+                tts_load_run tts_load_again qwen3-tts  # the fixed lengths again on this warm server
+                stop ;;
     tts_first2) tts_variant first2 "$FIRST2" ;;
     tts_first2_c2w8) tts_variant first2_c2w8 "$FIRST2; d['stages'][1]['max_num_batched_tokens'] = 3200" ;;
     tts_fp16) tts_variant fp16 "d['stages'][1]['dtype'] = 'float16'" ;;

@@ -170,10 +170,12 @@ class HttpBackend:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def request(self, prompt: str) -> RequestResult:
+    async def request(self, prompt: str, max_tokens: int | None = None) -> RequestResult:
+        """One request; `max_tokens` (else the config's) caps its reply."""
         reply = Reply()
         try:
-            async with self.client.stream("POST", self.url, json=self.body(prompt), headers=self.headers) as r:
+            async with self.client.stream("POST", self.url, json=self.body(prompt, max_tokens or self.cfg.max_tokens),
+                                          headers=self.headers) as r:
                 if r.status_code != 200:
                     text = (await r.aread()).decode(errors="replace")
                     try:
@@ -186,7 +188,7 @@ class HttpBackend:
             return reply.fail(f"{type(e).__name__}: {e}")
         return reply.done()
 
-    def body(self, prompt: str) -> dict:
+    def body(self, prompt: str, max_tokens: int | None) -> dict:
         raise NotImplementedError
 
     async def read(self, response, reply: Reply) -> None:
@@ -196,13 +198,13 @@ class HttpBackend:
 class SpeechBackend(HttpBackend):
     default_endpoint = "/v1/audio/speech"
 
-    def body(self, prompt: str) -> dict:
+    def body(self, prompt: str, max_tokens: int | None) -> dict:
         cfg = self.cfg
         body: dict[str, Any] = {"input": prompt, "voice": cfg.voice, "response_format": "pcm", "stream": True}
         if cfg.model:
             body["model"] = cfg.model
-        if cfg.max_tokens:
-            body["max_new_tokens"] = cfg.max_tokens
+        if max_tokens:
+            body["max_new_tokens"] = max_tokens
         if cfg.ref_audio:
             body["ref_audio"] = cfg.ref_audio
             body.update({"ref_text": cfg.ref_text} if cfg.ref_text else {"x_vector_only_mode": True})
@@ -231,7 +233,7 @@ class ChatBackend(HttpBackend):
         self.content += [{"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{frame}"}}
                          for frame in jpeg_frames(cfg.num_frames, cfg.frame_size)]
 
-    def body(self, prompt: str) -> dict:
+    def body(self, prompt: str, max_tokens: int | None) -> dict:
         cfg = self.cfg
         content = self.content if cfg.input_audio_seconds > 0 else \
             [*self.content, {"type": "text", "text": prompt}]  # without speech the prompt is the user's words
@@ -239,8 +241,8 @@ class ChatBackend(HttpBackend):
                                 "modalities": ["text", "audio"], "audio": {"voice": cfg.voice, "format": "pcm16"}}
         if cfg.model:
             body["model"] = cfg.model
-        if cfg.max_tokens:
-            body["max_tokens"] = cfg.max_tokens
+        if max_tokens:
+            body["max_tokens"] = max_tokens
         if cfg.ignore_eos:
             body["ignore_eos"] = True
         if cfg.ref_audio:
@@ -302,13 +304,14 @@ class RealtimeBackend:
     async def aclose(self) -> None:
         pass
 
-    def session(self) -> dict:
+    def session(self, max_tokens: int | None = None) -> dict:
         cfg = self.cfg
+        max_tokens = max_tokens or cfg.max_tokens
         vad = {"type": "server_vad", "silence_duration_ms": 500, "create_response": True, "interrupt_response": False}
         session: dict[str, Any] = {"modalities": ["audio", "text"], "voice": cfg.voice,
                                    "turn_detection": vad if self.vad else None}
-        if cfg.max_tokens:
-            session["max_response_output_tokens"] = cfg.max_tokens
+        if max_tokens:
+            session["max_response_output_tokens"] = max_tokens
         extra = {}
         if cfg.ref_audio:
             extra = {"tts_ref_audio": cfg.ref_audio,
@@ -318,14 +321,14 @@ class RealtimeBackend:
             session["extra_body"] = extra
         return {"type": "session.update", "session": session}
 
-    async def request(self, prompt: str) -> RequestResult:
+    async def request(self, prompt: str, max_tokens: int | None = None) -> RequestResult:
         from websockets.asyncio.client import connect
 
         reply = Reply()
         try:
             async with connect(self.url, additional_headers=self.headers, max_size=None,
                                open_timeout=30) as ws:
-                await ws.send(json.dumps(self.session()))
+                await ws.send(json.dumps(self.session(max_tokens)))
                 try:
                     await asyncio.wait_for(self._until(ws, "session.updated"), SESSION_READY_TIMEOUT_S)
                 except TimeoutError:

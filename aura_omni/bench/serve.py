@@ -59,6 +59,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--ref-text", default=None, help="transcript of --ref-audio (else x-vector-only cloning)")
     parser.add_argument("--max-tokens", type=_positive_int, default=None,
                         help="speech: codec frames (12.5 per audio second); chat / realtime: AURA tokens")
+    parser.add_argument("--random-range-ratio", type=_ratio, default=0.0, metavar="R",
+                        help="each request's --max-tokens drawn from [N(1-R), N(1+R)] (vllm bench serve's flag): "
+                             "replies of one length end together, and each wave of new requests arrives as a burst")
     parser.add_argument("--ignore-eos", action="store_true", help="chat: generate --max-tokens tokens")
     parser.add_argument("--input-audio-seconds", type=float, default=3.0, help="chat / realtime: user speech")
     parser.add_argument("--num-frames", type=int, default=2, help="chat / realtime: camera frames per turn")
@@ -88,6 +91,13 @@ def _positive_int(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
     return n
+
+
+def _ratio(value: str) -> float:
+    r = float(value)
+    if not 0 <= r < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1) (got {value})")
+    return r
 
 
 def _frame_size(value: str) -> tuple[int, int]:
@@ -138,16 +148,17 @@ class Progress:
             print(f"{self.label}: {self.done}/{self.total} requests, {self.errors} errors", file=sys.stderr)
 
 
-async def run_once(backend, prompts: list[str], concurrency: int | None, rate: float, timeout: float,
-                   rng: random.Random, progress: Progress) -> tuple[list[RequestResult], float]:
-    """All prompts through `backend` with at most `concurrency` in flight; the results and the run's seconds."""
+async def run_once(backend, prompts: list[tuple[str, int | None]], concurrency: int | None, rate: float,
+                   timeout: float, rng: random.Random, progress: Progress) -> tuple[list[RequestResult], float]:
+    """All (text, max tokens) prompts through `backend` with at most `concurrency` in flight; the results and the
+    run's seconds."""
     gate = asyncio.Semaphore(concurrency or len(prompts))
 
-    async def one(prompt: str) -> RequestResult:
+    async def one(prompt: tuple[str, int | None]) -> RequestResult:
         async with gate:
             start = time.perf_counter()
             try:
-                result = await asyncio.wait_for(backend.request(prompt), timeout)
+                result = await asyncio.wait_for(backend.request(*prompt), timeout)
             except TimeoutError:
                 result = RequestResult(error=f"timeout after {timeout:g} s", start=start)
         progress.update(result)
@@ -196,6 +207,14 @@ def summarize(results: list[RequestResult], duration: float, concurrency: int | 
     }
 
 
+def _max_tokens(args: argparse.Namespace, rng: random.Random) -> int | None:
+    """A request's cap: --max-tokens, or with --random-range-ratio R a draw from [N(1-R), N(1+R)]."""
+    n, r = args.max_tokens, args.random_range_ratio
+    if not n or not r:
+        return n
+    return rng.randint(max(1, round(n * (1 - r))), round(n * (1 + r)))
+
+
 async def benchmark(args: argparse.Namespace) -> dict:
     cfg = BenchConfig(base_url=args.base_url, model=args.model, endpoint=args.endpoint, api_key=args.api_key,
                       voice=args.voice, max_tokens=args.max_tokens, ignore_eos=args.ignore_eos,
@@ -217,7 +236,7 @@ async def benchmark(args: argparse.Namespace) -> dict:
             if not warm.ok:
                 print(f"warm-up request failed: {warm.error}", file=sys.stderr)
         for concurrency in args.max_concurrency:
-            prompts = [texts[rng.randrange(len(texts))] for _ in range(args.num_prompts)]
+            prompts = [(texts[rng.randrange(len(texts))], _max_tokens(args, rng)) for _ in range(args.num_prompts)]
             progress = Progress(len(prompts), f"c={concurrency or 'inf'}", not args.disable_tqdm)
             before = await breakdown.scrape(metrics_client, metrics_url, headers)
             results, duration = await run_once(backend, prompts, concurrency, args.request_rate, args.timeout,
@@ -233,7 +252,8 @@ async def benchmark(args: argparse.Namespace) -> dict:
         await metrics_client.aclose()
     report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "backend": args.backend,
               "base_url": args.base_url, "endpoint": args.endpoint or backend.default_endpoint, "model": args.model,
-              "voice": args.voice, "max_tokens": args.max_tokens, "num_prompts": args.num_prompts,
+              "voice": args.voice, "max_tokens": args.max_tokens, "random_range_ratio": args.random_range_ratio,
+              "num_prompts": args.num_prompts,
               "request_rate": args.request_rate if math.isfinite(args.request_rate) else "inf", "runs": runs}
     if args.backend != "speech":
         report.update(input_audio_seconds=args.input_audio_seconds, num_frames=args.num_frames)
@@ -278,6 +298,9 @@ def main(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:
         print(f"aura-omni bench serve: --prompts-file: {e}", file=sys.stderr)
         return 2
+    if args.random_range_ratio and not args.max_tokens:
+        print("aura-omni bench serve: --random-range-ratio needs --max-tokens", file=sys.stderr)
+        return 2
     schemes = ("http://", "https://") + (("ws://", "wss://") if args.backend == "realtime" else ())
     if not args.base_url.startswith(schemes):
         print(f"aura-omni bench serve: --base-url must start with {' or '.join(schemes)} (got {args.base_url!r})",
@@ -286,8 +309,10 @@ def main(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
     report = asyncio.run(benchmark(args))
     rate = "inf" if not math.isfinite(args.request_rate) else f"{args.request_rate:g}/s"
+    lengths = f", max tokens {args.max_tokens} x [{1 - args.random_range_ratio:g}, {1 + args.random_range_ratio:g}]" \
+        if args.random_range_ratio else ""
     print(f"\n{args.backend} on {args.base_url} (model {args.model or '-'}, {args.num_prompts} requests per run, "
-          f"request rate {rate})\n")
+          f"request rate {rate}{lengths})\n")
     print(markdown_table(report))
     for run in report["runs"]:
         if run["silent"]:

@@ -185,6 +185,7 @@ def test_a_server_that_is_not_there_gives_errors_not_a_crash(capsys):
 
 def test_bad_flags_are_refused_by_the_parser(capsys):
     for argv in (["--request-rate", "0"], ["--max-concurrency", "0"], ["--extra-body", "[1]"],
+                 ["--random-range-ratio", "1"], ["--random-range-ratio", "-0.1"],
                  ["--extra-body", "{"], ["--backend", "grpc"], ["--turn-detection", "semantic_vad"]):
         with pytest.raises(SystemExit) as e:
             bench_args(*argv)
@@ -193,6 +194,7 @@ def test_bad_flags_are_refused_by_the_parser(capsys):
 
     assert main(["bench", "serve", "--base-url", "localhost:8000"]) == 2
     assert main(["bench", "serve", "--ref-audio", "/no/such.wav"]) == 2
+    assert main(["bench", "serve", "--random-range-ratio", "0.5"]) == 2  # a ratio of no length
     assert "--base-url must start with http://" in capsys.readouterr().err
 
 
@@ -200,7 +202,7 @@ class CountingBackend:
     def __init__(self):
         self.in_flight = self.most = 0
 
-    async def request(self, prompt):
+    async def request(self, prompt, max_tokens=None):
         self.in_flight += 1
         self.most = max(self.most, self.in_flight)
         await asyncio.sleep(0.01)
@@ -211,14 +213,14 @@ class CountingBackend:
 def test_concurrency_caps_requests_in_flight_and_a_rate_spreads_their_starts():
     assert bench_args().max_concurrency == [None]  # as vllm bench serve: no limit unless given
     backend = CountingBackend()
-    asyncio.run(run_once(backend, ["x"] * 5, None, math.inf, 5, random.Random(0), Progress(5, "c=inf", False)))
+    asyncio.run(run_once(backend, [("x", None)] * 5, None, math.inf, 5, random.Random(0), Progress(5, "c=inf", False)))
     assert backend.most == 5
     backend = CountingBackend()
-    results, duration = asyncio.run(run_once(backend, ["x"] * 12, 3, math.inf, 5, random.Random(0),
+    results, duration = asyncio.run(run_once(backend, [("x", None)] * 12, 3, math.inf, 5, random.Random(0),
                                              Progress(12, "c=3", False)))
     assert len(results) == 12 and backend.most == 3 and duration < 1
     backend = CountingBackend()
-    _, duration = asyncio.run(run_once(backend, ["x"] * 6, 6, 20.0, 5, random.Random(0), Progress(6, "r", False)))
+    _, duration = asyncio.run(run_once(backend, [("x", None)] * 6, 6, 20.0, 5, random.Random(0), Progress(6, "r", False)))
     assert backend.most < 6 and duration > 0.1  # 5 gaps of 50 ms on average
 
 
@@ -253,7 +255,8 @@ def test_extra_body_merges_into_nested_objects():
         "additional_information": {"tts_ref_audio": "data:...", "tts_max_new_tokens": 4}, "max_tokens": 8}
 
 
-def http_result(backend_name: str, status: int, content: bytes, ctype: str) -> tuple[RequestResult, dict]:
+def http_result(backend_name: str, status: int, content: bytes, ctype: str, max_tokens: int | None = None
+                ) -> tuple[RequestResult, dict]:
     """One request of the backend against a canned HTTP reply: its result, and the JSON body it sent."""
     import httpx
 
@@ -271,7 +274,7 @@ def http_result(backend_name: str, status: int, content: bytes, ctype: str) -> t
         await backend.client.aclose()
         backend.client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
         try:
-            return await backend.request("Say this.")
+            return await backend.request("Say this.", max_tokens)
         finally:
             await backend.aclose()
 
@@ -286,6 +289,7 @@ def test_speech_backend_reads_pcm_and_refuses_replies_that_are_not_audio():
     ok, body = http_result("speech", 200, b"\0\0" * 4800, "audio/pcm")
     assert ok.ok and ok.audio_seconds == pytest.approx(0.2) and ok.ttfa > 0 and ok.rtf > 0
     assert body["stream"] is True and body["response_format"] == "pcm" and body["model"] == "m"
+    assert "max_new_tokens" not in body and http_result("speech", 200, b"\0\0", "audio/pcm", 7)[1]["max_new_tokens"] == 7
     for status, content, ctype, message in [
             (200, b'{"object": "x"}', "application/json", "expected a PCM audio stream"),
             (200, b"", "audio/pcm", "the reply had no audio"),
@@ -324,3 +328,20 @@ def test_frame_size_takes_a_camera_shape_or_a_square():
     assert bench_args("--frame-size", "64").frame_size == (64, 64)
     with pytest.raises(SystemExit):
         bench_args("--frame-size", "0x480")
+
+
+def test_a_random_range_ratio_spreads_each_requests_cap_around_max_tokens():
+    """vllm bench serve's --random-range-ratio: replies of one length end together, so each wave of new requests
+    would arrive as a burst; drawn lengths spread them. Seeded, so runs repeat."""
+    from aura_omni.bench.serve import _max_tokens
+
+    draws = [_max_tokens(bench_args("--max-tokens", "100", "--random-range-ratio", "0.5"), random.Random(3))
+             for _ in range(2)]
+    assert draws[0] == draws[1]
+    rng, args = random.Random(0), bench_args("--max-tokens", "100", "--random-range-ratio", "0.5")
+    caps = [_max_tokens(args, rng) for _ in range(200)]
+    assert min(caps) >= 50 and max(caps) <= 150 and len(set(caps)) > 50
+    assert _max_tokens(bench_args("--max-tokens", "100"), rng) == 100 and _max_tokens(bench_args(), rng) is None
+    fake, report = realtime_run("ga", "--num-prompts", "6", "--max-tokens", "10", "--random-range-ratio", "0.5")
+    sent = [f["session"]["max_response_output_tokens"] for f in fake.sessions]
+    assert all(5 <= n <= 15 for n in sent) and len(set(sent)) > 1 and report["random_range_ratio"] == 0.5
