@@ -34,7 +34,8 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
     `frames`: distinct VisionInputs for AURA (camera frames of the live size), sum(AURA_LAYOUTS) of them.
     `burst` (default: on a GPU) ends with a burst of the Talker's max_num_seqs requests: a first burst of clients
     would otherwise pay for the shapes only many prompts in one step make (session 12 on the H200: a first burst of 32
-    waited ~490 ms for its audio, the same burst ~155 ms once Triton's cache held those kernels)."""
+    waited ~490 ms for its audio on a fresh machine, ~155 ms once Triton's cache held those kernels; a shorter stall
+    remained, docs/benchmarks.md)."""
     took = {}
     if asr is not None:
         t = time.perf_counter()
@@ -76,13 +77,17 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
 async def _burst(talker, initial_chunk_frames: int, chunk_frames: int, name: str) -> None:
     """The Talker's max_num_seqs streams, each to its second window: half of them at once (one prefill of them
     all, steps at that batch, their first windows decoded together), the other half as soon as the first half has
-    its first audio (their prompts in steps beside running streams, whose block tables are wider)."""
-    req = _tts_request(talker, initial_chunk_frames + 3)
+    its first audio (their prompts in steps beside running streams, whose block tables are wider). A Base Talker's
+    alternate between in-context and x-vector-only cloning, whose prompts differ in length."""
+    reqs = [_tts_request(talker, initial_chunk_frames + 3)]
+    if talker.model_type == "base":  # prompts of both lengths in one step, as clients send them
+        reqs.append(_replace(reqs[0], voice=_replace(reqs[0].voice, ref_codes=None, ref_text=None, x_vector_only=True)))
     n = talker.engine.engine.config.max_num_seqs
     first_audio = asyncio.Event()
 
     async def one(i: int) -> None:
-        async for _ in talker.astream(req, initial_chunk_frames, chunk_frames, request_id=f"{name}-{i}"):
+        async for _ in talker.astream(reqs[i % len(reqs)], initial_chunk_frames, chunk_frames,
+                                      request_id=f"{name}-{i}"):
             first_audio.set()
     first = asyncio.gather(*(one(i) for i in range(max(1, n // 2))))
     heard = asyncio.ensure_future(first_audio.wait())

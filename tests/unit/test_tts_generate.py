@@ -200,26 +200,27 @@ def test_a_talker_failure_mid_stream_comes_after_the_audio_made_before_it(tmp_pa
     assert not cv.code2wav_loop.engine.has_work() and cv.code2wav_loop.engine.stats()["streams"] == 0
 
 
-def test_the_warm_start_burst_runs_max_num_seqs_streams_together(tmp_path_factory):
+@pytest.mark.parametrize("kind", ["custom_voice", "base"])
+def test_the_warm_start_burst_runs_max_num_seqs_streams_together(tmp_path_factory, kind):
     """The warm start ends with a burst of the Talker's max_num_seqs streams (on a GPU by default), half of them
-    joining the other half's steps: they share their steps, each gets its audio, and nothing of them stays in
-    either stage."""
+    joining the other half's steps (a Base Talker's with both kinds of cloned voice): they share their steps, each
+    gets its audio, and nothing of them stays in either stage."""
     import asyncio
 
     from aura_omni.pipeline.warmup import warm_up
 
-    cv = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice"),
-                       engine_config=EngineConfig(max_num_seqs=8, max_model_len=512))
-    took = asyncio.run(warm_up(tts=cv, burst=False))
-    assert "tts_burst:custom_voice" not in took  # the CPU default is off
-    cv.stats()
-    single, outputs = cv.talker_loop.counters.steps, cv.talker_loop.latencies()["first_output"].count
-    took = asyncio.run(warm_up(tts=cv, burst=True))
-    assert took["tts_burst:custom_voice"] > 0
-    talker = cv.stats()
-    assert cv.talker_loop.latencies()["first_output"].count - outputs == 1 + 8  # the single request, then the burst
-    burst_steps = cv.talker_loop.counters.steps - 2 * single
+    tts = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / kind, kind),
+                        engine_config=EngineConfig(max_num_seqs=8, max_model_len=512))
+    took = asyncio.run(warm_up(tts=tts, burst=False))
+    assert f"tts_burst:{kind}" not in took  # the CPU default is off
+    tts.stats()
+    single, outputs = tts.talker_loop.counters.steps, tts.talker_loop.latencies()["first_output"].count
+    took = asyncio.run(warm_up(tts=tts, burst=True))
+    assert took[f"tts_burst:{kind}"] > 0
+    talker = tts.stats()
+    assert tts.talker_loop.latencies()["first_output"].count - outputs == 1 + 8  # the single request, then the burst
+    burst_steps = tts.talker_loop.counters.steps - 2 * single
     assert burst_steps <= 12  # 8 streams of 4 tokens in shared steps (half of them joining later), not 32 steps
-    cv.code2wav_loop.settle()
+    tts.code2wav_loop.settle()
     assert talker["running"] == 0 and talker["free_blocks"] == talker["total_blocks"]
-    assert cv.code2wav_loop.engine.stats()["streams"] == 0
+    assert tts.code2wav_loop.engine.stats()["streams"] == 0
