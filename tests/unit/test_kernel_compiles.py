@@ -1,6 +1,6 @@
 """layers/kernel_compiles.py: Triton kernel variants made before the warm start ended are counted as such, later ones
 as `serving`, timed and logged as warnings (a stall to explain). Triton's hooks are called here as Triton calls them
-(keyword arguments); tests/gpu/test_kernel_compiles.py compiles a real kernel."""
+(keyword arguments); tests/gpu/test_kernel_compiles_cuda.py compiles a real kernel."""
 
 import logging
 import threading
