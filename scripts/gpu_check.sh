@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call on the H200: install the carried wheels, then run the chosen sections; logs land in $OUT.
-#   bash scripts/gpu_check.sh tests tests_quick camera engine code2wav aura asr tts pipeline     (default: all but camera)
+#   bash scripts/gpu_check.sh tests tests_quick camera engine code2wav aura asr tts pipeline
+#   (default: all but camera and tests_quick)
 # Each section is cut off after $SECTION_TIMEOUT seconds (default 600) so one slow part cannot sink the call.
 # Needs .whl/ (scripts/fetch_gpu_wheels.sh) and, for the qwen-tts reference, .whl-ref/ (see docs/benchmarks.md).
 set -uo pipefail
