@@ -20,14 +20,15 @@ _HISTOGRAMS = {"phase": ("aura_omni:turn_phase_seconds", "phase"),
                "first_output": ("aura_omni:stage_time_to_first_output_seconds", "stage"),
                "add": ("aura_omni:stage_add_time_seconds", "stage"),
                "step": ("aura_omni:stage_step_time_seconds", "stage"),
+               "gc": ("aura_omni:gc_pause_seconds", "generation"),
                "ttfa": ("aura_omni:audio_ttfp_seconds", "endpoint")}
 _UNDERRUNS = "aura_omni:audio_underruns_total"
 _COMPILES, _COMPILE_SECONDS = "aura_omni:kernel_compiles", "aura_omni:kernel_compile_seconds"
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """kind (phase, queue, input_wait, first_output, add, step; kernel_compiles by phase) -> label -> (sum seconds,
-    count) from Prometheus text."""
+    """kind (phase, queue, input_wait, first_output, add, step; gc by generation; kernel_compiles by phase) -> label ->
+    (sum seconds, count) from Prometheus text."""
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for kind, (metric, label) in _HISTOGRAMS.items():
         got: dict[str, list[float]] = {}
@@ -114,6 +115,9 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
         out.append(prefix + "stage loops, mean add / step ms: " + "  ".join(
             f"{s} {add.get(s, {}).get('mean_ms', 0.0):.2f} / {step[s]['mean_ms']:.2f} ({step[s]['n']} steps)"
             for s in sorted(step)))
+    if gc := breakdown.get("gc"):  # a collection holds every thread
+        out.append(prefix + "garbage collection, mean pause ms: " + "  ".join(
+            f"gen {g} {gc[g]['mean_ms']:.2f} (n={gc[g]['n']})" for g in sorted(gc)))
     if made := breakdown.get("kernel_compiles", {}).get("serving"):  # each one stalled its stage's loop
         out.append(prefix + f"Triton kernel variants made while serving: {made['n']}, "
                             f"{made['mean_ms']:.0f} ms each on average (the warm start missed them)")

@@ -18,6 +18,7 @@ from ..layers import kernel_compiles
 from ..media.limits import Limits
 from ..pipeline.runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .admission import Admission
+from . import gc_pauses
 from .errors import install_error_handlers
 from .health import main_model
 from .metrics import RequestMetrics
@@ -66,6 +67,8 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
         runtime = Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
         asyncio.run(runtime.warm_up())
         kernel_compiles.mark_ready()
+        log.info("start-up objects frozen out of garbage collection: %d", gc_pauses.freeze())
+        gc_pauses.watch()  # a long collection stalls every stage at once: timed, in /metrics
     runtime.request_timeout_s = request_timeout_s
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name or [])
     names = names or [main_model(deploy_config)]

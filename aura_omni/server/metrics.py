@@ -25,6 +25,7 @@ from ..layers import kernel_compiles
 from ..media.playback import PlaybackClock
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.turn import AudioChunk, TextDelta, TurnDone
+from . import gc_pauses
 
 log = logging.getLogger("aura_omni.server")
 router = APIRouter()
@@ -149,6 +150,22 @@ class KernelCompileCollector(Collector):
         yield from (count, seconds)
 
 
+class GcPauseCollector(Collector):
+    """The garbage collector's pauses, by generation (server/gc_pauses.py)."""
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        family = HistogramMetricFamily("aura_omni:gc_pause_seconds", "Pauses of Python's garbage collector after the "
+                                       "warm start, by generation: every thread waits them out.",
+                                       labels=["generation"])
+        for generation, snap in gc_pauses.snapshot().items():
+            family.add_metric([str(generation)], [(("+Inf" if le == float("inf") else repr(le)), n)
+                                                  for le, n in snap.buckets], snap.total)
+        yield family
+
+
 class ServerMetrics:
     """One app's metrics; the observe_* methods take the endpoint label (the route path, e.g. /v1/audio/speech)."""
 
@@ -180,6 +197,7 @@ class ServerMetrics:
         if stage_latencies is not None:
             r.register(StageLatencyCollector(stage_latencies))
         r.register(KernelCompileCollector())
+        r.register(GcPauseCollector())
 
     # ---- the API endpoints and the realtime session call ------------------------------------------------------
     def count_request(self, endpoint: str, status: int) -> None:

@@ -81,3 +81,6 @@ def test_metrics_move_after_a_speech_request_and_a_chat_turn(omni_server, ref_au
     for phase in ("warm_start", "serving"):  # Triton kernel variants by phase (none on this CPU server: no Triton)
         assert after[("aura_omni:kernel_compiles_total", (("phase", phase),))] >= 0
         assert ("aura_omni:kernel_compile_seconds_total", (("phase", phase),)) in after
+    for generation in ("0", "1", "2"):  # the garbage collector's pauses since the warm start
+        assert ("aura_omni:gc_pause_seconds_count", (("generation", generation),)) in after
+    assert after[("aura_omni:gc_pause_seconds_count", (("generation", "0"),))] > 0  # young collections happen

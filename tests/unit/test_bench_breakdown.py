@@ -70,3 +70,12 @@ def test_kernel_variants_made_while_serving_during_the_run():
     assert breakdown.lines(got) == [
         "Triton kernel variants made while serving: 2, 300 ms each on average (the warm start missed them)"]
     assert breakdown.lines(breakdown.means(breakdown.parse(scrape(3, 0.9)), breakdown.parse(scrape(3, 0.9)))) == []
+
+
+def test_garbage_collection_pauses_during_the_run():
+    def scrape(n, seconds):
+        return (f'aura_omni:gc_pause_seconds_sum{{generation="2"}} {seconds}\n'
+                f'aura_omni:gc_pause_seconds_count{{generation="2"}} {n}\n')
+    got = breakdown.means(breakdown.parse(scrape(1, 0.02)), breakdown.parse(scrape(3, 0.22)))
+    assert got == {"gc": {"2": {"n": 2, "mean_ms": 100.0}}}
+    assert breakdown.lines(got, prefix="c=64: ") == ["c=64: garbage collection, mean pause ms: gen 2 100.00 (n=2)"]

@@ -1,0 +1,38 @@
+"""server/gc_pauses.py: after the warm start the start-up objects are frozen out of garbage collection, and every
+collection's pause is timed by generation; a long one is logged (it stalls every thread at once)."""
+
+import gc
+import logging
+
+import pytest
+
+from aura_omni.server import gc_pauses
+
+
+@pytest.fixture
+def watched(monkeypatch):
+    monkeypatch.setattr(gc_pauses, "_pauses", {g: gc_pauses.LatencyHistogram() for g in range(3)})
+    gc_pauses.watch()
+    gc_pauses.watch()  # idempotent
+    yield
+    gc.callbacks.remove(gc_pauses._on_collection)
+
+
+def test_collections_are_timed_by_generation_and_a_long_one_is_warned(watched, monkeypatch, caplog):
+    assert gc.callbacks.count(gc_pauses._on_collection) == 1
+    gc.collect(0)
+    gc.collect(2)
+    got = gc_pauses.snapshot()
+    assert got[0].count >= 1 and got[2].count >= 1 and got[2].total > 0
+    monkeypatch.setattr(gc_pauses, "LONG_PAUSE_S", 0.0)  # every pause is "long" now
+    with caplog.at_level(logging.WARNING, logger="aura_omni.server.gc_pauses"):
+        gc.collect(1)
+    assert "garbage collection of generation 1 held every thread" in caplog.text
+
+
+def test_freeze_leaves_the_objects_alive_now_out_of_later_collections():
+    try:
+        kept = [[] for _ in range(1000)]  # lists are tracked by the collector
+        assert gc_pauses.freeze() >= len(kept) and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
