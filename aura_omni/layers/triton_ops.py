@@ -179,7 +179,7 @@ if AVAILABLE:
                 n0 += BLOCK_N
         return m_i, l_i, acc
 
-    @triton.jit(do_not_specialize=["stride_btb"])  # the table width: varies by step (no recompiles)
+    @triton.jit(do_not_specialize=["stride_btb"])  # eager decode steps differ in table width: one variant
     def _paged_decode_part_kernel(q_ptr, kc_ptr, vc_ptr, bt_ptr, sl_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, scale,
                                   stride_qb, stride_qh, stride_kb, stride_kt, stride_kh, stride_btb, stride_ob,
                                   stride_oh, num_parts, part_len,

@@ -44,7 +44,7 @@ if AVAILABLE:
     from aura_omni.layers.pdl import begin
     from aura_omni.layers.triton_ops import attend_keys
 
-    @triton.jit(do_not_specialize=["stride_btb"])  # the table width: varies by step (no recompiles)
+    @triton.jit
     def _paged_prefill_kernel(q_ptr, kc_ptr, vc_ptr, m_ptr, l_ptr, acc_ptr, cu_ptr, sl_ptr, bt_ptr, tiles_ptr, scale,
                               stride_qt, stride_qh, stride_kb, stride_kt, stride_kh, stride_btb,
                               HQ: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_M: tl.constexpr,

@@ -51,7 +51,7 @@ if AVAILABLE:
         sign = tl.where(d < D // 2, -1.0, 1.0)[None, :]
         return ((n * c).to(dt).to(tl.float32) + sign * (n_p * s).to(dt).to(tl.float32)).to(dt)
 
-    @triton.jit(do_not_specialize=["stride_btb"])  # the table width: varies by step (no recompiles)
+    @triton.jit(do_not_specialize=["stride_btb"])  # eager decode steps differ in table width: one variant
     def _short_attention_kernel(qkv_ptr, stride_tok, cos_ptr, sin_ptr, stride_cs, qw_ptr, kw_ptr, kc_ptr, vc_ptr,
                                 slot_ptr, bt_ptr, sl_ptr, out_ptr, eps, scale, stride_kb, stride_kt, stride_kh,
                                 stride_btb, stride_ob, stride_oh, HQ: tl.constexpr, HKV: tl.constexpr,
