@@ -110,6 +110,11 @@ STAGE_LATENCIES = {  # stages/latency.py histogram -> metric labelled `stage`
 }
 
 
+def _buckets(snap) -> list[tuple[str, int]]:
+    """A stages/latency.py snapshot's cumulative buckets as prometheus-client takes them."""
+    return [("+Inf" if le == float("inf") else repr(le), n) for le, n in snap.buckets]
+
+
 class StageLatencyCollector(Collector):
     """Per-stage latency histograms, read from the stage loops' snapshots at scrape time."""
 
@@ -127,8 +132,7 @@ class StageLatencyCollector(Collector):
             for key, family in families.items():
                 snap = histograms.get(key)
                 if snap is not None and snap.count:
-                    family.add_metric([stage], [(("+Inf" if le == float("inf") else repr(le)), n)
-                                                for le, n in snap.buckets], snap.total)
+                    family.add_metric([stage], _buckets(snap), snap.total)
         yield from (f for f in families.values() if f.samples)
 
 
@@ -161,8 +165,7 @@ class GcPauseCollector(Collector):
                                        "warm start, by generation: every thread waits them out.",
                                        labels=["generation"])
         for generation, snap in gc_pauses.snapshot().items():
-            family.add_metric([str(generation)], [(("+Inf" if le == float("inf") else repr(le)), n)
-                                                  for le, n in snap.buckets], snap.total)
+            family.add_metric([str(generation)], _buckets(snap), snap.total)
         yield family
 
 

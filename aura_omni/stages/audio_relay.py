@@ -25,6 +25,7 @@ import torch
 
 from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, FrameChunks
 from aura_omni.stages.loop import StageLoop, StageOutput
+from aura_omni.stages.talker import frames_of
 
 
 class AudioRelay:
@@ -50,10 +51,9 @@ class AudioRelay:
         if isinstance(out, BaseException):
             self._end(out)
             return
-        if not out.item.finished:  # the final output (EOS or the budget's last token) carries no frame
-            for frame in out.item.new_extras:
-                if (codes := self.chunks.add(frame)) is not None:
-                    self._decode(codes)
+        for frame in frames_of(out.item):
+            if (codes := self.chunks.add(frame)) is not None:
+                self._decode(codes)
         if out.finished:
             if (codes := self.chunks.rest()) is not None:
                 self._decode(codes)

@@ -25,6 +25,11 @@ from aura_omni.stages.latency import LatencyHistogram
 from aura_omni.stages.llm import LLMStageEngine
 
 
+def frames_of(output) -> list[torch.Tensor]:
+    """A Talker output's codec frames: the final token (EOS or the budget's last) carries none."""
+    return [] if output.finished else output.new_extras
+
+
 class TalkerEngine:
     """The Talker's LLMEngine and frame decoder; `stage_engine` puts them under a stage loop."""
 

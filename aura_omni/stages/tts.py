@@ -33,7 +33,7 @@ from aura_omni.models.qwen3_tts.text_stream import StableTokens, TextFeed
 from aura_omni.stages.audio_relay import AudioRelay
 from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine, FrameChunks
 from aura_omni.stages.loop import StageLoop
-from aura_omni.stages.talker import TalkerEngine
+from aura_omni.stages.talker import TalkerEngine, frames_of
 
 SAMPLE_RATE = 24000  # Code2Wav output rate
 SAMPLES_PER_FRAME = 1920  # 24000 / 12.5 frames per second
@@ -331,7 +331,7 @@ class Qwen3TTS:
         """Codec frames [16] (long, host) as the Talker produces them; leaving early aborts the request."""
         try:
             async for out in self.talker_loop.submit(request_id or self.talker_loop.new_request_id(), req):
-                for frame in _frames_of(out):
+                for frame in frames_of(out):
                     yield frame
         except PromptTooLongError as e:
             raise TTSRequestError(str(e)) from e
@@ -363,7 +363,7 @@ class Qwen3TTS:
         runs = [(self.talker_loop.new_request_id(), r) for r in reqs]
         try:
             for i, out in self.talker_loop.run_many(runs):
-                for frame in _frames_of(out):
+                for frame in frames_of(out):
                     yield i, frame
         except PromptTooLongError as e:
             raise TTSRequestError(str(e)) from e
@@ -436,11 +436,6 @@ class Qwen3TTS:
         self._require_codec()
         codes = self.generate_codes([req])[0]
         return self.decode(codes, self._reference_codes(req))
-
-
-def _frames_of(out) -> list[torch.Tensor]:
-    """A Talker output's codec frames: the final token (EOS or the budget's last) carries none."""
-    return [] if out.finished else out.new_extras
 
 
 def _frame_chunks(initial: int, steady: int) -> FrameChunks:
