@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_spread tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_gc_off tts_spread tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls, each inside `timeout` a little under the call's limit. Every table is printed and appended to
 # $OUT/summary.md as its run ends, so a call cut short still brings back what it measured.
@@ -18,6 +18,9 @@
 # tts_spread: the `tts` server at c = 32 64 with each request's length drawn from [63, 189] frames
 #        (--random-range-ratio 0.5): requests no longer end together, so new ones no longer arrive in waves (the
 #        steady state); then the fixed lengths again on the same, now warm, server (a first-server effect or not)
+# tts_gc_off: tts_load with the start-up objects left in the garbage collector's sight (AURA_OMNI_GC_FREEZE=0, as
+#        before session 12's end): run first on a fresh machine, whether the first server's one stall of ~300-500 ms
+#        (sessions 11 and 12) is a full collection (server/gc_pauses.py logs any pause over 50 ms)
 # tts_first2: tts_load with a first Code2Wav window of 2 frames (160 ms of audio) instead of 1: a stream's second
 #        chunk then has 160 ms, not 80, to arrive before the first has played (its Code2Wav wait at c=32 was ~30 ms
 #        on average, session 11), for one more Talker step before the first audio
@@ -86,7 +89,7 @@ EOF
 }
 stop() {  # the server down; its log's errors and last lines kept in serve_tails.txt
   kill "$SERVER"; wait "$SERVER" 2>/dev/null
-  { echo "=== $SERVER_LOG"; grep -e "loaded in" -e "warm start" "$SERVER_LOG"; grep -i -m 20 -e error -e traceback \
+  { echo "=== $SERVER_LOG"; grep -e "loaded in" -e "warm start" -e "frozen out of" "$SERVER_LOG"; grep -i -m 20 -e error -e traceback \
     "$SERVER_LOG"; grep -m 30 WARNING "$SERVER_LOG"; tail -n 15 "$SERVER_LOG"; } \
     >> "$OUT/serve_tails.txt"
 }
@@ -148,6 +151,9 @@ for s in ${*:-tts turns live}; do
                 --max-concurrency 1 --num-prompts 16 --num-warmups 2
               tts_load_run tts_load qwen3-tts
               stop ;;
+    tts_gc_off) AURA_OMNI_GC_FREEZE=0 serve configs/qwen3_tts.yaml qwen3-tts-gc-off || continue
+                tts_load_run tts_load_gc_off qwen3-tts-gc-off
+                stop ;;
     tts_spread) serve configs/qwen3_tts.yaml qwen3-tts || continue  # lengths drawn from [63, 189] frames
                 tts_load_run tts_load_spread qwen3-tts --random-range-ratio 0.5
                 tts_load_run tts_load_again qwen3-tts  # the fixed lengths again on this warm server

@@ -36,3 +36,11 @@ def test_freeze_leaves_the_objects_alive_now_out_of_later_collections():
         assert gc_pauses.freeze() >= len(kept) and gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_freeze_can_be_turned_off_for_an_a_b_run(monkeypatch):
+    monkeypatch.setenv(gc_pauses.FREEZE_ENV, "0")
+    try:
+        assert gc_pauses.freeze() == 0 and gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
