@@ -56,14 +56,14 @@ class AudioRelay:
                 self._decode(codes)
         if out.finished:
             if (codes := self.chunks.rest()) is not None:
-                self._decode(codes)
+                self._decode(codes, last=True)
             self._end(None)
 
     def _end(self, error: BaseException | None) -> None:
         self._ended = True
         self._to_caller_from_talker(("end", self._windows, error))
 
-    def _decode(self, codes: torch.Tensor) -> None:
+    def _decode(self, codes: torch.Tensor, last: bool = False) -> None:
         with self._lock:
             if self._closed:
                 return
@@ -71,7 +71,7 @@ class AudioRelay:
             rid = self.code2wav.new_request_id()
             self._decoding.add(rid)
             try:
-                self.code2wav.add(rid, Code2WavChunk(self.session, codes),
+                self.code2wav.add(rid, Code2WavChunk(self.session, codes, last),
                                   lambda out, window=window, rid=rid: self._on_audio(window, rid, out))
             except Exception as e:  # noqa: BLE001 - Code2Wav is down: the caller hears it at this window
                 self._decoding.discard(rid)

@@ -6,7 +6,10 @@ on the loop thread at the stream's first chunk and given back when its `Code2Wav
 or its client left: `Qwen3TTS.astream`'s `finally`) or collected. A stream may queue its next chunk while one is
 decoded: its chunks are decoded in order, one per step. Each step decodes the chunks of one length among each
 stream's first (shortest first: a new stream's first chunk is its first audio), up to `max_batch` streams in one
-forward. On CUDA every step replays captured graphs (`Code2WavGraphs`: one per window length of the codec schedule
+forward. A stream's last chunk, shorter than its windows, is decoded padded up to the next window length and its
+samples trimmed: the decoder is causal, so the padding changes none of them, and the chunk joins other streams'
+windows in one forward instead of taking steps of its own (with lengths spread, every stream ends on a length no
+other stream has). On CUDA every step replays captured graphs (`Code2WavGraphs`: one per window length of the codec schedule
 and batch bucket); on the CPU, or with `enforce_eager`, it runs eagerly on the same rows.
 """
 
@@ -17,6 +20,7 @@ import numpy as np
 import torch
 
 from aura_omni.models.qwen3_tts.code2wav_graphs import Code2WavGraphs
+from aura_omni.models.qwen3_tts.codec_config import SAMPLES_PER_FRAME
 from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavSlots
 from aura_omni.stages.loop import StageOutput
 
@@ -41,6 +45,7 @@ class Code2WavSession:
 class Code2WavChunk:
     session: Code2WavSession
     codes: torch.Tensor  # [n, 16] long on the host
+    last: bool = False  # the stream's last chunk: its decoder row is not used after it
 
 
 def window_schedule(initial: int, steady: int) -> list[int]:
@@ -90,12 +95,13 @@ class Code2WavStageEngine:
         self.slots = Code2WavSlots(code2wav, slot_capacity(max_batch))
         self.graphs: Code2WavGraphs | None = None
         self._pending: dict[str, Code2WavChunk] = {}
+        self.windows: list[int] = []  # the window lengths of the codec schedule, which a last chunk is padded up to
         self.decoded_frames = 0
 
     def configure(self, max_batch: int, windows: list[int], cuda_graphs: bool) -> None:
         """The deploy's batch bound, and graphs for its window lengths (CUDA only). On the loop thread, before it
         serves; the rows are made anew in the decoder's (possibly new) dtype."""
-        self.max_batch = max_batch
+        self.max_batch, self.windows = max_batch, sorted(set(windows))
         if self.graphs is not None:
             self.graphs.close()
         self.slots = Code2WavSlots(self.code2wav, slot_capacity(max_batch))
@@ -113,7 +119,7 @@ class Code2WavStageEngine:
             s.release = weakref.finalize(s, self.slots.release, s.slot)
             if s.context is not None and s.context.shape[0]:  # context only: not this audio
                 self._decode([s.slot], self.code2wav.check_codes(s.context, batched=False)[None])
-        self._pending[request_id] = Code2WavChunk(s, self.code2wav.check_codes(chunk.codes, batched=False))
+        self._pending[request_id] = Code2WavChunk(s, self.code2wav.check_codes(chunk.codes, batched=False), chunk.last)
 
     def abort(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
@@ -125,18 +131,27 @@ class Code2WavStageEngine:
         heads: dict[int, tuple[str, Code2WavChunk]] = {}  # each stream's first pending chunk (insertion order)
         for rid, chunk in self._pending.items():
             heads.setdefault(id(chunk.session), (rid, chunk))
-        shortest = min(c.codes.shape[0] for _, c in heads.values())
-        rids = [r for r, c in heads.values() if c.codes.shape[0] == shortest][:self.max_batch]
+        shortest = min(self._length(c) for _, c in heads.values())
+        rids = [r for r, c in heads.values() if self._length(c) == shortest][:self.max_batch]
         part = [self._pending.pop(r) for r in rids]
         if shortest == 0:
             return [StageOutput(r, np.zeros(0, np.float32), True) for r in rids]
+        codes = torch.zeros(len(part), shortest, part[0].codes.shape[1], dtype=torch.long)  # code 0 pads last chunks
+        for i, c in enumerate(part):
+            codes[i, :c.codes.shape[0]] = c.codes
         try:
-            wavs = self._decode([c.session.slot for c in part], torch.stack([c.codes for c in part]))
+            wavs = self._decode([c.session.slot for c in part], codes)
         except Exception as e:  # noqa: BLE001 - the streams of this forward fail; the others go on
             return [StageOutput(r, e, True) for r in rids]
-        self.decoded_frames += shortest * len(part)
+        self.decoded_frames += sum(c.codes.shape[0] for c in part)
         host = wavs.float().cpu().numpy()
-        return [StageOutput(r, host[i], True) for i, r in enumerate(rids)]
+        return [StageOutput(r, host[i, :c.codes.shape[0] * SAMPLES_PER_FRAME], True)
+                for i, (r, c) in enumerate(zip(rids, part))]
+
+    def _length(self, chunk: Code2WavChunk) -> int:
+        """The frames a step decodes for this chunk: a last chunk's padded up to the next window length."""
+        n = chunk.codes.shape[0]
+        return next((w for w in self.windows if w >= n), n) if chunk.last and n else n
 
     def _decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():

@@ -377,12 +377,12 @@ class Qwen3TTS:
                 if (codes := chunks.add(frame)) is not None:
                     yield self._decode_chunk(session, codes)
             if (codes := chunks.rest()) is not None:
-                yield self._decode_chunk(session, codes)
+                yield self._decode_chunk(session, codes, last=True)
         finally:
             session.close()
 
-    def _decode_chunk(self, session: Code2WavSession, codes: torch.Tensor) -> np.ndarray:
-        return next(self.code2wav_loop.run(self.code2wav_loop.new_request_id(), Code2WavChunk(session, codes)))
+    def _decode_chunk(self, session: Code2WavSession, codes: torch.Tensor, last: bool = False) -> np.ndarray:
+        return next(self.code2wav_loop.run(self.code2wav_loop.new_request_id(), Code2WavChunk(session, codes, last)))
 
     def _code2wav_session(self, req: TTSRequest) -> Code2WavSession:
         self._require_codec()

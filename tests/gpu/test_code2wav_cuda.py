@@ -24,7 +24,8 @@ def test_fused_snake_beta_equals_the_reference(shape, dtype):
 
 def test_graphed_stage_steps_equal_each_stream_decoded_alone_on_the_cpu(tmp_path):
     """Streams join at different times, so the graphed steps run at several batch buckets (padded with the
-    scratch row) and at every window length; a last odd chunk runs eagerly on the same rows."""
+    scratch row) and at every window length. A last odd chunk is padded up to the next window and trimmed, except
+    stream 0's, not marked last, which is decoded as pieces of captured lengths (3 frames = 2 + 1)."""
     from aura_omni.models.qwen3_tts.code2wav import Code2Wav
     from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
     from aura_omni.testing.tiny_codec import write_tiny_codec
@@ -45,7 +46,7 @@ def test_graphed_stage_steps_equal_each_stream_decoded_alone_on_the_cpu(tmp_path
                 j = k - i
                 if 0 <= j < 4:
                     n = splits[i][j]
-                    stage.add(f"{i}.{j}", Code2WavChunk(sessions[i], codes[i][at[i]:at[i] + n]))
+                    stage.add(f"{i}.{j}", Code2WavChunk(sessions[i], codes[i][at[i]:at[i] + n], last=j == 3 and i > 0))
                     at[i] += n
             while stage.has_work():
                 for out in stage.step():

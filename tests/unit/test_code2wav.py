@@ -181,6 +181,33 @@ def test_a_streams_queued_chunks_decode_in_order_one_per_step(code2wav):
     assert torch.allclose(got, _stream(code2wav, a, [1, 2, 2]).float(), atol=1e-5, rtol=0)
 
 
+def test_a_streams_last_chunk_is_padded_into_another_streams_window_and_trimmed(code2wav):
+    """A last chunk of 3 frames goes in one forward with another stream's 4-frame window (the schedule's next length),
+    and both equal their streams decoded alone: the decoder is causal, so the padding changes none of its samples.
+    A chunk not marked last keeps its own length."""
+    from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
+
+    a, b = _codes(5, 40), _codes(4, 41)
+    stage, rows = Code2WavStageEngine(code2wav, max_batch=8), []
+    stage.configure(8, [2, 4], cuda_graphs=False)
+    decode = stage.slots.decode
+    stage.slots.decode = lambda slots, codes: rows.append(tuple(codes.shape[:2])) or decode(slots, codes)
+    sa, sb, sc = Code2WavSession(), Code2WavSession(), Code2WavSession()
+    stage.add("a1", Code2WavChunk(sa, a[:2]))
+    stage.step()
+    stage.add("a2", Code2WavChunk(sa, a[2:], last=True))
+    stage.add("b1", Code2WavChunk(sb, b))
+    stage.add("c1", Code2WavChunk(sc, a[2:]))  # 3 frames, not last: a step of its own
+    got = {}
+    while stage.has_work():
+        got.update({out.request_id: torch.from_numpy(out.item) for out in stage.step()})
+    assert rows == [(1, 2), (1, 3), (2, 4)]
+    assert got["a2"].shape[0] == 3 * SPF
+    assert torch.allclose(got["a2"], _stream(code2wav, a, [2, 3])[2 * SPF:].float(), atol=1e-5, rtol=0)
+    assert torch.allclose(got["b1"], code2wav.decode(b).float(), atol=1e-5, rtol=0)
+    assert stage.decoded_frames == 2 + 3 + 4 + 3  # frames of audio, not of padding
+
+
 def test_a_reused_slot_starts_fresh(code2wav):
     """A row handed to a new stream decodes like a new stream, not like the continuation of the last one."""
     from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
