@@ -54,8 +54,9 @@ from aura_omni.stages.latency import LatencyHistogram, LatencySnapshot
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
-# a step or add longer than this is logged (a stall to explain); `StageLoop.serving` tightens it on a GPU once the warm
-# start (whose first steps compile kernels and capture graphs) is done: there a step takes milliseconds
+# a step or add longer than this is logged (a stall to explain): as information during the warm start, whose first
+# steps compile kernels and capture graphs, and as a warning once `StageLoop.serving` is called, which also tightens
+# it on a GPU, where a step takes milliseconds
 SLOW_S, SLOW_SERVING_GPU_S = 1.0, 0.25
 # one piece of work on a loop thread (a step, an add, a call) running longer: the stage is stalled (/health 503, its
 # requests fail). On the CPU a real model's long prefill step can take minutes: its loops get ten times as long.
@@ -190,7 +191,7 @@ class StageLoop:
         self.name = name
         self.device = torch.device(device)
         self.stream = stage_stream(self.device, priority, enabled=streams)
-        self.slow_s = SLOW_S
+        self.slow_s, self._slow_level = SLOW_S, logging.INFO
         self.kernels = kernels  # the stage's kernel switches, for everything its thread runs (None: the default)
         self._inbox: collections.deque = collections.deque()
         self._wake = threading.Event()
@@ -378,7 +379,8 @@ class StageLoop:
         return True
 
     def serving(self) -> None:
-        """The warm start is done: on a GPU, a step or add past SLOW_SERVING_GPU_S is now logged as a stall."""
+        """The warm start is done: a slow step or add is now a warning, and on a GPU one past SLOW_SERVING_GPU_S."""
+        self._slow_level = logging.WARNING
         if self.device.type == "cuda":
             self.slow_s = SLOW_SERVING_GPU_S
 
@@ -453,7 +455,7 @@ class StageLoop:
             took = time.perf_counter() - start
             self.latency["add"].observe(took)
             if took > self.slow_s:
-                log.warning("stage %s: taking request %s took %.2f s", self.name, rid, took)
+                log.log(self._slow_level, "stage %s: taking request %s took %.2f s", self.name, rid, took)
 
     def _stall(self, work: tuple[str, float]) -> None:
         """On the watchdog's thread: the loop thread has been stuck in `work` past STALLED_S. Its requests fail now
@@ -544,8 +546,8 @@ class StageLoop:
                     self.latency["step"].observe(took)
                     self._publish(len(outputs), took)
                     if took > self.slow_s:
-                        log.warning("stage %s: a step took %.2f s (%d outputs; %s)", self.name, took, len(outputs),
-                                    self.counters.engine)
+                        log.log(self._slow_level, "stage %s: a step took %.2f s (%d outputs; %s)", self.name, took,
+                                len(outputs), self.counters.engine)
             self._drain_inbox()  # pending aborts free their state; pending adds are refused
             self._fail_all(StageUnavailable(f"stage {self.name} is shut down"))
             self._publish(-1, 0.0)
