@@ -16,8 +16,8 @@
 #        together, and as all end at 126 frames, each wave after them too), every request's timings kept
 #        (--save-detailed): whether the p95 is the first burst or the steady state, and the server's part of it
 # tts_spread: the `tts` server at c = 32 64 with each request's length drawn from [63, 189] frames
-#        (--random-range-ratio 0.5): requests no longer end together, so new ones no longer arrive in waves (the
-#        steady state); then the fixed lengths again on the same, now warm, server (a first-server effect or not)
+#        (--random-range-ratio 0.5; 512 requests, so the last ones, running with fewer beside them, weigh less):
+#        requests no longer end together, so new ones no longer arrive in waves (the steady state); then the fixed lengths again on the same, now warm, server (a first-server effect or not)
 # tts_gc_off: tts_load with the start-up objects left in the garbage collector's sight (AURA_OMNI_GC_FREEZE=0, as
 #        before session 12's end): run first on a fresh machine, whether the first server's one stall of ~300-500 ms
 #        (sessions 11 and 12) is a full collection (server/gc_pauses.py logs any pause over 50 ms)
@@ -155,7 +155,7 @@ for s in ${*:-tts turns live}; do
                 tts_load_run tts_load_gc_off qwen3-tts-gc-off
                 stop ;;
     tts_spread) serve configs/qwen3_tts.yaml qwen3-tts || continue  # lengths drawn from [63, 189] frames
-                tts_load_run tts_load_spread qwen3-tts --random-range-ratio 0.5
+                tts_load_run tts_load_spread qwen3-tts --random-range-ratio 0.5 --num-prompts 512
                 tts_load_run tts_load_again qwen3-tts  # the fixed lengths again on this warm server
                 stop ;;
     tts_first2) tts_variant first2 "$FIRST2" ;;
