@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_gc_off tts_spread tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_gc_off tts_admit tts_switch tts_spread tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls, each inside `timeout` a little under the call's limit. Every table is printed and appended to
 # $OUT/summary.md as its run ends, so a call cut short still brings back what it measured.
@@ -21,6 +21,11 @@
 # tts_gc_off: tts_load with the start-up objects left in the garbage collector's sight (AURA_OMNI_GC_FREEZE=0, as
 #        before session 12's end): run first on a fresh machine, whether the first server's one stall of ~300-500 ms
 #        (sessions 11 and 12) is a full collection (server/gc_pauses.py logs any pause over 50 ms)
+# tts_admit: tts_load with a stage loop that takes queued requests for at most ${ADD_BUDGET_MS:-4} ms before it steps
+#        (AURA_OMNI_ADD_BUDGET_MS): a burst of 32-64 prompts (~2 ms each on the Talker's thread) no longer keeps an idle
+#        GPU waiting for all of them
+# tts_switch: tts_load with the interpreter lock's switch interval at ${SWITCH_INTERVAL_MS:-0.5} ms, not 5
+#        (AURA_OMNI_SWITCH_INTERVAL_MS): a stage loop back from its GPU wait gets the lock sooner from the event loop
 # tts_first2: tts_load with a first Code2Wav window of 2 frames (160 ms of audio) instead of 1: a stream's second
 #        chunk then has 160 ms, not 80, to arrive before the first has played (its Code2Wav wait at c=32 was ~30 ms
 #        on average, session 11), for one more Talker step before the first audio
@@ -37,9 +42,9 @@
 #        turns again with AURA_OMNI_TRANSCRIBE_AHEAD=0 (the speech transcribed after the commit, not in the silence)
 # live_off: the silent decision and 8 paced sessions of `live` with AURA_OMNI_PREFIX_PREFILL=0 (a turn's prompt is
 #        not prefilled while its ASR runs): the A/B of that change. `live live_off` fits one call.
-# profile: configs/qwen3_tts.yaml at c=64 (1,280 requests, about 40 s) with py-spy sampling the server: which thread
-#        holds the interpreter lock (--gil, 15 s) and where every thread stands (--idle, 10 s); scripts/pyspy_top.py
-#        summarises both (needs the py-spy wheel in .whl)
+# profile: configs/qwen3_tts.yaml at c=${PROFILE_C:-64} (20 waves of requests; about 40 s at 64) with py-spy
+#        sampling the server: which thread holds the interpreter lock (--gil, 15 s) and where every thread stands
+#        (--idle, 10 s); scripts/pyspy_top.py summarises both (needs the py-spy wheel in .whl)
 # soak:  configs/aura_omni.yaml and `scripts/soak.py --minutes ${SOAK_MINUTES:-10}`, both started detached (setsid)
 #        so they outlive this call (a call lasts at most 10 minutes); output in /tmp/soak. `soak_wait` (the next call,
 #        within the machine's 30 s idle grace) waits for the report and copies it to $OUT.
@@ -57,6 +62,28 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD
 URL=http://127.0.0.1:8091
 python3 -c "from aura_omni.bench.inputs import speech_like, wav_bytes; open('/tmp/ref.wav', 'wb').write(wav_bytes(speech_like(3.0)))"
+# what this machine is: the same H200 configuration has measured up to ~10% apart between machines (session 13), and
+# the slower ones were slower on the host (warm start, the Talker's adds). A Python loop and a torch launch time the
+# host, a bf16 matmul the GPU.
+{ echo "=== machine"; lscpu | grep -E "^Model name|^CPU\(s\)|^CPU max MHz"
+  nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv,noheader
+  python3 - <<'PY'
+import time, torch
+t = time.perf_counter(); sum(range(10_000_000)); loop_s = time.perf_counter() - t
+x = torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+t = time.perf_counter()
+for _ in range(20000):
+    x.add_(1)
+launch_s = (time.perf_counter() - t) / 20000
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); a @ a; torch.cuda.synchronize()
+t = time.perf_counter()
+for _ in range(20):
+    a @ a
+torch.cuda.synchronize()
+print(f"host: a Python loop of 1e7 in {1000 * loop_s:.0f} ms, a torch launch {1e6 * launch_s:.1f} us; "
+      f"GPU: bf16 matmul {20 * 2 * 8192 ** 3 / (time.perf_counter() - t) / 1e12:.0f} TFLOP/s")
+PY
+} 2>&1 | tee -a "$OUT/summary.md"
 
 serve() {  # serve DEPLOY NAME: start a server, wait for /health, register the `bench` voice
   local t0=$SECONDS
@@ -123,6 +150,15 @@ tts_load_run() {  # tts_load_run NAME MODEL [ARGS]: c = 32 64, 256 requests each
     --num-warmups 2 --save-detailed "${@:3}"
   burst "$OUT/$1.json"
 }
+tts_env() {  # tts_env NAME VAR=VALUE...: the shipped TTS server started with these variables, under tts_load's load
+  local name=$1 kv ok; shift
+  for kv in "$@"; do export "$kv"; done
+  serve configs/qwen3_tts.yaml "qwen3-tts-$name"; ok=$?
+  for kv in "$@"; do unset "${kv%%=*}"; done
+  [ $ok = 0 ] || return
+  tts_load_run "tts_load_$name" "qwen3-tts-$name"
+  stop
+}
 tts_variant() {  # tts_variant NAME PYTHON: configs/qwen3_tts.yaml as the statement(s) on `d` change it, under load
   python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); $2
 yaml.safe_dump(d, open('/tmp/qwen3_tts_$1.yaml', 'w'))" || return
@@ -151,9 +187,9 @@ for s in ${*:-tts turns live}; do
                 --max-concurrency 1 --num-prompts 16 --num-warmups 2
               tts_load_run tts_load qwen3-tts
               stop ;;
-    tts_gc_off) AURA_OMNI_GC_FREEZE=0 serve configs/qwen3_tts.yaml qwen3-tts-gc-off || continue
-                tts_load_run tts_load_gc_off qwen3-tts-gc-off
-                stop ;;
+    tts_gc_off) tts_env gc_off AURA_OMNI_GC_FREEZE=0 ;;
+    tts_admit) tts_env admit AURA_OMNI_ADD_BUDGET_MS=${ADD_BUDGET_MS:-4} ;;
+    tts_switch) tts_env switch AURA_OMNI_SWITCH_INTERVAL_MS=${SWITCH_INTERVAL_MS:-0.5} ;;
     tts_spread) serve configs/qwen3_tts.yaml qwen3-tts || continue  # lengths drawn from [63, 189] frames
                 tts_load_run tts_load_spread qwen3-tts --random-range-ratio 0.5 --num-prompts 512
                 tts_load_run tts_load_again qwen3-tts  # the fixed lengths again on this warm server
@@ -214,7 +250,7 @@ for s in ${*:-tts turns live}; do
                  > "$LOGS/pyspy_all.log" 2>&1 ) &
              SPY=$!
              bench tts_profile --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
-               --max-concurrency 64 --num-prompts 1280 --num-warmups 2
+               --max-concurrency ${PROFILE_C:-64} --num-prompts $((20 * ${PROFILE_C:-64})) --num-warmups 2
              wait $SPY
              tail -n 3 "$LOGS/pyspy_gil.log" "$LOGS/pyspy_all.log"
              python3 scripts/pyspy_top.py "$LOGS/pyspy_gil.txt" "$LOGS/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"

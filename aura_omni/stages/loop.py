@@ -62,6 +62,11 @@ SLOW_S, SLOW_SERVING_GPU_S = 1.0, 0.25
 # requests fail). On the CPU a real model's long prefill step can take minutes: its loops get ten times as long.
 STALLED_S = float(os.environ.get("AURA_OMNI_STALLED_S", 60))
 CPU_STALL_FACTOR = 10
+# Taking a request costs the loop's host time (a Talker prompt: ~1.5-2 ms on an H200's host), and a burst of them is
+# taken before the next step: 64 at once keep an idle GPU waiting ~130 ms. With a budget, a loop that has work stops
+# taking requests once it has spent this long on them, steps, and takes the rest after (in order), so the GPU starts
+# on the first ones while the host takes the others. Unset (the default): every queued request, then the step.
+ADD_BUDGET_S = float(os.environ.get("AURA_OMNI_ADD_BUDGET_MS", 0)) / 1000 or None
 _live_loops: "weakref.WeakSet[StageLoop]" = weakref.WeakSet()
 
 
@@ -192,6 +197,7 @@ class StageLoop:
         self.device = torch.device(device)
         self.stream = stage_stream(self.device, priority, enabled=streams)
         self.slow_s, self._slow_level = SLOW_S, logging.INFO
+        self.add_budget_s = ADD_BUDGET_S
         self.kernels = kernels  # the stage's kernel switches, for everything its thread runs (None: the default)
         self._inbox: collections.deque = collections.deque()
         self._wake = threading.Event()
@@ -409,7 +415,11 @@ class StageLoop:
         sink(out)
 
     def _drain_inbox(self) -> None:
+        start = time.perf_counter()
         while self._inbox:
+            if (self.add_budget_s is not None and self._inbox[0][0] == "add"
+                    and time.perf_counter() - start > self.add_budget_s and self.engine.has_work()):
+                return  # the rest, in order, once the engine has stepped
             op, rid, request, sink = self._inbox.popleft()
             self._work = (op, time.perf_counter())
             try:

@@ -369,3 +369,62 @@ def test_a_slow_step_or_add_is_logged_and_serving_tightens_the_limit_on_a_gpu(st
     with caplog.at_level(logging.WARNING, logger="aura_omni.stages.loop"):
         assert len(list(loop.run("b", (PROMPT, greedy(2))))) == 2
     assert "stage lm: taking request b took" in caplog.text and "stage lm: a step took" in caplog.text
+
+
+class _RecordingEngine:
+    """Each request takes 10 ms to add and one step to finish; the loop's calls are recorded in order."""
+
+    def __init__(self):
+        self.log, self.running = [], []
+
+    def add(self, request_id, request):
+        time.sleep(0.01)
+        self.log.append(("add", request_id))
+        self.running.append(request_id)
+
+    def abort(self, request_id):
+        self.log.append(("abort", request_id))
+        if request_id in self.running:
+            self.running.remove(request_id)
+
+    def has_work(self):
+        return bool(self.running)
+
+    def step(self):
+        from aura_omni.stages.loop import StageOutput
+
+        self.log.append(("step", tuple(self.running)))
+        done, self.running = self.running, []
+        return [StageOutput(rid, None, True) for rid in done]
+
+    def stats(self):
+        return {}
+
+
+@pytest.mark.parametrize("budget_s", [None, 0.015])
+def test_a_burst_of_adds_is_taken_whole_or_within_a_budget_between_steps(budget_s):
+    """Unbudgeted, a burst is taken whole before the next step. With a budget, the loop steps once it has spent the
+    budget taking requests, so the first ones run while the rest wait; the queue keeps its order (an abort queued
+    after the burst comes after its adds)."""
+    engine, release = _RecordingEngine(), threading.Event()
+    loop = StageLoop(engine, name="burst")
+    loop.add_budget_s = budget_s
+    try:
+        held = loop.call(release.wait)  # the loop thread waits here while the burst queues
+        for i in range(6):
+            loop.add(f"r{i}", None, lambda out: None)
+        loop.abort("r5")
+        release.set()
+        held.result(timeout=5)
+        assert loop.settle()
+    finally:
+        loop.close()
+    adds = [rid for op, rid in engine.log if op == "add"]
+    steps = [rids for op, rids in engine.log if op == "step"]
+    assert adds == [f"r{i}" for i in range(6)]
+    assert engine.log.index(("abort", "r5")) > engine.log.index(("add", "r5"))
+    assert [rid for rids in steps for rid in rids] == [f"r{i}" for i in range(5)]  # r5 was aborted before a step
+    if budget_s is None:
+        assert len(steps) == 1
+    else:  # a second add (>= 20 ms) passes the 15 ms budget: steps of at most two
+        assert len(steps) >= 3 and all(len(rids) <= 2 for rids in steps)
