@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_gc_off tts_admit tts_switch tts_spread tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_gc_off tts_spread tts_admit tts_switch tts_c2w_wait tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls, each inside `timeout` a little under the call's limit. Every table is printed and appended to
 # $OUT/summary.md as its run ends, so a call cut short still brings back what it measured.
@@ -21,11 +21,16 @@
 # tts_gc_off: tts_load with the start-up objects left in the garbage collector's sight (AURA_OMNI_GC_FREEZE=0, as
 #        before session 12's end): run first on a fresh machine, whether the first server's one stall of ~300-500 ms
 #        (sessions 11 and 12) is a full collection (server/gc_pauses.py logs any pause over 50 ms)
-# tts_admit: tts_load with a stage loop that takes queued requests for at most ${ADD_BUDGET_MS:-4} ms before it steps
+# tts_admit, tts_switch, tts_c2w_wait: the load of tts_spread on a server with one knob set (run `tts_spread` in the
+#        same call for the baseline: machines differ by up to ~10%):
+# tts_admit: a stage loop that takes queued requests for at most ${ADD_BUDGET_MS:-4} ms before it steps
 #        (AURA_OMNI_ADD_BUDGET_MS): a burst of 32-64 prompts (~2 ms each on the Talker's thread) no longer keeps an idle
 #        GPU waiting for all of them
-# tts_switch: tts_load with the interpreter lock's switch interval at ${SWITCH_INTERVAL_MS:-0.5} ms, not 5
+# tts_switch: the interpreter lock's switch interval at ${SWITCH_INTERVAL_MS:-0.5} ms, not 5
 #        (AURA_OMNI_SWITCH_INTERVAL_MS): a stage loop back from its GPU wait gets the lock sooner from the event loop
+# tts_c2w_wait: Code2Wav holds a chunk that is not its stream's first audio up to ${C2W_WAIT_MS:-40} ms for other
+#        streams' to fill the step (AURA_OMNI_CODE2WAV_BATCH_WAIT_MS): with spread lengths its steps decoded 2.6
+#        windows each, ~2.7 ms of GPU per step whatever its rows
 # tts_first2: tts_load with a first Code2Wav window of 2 frames (160 ms of audio) instead of 1: a stream's second
 #        chunk then has 160 ms, not 80, to arrive before the first has played (its Code2Wav wait at c=32 was ~30 ms
 #        on average, session 11), for one more Talker step before the first audio
@@ -150,13 +155,15 @@ tts_load_run() {  # tts_load_run NAME MODEL [ARGS]: c = 32 64, 256 requests each
     --num-warmups 2 --save-detailed "${@:3}"
   burst "$OUT/$1.json"
 }
-tts_env() {  # tts_env NAME VAR=VALUE...: the shipped TTS server started with these variables, under tts_load's load
+tts_env() {  # tts_env NAME [VAR=VALUE...]: the shipped TTS server started with these variables, under the load of
+  # tts_spread (spread lengths, then the fixed ones): an A/B needs the baseline (`tts_spread`) on the same machine
   local name=$1 kv ok; shift
   for kv in "$@"; do export "$kv"; done
-  serve configs/qwen3_tts.yaml "qwen3-tts-$name"; ok=$?
+  serve configs/qwen3_tts.yaml "qwen3-tts${name:+-$name}"; ok=$?
   for kv in "$@"; do unset "${kv%%=*}"; done
   [ $ok = 0 ] || return
-  tts_load_run "tts_load_$name" "qwen3-tts-$name"
+  tts_load_run "tts_load_spread${name:+_$name}" "qwen3-tts${name:+-$name}" --random-range-ratio 0.5 --num-prompts 512
+  tts_load_run "tts_load_again${name:+_$name}" "qwen3-tts${name:+-$name}"  # the fixed lengths on this warm server
   stop
 }
 tts_variant() {  # tts_variant NAME PYTHON: configs/qwen3_tts.yaml as the statement(s) on `d` change it, under load
@@ -187,13 +194,13 @@ for s in ${*:-tts turns live}; do
                 --max-concurrency 1 --num-prompts 16 --num-warmups 2
               tts_load_run tts_load qwen3-tts
               stop ;;
-    tts_gc_off) tts_env gc_off AURA_OMNI_GC_FREEZE=0 ;;
+    tts_gc_off) AURA_OMNI_GC_FREEZE=0 serve configs/qwen3_tts.yaml qwen3-tts-gc-off || continue
+                tts_load_run tts_load_gc_off qwen3-tts-gc-off
+                stop ;;
     tts_admit) tts_env admit AURA_OMNI_ADD_BUDGET_MS=${ADD_BUDGET_MS:-4} ;;
     tts_switch) tts_env switch AURA_OMNI_SWITCH_INTERVAL_MS=${SWITCH_INTERVAL_MS:-0.5} ;;
-    tts_spread) serve configs/qwen3_tts.yaml qwen3-tts || continue  # lengths drawn from [63, 189] frames
-                tts_load_run tts_load_spread qwen3-tts --random-range-ratio 0.5 --num-prompts 512
-                tts_load_run tts_load_again qwen3-tts  # the fixed lengths again on this warm server
-                stop ;;
+    tts_c2w_wait) tts_env c2w_wait AURA_OMNI_CODE2WAV_BATCH_WAIT_MS=${C2W_WAIT_MS:-40} ;;
+    tts_spread) tts_env "" ;;  # lengths drawn from [63, 189] frames, then the fixed ones again on this warm server
     tts_first2) tts_variant first2 "$FIRST2" ;;
     tts_first2_c2w8) tts_variant first2_c2w8 "$FIRST2; d['stages'][1]['max_num_batched_tokens'] = 3200" ;;
     tts_fp16) tts_variant fp16 "d['stages'][1]['dtype'] = 'float16'" ;;

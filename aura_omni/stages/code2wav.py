@@ -9,11 +9,22 @@ stream's first (shortest first: a new stream's first chunk is its first audio), 
 forward. A stream's last chunk, shorter than its windows, is decoded padded up to the next window length and its
 samples trimmed: the decoder is causal, so the padding changes none of them, and the chunk joins other streams'
 windows in one forward instead of taking steps of its own (with lengths spread, every stream ends on a length no
-other stream has). On CUDA every step replays captured graphs (`Code2WavGraphs`: one per window length of the codec schedule
-and batch bucket); on the CPU, or with `enforce_eager`, it runs eagerly on the same rows.
+other stream has). On CUDA every step replays captured graphs (`Code2WavGraphs`: one per window length of the codec
+schedule and batch bucket); on the CPU, or with `enforce_eager`, it runs eagerly on the same rows.
+
+Stepping as soon as any chunk is waiting is what a lone stream needs, but under load with requests of spread lengths
+the streams' windows come at different times, and a step then decodes two or three of them: each step costs ~2.7 ms
+of the GPU that the Talker shares, whatever its rows (session 13: 1,600 steps of 2.6 windows for 512 requests at
+c=64). With a batch wait (`AURA_OMNI_CODE2WAV_BATCH_WAIT_MS`, off by default until measured), a chunk that is not
+its stream's first audio may wait up to that long for others to fill the step, while other streams may still send
+one: `ready_in` tells the loop how long. A step then takes the group with a first chunk, else one that has waited
+its time, else the largest.
 """
 
+import os
+import time
 import weakref
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +44,7 @@ class Code2WavSession:
     slot: int | None = None  # its row in the stage's Code2WavSlots
     slots: Code2WavSlots | None = field(default=None, repr=False)
     release: weakref.finalize | None = field(default=None, repr=False)
+    decoded: int = 0  # chunks decoded so far: its first is the stream's first audio, which never waits
 
     def close(self) -> None:
         """The stream has ended: its row goes back to the stage now (else when the session is collected, which a
@@ -81,6 +93,9 @@ class FrameChunks:
         return codes
 
 
+BATCH_WAIT_S = float(os.environ.get("AURA_OMNI_CODE2WAV_BATCH_WAIT_MS", 0)) / 1000
+
+
 def slot_capacity(max_batch: int) -> int:
     """Rows made up front: streams decoding, plus ones between chunks or just ended. Rows are added when these run
     out, but that drops every captured graph (they read the old rows), so there are plenty (5 MB a row in fp32)."""
@@ -95,7 +110,9 @@ class Code2WavStageEngine:
         self.slots = Code2WavSlots(code2wav, slot_capacity(max_batch))
         self.graphs: Code2WavGraphs | None = None
         self._pending: dict[str, Code2WavChunk] = {}
+        self._arrived: dict[str, float] = {}  # when each pending chunk came
         self.windows: list[int] = []  # the window lengths of the codec schedule, which a last chunk is padded up to
+        self.batch_wait_s = BATCH_WAIT_S
         self.decoded_frames = 0
 
     def configure(self, max_batch: int, windows: list[int], cuda_graphs: bool) -> None:
@@ -120,23 +137,45 @@ class Code2WavStageEngine:
             if s.context is not None and s.context.shape[0]:  # context only: not this audio
                 self._decode([s.slot], self.code2wav.check_codes(s.context, batched=False)[None])
         self._pending[request_id] = Code2WavChunk(s, self.code2wav.check_codes(chunk.codes, batched=False), chunk.last)
+        self._arrived[request_id] = time.perf_counter()
 
     def abort(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
+        self._arrived.pop(request_id, None)
 
     def has_work(self) -> bool:
         return bool(self._pending)
 
+    def ready_in(self) -> float:
+        """Seconds to wait for more chunks before the next step (0: step now)."""
+        if not self.batch_wait_s or not self._pending:
+            return 0.0
+        heads = self._heads()
+        if (len(heads) >= self.slots.in_use  # every open stream has a chunk waiting: no more will come
+                or any(c.session.decoded == 0 for _, c in heads)
+                or max(Counter(self._length(c) for _, c in heads).values()) >= self.max_batch):
+            return 0.0
+        return max(0.0, min(self._arrived[r] for r, _ in heads) + self.batch_wait_s - time.perf_counter())
+
     def step(self) -> list[StageOutput]:
-        heads: dict[int, tuple[str, Code2WavChunk]] = {}  # each stream's first pending chunk (insertion order)
-        for rid, chunk in self._pending.items():
-            heads.setdefault(id(chunk.session), (rid, chunk))
-        shortest = min(self._length(c) for _, c in heads.values())
-        rids = [r for r, c in heads.values() if self._length(c) == shortest][:self.max_batch]
+        groups: dict[int, list[tuple[str, Code2WavChunk]]] = {}  # window length -> streams' first pending chunks
+        for rid, c in self._heads():
+            groups.setdefault(self._length(c), []).append((rid, c))
+        if self.batch_wait_s:
+            now = time.perf_counter()
+            length = max(groups, key=lambda n: (any(c.session.decoded == 0 for _, c in groups[n]),
+                                                any(now - self._arrived[r] >= self.batch_wait_s for r, _ in groups[n]),
+                                                len(groups[n]), -n))
+        else:
+            length = min(groups)  # shortest first: a new stream's first chunk is its first audio
+        rids = [r for r, _ in groups[length][:self.max_batch]]
         part = [self._pending.pop(r) for r in rids]
-        if shortest == 0:
+        for r, c in zip(rids, part):
+            self._arrived.pop(r)
+            c.session.decoded += 1
+        if length == 0:
             return [StageOutput(r, np.zeros(0, np.float32), True) for r in rids]
-        codes = torch.zeros(len(part), shortest, part[0].codes.shape[1], dtype=torch.long)  # code 0 pads last chunks
+        codes = torch.zeros(len(part), length, part[0].codes.shape[1], dtype=torch.long)  # code 0 pads last chunks
         for i, c in enumerate(part):
             codes[i, :c.codes.shape[0]] = c.codes
         try:
@@ -147,6 +186,13 @@ class Code2WavStageEngine:
         host = wavs.float().cpu().numpy()
         return [StageOutput(r, host[i, :c.codes.shape[0] * SAMPLES_PER_FRAME], True)
                 for i, (r, c) in enumerate(zip(rids, part))]
+
+    def _heads(self) -> list[tuple[str, Code2WavChunk]]:
+        """Each stream's first pending chunk (its chunks decode in order), in arrival order."""
+        heads: dict[int, tuple[str, Code2WavChunk]] = {}
+        for rid, chunk in self._pending.items():
+            heads.setdefault(id(chunk.session), (rid, chunk))
+        return list(heads.values())
 
     def _length(self, chunk: Code2WavChunk) -> int:
         """The frames a step decodes for this chunk: a last chunk's padded up to the next window length."""

@@ -126,6 +126,8 @@ class StageEngine(Protocol):
     def add(self, request_id: str, request: Any) -> None: ...  # may raise: that request fails alone
     def abort(self, request_id: str) -> None: ...
     # optional: `feed(request_id, item)`, more input for a running request (StageLoop.feed)
+    # optional: `ready_in() -> float`, seconds the engine would rather wait before its next step although it has work
+    # (to batch more); the loop waits that long, or less if a request comes
     def has_work(self) -> bool: ...
     def step(self) -> list[StageOutput]: ...
     def stats(self) -> dict[str, float]: ...  # running, waiting, KV blocks, ... (after each step)
@@ -198,6 +200,7 @@ class StageLoop:
         self.stream = stage_stream(self.device, priority, enabled=streams)
         self.slow_s, self._slow_level = SLOW_S, logging.INFO
         self.add_budget_s = ADD_BUDGET_S
+        self._ready_in = getattr(engine, "ready_in", None)
         self.kernels = kernels  # the stage's kernel switches, for everything its thread runs (None: the default)
         self._inbox: collections.deque = collections.deque()
         self._wake = threading.Event()
@@ -534,6 +537,11 @@ class StageLoop:
                     if not self.engine.has_work():
                         self._publish(-1, 0.0)
                         break
+                    if self._ready_in is not None and (wait_s := self._ready_in()) > 0:
+                        self._publish(-1, 0.0)  # what is queued is applied (settle's barriers)
+                        if self._wake.wait(wait_s):
+                            self._wake.clear()
+                        continue
                     start = time.perf_counter()
                     self._work = ("step", start)
                     try:

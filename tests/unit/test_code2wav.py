@@ -250,3 +250,64 @@ def test_stream_windows_double_from_the_first_to_the_steady_length():
             sizes.append(c.shape[0])
     sizes.append(chunks.rest().shape[0])
     assert sizes == [1, 2, 4, 8, 16, 25, 25, 19]
+
+
+def test_with_a_batch_wait_later_chunks_wait_for_other_streams_and_first_chunks_never_wait(code2wav):
+    """Three open streams: a stream's first chunk steps at once; a later chunk waits (up to the batch wait) while
+    another stream may still send one, and steps at once when every open stream has a chunk waiting. The chunks
+    that waited go in one forward, and the audio equals each stream decoded alone."""
+    from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
+
+    stage, rows = Code2WavStageEngine(code2wav, max_batch=8), []
+    stage.configure(8, [1, 2], cuda_graphs=False)
+    stage.batch_wait_s = 10.0
+    decode = stage.slots.decode
+    stage.slots.decode = lambda slots, codes: rows.append(len(slots)) or decode(slots, codes)
+    codes = [_codes(3, 50 + i) for i in range(3)]
+    sessions = [Code2WavSession() for _ in codes]
+    got = {}
+
+    def run_steps():
+        while stage.has_work() and stage.ready_in() == 0:
+            got.update({out.request_id: torch.from_numpy(out.item) for out in stage.step()})
+
+    for i in range(3):  # first chunks: no wait, one forward
+        stage.add(f"{i}.0", Code2WavChunk(sessions[i], codes[i][:1]))
+    assert stage.ready_in() == 0
+    run_steps()
+    stage.add("0.1", Code2WavChunk(sessions[0], codes[0][1:]))
+    assert 9.0 < stage.ready_in() <= 10.0  # streams 1 and 2 may still send theirs
+    stage.add("1.1", Code2WavChunk(sessions[1], codes[1][1:]))
+    assert stage.ready_in() > 0
+    stage.add("2.1", Code2WavChunk(sessions[2], codes[2][1:], last=True))  # 2 frames, like the others
+    assert stage.ready_in() == 0  # every open stream has one waiting
+    run_steps()
+    assert rows == [3, 3] and not stage.has_work()
+    for i in range(3):
+        assert torch.allclose(torch.cat([got[f"{i}.0"], got[f"{i}.1"]]), code2wav.decode(codes[i]).float(),
+                              atol=1e-5, rtol=0)
+    sessions[2].close()
+    stage.add("0.2", Code2WavChunk(sessions[0], codes[0][:1]))
+    assert stage.ready_in() > 0  # stream 1 is still open
+    stage.batch_wait_s = 0.0
+    assert stage.ready_in() == 0  # off: step whenever a chunk waits
+
+
+def test_with_a_batch_wait_a_step_prefers_first_audio_then_the_overdue_then_the_largest_group(code2wav):
+    from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
+
+    stage = Code2WavStageEngine(code2wav, max_batch=8)
+    stage.configure(8, [1, 2, 4], cuda_graphs=False)
+    stage.batch_wait_s = 10.0
+    old = [Code2WavSession() for _ in range(4)]
+    for i, s in enumerate(old):
+        stage.add(f"o{i}", Code2WavChunk(s, _codes(1, 60 + i)))
+    stage.step()  # their first audio
+    stage.add("a", Code2WavChunk(old[0], _codes(4, 70)))  # one 4-frame window
+    stage.add("b", Code2WavChunk(old[1], _codes(2, 71)))  # two 2-frame windows
+    stage.add("c", Code2WavChunk(old[2], _codes(2, 72)))
+    stage.add("new", Code2WavChunk(Code2WavSession(), _codes(1, 73)))  # a new stream's first audio
+    assert [o.request_id for o in stage.step()] == ["new"]
+    stage._arrived["a"] -= 20.0  # "a" has waited past the batch wait
+    assert [o.request_id for o in stage.step()] == ["a"]
+    assert [o.request_id for o in stage.step()] == ["b", "c"]

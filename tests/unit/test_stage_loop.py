@@ -428,3 +428,35 @@ def test_a_burst_of_adds_is_taken_whole_or_within_a_budget_between_steps(budget_
         assert len(steps) == 1
     else:  # a second add (>= 20 ms) passes the 15 ms budget: steps of at most two
         assert len(steps) >= 3 and all(len(rids) <= 2 for rids in steps)
+
+
+def test_an_engine_that_would_rather_wait_is_stepped_after_its_wait_or_when_a_request_comes():
+    """`ready_in`: the loop holds the step that long (settle still returns: what was queued is applied); a request
+    arriving meanwhile wakes the loop, which asks again."""
+
+    class Waiting(_RecordingEngine):
+        hold_s = 0.3
+
+        def add(self, request_id, request):
+            super().add(request_id, request)
+            self.since = time.monotonic()
+
+        def ready_in(self):  # two requests fill a step; one waits hold_s from its arrival
+            return 0.0 if len(self.running) >= 2 else max(0.0, self.since + self.hold_s - time.monotonic())
+
+    engine = Waiting()
+    loop = StageLoop(engine, name="waiting")
+    try:
+        t0 = time.monotonic()
+        loop.add("a", None, lambda out: None)
+        assert loop.settle() and engine.log == [("add", "a")]  # applied, not yet stepped
+        time.sleep(0.05)
+        loop.add("b", None, lambda out: None)  # a second request: the engine is ready at once
+        assert loop.settle() and engine.log[-1] == ("step", ("a", "b"))
+        assert time.monotonic() - t0 < Waiting.hold_s
+        engine.hold_s = 0.1
+        loop.add("c", None, lambda out: None)
+        time.sleep(0.4)
+        assert engine.log[-1] == ("step", ("c",))  # stepped after its wait, alone
+    finally:
+        loop.close()
