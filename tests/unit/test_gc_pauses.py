@@ -44,4 +44,3 @@ def test_freeze_can_be_turned_off_for_an_a_b_run(monkeypatch):
         assert gc_pauses.freeze() == 0 and gc.get_freeze_count() == 0
     finally:
         gc.unfreeze()
-
