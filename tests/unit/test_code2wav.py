@@ -9,6 +9,12 @@ from aura_omni.testing.tiny_codec import write_tiny_codec
 SPF = 1920  # samples per frame
 
 
+@pytest.fixture(autouse=True)
+def no_batch_wait(monkeypatch):
+    """The step order these tests expect is the default's, whatever AURA_OMNI_CODE2WAV_BATCH_WAIT_MS says."""
+    monkeypatch.setattr("aura_omni.stages.code2wav.BATCH_WAIT_S", 0.0)
+
+
 @pytest.fixture(scope="module")
 def code2wav(tmp_path_factory) -> Code2Wav:
     return Code2Wav.from_codec_dir(write_tiny_codec(tmp_path_factory.mktemp("codec")))

@@ -22,6 +22,12 @@ def greedy(n: int) -> SamplingParams:
     return SamplingParams(temperature=0, max_tokens=n)
 
 
+@pytest.fixture(autouse=True)
+def no_add_budget(monkeypatch):
+    """Loops take every queued request before a step here, whatever AURA_OMNI_ADD_BUDGET_MS says."""
+    monkeypatch.setattr("aura_omni.stages.loop.ADD_BUDGET_S", None)
+
+
 @pytest.fixture
 def stage():
     eng = LLMEngine(tiny_lm(), EngineConfig(**CFG))
