@@ -23,9 +23,9 @@
 #        (sessions 11 and 12) is a full collection (server/gc_pauses.py logs any pause over 50 ms)
 # tts_admit, tts_switch, tts_c2w_wait: the load of tts_spread on a server with one knob set (run `tts_spread` in the
 #        same call for the baseline: machines differ by up to ~10%):
-# tts_admit: a stage loop that takes queued requests for at most ${ADD_BUDGET_MS:-4} ms before it steps
-#        (AURA_OMNI_ADD_BUDGET_MS): a burst of 32-64 prompts (~2 ms each on the Talker's thread) no longer keeps an idle
-#        GPU waiting for all of them
+# tts_admit: the Talker's loop takes queued prompts for at most ${ADD_BUDGET_MS:-4} ms before it steps
+#        (AURA_OMNI_TALKER_ADD_BUDGET_MS): a burst of 32-64 prompts (~2 ms each on its thread) no longer keeps an
+#        idle GPU waiting for all of them
 # tts_switch: the interpreter lock's switch interval at ${SWITCH_INTERVAL_MS:-0.5} ms, not 5
 #        (AURA_OMNI_SWITCH_INTERVAL_MS): a stage loop back from its GPU wait gets the lock sooner from the event loop
 # tts_c2w_wait: Code2Wav holds a chunk that is not its stream's first audio up to ${C2W_WAIT_MS:-40} ms for other
@@ -197,7 +197,7 @@ for s in ${*:-tts turns live}; do
     tts_gc_off) AURA_OMNI_GC_FREEZE=0 serve configs/qwen3_tts.yaml qwen3-tts-gc-off || continue
                 tts_load_run tts_load_gc_off qwen3-tts-gc-off
                 stop ;;
-    tts_admit) tts_env admit AURA_OMNI_ADD_BUDGET_MS=${ADD_BUDGET_MS:-4} ;;
+    tts_admit) tts_env admit AURA_OMNI_TALKER_ADD_BUDGET_MS=${ADD_BUDGET_MS:-4} ;;
     tts_switch) tts_env switch AURA_OMNI_SWITCH_INTERVAL_MS=${SWITCH_INTERVAL_MS:-0.5} ;;
     tts_c2w_wait) tts_env c2w_wait AURA_OMNI_CODE2WAV_BATCH_WAIT_MS=${C2W_WAIT_MS:-40} ;;
     tts_spread) tts_env "" ;;  # lengths drawn from [63, 189] frames, then the fixed ones again on this warm server

@@ -62,11 +62,6 @@ SLOW_S, SLOW_SERVING_GPU_S = 1.0, 0.25
 # requests fail). On the CPU a real model's long prefill step can take minutes: its loops get ten times as long.
 STALLED_S = float(os.environ.get("AURA_OMNI_STALLED_S", 60))
 CPU_STALL_FACTOR = 10
-# Taking a request costs the loop's host time (a Talker prompt: ~1.5-2 ms on an H200's host), and a burst of them is
-# taken before the next step: 64 at once keep an idle GPU waiting ~130 ms. With a budget, a loop that has work stops
-# taking requests once it has spent this long on them, steps, and takes the rest after (in order), so the GPU starts
-# on the first ones while the host takes the others. Unset (the default): every queued request, then the step.
-ADD_BUDGET_S = float(os.environ.get("AURA_OMNI_ADD_BUDGET_MS", 0)) / 1000 or None
 _live_loops: "weakref.WeakSet[StageLoop]" = weakref.WeakSet()
 
 
@@ -193,13 +188,17 @@ class _AsyncSink:
 
 class StageLoop:
     def __init__(self, engine: StageEngine, device: torch.device | str = "cpu", *, name: str = "stage",
-                 priority: int = 0, streams: bool = True, kernels: KernelSwitches | None = None):
+                 priority: int = 0, streams: bool = True, kernels: KernelSwitches | None = None,
+                 add_budget_s: float | None = None):
         self.engine = engine
         self.name = name
         self.device = torch.device(device)
         self.stream = stage_stream(self.device, priority, enabled=streams)
         self.slow_s, self._slow_level = SLOW_S, logging.INFO
-        self.add_budget_s = ADD_BUDGET_S
+        # with a budget, a loop that has work stops taking queued requests once it has spent this long on them,
+        # steps, and takes the rest after (in order): the GPU starts on the first of a burst while the host takes the
+        # others. None: every queued request, then the step
+        self.add_budget_s = add_budget_s
         self._ready_in = getattr(engine, "ready_in", None)
         self.kernels = kernels  # the stage's kernel switches, for everything its thread runs (None: the default)
         self._inbox: collections.deque = collections.deque()

@@ -22,12 +22,6 @@ def greedy(n: int) -> SamplingParams:
     return SamplingParams(temperature=0, max_tokens=n)
 
 
-@pytest.fixture(autouse=True)
-def no_add_budget(monkeypatch):
-    """Loops take every queued request before a step here, whatever AURA_OMNI_ADD_BUDGET_MS says."""
-    monkeypatch.setattr("aura_omni.stages.loop.ADD_BUDGET_S", None)
-
-
 @pytest.fixture
 def stage():
     eng = LLMEngine(tiny_lm(), EngineConfig(**CFG))
@@ -413,8 +407,7 @@ def test_a_burst_of_adds_is_taken_whole_or_within_a_budget_between_steps(budget_
     budget taking requests, so the first ones run while the rest wait; the queue keeps its order (an abort queued
     after the burst comes after its adds)."""
     engine, release = _RecordingEngine(), threading.Event()
-    loop = StageLoop(engine, name="burst")
-    loop.add_budget_s = budget_s
+    loop = StageLoop(engine, name="burst", add_budget_s=budget_s)
     try:
         held = loop.call(release.wait)  # the loop thread waits here while the burst queues
         for i in range(6):
