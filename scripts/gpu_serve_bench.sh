@@ -28,9 +28,9 @@
 #        idle GPU waiting for all of them
 # tts_switch: the interpreter lock's switch interval at ${SWITCH_INTERVAL_MS:-0.5} ms, not 5
 #        (AURA_OMNI_SWITCH_INTERVAL_MS): a stage loop back from its GPU wait gets the lock sooner from the event loop
-# tts_c2w_wait: Code2Wav holds a chunk that is not its stream's first audio up to ${C2W_WAIT_MS:-40} ms for other
-#        streams' to fill the step (AURA_OMNI_CODE2WAV_BATCH_WAIT_MS): with spread lengths its steps decoded 2.6
-#        windows each, ~2.7 ms of GPU per step whatever its rows
+# tts_c2w_wait: Code2Wav holds a chunk up to ${C2W_WAIT_MS:-250} ms for other streams' to fill the step, never past
+#        150 ms before its stream's audio runs out (AURA_OMNI_CODE2WAV_BATCH_WAIT_MS): with spread lengths its steps
+#        decoded 2.6 windows each, ~2.7 ms of GPU per step whatever its rows
 # tts_first2: tts_load with a first Code2Wav window of 2 frames (160 ms of audio) instead of 1: a stream's second
 #        chunk then has 160 ms, not 80, to arrive before the first has played (its Code2Wav wait at c=32 was ~30 ms
 #        on average, session 11), for one more Talker step before the first audio
@@ -199,7 +199,7 @@ for s in ${*:-tts turns live}; do
                 stop ;;
     tts_admit) tts_env admit AURA_OMNI_TALKER_ADD_BUDGET_MS=${ADD_BUDGET_MS:-4} ;;
     tts_switch) tts_env switch AURA_OMNI_SWITCH_INTERVAL_MS=${SWITCH_INTERVAL_MS:-0.5} ;;
-    tts_c2w_wait) tts_env c2w_wait AURA_OMNI_CODE2WAV_BATCH_WAIT_MS=${C2W_WAIT_MS:-40} ;;
+    tts_c2w_wait) tts_env c2w_wait AURA_OMNI_CODE2WAV_BATCH_WAIT_MS=${C2W_WAIT_MS:-250} ;;
     tts_spread) tts_env "" ;;  # lengths drawn from [63, 189] frames, then the fixed ones again on this warm server
     tts_first2) tts_variant first2 "$FIRST2" ;;
     tts_first2_c2w8) tts_variant first2_c2w8 "$FIRST2; d['stages'][1]['max_num_batched_tokens'] = 3200" ;;

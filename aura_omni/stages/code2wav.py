@@ -15,12 +15,15 @@ schedule and batch bucket); on the CPU, or with `enforce_eager`, it runs eagerly
 Stepping as soon as any chunk is waiting is what a lone stream needs, but under load with requests of spread lengths
 the streams' windows come at different times, and a step then decodes two or three of them: each step costs ~2.7 ms
 of the GPU that the Talker shares, whatever its rows (session 13: 1,600 steps of 2.6 windows for 512 requests at
-c=64). With a batch wait (`AURA_OMNI_CODE2WAV_BATCH_WAIT_MS`, off by default until measured), a chunk that is not
-its stream's first audio may wait up to that long for others to fill the step, while other streams may still send
-one: `ready_in` tells the loop how long. A step then takes the group with a first chunk, else one that has waited
-its time, else the largest.
+c=64). A stream's later windows have time to spare: once the Talker runs faster than real time, the audio already
+sent lasts well past the next window. With a batch wait (`AURA_OMNI_CODE2WAV_BATCH_WAIT_MS`, off by default until
+measured), a chunk may wait up to that long for other streams' to fill the step, but never past PLAYBACK_MARGIN_S
+before its stream's audio sent so far runs out (as played from its first chunk on), and a stream's first chunk never
+waits. `ready_in` tells the loop how long; a step takes the group of the chunk due first, and it fills the step with
+others of that length.
 """
 
+import math
 import os
 import time
 import weakref
@@ -44,7 +47,7 @@ class Code2WavSession:
     slot: int | None = None  # its row in the stage's Code2WavSlots
     slots: Code2WavSlots | None = field(default=None, repr=False)
     release: weakref.finalize | None = field(default=None, repr=False)
-    decoded: int = 0  # chunks decoded so far: its first is the stream's first audio, which never waits
+    audio_end: float | None = None  # when the audio decoded so far has played out (perf_counter), from the first chunk
 
     def close(self) -> None:
         """The stream has ended: its row goes back to the stage now (else when the session is collected, which a
@@ -94,6 +97,10 @@ class FrameChunks:
 
 
 BATCH_WAIT_S = float(os.environ.get("AURA_OMNI_CODE2WAV_BATCH_WAIT_MS", 0)) / 1000
+# a waiting chunk steps at the latest this long before its stream's audio runs out: a step or two queued ahead of it,
+# its own, and the way to the listener
+PLAYBACK_MARGIN_S = 0.15
+SECONDS_PER_FRAME = 1 / 12.5  # of audio: 12.5 codec frames a second
 
 
 def slot_capacity(max_batch: int) -> int:
@@ -152,27 +159,22 @@ class Code2WavStageEngine:
             return 0.0
         heads = self._heads()
         if (len(heads) >= self.slots.in_use  # every open stream has a chunk waiting: no more will come
-                or any(c.session.decoded == 0 for _, c in heads)
                 or max(Counter(self._length(c) for _, c in heads).values()) >= self.max_batch):
             return 0.0
-        return max(0.0, min(self._arrived[r] for r, _ in heads) + self.batch_wait_s - time.perf_counter())
+        return max(0.0, min(self._due(r, c) for r, c in heads) - time.perf_counter())
 
     def step(self) -> list[StageOutput]:
         groups: dict[int, list[tuple[str, Code2WavChunk]]] = {}  # window length -> streams' first pending chunks
         for rid, c in self._heads():
             groups.setdefault(self._length(c), []).append((rid, c))
-        if self.batch_wait_s:
-            now = time.perf_counter()
-            length = max(groups, key=lambda n: (any(c.session.decoded == 0 for _, c in groups[n]),
-                                                any(now - self._arrived[r] >= self.batch_wait_s for r, _ in groups[n]),
-                                                len(groups[n]), -n))
+        if self.batch_wait_s:  # the group of the chunk due first, the fuller on a tie
+            length = min(groups, key=lambda n: (min(self._due(r, c) for r, c in groups[n]), -len(groups[n])))
         else:
             length = min(groups)  # shortest first: a new stream's first chunk is its first audio
         rids = [r for r, _ in groups[length][:self.max_batch]]
         part = [self._pending.pop(r) for r in rids]
-        for r, c in zip(rids, part):
+        for r in rids:
             self._arrived.pop(r)
-            c.session.decoded += 1
         if length == 0:
             return [StageOutput(r, np.zeros(0, np.float32), True) for r in rids]
         codes = torch.zeros(len(part), length, part[0].codes.shape[1], dtype=torch.long)  # code 0 pads last chunks
@@ -184,8 +186,19 @@ class Code2WavStageEngine:
             return [StageOutput(r, e, True) for r in rids]
         self.decoded_frames += sum(c.codes.shape[0] for c in part)
         host = wavs.float().cpu().numpy()
+        now = time.perf_counter()
+        for c in part:  # played from its first chunk on; after a gap, from now
+            c.session.audio_end = max(c.session.audio_end or now, now) + c.codes.shape[0] * SECONDS_PER_FRAME
         return [StageOutput(r, host[i, :c.codes.shape[0] * SAMPLES_PER_FRAME], True)
                 for i, (r, c) in enumerate(zip(rids, part))]
+
+    def _due(self, rid: str, chunk: Code2WavChunk) -> float:
+        """When a waiting chunk must step: after the batch wait, or before its stream's audio runs out; a stream's
+        first chunk at once."""
+        end = chunk.session.audio_end
+        if end is None:
+            return -math.inf
+        return min(self._arrived[rid] + self.batch_wait_s, end - PLAYBACK_MARGIN_S)
 
     def _heads(self) -> list[tuple[str, Code2WavChunk]]:
         """Each stream's first pending chunk (its chunks decode in order), in arrival order."""

@@ -258,18 +258,21 @@ def test_stream_windows_double_from_the_first_to_the_steady_length():
     assert sizes == [1, 2, 4, 8, 16, 25, 25, 19]
 
 
-def test_with_a_batch_wait_later_chunks_wait_for_other_streams_and_first_chunks_never_wait(code2wav):
-    """Three open streams: a stream's first chunk steps at once; a later chunk waits (up to the batch wait) while
-    another stream may still send one, and steps at once when every open stream has a chunk waiting. The chunks
-    that waited go in one forward, and the audio equals each stream decoded alone."""
-    from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
+def test_with_a_batch_wait_later_chunks_wait_for_other_streams_but_not_past_their_playback(code2wav):
+    """Three open streams: their first chunks step at once. A later chunk waits while another stream may still send
+    one, at most until shortly before its stream's audio (2 s of it, played from the first chunk) runs out, and steps
+    at once when every open stream has a chunk waiting. The chunks that waited go in one forward, and the audio
+    equals each stream decoded alone."""
+    import time
+
+    from aura_omni.stages.code2wav import PLAYBACK_MARGIN_S, Code2WavChunk, Code2WavSession, Code2WavStageEngine
 
     stage, rows = Code2WavStageEngine(code2wav, max_batch=8), []
-    stage.configure(8, [1, 2], cuda_graphs=False)
+    stage.configure(8, [2, 25], cuda_graphs=False)
     stage.batch_wait_s = 10.0
     decode = stage.slots.decode
     stage.slots.decode = lambda slots, codes: rows.append(len(slots)) or decode(slots, codes)
-    codes = [_codes(3, 50 + i) for i in range(3)]
+    codes = [_codes(27, 50 + i) for i in range(3)]
     sessions = [Code2WavSession() for _ in codes]
     got = {}
 
@@ -277,15 +280,15 @@ def test_with_a_batch_wait_later_chunks_wait_for_other_streams_and_first_chunks_
         while stage.has_work() and stage.ready_in() == 0:
             got.update({out.request_id: torch.from_numpy(out.item) for out in stage.step()})
 
-    for i in range(3):  # first chunks: no wait, one forward
-        stage.add(f"{i}.0", Code2WavChunk(sessions[i], codes[i][:1]))
+    for i in range(3):  # first chunks, 25 frames = 2 s of audio: no wait, one forward
+        stage.add(f"{i}.0", Code2WavChunk(sessions[i], codes[i][:25]))
     assert stage.ready_in() == 0
     run_steps()
-    stage.add("0.1", Code2WavChunk(sessions[0], codes[0][1:]))
-    assert 9.0 < stage.ready_in() <= 10.0  # streams 1 and 2 may still send theirs
-    stage.add("1.1", Code2WavChunk(sessions[1], codes[1][1:]))
+    stage.add("0.1", Code2WavChunk(sessions[0], codes[0][25:]))
+    assert 1.5 < stage.ready_in() <= 2.0 - PLAYBACK_MARGIN_S  # until shortly before its 2 s have played
+    stage.add("1.1", Code2WavChunk(sessions[1], codes[1][25:]))
     assert stage.ready_in() > 0
-    stage.add("2.1", Code2WavChunk(sessions[2], codes[2][1:], last=True))  # 2 frames, like the others
+    stage.add("2.1", Code2WavChunk(sessions[2], codes[2][25:], last=True))
     assert stage.ready_in() == 0  # every open stream has one waiting
     run_steps()
     assert rows == [3, 3] and not stage.has_work()
@@ -293,27 +296,32 @@ def test_with_a_batch_wait_later_chunks_wait_for_other_streams_and_first_chunks_
         assert torch.allclose(torch.cat([got[f"{i}.0"], got[f"{i}.1"]]), code2wav.decode(codes[i]).float(),
                               atol=1e-5, rtol=0)
     sessions[2].close()
-    stage.add("0.2", Code2WavChunk(sessions[0], codes[0][:1]))
+    stage.add("0.2", Code2WavChunk(sessions[0], codes[0][:2]))
     assert stage.ready_in() > 0  # stream 1 is still open
+    sessions[0].audio_end = time.perf_counter() + PLAYBACK_MARGIN_S / 2
+    assert stage.ready_in() == 0  # its audio is about to run out
+    sessions[0].audio_end += 10
     stage.batch_wait_s = 0.0
     assert stage.ready_in() == 0  # off: step whenever a chunk waits
 
 
-def test_with_a_batch_wait_a_step_prefers_first_audio_then_the_overdue_then_the_largest_group(code2wav):
+def test_with_a_batch_wait_a_step_takes_first_audio_then_the_chunk_due_first_with_its_length(code2wav):
+    import time
+
     from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
 
     stage = Code2WavStageEngine(code2wav, max_batch=8)
-    stage.configure(8, [1, 2, 4], cuda_graphs=False)
+    stage.configure(8, [1, 2, 4, 25], cuda_graphs=False)
     stage.batch_wait_s = 10.0
     old = [Code2WavSession() for _ in range(4)]
     for i, s in enumerate(old):
-        stage.add(f"o{i}", Code2WavChunk(s, _codes(1, 60 + i)))
-    stage.step()  # their first audio
+        stage.add(f"o{i}", Code2WavChunk(s, _codes(25, 60 + i)))
+    stage.step()  # their first audio: 2 s each
     stage.add("a", Code2WavChunk(old[0], _codes(4, 70)))  # one 4-frame window
     stage.add("b", Code2WavChunk(old[1], _codes(2, 71)))  # two 2-frame windows
     stage.add("c", Code2WavChunk(old[2], _codes(2, 72)))
     stage.add("new", Code2WavChunk(Code2WavSession(), _codes(1, 73)))  # a new stream's first audio
     assert [o.request_id for o in stage.step()] == ["new"]
-    stage._arrived["a"] -= 20.0  # "a" has waited past the batch wait
+    old[0].audio_end = time.perf_counter() + 0.2  # "a"'s stream is about to run out
     assert [o.request_id for o in stage.step()] == ["a"]
     assert [o.request_id for o in stage.step()] == ["b", "c"]
