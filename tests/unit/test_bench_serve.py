@@ -17,7 +17,7 @@ from websockets.asyncio.server import serve
 from aura_omni.bench.backends import RequestResult, merged
 from aura_omni.bench.inputs import wav_bytes
 from aura_omni.bench.plot import concurrency_svg, nice_max
-from aura_omni.bench.serve import Progress, benchmark, markdown_table, run_once, summarize
+from aura_omni.bench.serve import Progress, benchmark, full_audio_throughput, markdown_table, run_once, summarize
 from aura_omni.cli import build_parser
 
 DELTA = base64.b64encode(b"\0\0" * 2400).decode()  # 0.1 s of PCM16 at 24 kHz
@@ -345,3 +345,16 @@ def test_a_random_range_ratio_spreads_each_requests_cap_around_max_tokens():
     fake, report = realtime_run("ga", "--num-prompts", "6", "--max-tokens", "10", "--random-range-ratio", "0.5")
     sent = [f["session"]["max_response_output_tokens"] for f in fake.sessions]
     assert all(5 <= n <= 15 for n in sent) and len(set(sent)) > 1 and report["random_range_ratio"] == 0.5
+
+
+def test_full_throughput_counts_audio_only_until_the_last_request_was_sent():
+    """Two slots, three requests: the third starts at t=1 when the first ends. Until then the first's 2 s of audio
+    arrived whole, a quarter of the second's 4 s (first audio at 0.5, end at 2.5), and none of the third's: 3 s in 1 s.
+    A run with no more requests than slots, or paced by a rate, has no such window."""
+    results = [RequestResult(ok=True, start=10.0, ttfa=0.0, latency=1.0, audio_seconds=2.0),
+               RequestResult(ok=True, start=10.0, ttfa=0.5, latency=2.5, audio_seconds=4.0),
+               RequestResult(ok=True, start=11.0, ttfa=0.2, latency=2.0, audio_seconds=3.0)]
+    assert full_audio_throughput(results) == pytest.approx(3.0)
+    assert summarize(results, 3.0, 2, math.inf)["full_audio_throughput"] == pytest.approx(3.0)
+    assert summarize(results, 3.0, 3, math.inf)["full_audio_throughput"] is None
+    assert summarize(results, 3.0, 2, 4.0)["full_audio_throughput"] is None
