@@ -24,11 +24,12 @@ _HISTOGRAMS = {"phase": ("aura_omni:turn_phase_seconds", "phase"),
                "ttfa": ("aura_omni:audio_ttfp_seconds", "endpoint")}
 _UNDERRUNS = "aura_omni:audio_underruns_total"
 _COMPILES, _COMPILE_SECONDS = "aura_omni:kernel_compiles", "aura_omni:kernel_compile_seconds"
+_STEPS, _PROMPT_STEPS = "aura_omni:stage_engine_steps_total", "aura_omni:stage_prompt_steps_total"
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
     """kind (phase, queue, input_wait, first_output, add, step; gc by generation; kernel_compiles by phase) -> label ->
-    (sum seconds, count) from Prometheus text."""
+    (sum seconds, count) from Prometheus text; "prompt_steps" -> stage -> (steps that took prompts, steps)."""
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for kind, (metric, label) in _HISTOGRAMS.items():
         got: dict[str, list[float]] = {}
@@ -44,6 +45,9 @@ def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
     made = dict(re.findall(rf'^{_COMPILES}_total\{{phase="([^"]+)"\}} (\S+)$', text, re.M))
     took = dict(re.findall(rf'^{_COMPILE_SECONDS}_total\{{phase="([^"]+)"\}} (\S+)$', text, re.M))
     out["kernel_compiles"] = {phase: (float(took.get(phase, 0.0)), float(n)) for phase, n in made.items()}
+    steps = dict(re.findall(rf'^{_STEPS}\{{stage="([^"]+)"\}} (\S+)$', text, re.M))
+    prompts = dict(re.findall(rf'^{_PROMPT_STEPS}\{{stage="([^"]+)"\}} (\S+)$', text, re.M))
+    out["prompt_steps"] = {stage: (float(prompts.get(stage, 0.0)), float(n)) for stage, n in steps.items()}
     return out
 
 
@@ -88,6 +92,10 @@ def means(before: dict | None, after: dict | None) -> dict[str, dict[str, dict]]
             elif kind == "underruns":
                 if (n := int(now - prev.get(label, 0.0))) > 0:
                     out.setdefault(kind, {})[label] = {"n": n}
+            elif kind == "prompt_steps":
+                (prompts, steps), (p0, s0) = now, prev.get(label, (0.0, 0.0))
+                if steps - s0 > 0:
+                    out.setdefault(kind, {})[label] = {"n": int(steps - s0), "prompt": int(prompts - p0)}
             else:
                 (total, count), (t0, c0) = now, prev.get(label, (0.0, 0.0))
                 if count - c0 > 0:
@@ -115,6 +123,9 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
         out.append(prefix + "stage loops, mean add / step ms: " + "  ".join(
             f"{s} {add.get(s, {}).get('mean_ms', 0.0):.2f} / {step[s]['mean_ms']:.2f} ({step[s]['n']} steps)"
             for s in sorted(step)))
+    if prompt_steps := breakdown.get("prompt_steps"):  # steps beside which prompts were prefilled (no decode graph)
+        out.append(prefix + "engine steps that took prompts: " + "  ".join(
+            f"{s} {p['prompt']} of {p['n']}" for s, p in sorted(prompt_steps.items())))
     if gc := breakdown.get("gc"):  # a collection holds every thread
         out.append(prefix + "garbage collection, mean pause ms: " + "  ".join(
             f"gen {g} {gc[g]['mean_ms']:.2f} (n={gc[g]['n']})" for g in sorted(gc)))

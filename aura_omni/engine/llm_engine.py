@@ -49,6 +49,8 @@ class LLMEngine:
         self.requests: dict[str, Sequence] = {}
         self.async_steps = config.async_scheduling
         self._in_flight: tuple[LaunchedStep, list[int]] | None = None  # a queued step, its rows' output indexes
+        # steps launched, and those that took prompt tokens (a prefill alone or beside decodes: no decode graph)
+        self.num_steps = self.num_prompt_steps = 0
 
     # -- requests --------------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int] | None = None,
@@ -99,6 +101,8 @@ class LLMEngine:
         if sched.scheduled:
             pending = self._in_flight[0] if self._in_flight is not None else None
             queued = self.runner.launch(sched, ahead=self.async_steps, pending=pending)
+            self.num_steps += 1
+            self.num_prompt_steps += any(s.start < s.seq.prompt_len for s in sched.scheduled)
             for s in sched.scheduled:
                 s.seq.num_computed_tokens = s.end
                 self.blocks.commit(s.seq)
@@ -210,4 +214,6 @@ class LLMEngine:
             "total_blocks": self.blocks.num_blocks,
             "prefix_cache_hit_rate": self.blocks.prefix_hit_rate,
             "preemptions": self.scheduler.num_preemptions,
+            "engine_steps": self.num_steps,
+            "prompt_steps": self.num_prompt_steps,
         }

@@ -48,7 +48,12 @@ STAGE_GAUGES = {
     "restarts": ("aura_omni:stage_restarts", "Times Ray restarted the stage replica's actor (docs/ray.md)."),
 }
 KV_USAGE = ("aura_omni:kv_cache_usage_perc", "Share of the stage's KV cache blocks in use (0-1, as vLLM).")
-PREEMPTIONS = ("aura_omni:num_preemptions", "Sequences the stage's scheduler preempted (out of KV blocks).")
+STAGE_COUNTERS = {  # from each stage's engine stats
+    "preemptions": ("aura_omni:num_preemptions", "Sequences the stage's scheduler preempted (out of KV blocks)."),
+    "engine_steps": ("aura_omni:stage_engine_steps", "Steps the stage's engine launched."),
+    "prompt_steps": ("aura_omni:stage_prompt_steps", "Steps that took prompt tokens (a prefill, alone or beside "
+                     "decodes): these run without the decode graphs."),
+}
 
 
 def _clock(now: float | None) -> float:
@@ -83,17 +88,16 @@ class StageCollector(Collector):
         stats = _read(self.stage_stats, "stage_stats")
         gauges = {key: GaugeMetricFamily(name, doc, labels=["stage"]) for key, (name, doc) in STAGE_GAUGES.items()}
         kv = GaugeMetricFamily(*KV_USAGE, labels=["stage"])
-        preemptions = CounterMetricFamily(*PREEMPTIONS, labels=["stage"])
+        counters = {key: CounterMetricFamily(name, doc, labels=["stage"]) for key, (name, doc) in
+                    STAGE_COUNTERS.items()}
         for stage, values in sorted(stats.items()):
-            for key, family in gauges.items():
+            for key, family in (gauges | counters).items():
                 if values.get(key) is not None:
                     family.add_metric([stage], float(values[key]))
             total, free = values.get("total_blocks"), values.get("free_blocks")
             if total and free is not None:
                 kv.add_metric([stage], 1.0 - float(free) / float(total))
-            if values.get("preemptions") is not None:
-                preemptions.add_metric([stage], float(values["preemptions"]))
-        yield from (f for f in (*gauges.values(), kv, preemptions) if f.samples)
+        yield from (f for f in (*gauges.values(), kv, *counters.values()) if f.samples)
 
 
 STAGE_LATENCIES = {  # stages/latency.py histogram -> metric labelled `stage`

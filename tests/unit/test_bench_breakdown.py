@@ -79,3 +79,13 @@ def test_garbage_collection_pauses_during_the_run():
     got = breakdown.means(breakdown.parse(scrape(1, 0.02)), breakdown.parse(scrape(3, 0.22)))
     assert got == {"gc": {"2": {"n": 2, "mean_ms": 100.0}}}
     assert breakdown.lines(got, prefix="c=64: ") == ["c=64: garbage collection, mean pause ms: gen 2 100.00 (n=2)"]
+
+
+def test_engine_steps_that_took_prompts_during_the_run():
+    def scrape(prompts, steps):
+        return (f'aura_omni:stage_engine_steps_total{{stage="talker"}} {steps}\n'
+                f'aura_omni:stage_prompt_steps_total{{stage="talker"}} {prompts}\n'
+                f'aura_omni:stage_engine_steps_total{{stage="aura"}} 50.0\n')
+    got = breakdown.means(breakdown.parse(scrape(10, 100)), breakdown.parse(scrape(40, 1100)))
+    assert got == {"prompt_steps": {"talker": {"n": 1000, "prompt": 30}}}  # the idle aura stage is left out
+    assert breakdown.lines(got, prefix="c=32: ") == ["c=32: engine steps that took prompts: talker 30 of 1000"]

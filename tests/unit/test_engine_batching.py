@@ -119,3 +119,19 @@ def test_mrope_deepstack_prompts_in_a_mixed_batch_match_full_recompute():
             got[o.request_id] += o.new_token_ids
     assert [got["0"], got["1"]] == want
     assert all(0 <= t < VOCAB for t in got["text"])
+
+
+def test_the_engine_counts_its_steps_and_those_that_took_prompt_tokens():
+    """Two prompts of 5 tokens with 8 tokens a step: the first step takes a's prompt and 3 of b's, the second b's
+    last 2 beside a's first decode; then only decodes. A request joining later adds a step with its prompt."""
+    eng = engine(max_num_batched_tokens=8, async_scheduling=False)
+    eng.add_request("a", prompts([5])[0], SamplingParams(temperature=0, max_tokens=4))
+    eng.add_request("b", prompts([5])[0], SamplingParams(temperature=0, max_tokens=4))
+    eng.step()
+    eng.step()  # the rest of b's prompt beside a's first decode
+    assert (eng.stats()["engine_steps"], eng.stats()["prompt_steps"]) == (2, 2)
+    eng.step()  # decodes only
+    assert (eng.stats()["engine_steps"], eng.stats()["prompt_steps"]) == (3, 2)
+    eng.add_request("c", prompts([3])[0], SamplingParams(temperature=0, max_tokens=2))
+    eng.step()
+    assert (eng.stats()["engine_steps"], eng.stats()["prompt_steps"]) == (4, 3)
