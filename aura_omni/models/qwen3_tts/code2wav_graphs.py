@@ -79,7 +79,7 @@ class Code2WavGraphs:
         entry = self._graphs.get((bucket, n)) or self._capture(bucket, n)
         graph, ids, codes_in, wav = entry
         ids.zero_()  # padding rows -> the scratch slot
-        ids[:b].copy_(torch.tensor(slots, dtype=torch.long), non_blocking=True)
+        upload_into(ids[:b], torch.tensor(slots, dtype=torch.long))
         codes_in[b:].zero_()
         upload_into(codes_in[:b], codes)
         graph.replay()
