@@ -122,8 +122,10 @@ EOF
 stop() {  # the server down; its log's errors and last lines kept in serve_tails.txt
   kill "$SERVER"; wait "$SERVER" 2>/dev/null
   { echo "=== $SERVER_LOG"; grep -e "loaded in" -e "warm start" -e "frozen out of" "$SERVER_LOG"; grep -i -m 20 -e error -e traceback \
-    "$SERVER_LOG"; grep -m 30 WARNING "$SERVER_LOG"; tail -n 15 "$SERVER_LOG"; } \
-    >> "$OUT/serve_tails.txt"
+    "$SERVER_LOG"; grep -m 10 -e "Assertion" -e "CUDA error" "$SERVER_LOG"; grep -m 30 WARNING "$SERVER_LOG"
+    tail -n 15 "$SERVER_LOG"; } >> "$OUT/serve_tails.txt"
+  # a failed server's whole log (a device-side assert names its kernel on a line of its own, before the tracebacks)
+  grep -q Traceback "$SERVER_LOG" && gzip -c "$SERVER_LOG" > "$OUT/$(basename "$SERVER_LOG").gz"
 }
 replies() {  # replies RESULT.json: the first two replies' text (--save-detailed), to see what AURA said
   python3 -c "import json, sys; [print('reply:', repr(q['text'][:120])) for q in json.load(open(sys.argv[1]))['runs'][0]['requests'][:2]]" "$1" \
