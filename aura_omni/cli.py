@@ -133,8 +133,22 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     log.info("serving %s (pipeline %s, stages %s) on http://%s:%d", name, deploy.pipeline,
              sorted(deploy.roles), args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ws="websockets-sansio",
-                ws_max_size=limits.max_ws_message_bytes)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                           ws="websockets-sansio", ws_max_size=limits.max_ws_message_bytes))
+    lost: list[str] = []
+
+    def device_lost(loop) -> None:
+        """A stage's GPU failed (layers/device_loss.py): stop serving and exit 1, for a supervisor to restart us."""
+        lost.append(loop.name)
+        if os.environ.get("AURA_OMNI_KEEP_ALIVE_ON_DEVICE_LOSS") != "1":
+            server.should_exit = True  # open streams end; /health says 503 `device_lost` meanwhile
+
+    app.state.server.runtime.on_device_lost = device_lost
+    server.run()
+    if lost:
+        print(f"aura-omni serve: stopped: the GPU of stage {lost[0]} failed (see the log); start the server again",
+              file=sys.stderr)
+        return 1
     return 0
 
 

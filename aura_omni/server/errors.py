@@ -15,10 +15,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..pipeline.errors import (_TYPES, APIError, api_error, client_error, internal_error,  # noqa: F401
+from ..pipeline.errors import (_TYPES, APIError, api_error, client_error, internal_error, stage_error,  # noqa: F401
                               request_error_types)
 from ..pipeline.runtime import StageNotDeployedError
 from ..placement import StageUnavailableError
+from ..stages.loop import StageError
 
 log = logging.getLogger("aura_omni.server")
 
@@ -97,6 +98,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StageUnavailableError)
     async def _stage_unavailable(_: Request, exc: StageUnavailableError):
         return error_response(APIError(str(exc), 503, code=exc.code))
+
+    @app.exception_handler(StageError)  # here, not under `Exception`: Starlette re-raises what that one answers
+    async def _stage_failed(_: Request, exc: StageError):
+        return error_response(stage_error(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):

@@ -19,8 +19,9 @@ def main_model(deploy: DeployConfig) -> str:
 
 @router.get("/health")
 async def health(request: Request):
-    """Each stage loop's published counters; 503 while a stage loop is down, or stalled (one step, or one request's
-    admission, running past a minute: stages/loop.py STALLED_S). Reads, never waits: no engine lock."""
+    """Each stage loop's published counters; 503 while a stage loop is down (`device_lost` names those whose GPU
+    failed: they stay down until the process is restarted), or stalled (one step, or one request's admission,
+    running past a minute: stages/loop.py STALLED_S). Reads, never waits: no engine lock."""
     state = request.app.state.server
     stages = state.runtime.stage_stats()
     down = sorted(name for name, c in stages.items() if not c["alive"])
@@ -29,6 +30,8 @@ async def health(request: Request):
             "roles": sorted(state.runtime.deploy.roles), "stages": stages}
     if down:
         body["down"] = down
+    if lost := sorted(name for name, c in stages.items() if c.get("device_lost")):
+        body["device_lost"] = lost
     if stalled:
         body["stalled"] = stalled
     return JSONResponse(body, status_code=503 if down or stalled else 200)

@@ -22,8 +22,11 @@ and the loop's own time taking each request (`add`) and in each step.
 
 A loop whose thread ends on an unexpected error (anything outside a step, or a BaseException) is down: its requests
 get `StageUnavailable` at once, new ones are refused with it, `counters.alive` is false, and `on_death` is called
-(the runtime's supervisor, pipeline/runtime.py, calls `restart` after a short delay). Tests make a step raise or the
-thread die with `inject_fault`; nothing else sets it.
+(the runtime's supervisor, pipeline/runtime.py, calls `restart` after a short delay). A step, add or call that raises
+a CUDA error which poisons the process's GPU context (layers/device_loss.py: a device-side assert, an illegal
+memory access) takes the loop down the same way, for good: `device_lost` is set, `stats()` says so, and the
+supervisor does not restart it. Tests make a step raise, the thread die, or the GPU fail with `inject_fault`;
+nothing else sets it.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import torch
 
 from aura_omni.layers import kernel_switches
 from aura_omni.layers.device import on_device, on_stream, stage_stream
+from aura_omni.layers.device_loss import is_device_lost
 from aura_omni.layers.kernel_switches import KernelSwitches
 from aura_omni.stages.latency import LatencyHistogram, LatencySnapshot
 
@@ -104,6 +108,13 @@ class InjectedFault(RuntimeError):
     """What a step raises after `inject_fault("step")` (tests only)."""
 
 
+class InjectedDeviceLoss(RuntimeError):
+    """What a step raises after `inject_fault("device")` (tests only): a CUDA error as torch words it."""
+
+    def __init__(self):
+        super().__init__("CUDA error: an illegal memory access was encountered (injected)")
+
+
 class _LoopKilled(BaseException):
     """What ends a loop's thread after `inject_fault("kill")` (tests only): a BaseException, as nothing catches it."""
 
@@ -140,12 +151,13 @@ class StageCounters:
     step_seconds: float = 0.0
     busy_s: float = 0.0  # total time spent in steps
     restarts: int = 0  # times the loop's thread was started again after it died
+    device_lost: bool = False  # it died on a CUDA error that poisons the GPU context: only a new process serves
     engine: dict = dataclasses.field(default_factory=dict)  # the engine's stats after the last step
 
     def as_dict(self) -> dict[str, float]:
         return {"alive": self.alive, "queued": self.queued, "in_flight": self.in_flight, "steps": self.steps,
                 "batch_size": self.batch_size, "step_seconds": self.step_seconds, "busy_s": self.busy_s,
-                "restarts": self.restarts, **self.engine}
+                "restarts": self.restarts, "device_lost": self.device_lost, **self.engine}
 
 
 class _Outbox:
@@ -208,6 +220,7 @@ class StageLoop:
         self._barriers: list[threading.Event] = []  # `settle` callers, woken after the next publish
         self._running = True
         self._dead = False  # the thread ended on an unexpected error; `restart` clears it
+        self.device_lost: BaseException | None = None  # the CUDA error it died on (layers/device_loss.py), for good
         self._lock = threading.Lock()  # an add and the loop's death: either the add is refused or it is failed
         self._fault: str | None = None  # tests only (`inject_fault`)
         self._work: tuple[str, float] | None = None  # (what, perf_counter at its start) while the thread is in it
@@ -333,9 +346,10 @@ class StageLoop:
 
     def inject_fault(self, kind: str) -> None:
         """Tests only: "step" makes the next step raise (its requests fail, the loop goes on); "kill" ends the loop's
-        thread as an unexpected error would (at once, busy or idle)."""
-        if kind not in ("step", "kill"):
-            raise ValueError(f"fault kind must be 'step' or 'kill', not {kind!r}")
+        thread as an unexpected error would (at once, busy or idle); "device" makes the next step raise a CUDA error
+        that poisons the GPU context (the loop goes down for good)."""
+        if kind not in ("step", "kill", "device"):
+            raise ValueError(f"fault kind must be 'step', 'kill' or 'device', not {kind!r}")
         self._fault = kind
         self._wake.set()
 
@@ -373,7 +387,7 @@ class StageLoop:
     def restart(self) -> bool:
         """Start a new thread over the same engine after the loop died (its requests were aborted and failed then).
         False when there is nothing to restart (alive, or shut down)."""
-        if not self._dead or not self._running:
+        if not self._dead or not self._running or self.device_lost is not None:
             return False
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
@@ -437,6 +451,8 @@ class StageLoop:
                 sink.set_result(request())
             except Exception as e:  # noqa: BLE001 - the caller gets it
                 sink.set_exception(e)
+                if is_device_lost(e):
+                    raise
         elif op == "abort":
             self._submitted.pop(rid, None)
             if self._sinks.pop(rid, None) is not None:
@@ -448,6 +464,8 @@ class StageLoop:
                 try:
                     self.engine.feed(rid, request)
                 except Exception as e:  # noqa: BLE001 - bad input fails its request alone
+                    if is_device_lost(e):
+                        raise
                     self.engine.abort(rid)
                     self._deliver(rid, e)
         elif not self._running:
@@ -462,6 +480,8 @@ class StageLoop:
             try:
                 self.engine.add(rid, request)
             except Exception as e:  # noqa: BLE001 - a bad request fails alone, at its caller
+                if is_device_lost(e):
+                    raise
                 self.engine.abort(rid)
                 self._deliver(rid, e)
             took = time.perf_counter() - start
@@ -511,7 +531,8 @@ class StageLoop:
         self.counters = StageCounters(alive=self.alive, queued=len(self._inbox), in_flight=len(self._sinks),
                                       steps=c.steps + (batch >= 0), batch_size=max(batch, 0),
                                       step_seconds=step_s if batch >= 0 else c.step_seconds,
-                                      busy_s=c.busy_s + step_s, restarts=c.restarts, engine=self._engine_stats())
+                                      busy_s=c.busy_s + step_s, restarts=c.restarts,
+                                      device_lost=self.device_lost is not None, engine=self._engine_stats())
         barriers, self._barriers = self._barriers, []
         for done in barriers:
             done.set()
@@ -544,11 +565,13 @@ class StageLoop:
                     start = time.perf_counter()
                     self._work = ("step", start)
                     try:
-                        if self._fault == "step":
-                            self._fault = None
-                            raise InjectedFault("injected step fault")
+                        if self._fault in ("step", "device"):
+                            fault, self._fault = self._fault, None
+                            raise InjectedFault("injected step fault") if fault == "step" else InjectedDeviceLoss()
                         outputs = self.engine.step()
                     except Exception as e:  # noqa: BLE001 - fail the requests in the engine, keep the loop
+                        if is_device_lost(e):
+                            raise  # no later step can succeed: the loop goes down (`_die`)
                         log.exception("stage %s: step failed", self.name)
                         err = StageError(f"stage {self.name} failed: {type(e).__name__}: {e}")
                         err.__cause__ = e
@@ -571,11 +594,15 @@ class StageLoop:
 
     def _die(self, cause: BaseException) -> None:
         """The thread is ending on an unexpected error: abort and fail everything it holds, refuse what comes."""
-        log.critical("stage %s: loop died", self.name, exc_info=cause)
+        lost = is_device_lost(cause)
+        log.critical("stage %s: loop died%s", self.name, " (its GPU failed: only a new process can use it again)"
+                     if lost else "", exc_info=cause)
         with self._lock:
             self._dead = True
+            self.device_lost = cause if lost else None
             pending, self._inbox = list(self._inbox), collections.deque()
-        err = StageUnavailable(f"stage {self.name} is down: its loop stopped on an unexpected error")
+        err = StageUnavailable(f"stage {self.name} is down: its "
+                               f"{'GPU failed' if lost else 'loop stopped on an unexpected error'}")
         err.__cause__ = cause
         for op, rid, _, sink in pending:
             if op == "settle":

@@ -27,7 +27,7 @@ import pytest
 import websockets
 import yaml
 from PIL import Image
-from serving import API_KEY, ThreadServer
+from serving import API_KEY, ThreadServer, free_port
 
 from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID
 from aura_omni.server.realtime import session_slots
@@ -243,6 +243,34 @@ def test_a_dead_loop_answers_503_at_once_is_down_on_health_and_is_restarted(srv)
     assert_freed_within(srv, baseline, time.monotonic(), 5)  # the killed request held nothing afterwards
 
 
+def test_a_gpu_failure_takes_the_stage_down_for_good_and_asks_for_a_new_process(srv):
+    """A CUDA error that poisons the GPU context (a device-side assert) cannot be served past: the request gets 503,
+    `/health` says 503 with the stage under `device_lost`, the supervisor does not restart it (every later call of
+    the process would fail the same way), and `on_device_lost` is called: `aura-omni serve` then exits 1."""
+    talker = srv.runtime.loops()["talker"]
+    restarts = talker.counters.restarts
+    srv.runtime.restart_delay_s = 0.1
+    lost = []
+    srv.runtime.on_device_lost = lambda loop: lost.append(loop.name)
+    speech = post_later(srv, "/v1/audio/speech", speech_body(stream=False))
+    wait_until(lambda: footprint(srv)["talker"]["running"] == 1, 30)
+    talker.inject_fault("device")
+    try:
+        answer = speech.result()
+        assert answer.status_code == 503 and answer.json()["error"]["code"] == "service_unavailable"
+        assert "CUDA" not in answer.text  # the details stay in the log
+        time.sleep(0.5)  # past the restart delay: still down
+        health = httpx.get(srv.url + "/health")
+        assert health.status_code == 503 and health.json()["device_lost"] == ["talker"]
+        assert health.json()["stages"]["talker"]["restarts"] == restarts and lost == ["talker"]
+        refused = httpx.post(srv.url + "/v1/audio/speech", headers=AUTH, json=speech_body(stream=False), timeout=60)
+        assert refused.status_code == 503
+    finally:  # the fixture's server goes on for the tests after this one, as a new process would
+        srv.runtime.on_device_lost, talker.device_lost = None, None
+        talker.restart()
+    wait_until(lambda: httpx.get(srv.url + "/health").status_code == 200, 10, step=0.05)
+
+
 def test_a_stalled_stage_is_reported_by_health_until_it_moves_again(srv, monkeypatch):
     """A step (or an add, or a call) stuck past the stall limit (a kernel that never ends, on a GPU) makes /health
     say 503 `stalled` with the stage named, so a load balancer stops sending; once it moves on, health is back."""
@@ -431,3 +459,35 @@ def test_the_vision_cache_stays_within_its_bound(srv):
     finally:
         cache.max_items = bound
     assert cache.misses >= 4
+
+
+def test_serve_exits_1_once_a_stage_gpu_fails(tiny_dir, monkeypatch):
+    """`aura-omni serve` (in a thread here) stops serving and returns 1 when a stage's GPU fails, so that systemd or
+    Kubernetes starts a fresh process: no stage of this one could use the GPU again."""
+    from aura_omni import cli
+    from aura_omni.server import app as app_module
+
+    apps, real = [], app_module.create_app
+    monkeypatch.setattr(app_module, "create_app", lambda *a, **k: apps.append(real(*a, **k)) or apps[-1])
+    port = free_port()
+    args = cli.build_parser().parse_args(["serve", "--deploy-config", str(tiny_dir / "deploy_tts_customvoice.yaml"),
+                                          "--served-model-name", "tiny-tts", "--host", "127.0.0.1",
+                                          "--port", str(port), "--api-key", API_KEY])
+    codes = []
+    thread = threading.Thread(target=lambda: codes.append(cli.serve(args)), daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _answers(url + "/health"), 120, step=0.2)
+    apps[0].state.server.runtime.loops()["talker"].inject_fault("device")  # at its next step
+    body = {"model": "tiny-tts", "input": "Hello there.", "voice": "vivian", "max_new_tokens": 40}
+    answer = httpx.post(url + "/v1/audio/speech", headers=AUTH, json=body, timeout=60)
+    assert answer.status_code == 503
+    thread.join(30)
+    assert codes == [1]
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

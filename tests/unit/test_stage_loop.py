@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+import torch
 from engine_tiny_lm import prompts, tiny_lm
 
 from aura_omni.engine.config import EngineConfig
@@ -175,6 +176,64 @@ def test_a_killed_loop_fails_its_requests_at_once_is_down_and_restarts(stage, fr
     assert loop.restart() and not loop.restart()
     assert list(t for out in loop.run("c", (PROMPT, greedy(12))) for t in out.new_token_ids) == free_run
     assert loop.counters.alive and loop.counters.restarts == 1
+
+
+def test_a_gpu_failure_in_a_step_or_an_add_takes_the_loop_down_for_good(stage):
+    """A CUDA error that poisons the GPU context (a device-side assert) cannot be retried: the loop goes down as
+    from a kill, says `device_lost`, and is never restarted; a bad request's own error still fails it alone."""
+    eng, loop = stage
+    died = threading.Event()
+    loop.on_death = lambda lp, cause: died.set()
+    eng_step = eng.step
+    eng.step = lambda: time.sleep(0.02) or eng_step()
+    it = loop.run("a", (PROMPT, greedy(40)))
+    next(it)
+    loop.inject_fault("device")
+    with pytest.raises(StageUnavailable, match="GPU failed"):
+        list(it)
+    assert died.wait(1) and loop.device_lost is not None
+    stats = loop.stats()
+    assert stats["device_lost"] and not stats["alive"] and stats["free_blocks"] == CFG["num_kv_blocks"]
+    assert not loop.restart() and not loop.counters.alive
+    with pytest.raises(StageUnavailable):
+        list(loop.run("b", (PROMPT, greedy(4))))
+
+
+def test_a_gpu_failure_reported_by_an_add_takes_the_loop_down_too():
+    class _Engine(_RecordingEngine):
+        def add(self, request_id, request):
+            if request == "assert":  # a CUDA error surfaces at the next call, whichever request made it
+                raise torch.AcceleratorError("CUDA error: device-side assert triggered")
+            if request == "bad":
+                raise ValueError("bad request")
+            super().add(request_id, request)
+
+    loop = StageLoop(_Engine(), name="rec")
+    try:
+        with pytest.raises(ValueError):
+            list(loop.run("x", "bad"))
+        assert loop.counters.alive and loop.device_lost is None
+        with pytest.raises(StageUnavailable, match="GPU failed"):
+            list(loop.run("y", "assert"))
+        assert loop.device_lost is not None and not loop.restart()
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("error, lost", [
+    (RuntimeError("CUDA error: an illegal memory access was encountered"), True),
+    (torch.AcceleratorError("CUDA error: device-side assert triggered"), True),
+    (StageError("stage talker failed: AcceleratorError: CUDA error: unspecified launch failure"), True),
+    (RuntimeError("CUDA error: out of memory"), False),  # the allocator recovers: that request fails alone
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), False),
+    (ValueError("device-side assert triggered"), False),  # not an error torch raised
+])
+def test_which_errors_lose_the_device(error, lost):
+    from aura_omni.layers.device_loss import is_device_lost
+
+    wrapped = StageError("stage failed")
+    wrapped.__cause__ = error
+    assert is_device_lost(error) is lost and is_device_lost(wrapped) is lost
 
 
 def test_call_runs_on_the_loop_thread_between_steps_and_returns_or_raises(stage):
