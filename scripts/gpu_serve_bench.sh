@@ -263,6 +263,7 @@ for s in ${*:-tts turns live}; do
              wait $SPY
              tail -n 3 "$LOGS/pyspy_gil.log" "$LOGS/pyspy_all.log"
              python3 scripts/pyspy_top.py "$LOGS/pyspy_gil.txt" "$LOGS/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"
+             gzip -c "$LOGS/pyspy_gil.txt" > "$OUT/pyspy_gil.txt.gz"  # the raw stacks, for questions asked later
              stop ;;
     ray) mkdir -p /tmp/ray && tar -xJf .whl/ray-trimmed-cp312.tar.xz -C /tmp/ray || continue
          for r in ${RAY_REPLICAS:-1 2}; do
