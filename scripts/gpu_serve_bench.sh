@@ -49,7 +49,8 @@
 #        not prefilled while its ASR runs): the A/B of that change. `live live_off` fits one call.
 # profile: configs/qwen3_tts.yaml at c=${PROFILE_C:-64} (20 waves of requests; about 40 s at 64) with py-spy
 #        sampling the server: which thread holds the interpreter lock (--gil, 15 s) and where every thread stands
-#        (--idle, 10 s); scripts/pyspy_top.py summarises both (needs the py-spy wheel in .whl)
+#        (--idle, 10 s; with PYSPY_NATIVE=1 its native frames too); scripts/pyspy_top.py summarises both (needs the
+#        py-spy wheel in .whl); the raw stacks come back gzipped
 # soak:  configs/aura_omni.yaml and `scripts/soak.py --minutes ${SOAK_MINUTES:-10}`, both started detached (setsid)
 #        so they outlive this call (a call lasts at most 10 minutes); output in /tmp/soak. `soak_wait` (the next call,
 #        within the machine's 30 s idle grace) waits for the report and copies it to $OUT.
@@ -255,7 +256,8 @@ for s in ${*:-tts turns live}; do
              ( sleep 10
                $spy record --nonblocking --gil --threads -r 200 -d 15 -f raw -o "$LOGS/pyspy_gil.txt" -p $SERVER \
                  > "$LOGS/pyspy_gil.log" 2>&1
-               $spy record --nonblocking --idle --threads -r 100 -d 10 -f raw -o "$LOGS/pyspy_all.txt" -p $SERVER \
+               $spy record --nonblocking --idle --threads ${PYSPY_NATIVE:+--native} -r 100 -d 10 -f raw \
+                 -o "$LOGS/pyspy_all.txt" -p $SERVER \
                  > "$LOGS/pyspy_all.log" 2>&1 ) &
              SPY=$!
              bench tts_profile --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
@@ -263,7 +265,7 @@ for s in ${*:-tts turns live}; do
              wait $SPY
              tail -n 3 "$LOGS/pyspy_gil.log" "$LOGS/pyspy_all.log"
              python3 scripts/pyspy_top.py "$LOGS/pyspy_gil.txt" "$LOGS/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"
-             gzip -c "$LOGS/pyspy_gil.txt" > "$OUT/pyspy_gil.txt.gz"  # the raw stacks, for questions asked later
+             for f in pyspy_gil pyspy_all; do gzip -c "$LOGS/$f.txt" > "$OUT/$f.txt.gz"; done  # the raw stacks
              stop ;;
     ray) mkdir -p /tmp/ray && tar -xJf .whl/ray-trimmed-cp312.tar.xz -C /tmp/ray || continue
          for r in ${RAY_REPLICAS:-1 2}; do
