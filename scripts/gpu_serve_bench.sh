@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_gc_off tts_spread tts_admit tts_switch tts_c2w_wait tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_gc_off tts_spread tts_c2w_wait tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls, each inside `timeout` a little under the call's limit. Every table is printed and appended to
 # $OUT/summary.md as its run ends, so a call cut short still brings back what it measured.
@@ -21,14 +21,8 @@
 # tts_gc_off: tts_load with the start-up objects left in the garbage collector's sight (AURA_OMNI_GC_FREEZE=0, as
 #        before session 12's end): run first on a fresh machine, whether the first server's one stall of ~300-500 ms
 #        (sessions 11 and 12) is a full collection (server/gc_pauses.py logs any pause over 50 ms)
-# tts_admit, tts_switch, tts_c2w_wait: the load of tts_spread on a server with one knob set (run `tts_spread` in the
-#        same call for the baseline: machines differ by up to ~10%):
-# tts_admit: the Talker's loop takes queued prompts for at most ${ADD_BUDGET_MS:-4} ms before it steps
-#        (AURA_OMNI_TALKER_ADD_BUDGET_MS): a burst of 32-64 prompts (~2 ms each on its thread) no longer keeps an
-#        idle GPU waiting for all of them
-# tts_switch: the interpreter lock's switch interval at ${SWITCH_INTERVAL_MS:-0.5} ms, not 5
-#        (AURA_OMNI_SWITCH_INTERVAL_MS): a stage loop back from its GPU wait gets the lock sooner from the event loop
-# tts_c2w_wait: Code2Wav holds a chunk up to ${C2W_WAIT_MS:-250} ms for other streams' to fill the step, never past
+# tts_c2w_wait: the load of tts_spread on a server with a knob set (run `tts_spread` in the same call for the
+#        baseline: machines differ by up to ~10%): Code2Wav holds a chunk up to ${C2W_WAIT_MS:-250} ms for other streams' to fill the step, never past
 #        150 ms before its stream's audio runs out (AURA_OMNI_CODE2WAV_BATCH_WAIT_MS): with spread lengths its steps
 #        decoded 2.6 windows each, ~2.7 ms of GPU per step whatever its rows
 # tts_first2: tts_load with a first Code2Wav window of 2 frames (160 ms of audio) instead of 1: a stream's second
@@ -200,8 +194,6 @@ for s in ${*:-tts turns live}; do
     tts_gc_off) AURA_OMNI_GC_FREEZE=0 serve configs/qwen3_tts.yaml qwen3-tts-gc-off || continue
                 tts_load_run tts_load_gc_off qwen3-tts-gc-off
                 stop ;;
-    tts_admit) tts_env admit AURA_OMNI_TALKER_ADD_BUDGET_MS=${ADD_BUDGET_MS:-4} ;;
-    tts_switch) tts_env switch AURA_OMNI_SWITCH_INTERVAL_MS=${SWITCH_INTERVAL_MS:-0.5} ;;
     tts_c2w_wait) tts_env c2w_wait AURA_OMNI_CODE2WAV_BATCH_WAIT_MS=${C2W_WAIT_MS:-250} ;;
     tts_spread) tts_env "" ;;  # lengths drawn from [63, 189] frames, then the fixed ones again on this warm server
     tts_first2) tts_variant first2 "$FIRST2" ;;

@@ -6,7 +6,6 @@ import asyncio
 import importlib
 import logging
 import os
-import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -43,10 +42,6 @@ ENDPOINT_MODULES = [
 OPEN_PATHS = {"/health", "/"}  # answered without an API key (and the page's assets, OPEN_PREFIX)
 OPEN_PREFIX = "/web/"
 ALLOWED_MEDIA_DOMAINS_ENV = "AURA_OMNI_ALLOWED_MEDIA_DOMAINS"  # comma-separated; remote media is off by default
-# How long a thread may hold the interpreter lock while another waits for it (Python's default: 5 ms). A stage loop
-# that waited on its GPU step waits this long again for the lock while the HTTP event loop runs Python; shorter
-# turns cost more switches. Unset: Python's default (an A/B knob, docs/deploy.md).
-SWITCH_INTERVAL_ENV = "AURA_OMNI_SWITCH_INTERVAL_MS"
 
 
 async def check_api_key(conn: HTTPConnection) -> None:
@@ -55,13 +50,6 @@ async def check_api_key(conn: HTTPConnection) -> None:
     path = conn.url.path
     if conn.scope["type"] != "websocket" and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIX):
         check_key(conn, conn.app.state.server.api_key)
-
-
-def set_switch_interval() -> None:
-    """The interpreter lock's switch interval from SWITCH_INTERVAL_ENV, if set."""
-    if os.environ.get(SWITCH_INTERVAL_ENV):
-        sys.setswitchinterval(float(os.environ[SWITCH_INTERVAL_ENV]) / 1000)
-        log.info("interpreter lock switch interval: %.2f ms", 1000 * sys.getswitchinterval())
 
 
 def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] | None = None,
@@ -81,7 +69,6 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
         kernel_compiles.mark_ready()
         log.info("start-up objects frozen out of garbage collection: %d", gc_pauses.freeze())
         gc_pauses.watch()  # a long collection stalls every stage at once: timed, in /metrics
-        set_switch_interval()
     runtime.request_timeout_s = request_timeout_s
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name or [])
     names = names or [main_model(deploy_config)]

@@ -200,17 +200,12 @@ class _AsyncSink:
 
 class StageLoop:
     def __init__(self, engine: StageEngine, device: torch.device | str = "cpu", *, name: str = "stage",
-                 priority: int = 0, streams: bool = True, kernels: KernelSwitches | None = None,
-                 add_budget_s: float | None = None):
+                 priority: int = 0, streams: bool = True, kernels: KernelSwitches | None = None):
         self.engine = engine
         self.name = name
         self.device = torch.device(device)
         self.stream = stage_stream(self.device, priority, enabled=streams)
         self.slow_s, self._slow_level = SLOW_S, logging.INFO
-        # with a budget, a loop that has work stops taking queued requests once it has spent this long on them,
-        # steps, and takes the rest after (in order): the GPU starts on the first of a burst while the host takes the
-        # others. None: every queued request, then the step
-        self.add_budget_s = add_budget_s
         self._ready_in = getattr(engine, "ready_in", None)
         self.kernels = kernels  # the stage's kernel switches, for everything its thread runs (None: the default)
         self._inbox: collections.deque = collections.deque()
@@ -431,11 +426,7 @@ class StageLoop:
         sink(out)
 
     def _drain_inbox(self) -> None:
-        start = time.perf_counter()
         while self._inbox:
-            if (self.add_budget_s is not None and self._inbox[0][0] == "add"
-                    and time.perf_counter() - start > self.add_budget_s and self.engine.has_work()):
-                return  # the rest, in order, once the engine has stepped
             op, rid, request, sink = self._inbox.popleft()
             self._work = (op, time.perf_counter())
             try:

@@ -11,7 +11,6 @@ Only host data crosses between them (codec frames, samples), from one loop threa
 (stages/audio_relay.py). Leaving a stream early aborts its Talker request and drops its decoder state.
 """
 
-import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import AsyncIterator, Iterator
@@ -36,10 +35,6 @@ from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavSt
 from aura_omni.stages.loop import StageLoop
 from aura_omni.stages.talker import TalkerEngine, frames_of
 
-# Taking a prompt costs the Talker's loop ~1.5-2 ms of host time on an H200's host, and a burst is taken before the
-# next step: 64 at once keep an idle GPU waiting ~130 ms. A budget (ms) lets the loop step between them (an A/B knob,
-# off by default: docs/deploy.md)
-TALKER_ADD_BUDGET_S = float(os.environ.get("AURA_OMNI_TALKER_ADD_BUDGET_MS", 0)) / 1000 or None
 SAMPLE_RATE = 24000  # Code2Wav output rate
 SAMPLES_PER_FRAME = 1920  # 24000 / 12.5 frames per second
 TASK_TYPES = {"Base": "base", "CustomVoice": "custom_voice", "VoiceDesign": "voice_design"}
@@ -128,8 +123,7 @@ class Qwen3TTS:
         # concurrency Code2Wav's batched convolutions would otherwise fill the SMs for tens of milliseconds
         self.talker_loop = StageLoop(self.engine.stage_engine(self._talker_input, self.config.tts_eos_token_id),
                                      device, name="talker", priority=-1,
-                                     streams=config.use_stage_stream, kernels=config.kernels,
-                                     add_budget_s=TALKER_ADD_BUDGET_S)
+                                     streams=config.use_stage_stream, kernels=config.kernels)
         self.code2wav_loop = (StageLoop(Code2WavStageEngine(code2wav), code2wav_device(code2wav), name="code2wav",
                                         streams=config.use_stage_stream) if code2wav is not None else None)
 

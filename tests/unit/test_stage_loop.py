@@ -460,13 +460,11 @@ class _RecordingEngine:
         return {}
 
 
-@pytest.mark.parametrize("budget_s", [None, 0.015])
-def test_a_burst_of_adds_is_taken_whole_or_within_a_budget_between_steps(budget_s):
-    """Unbudgeted, a burst is taken whole before the next step. With a budget, the loop steps once it has spent the
-    budget taking requests, so the first ones run while the rest wait; the queue keeps its order (an abort queued
-    after the burst comes after its adds)."""
+def test_a_burst_of_adds_is_taken_whole_before_the_next_step():
+    """A burst is taken whole before the next step (a budget that stepped between its adds cost the H200 throughput
+    under load, session 14), in order: an abort queued after the burst comes after its adds."""
     engine, release = _RecordingEngine(), threading.Event()
-    loop = StageLoop(engine, name="burst", add_budget_s=budget_s)
+    loop = StageLoop(engine, name="burst")
     try:
         held = loop.call(release.wait)  # the loop thread waits here while the burst queues
         for i in range(6):
@@ -481,11 +479,7 @@ def test_a_burst_of_adds_is_taken_whole_or_within_a_budget_between_steps(budget_
     steps = [rids for op, rids in engine.log if op == "step"]
     assert adds == [f"r{i}" for i in range(6)]
     assert engine.log.index(("abort", "r5")) > engine.log.index(("add", "r5"))
-    assert [rid for rids in steps for rid in rids] == [f"r{i}" for i in range(5)]  # r5 was aborted before a step
-    if budget_s is None:
-        assert len(steps) == 1
-    else:  # a second add (>= 20 ms) passes the 15 ms budget: steps of at most two
-        assert len(steps) >= 3 and all(len(rids) <= 2 for rids in steps)
+    assert steps == [tuple(f"r{i}" for i in range(5))]  # one step, r5 aborted before it
 
 
 def test_an_engine_that_would_rather_wait_is_stepped_after_its_wait_or_when_a_request_comes():

@@ -224,15 +224,3 @@ def test_the_warm_start_burst_runs_max_num_seqs_streams_together(tmp_path_factor
     tts.code2wav_loop.settle()
     assert talker["running"] == 0 and talker["free_blocks"] == talker["total_blocks"]
     assert tts.code2wav_loop.engine.stats()["streams"] == 0
-
-
-def test_the_talker_add_budget_knob_reaches_the_talkers_loop(checkpoint, monkeypatch):
-    """AURA_OMNI_TALKER_ADD_BUDGET_MS (read at import into TALKER_ADD_BUDGET_S) budgets the Talker's loop."""
-    from aura_omni.stages import tts as tts_module
-
-    monkeypatch.setattr(tts_module, "TALKER_ADD_BUDGET_S", 0.004)
-    budgeted = Qwen3TTS.load(checkpoint)
-    try:
-        assert budgeted.talker_loop.add_budget_s == 0.004
-    finally:
-        budgeted.talker_loop.close()
