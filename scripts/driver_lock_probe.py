@@ -6,9 +6,10 @@ its ~15 ms steps in `wavs.cpu()`: a copy to pageable memory, which the driver ru
 a Talker-like thread (small launches and an event record on its own stream, then a wait) while a Code2Wav-like
 thread on another stream queues ~10 ms of GPU work and copies its result to the host, either pageable (`.cpu()`)
 or into pinned memory waited on with an event. If the pageable copy holds launches up, the Talker-like thread's
-launch time grows with it and not with the pinned copy.
+launch time grows with it and not with the pinned copy. Each mode runs eagerly, then with a captured graph of many
+small kernels replayed before the record (whether a large graph launch is what the next call waits behind).
 
-    python3 scripts/driver_lock_probe.py [--seconds 5]
+    python3 scripts/driver_lock_probe.py [--seconds 4] [--graph-kernels 2000]
 """
 
 import argparse
@@ -19,16 +20,30 @@ import time
 import torch
 
 
-def talker_like(stop: threading.Event, stream: torch.cuda.Stream, times: list[float]) -> None:
+def captured(stream: torch.cuda.Stream, kernels: int) -> torch.cuda.CUDAGraph:
+    """A graph of many small kernels, as the Talker's step replays (its backbone and frame decoder)."""
+    x = torch.zeros(64, 1024, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(kernels):
+            x.add_(1.0)
+    return graph
+
+
+def talker_like(stop: threading.Event, stream: torch.cuda.Stream, graph: torch.cuda.CUDAGraph | None,
+                times: list[tuple[float, float]]) -> None:
     x = torch.zeros(64, 1024, device="cuda")
     with torch.cuda.stream(stream):
         while not stop.is_set():
             start = time.perf_counter()
             for _ in range(20):  # a step's small launches
                 x.add_(1.0)
+            if graph is not None:
+                graph.replay()
+            launched = time.perf_counter()
             done = torch.cuda.Event()
             done.record()
-            times.append(time.perf_counter() - start)  # the host's launch time only
+            times.append((launched - start, time.perf_counter() - launched))  # the host's time only
             done.synchronize()
             time.sleep(0.002)
 
@@ -52,33 +67,40 @@ def code2wav_like(stop: threading.Event, stream: torch.cuda.Stream, mode: str, s
             steps[0] += 1
 
 
-def run(mode: str, seconds: float) -> None:
+def summary(name: str, values: list[float]) -> str:
+    ms = sorted(1e3 * v for v in values)
+    return (f"{name} mean {statistics.mean(ms):.3f} / p50 {statistics.median(ms):.3f} / p95 "
+            f"{ms[int(0.95 * len(ms))]:.3f} / max {ms[-1]:.3f} ms")
+
+
+def run(mode: str, seconds: float, graph: torch.cuda.CUDAGraph | None, hi: torch.cuda.Stream) -> None:
     stop, times, steps = threading.Event(), [], [0]
-    hi = torch.cuda.Stream(priority=-1)
-    lo = torch.cuda.Stream()
-    threads = [threading.Thread(target=talker_like, args=(stop, hi, times))]
+    threads = [threading.Thread(target=talker_like, args=(stop, hi, graph, times))]
     if mode != "alone":
-        threads.append(threading.Thread(target=code2wav_like, args=(stop, lo, mode, steps)))
+        threads.append(threading.Thread(target=code2wav_like, args=(stop, torch.cuda.Stream(), mode, steps)))
     for t in threads:
         t.start()
     time.sleep(seconds)
     stop.set()
     for t in threads:
         t.join()
-    times_ms = sorted(1e3 * t for t in times[10:])
-    p95 = times_ms[int(0.95 * len(times_ms))]
-    print(f"{mode:9s} talker-like launches+record: mean {statistics.mean(times_ms):.3f} ms, p50 "
-          f"{statistics.median(times_ms):.3f}, p95 {p95:.3f}, max {times_ms[-1]:.3f} ({len(times_ms)} iterations); "
-          f"code2wav-like steps {steps[0]}")
+    times = times[10:]
+    print(f"{mode:9s} {'graph' if graph is not None else 'eager'}: talker-like "
+          f"{summary('launches', [a for a, _ in times])}; {summary('record', [b for _, b in times])} "
+          f"({len(times)} iterations); code2wav-like steps {steps[0]}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--graph-kernels", type=int, default=2000)
     args = parser.parse_args()
     torch.ones(1, device="cuda").sum().item()  # the context first
-    for mode in ("alone", "pageable", "pinned", "pageable", "pinned"):
-        run(mode, args.seconds)
+    hi = torch.cuda.Stream(priority=-1)
+    graph = captured(hi, args.graph_kernels)
+    for g in (None, graph):
+        for mode in ("alone", "pageable", "pinned", "pageable", "pinned"):
+            run(mode, args.seconds, g, hi)
 
 
 if __name__ == "__main__":
