@@ -18,6 +18,7 @@ from typing import Any, AsyncIterator, Callable
 import numpy as np
 
 from ..config import ASR, AURA, CODE2WAV, TALKER, DeployConfig, DeployConfigError, Stage
+from ..stages.loop import RESTART_DELAY_S
 
 log = logging.getLogger("aura_omni.server")
 
@@ -28,7 +29,6 @@ ROLE_NAMES = {ASR: "a Qwen3-ASR stage (model_stage: asr)", AURA: "an AURA stage 
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
 DEFAULT_GPU_SHARE = 0.9  # vLLM's gpu_memory_utilization default: what stages sharing a GPU split when none is given
-LOOP_RESTART_DELAY_S = 1.0  # a dead stage loop is down this long (503s, /health down) before it is restarted
 
 
 class StageNotDeployedError(LookupError):
@@ -119,7 +119,7 @@ class Runtime:
         self.placement = placement  # None: stages in this process; else where they run (placement/ray_stages.py)
         self._pipeline = None
         self.request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # a turn past this is cancelled (504)
-        self.restart_delay_s = LOOP_RESTART_DELAY_S
+        self.restart_delay_s = RESTART_DELAY_S
         self.turn_observer: Callable[[dict[str, float]], None] | None = None  # each turn's phases (server metrics)
         # called once a loop went down on a GPU failure (`aura-omni serve` exits, so its supervisor starts a new one)
         self.on_device_lost: Callable[[Any], None] | None = None

@@ -3,7 +3,9 @@ with its Talker and Code2Wav loops), warms it, and serves its requests. Plain da
 turns and vision frames, Talker requests; Transcripts, text deltas with token ids, codec frames, 24 kHz samples.
 
 No Ray here: `ray_stages.py` wraps this class with `ray.remote`. Ray re-runs `__init__` when it restarts the actor, so
-a restarted replica is loaded and warmed before it takes requests. Cancelling a method's Ray task cancels its
+a restarted replica is loaded and warmed before it takes requests. Inside the actor the host supervises its loops as
+the runtime does in process: a loop that dies is restarted after RESTART_DELAY_S, and one whose GPU failed (a CUDA
+error that poisons the context) ends the actor's process, for Ray to start it afresh. Cancelling a method's Ray task cancels its
 coroutine, which leaves the stage loop's `submit` and aborts the request there (stages/loop.py).
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -22,6 +25,9 @@ import numpy as np
 
 from aura_omni.config import ASR, AURA, TALKER
 from aura_omni.models.qwen3_tts.text_stream import TextFeed
+from aura_omni.stages.loop import RESTART_DELAY_S
+
+log = logging.getLogger(__name__)
 
 ENDED_KEPT = 4096  # streamed-text requests remembered after they end, so their late pieces are dropped
 # Stage loops a stage object owns, by attribute (the AURA and ASR stages: `loop`; the TTS facade: two).
@@ -62,8 +68,26 @@ class StageHost:
         self.warm_s = time.perf_counter() - t
         self.loops = {loop.name: loop for loop in (getattr(self.model, a, None) for a in LOOP_ATTRIBUTES)
                       if loop is not None}
+        for loop in self.loops.values():
+            loop.on_death = self._loop_died
         self.feeds: dict[str, _Feed] = {}  # streamed-text requests by id (their feeds may come before them)
         self.ended: collections.OrderedDict[str, None] = collections.OrderedDict()  # recent ones: late feeds dropped
+
+    def _loop_died(self, loop, cause: BaseException) -> None:
+        """On the dying loop's thread (its requests already failed): restart it after RESTART_DELAY_S; after a GPU
+        failure, end this process instead (Ray restarts the actor, up to its `max_restarts`)."""
+        if loop.device_lost is not None:
+            log.critical("stage %s: its GPU failed (%s); ending this actor's process for Ray to restart it",
+                         loop.name, cause)
+            threading.Timer(0.2, os._exit, args=(1,)).start()  # the failed requests' answers leave first
+            return
+        timer = threading.Timer(RESTART_DELAY_S, loop.restart)
+        timer.daemon = True
+        timer.start()
+
+    def inject_fault(self, loop: str, kind: str) -> None:
+        """Tests only: `StageLoop.inject_fault` on one of this replica's loops."""
+        self.loops[loop].inject_fault(kind)
 
     # ---- about the replica --------------------------------------------------------------------------
     def info(self) -> dict:

@@ -65,6 +65,7 @@ SLOW_S, SLOW_SERVING_GPU_S = 1.0, 0.25
 # one piece of work on a loop thread (a step, an add, a call) running longer: the stage is stalled (/health 503, its
 # requests fail). On the CPU a real model's long prefill step can take minutes: its loops get ten times as long.
 STALLED_S = float(os.environ.get("AURA_OMNI_STALLED_S", 60))
+RESTART_DELAY_S = 1.0  # a dead loop is down this long (503s, /health down) before its supervisor restarts it
 CPU_STALL_FACTOR = 10
 _live_loops: "weakref.WeakSet[StageLoop]" = weakref.WeakSet()
 

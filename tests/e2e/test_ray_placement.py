@@ -278,6 +278,23 @@ def test_a_killed_actor_fails_its_request_with_503_shows_on_health_and_comes_bac
     assert runtime.stage_stats()[f"talker/{i}"]["restarts"] == 1
 
 
+def test_a_gpu_failure_in_an_actor_ends_its_process_and_ray_starts_it_afresh(served):
+    """A CUDA error that poisons the actor's GPU context cannot be served past in that process: the actor's host ends
+    it, and Ray restarts the replica (fresh context, loaded and warmed again) while the other replica serves."""
+    client, runtime = served
+    i = 0
+    before = runtime.stage_stats()[f"talker/{i}"]["restarts"]
+    ray.get(runtime.placement.actors(TALKER)[i].inject_fault.remote("talker", "device"))  # at its next step
+    speech = {"model": MODEL, "input": "Hello there.", "voice": "vivian", "max_new_tokens": FEW,
+              "response_format": "wav"}
+    answers = [client.post("/v1/audio/speech", headers=AUTH, json=speech) for _ in range(4)]  # one reaches replica 0
+    assert {r.status_code for r in answers} <= {200, 503} and 503 in {r.status_code for r in answers}
+    wait_until(lambda: runtime.stage_stats()[f"talker/{i}"]["restarts"] == before + 1
+               and client.get("/health").status_code == 200, 120, "the Talker replica to restart")
+    r = client.post("/v1/audio/speech", headers=AUTH, json=speech)
+    assert r.status_code == 200 and r.content[:4] == b"RIFF"
+
+
 def test_a_request_in_flight_on_a_dying_actor_raises_stage_unavailable(served):
     _, runtime = served
     req = TTSRequest(text="Another long sentence for the Talker.", task_type="CustomVoice", speaker="Vivian",
