@@ -43,7 +43,8 @@
 #        not prefilled while its ASR runs): the A/B of that change. `live live_off` fits one call.
 # profile: configs/qwen3_tts.yaml at c=${PROFILE_C:-64} (20 waves of requests; about 40 s at 64) with py-spy
 #        sampling the server: which thread holds the interpreter lock (--gil, 15 s) and where every thread stands
-#        (--idle, 10 s; with PYSPY_NATIVE=1 its native frames too); scripts/pyspy_top.py summarises both (needs the
+#        (--idle, 10 s; with PYSPY_NATIVE=1 its native frames too, pausing the server at each sample;
+#        PROFILE_REQUESTS overrides the 20 waves, e.g. 300 at c=1); scripts/pyspy_top.py summarises both (needs the
 #        py-spy wheel in .whl); the raw stacks come back gzipped
 # soak:  configs/aura_omni.yaml and `scripts/soak.py --minutes ${SOAK_MINUTES:-10}`, both started detached (setsid)
 #        so they outlive this call (a call lasts at most 10 minutes); output in /tmp/soak. `soak_wait` (the next call,
@@ -248,12 +249,14 @@ for s in ${*:-tts turns live}; do
              ( sleep 10
                $spy record --nonblocking --gil --threads -r 200 -d 15 -f raw -o "$LOGS/pyspy_gil.txt" -p $SERVER \
                  > "$LOGS/pyspy_gil.log" 2>&1
-               $spy record --nonblocking --idle --threads ${PYSPY_NATIVE:+--native} -r 100 -d 10 -f raw \
+               # native frames need the process paused at each sample (py-spy refuses --native --nonblocking)
+               how=--nonblocking; [ -n "${PYSPY_NATIVE:-}" ] && how=--native
+               $spy record $how --idle --threads -r 100 -d 10 -f raw \
                  -o "$LOGS/pyspy_all.txt" -p $SERVER \
                  > "$LOGS/pyspy_all.log" 2>&1 ) &
              SPY=$!
              bench tts_profile --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
-               --max-concurrency ${PROFILE_C:-64} --num-prompts $((20 * ${PROFILE_C:-64})) --num-warmups 2
+               --max-concurrency ${PROFILE_C:-64} --num-prompts ${PROFILE_REQUESTS:-$((20 * ${PROFILE_C:-64}))} --num-warmups 2
              wait $SPY
              tail -n 3 "$LOGS/pyspy_gil.log" "$LOGS/pyspy_all.log"
              python3 scripts/pyspy_top.py "$LOGS/pyspy_gil.txt" "$LOGS/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"
