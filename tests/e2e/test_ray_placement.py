@@ -278,6 +278,21 @@ def test_a_killed_actor_fails_its_request_with_503_shows_on_health_and_comes_bac
     assert runtime.stage_stats()[f"talker/{i}"]["restarts"] == 1
 
 
+def test_a_loop_that_dies_in_an_actor_is_restarted_there(served):
+    """The actor's host supervises its loops as the runtime does in process: a dead loop is down for a second
+    (/health 503), then restarted in the same actor (no replica restart), and the replica serves again."""
+    client, runtime = served
+    i = 1
+    before = runtime.stage_stats()[f"code2wav/{i}"]["restarts"]
+    ray.get(runtime.placement.actors(TALKER)[i].inject_fault.remote("code2wav", "kill"))
+    wait_until(lambda: not runtime.stage_stats()[f"code2wav/{i}"]["alive"], 10, "the loop to be seen down")
+    wait_until(lambda: client.get("/health").status_code == 200, 30, "the loop to be restarted")
+    assert runtime.stage_stats()[f"code2wav/{i}"]["restarts"] == before  # the same actor
+    speech = {"model": MODEL, "input": "Hello there.", "voice": "vivian", "max_new_tokens": FEW,
+              "response_format": "wav"}
+    assert all(client.post("/v1/audio/speech", headers=AUTH, json=speech).status_code == 200 for _ in range(4))
+
+
 def test_a_gpu_failure_in_an_actor_ends_its_process_and_ray_starts_it_afresh(served):
     """A CUDA error that poisons the actor's GPU context cannot be served past in that process: the actor's host ends
     it, and Ray restarts the replica (fresh context, loaded and warmed again) while the other replica serves."""
