@@ -5,8 +5,8 @@ turns and vision frames, Talker requests; Transcripts, text deltas with token id
 No Ray here: `ray_stages.py` wraps this class with `ray.remote`. Ray re-runs `__init__` when it restarts the actor, so
 a restarted replica is loaded and warmed before it takes requests. Inside the actor the host supervises its loops as
 the runtime does in process: a loop that dies is restarted after RESTART_DELAY_S, and one whose GPU failed (a CUDA
-error that poisons the context) ends the actor's process, for Ray to start it afresh. Cancelling a method's Ray task cancels its
-coroutine, which leaves the stage loop's `submit` and aborts the request there (stages/loop.py).
+error that poisons the context) ends the actor's process, for Ray to start it afresh. Cancelling a method's Ray task
+cancels its coroutine, which leaves the stage loop's `submit` and aborts the request there (stages/loop.py).
 """
 
 from __future__ import annotations
