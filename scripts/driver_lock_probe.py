@@ -8,6 +8,10 @@ thread on another stream queues ~10 ms of GPU work and copies its result to the 
 or into pinned memory waited on with an event. If the pageable copy holds launches up, the Talker-like thread's
 launch time grows with it and not with the pinned copy. Each mode runs eagerly, then with a captured graph of many
 small kernels replayed before the record (whether a large graph launch is what the next call waits behind).
+`done` is each iteration's time until its work has run on the GPU: the high-priority stream's latency beside the
+other stream's load. Run it again under CUDA_DEVICE_MAX_CONNECTIONS=32: with the default 8 hardware work queues, two
+streams may share one, and the high-priority stream's kernels then wait behind the other's in that queue whatever
+their priority.
 
     python3 scripts/driver_lock_probe.py [--seconds 4] [--graph-kernels 2000]
 """
@@ -31,7 +35,7 @@ def captured(stream: torch.cuda.Stream, kernels: int) -> torch.cuda.CUDAGraph:
 
 
 def talker_like(stop: threading.Event, stream: torch.cuda.Stream, graph: torch.cuda.CUDAGraph | None,
-                times: list[tuple[float, float]]) -> None:
+                times: list[tuple[float, float, float]]) -> None:
     x = torch.zeros(64, 1024, device="cuda")
     with torch.cuda.stream(stream):
         while not stop.is_set():
@@ -43,8 +47,9 @@ def talker_like(stop: threading.Event, stream: torch.cuda.Stream, graph: torch.c
             launched = time.perf_counter()
             done = torch.cuda.Event()
             done.record()
-            times.append((launched - start, time.perf_counter() - launched))  # the host's time only
+            recorded = time.perf_counter()
             done.synchronize()
+            times.append((launched - start, recorded - launched, time.perf_counter() - start))
             time.sleep(0.002)
 
 
@@ -86,8 +91,9 @@ def run(mode: str, seconds: float, graph: torch.cuda.CUDAGraph | None, hi: torch
         t.join()
     times = times[10:]
     print(f"{mode:9s} {'graph' if graph is not None else 'eager'}: talker-like "
-          f"{summary('launches', [a for a, _ in times])}; {summary('record', [b for _, b in times])} "
-          f"({len(times)} iterations); code2wav-like steps {steps[0]}", flush=True)
+          f"{summary('launches', [t[0] for t in times])}; {summary('record', [t[1] for t in times])}; "
+          f"{summary('done', [t[2] for t in times])} ({len(times)} iterations); code2wav-like steps {steps[0]}",
+          flush=True)
 
 
 def main() -> None:
