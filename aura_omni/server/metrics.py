@@ -46,6 +46,8 @@ STAGE_GAUGES = {
     "step_seconds": ("aura_omni:step_seconds", "Duration of the stage's last step, seconds."),
     "prefix_cache_hit_rate": ("aura_omni:prefix_cache_hit_rate", "Prompt blocks found in the prefix cache (0-1)."),
     "restarts": ("aura_omni:stage_restarts", "Times Ray restarted the stage replica's actor (docs/ray.md)."),
+    "device_lost": ("aura_omni:stage_device_lost", "1 once the stage's GPU failed (a CUDA error that poisons the "
+                    "context): it stays down until the process is restarted."),
 }
 KV_USAGE = ("aura_omni:kv_cache_usage_perc", "Share of the stage's KV cache blocks in use (0-1, as vLLM).")
 STAGE_COUNTERS = {  # from each stage's engine stats

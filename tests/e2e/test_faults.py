@@ -263,6 +263,9 @@ def test_a_gpu_failure_takes_the_stage_down_for_good_and_asks_for_a_new_process(
         health = httpx.get(srv.url + "/health")
         assert health.status_code == 503 and health.json()["device_lost"] == ["talker"]
         assert health.json()["stages"]["talker"]["restarts"] == restarts and lost == ["talker"]
+        metrics = httpx.get(srv.url + "/metrics", headers=AUTH).text
+        assert 'aura_omni:stage_device_lost{stage="talker"} 1.0' in metrics
+        assert 'aura_omni:stage_device_lost{stage="aura"} 0.0' in metrics
         refused = httpx.post(srv.url + "/v1/audio/speech", headers=AUTH, json=speech_body(stream=False), timeout=60)
         assert refused.status_code == 503
     finally:  # the fixture's server goes on for the tests after this one, as a new process would
