@@ -1,9 +1,11 @@
 """The Talker stage's engine: an LLMEngine over `TalkerAdapter` plus the frame decoder (code predictor graphs).
 
 One stage loop steps it for every caller, so concurrent streams share decode steps; aborting a request frees its KV
-blocks and its frame-decoder slot before the next step. A request whose text is still arriving (a `TextFeed`) takes
-new text rows on each `feed`; until its prompt can be built (the first body token, or ICL's text under the reference
-frames) it waits outside the engine.
+blocks and its frame-decoder slot before the next step. Taking a request plans its prompt on the host; the prompts
+taken between two steps are embedded together at the start of the next one (`talker_inputs`: one upload and one pass
+of each embedding for a burst of them, not one each) and join the engine then. A request whose text is still
+arriving (a `TextFeed`) takes new text rows on each `feed`; until its prompt can be planned (the first body token, or
+ICL's text under the reference frames) it waits outside the engine.
 """
 
 import secrets
@@ -18,7 +20,9 @@ from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.engine.talker_adapter import TalkerAdapter
 from aura_omni.layers import kernel_switches
-from aura_omni.models.qwen3_tts.generate import FrameDecoder, TalkerInput, TalkerRequestState
+from aura_omni.engine.llm_engine import PromptTooLongError
+from aura_omni.models.qwen3_tts.generate import (FrameDecoder, TalkerInput, TalkerPlan, TalkerRequestState,
+                                                talker_inputs)
 from aura_omni.models.qwen3_tts.sampling import seed_key
 from aura_omni.models.qwen3_tts.talker import Talker
 from aura_omni.stages.latency import LatencyHistogram
@@ -58,47 +62,67 @@ class TalkerEngine:
         seq = self.engine.add_request(request_id, *self._request(inp))
         self._start(seq, inp)
 
-    def stage_engine(self, build: Callable[[Any], TalkerInput | None], text_eos_id: int | None = None
+    def stage_engine(self, plan: Callable[[Any], TalkerPlan | None], text_eos_id: int | None = None
                      ) -> "TalkerStageEngine":
-        """The Talker as a stage loop's engine; `build` turns a stage request into its TalkerInput (prompt
-        embeddings: on the loop thread, so on the stage's stream), or None while its streamed text is too short
-        for a prompt. Each output carries the step's frames (`new_extras`, [16] long on the host); the final one
-        (EOS or the budget's last token) carries none. `text_eos_id`: <tts_text_eod>, ending a streamed text."""
-        return TalkerStageEngine(self, build, text_eos_id)
+        """The Talker as a stage loop's engine; `plan` turns a stage request into its TalkerPlan (on the loop
+        thread; its embeddings are made there too, on the stage's stream), or None while its streamed text is too
+        short for a prompt. Each output carries the step's frames (`new_extras`, [16] long on the host); the final
+        one (EOS or the budget's last token) carries none. `text_eos_id`: <tts_text_eod>, ending a streamed text."""
+        return TalkerStageEngine(self, plan, text_eos_id)
 
 
 class TalkerStageEngine(LLMStageEngine):
-    """`LLMStageEngine` of the Talker, plus streamed text: `feed(request_id)` takes what the request's TextFeed got
-    since; a request not yet able to build its prompt is parked here (no seat, no blocks) until it can."""
+    """`LLMStageEngine` of the Talker, plus prompts embedded together and streamed text: `feed(request_id)` takes what
+    the request's TextFeed got since; a request not yet able to plan its prompt is parked here (no seat, no blocks)
+    until it can; a planned one waits here for the next step, which embeds every planned prompt at once."""
 
-    def __init__(self, talker: TalkerEngine, build: Callable[[Any], TalkerInput | None], text_eos_id: int | None):
+    def __init__(self, talker: TalkerEngine, plan: Callable[[Any], TalkerPlan | None], text_eos_id: int | None):
         super().__init__(talker.engine, on_add=TalkerEngine._start, after_step=talker.adapter.decoder.release_finished)
-        self.build, self.talker, self.text_eos_id = build, talker.adapter.model, text_eos_id
+        self.plan, self.talker, self.text_eos_id = plan, talker.adapter.model, text_eos_id
         self.parked: dict[str, tuple[Any, float]] = {}  # request id -> (stage request whose prompt needs more text,
         #                                                  when it was parked)
+        self.planned: dict[str, TalkerPlan] = {}  # request id -> its plan, until the next step embeds it
         # how long each request waited for the text its prompt needs (0 for a whole text): the stage loop serves it
         # as the stage's `input_wait` latency, apart from the Talker's own time to its first frame
         self.latency = {"input_wait": LatencyHistogram()}
 
     def add(self, request_id: str, request: Any, parked_at: float | None = None) -> None:
-        if request_id in self.engine.requests or request_id in self.parked:
+        if request_id in self.engine.requests or request_id in self.parked or request_id in self.planned:
             raise ValueError(f"request id {request_id!r} is already running")
-        inp = self.build(request)
-        if inp is None:
+        plan = self.plan(request)
+        if plan is None:
             self.parked[request_id] = (request, parked_at or time.perf_counter())
             return
+        plan.sampling.validate()
+        if len(plan.prompt) >= self.engine.config.max_model_len:
+            raise PromptTooLongError(f"prompt has {len(plan.prompt)} tokens; max_model_len is "
+                                     f"{self.engine.config.max_model_len}")
         self.latency["input_wait"].observe(0.0 if parked_at is None else time.perf_counter() - parked_at)
-        seq = self.engine.add_request(request_id, *TalkerEngine._request(inp))
-        TalkerEngine._start(seq, inp)
-        self._take_text(seq)  # what arrived between building the prompt and now
+        self.planned[request_id] = plan
 
     def feed(self, request_id: str, item: Any = None) -> None:
         if request_id in self.parked:
             self.add(request_id, *self.parked.pop(request_id))
             return
         seq = self.engine.requests.get(request_id)
-        if seq is not None:
+        if seq is not None:  # (a planned request takes its text when it joins the engine)
             self._take_text(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.planned) or super().has_work()
+
+    def step(self):
+        if self.planned:
+            self._admit()
+        return super().step()
+
+    def _admit(self) -> None:
+        """Every planned prompt embedded in one pass (on the loop's stream), then into the engine."""
+        planned, self.planned = self.planned, {}
+        for request_id, inp in zip(planned, talker_inputs(self.talker, list(planned.values()))):
+            seq = self.engine.add_request(request_id, *TalkerEngine._request(inp))
+            TalkerEngine._start(seq, inp)
+            self._take_text(seq)  # what arrived between planning the prompt and now
 
     def _take_text(self, seq) -> None:
         state: TalkerRequestState = seq.model_state
@@ -106,8 +130,9 @@ class TalkerStageEngine(LLMStageEngine):
             state.take_text(self.talker.embed_text, self.text_eos_id)
 
     def abort(self, request_id: str) -> None:
-        if self.parked.pop(request_id, None) is None:
+        if self.parked.pop(request_id, None) is None and self.planned.pop(request_id, None) is None:
             super().abort(request_id)  # its KV blocks and frame-decoder slot come back now
 
     def stats(self) -> dict[str, float]:
-        return self.engine.stats()
+        stats = self.engine.stats()
+        return stats | {"waiting": stats.get("waiting", 0) + len(self.planned)}

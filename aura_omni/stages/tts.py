@@ -24,9 +24,8 @@ from aura_omni.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
 from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import PromptTooLongError
-from aura_omni.models.qwen3_tts.generate import TalkerInput
-from aura_omni.models.qwen3_tts.prompt import (embed_prompt, instruct_template, plan_prompt, ref_template,
-                                               target_template)
+from aura_omni.models.qwen3_tts.generate import TalkerInput, TalkerPlan, talker_inputs
+from aura_omni.models.qwen3_tts.prompt import instruct_template, plan_prompt, ref_template, target_template
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
 from aura_omni.models.qwen3_tts.talker import Talker
 from aura_omni.models.qwen3_tts.text_stream import StableTokens, TextFeed
@@ -121,7 +120,7 @@ class Qwen3TTS:
         config = self.engine.engine.config
         # the Talker's stream has high priority: each of its steps is the next 80 ms of every stream, and at high
         # concurrency Code2Wav's batched convolutions would otherwise fill the SMs for tens of milliseconds
-        self.talker_loop = StageLoop(self.engine.stage_engine(self._talker_input, self.config.tts_eos_token_id),
+        self.talker_loop = StageLoop(self.engine.stage_engine(self._talker_plan, self.config.tts_eos_token_id),
                                      device, name="talker", priority=-1,
                                      streams=config.use_stage_stream, kernels=config.kernels)
         self.code2wav_loop = (StageLoop(Code2WavStageEngine(code2wav), code2wav_device(code2wav), name="code2wav",
@@ -290,7 +289,13 @@ class Qwen3TTS:
         self.talker_loop.feed(request_id)
 
     def _talker_input(self, req: TTSRequest) -> TalkerInput | None:
-        """None while a streamed text is too short for the prompt (the stage waits for more)."""
+        """One request's TalkerInput (callers that step the Talker's engine themselves); None as `_talker_plan`."""
+        plan = self._talker_plan(req)
+        return None if plan is None else talker_inputs(self.talker, [plan])[0]
+
+    def _talker_plan(self, req: TTSRequest) -> TalkerPlan | None:
+        """The request's prompt, planned on the host; None while a streamed text is too short for it (the stage
+        waits for more)."""
         self.validate(req)
         feed, text_open, taken = req.text_feed, False, 0
         if feed is not None:
@@ -321,10 +326,9 @@ class Qwen3TTS:
             non_streaming=non_streaming and feed is None, text_open=text_open)
         if plan is None:
             return None
-        embeds, trailing = embed_prompt(self.talker, plan, xvector=voice.x_vector if voice is not None else None,
-                                        ref_codes=voice.ref_codes if icl else None)
-        return TalkerInput(embeds, trailing, self._sampling(req), seed=req.seed, text=feed if text_open else None,
-                           text_taken=taken)
+        return TalkerPlan(plan, self._sampling(req), req.seed, xvector=voice.x_vector if voice is not None else None,
+                          ref_codes=voice.ref_codes if icl else None, text=feed if text_open else None,
+                          text_taken=taken)
 
     # ------------------------------------------------------------------ generation
     async def frames(self, req: TTSRequest, request_id: str | None = None) -> AsyncIterator[torch.Tensor]:

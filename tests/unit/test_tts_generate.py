@@ -2,6 +2,8 @@
 preemption under a tiny KV budget, cancellation, request validation; and on a tiny Base checkpoint with its
 codec, streamed audio joining into the whole utterance."""
 
+import time
+
 import pytest
 import torch
 
@@ -224,3 +226,66 @@ def test_the_warm_start_burst_runs_max_num_seqs_streams_together(tmp_path_factor
     tts.code2wav_loop.settle()
     assert talker["running"] == 0 and talker["free_blocks"] == talker["total_blocks"]
     assert tts.code2wav_loop.engine.stats()["streams"] == 0
+
+
+def test_prompts_embedded_together_equal_each_embedded_alone(tmp_path_factory):
+    """The Talker's stage embeds every prompt taken between two steps in one pass: ICL and x-vector-only voices, two
+    speakers' x-vectors, a streamed text still open, each row where its own embedding put it."""
+    import numpy as np
+
+    from aura_omni.models.qwen3_tts.generate import talker_inputs
+    from aura_omni.models.qwen3_tts.text_stream import TextFeed
+
+    base = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "base", "base"))
+    sr = 16000
+    ref = [(0.3 * np.sin(2 * np.pi * f * np.arange(sr) / sr)).astype(np.float32) for f in (200, 310)]
+    icl = base.create_voice_prompt(ref[0], sr, "A short reference line.")
+    xv = [base.create_voice_prompt(r, sr, x_vector_only=True) for r in ref]
+    feed = TextFeed()
+    feed.put(base.text_tokens().feed("Streamed words arrive, and then more of them "), False)
+    reqs = [TTSRequest(text="First of the burst.", task_type="Base", voice=icl),
+            TTSRequest(text="A second, longer text for the same step.", task_type="Base", voice=xv[0]),
+            TTSRequest(text="Third.", task_type="Base", voice=xv[1], language="English"),
+            TTSRequest(text="Fourth, with the first voice again.", task_type="Base", voice=xv[0]),
+            TTSRequest(text_feed=feed, task_type="Base", voice=xv[1])]
+    plans = [base._talker_plan(r) for r in reqs]
+    together = talker_inputs(base.talker, plans)
+    for plan, got in zip(plans, together):
+        alone = talker_inputs(base.talker, [plan])[0]
+        hidden = base.config.talker.hidden_size
+        assert got.prompt_embeds.shape == alone.prompt_embeds.shape == (len(plan.prompt), hidden)
+        torch.testing.assert_close(got.prompt_embeds, alone.prompt_embeds, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(got.trailing_embeds, alone.trailing_embeds, atol=1e-6, rtol=1e-6)
+    assert together[4].text is feed and together[0].trailing_embeds.shape[0] == len(plans[0].prompt.trailing_text_ids)
+
+
+def test_a_burst_of_prompts_is_embedded_in_one_pass_before_its_first_step(tts, monkeypatch):
+    """Requests queued while the Talker's loop is busy are planned one by one as it takes them, then embedded
+    together at the start of the next step; their codes equal each request's alone."""
+    import threading
+
+    from aura_omni.stages import talker as talker_stage
+
+    greedy = dict(do_sample=False, subtalker_dosample=False)
+    reqs = [req(text=t, **greedy) for t in ("One.", "A second one here.", "And a third, the longest of them.")]
+    alone = [tts.generate_codes([r])[0] for r in reqs]
+    passes, embed = [], talker_stage.talker_inputs
+    monkeypatch.setattr(talker_stage, "talker_inputs", lambda talker, plans: passes.append(len(plans)) or
+                        embed(talker, plans))
+    loop, release, got = tts.talker_loop, threading.Event(), {}
+    held = loop.call(release.wait)  # the loop's thread is busy while the burst queues
+
+    def run(i):
+        got[i] = torch.stack([f for out in loop.run(f"burst-{i}", reqs[i]) for f in talker_stage.frames_of(out)])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(reqs))]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    release.set()
+    held.result(timeout=10)
+    for t in threads:
+        t.join(60)
+    assert passes == [3]
+    for i in range(len(reqs)):
+        assert torch.equal(got[i], alone[i])

@@ -21,6 +21,7 @@ import torch
 from aura_omni.layers import cuda_graph
 from aura_omni.layers.device import on_device, upload_async, upload_into
 from aura_omni.models.qwen3_tts import sampling as S, triton_sampling
+from aura_omni.models.qwen3_tts.prompt import TalkerPrompt, embed_prompts
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
 from aura_omni.models.qwen3_tts.talker import Talker
 from aura_omni.models.qwen3_tts.text_stream import TextFeed
@@ -38,6 +39,28 @@ class TalkerInput:
     # <tts_text_eod> row last; `text_taken` of its ids are already in the prompt and `trailing_embeds`
     text: TextFeed | None = None
     text_taken: int = 0
+
+
+@dataclass
+class TalkerPlan:
+    """A request's prompt planned on the host (prompt.plan_prompt), before its embeddings exist: the Talker's stage
+    embeds every plan taken between two steps in one pass (`talker_inputs`)."""
+
+    prompt: TalkerPrompt
+    sampling: SamplingParams
+    seed: int | None = None
+    xvector: torch.Tensor | None = None  # [H] on the host, for the prompt's XVECTOR row
+    ref_codes: torch.Tensor | None = None  # [F, 16] long on the host, for its RefFrame rows
+    text: TextFeed | None = None  # as TalkerInput's
+    text_taken: int = 0
+
+
+def talker_inputs(talker: Talker, plans: list[TalkerPlan]) -> list[TalkerInput]:
+    """The plans' TalkerInputs, their embeddings made together (on the current stream)."""
+    embedded = embed_prompts(talker, [p.prompt for p in plans], [p.xvector for p in plans],
+                             [p.ref_codes for p in plans])
+    return [TalkerInput(embeds, trailing, p.sampling, seed=p.seed, text=p.text, text_taken=p.text_taken)
+            for p, (embeds, trailing) in zip(plans, embedded)]
 
 
 @dataclass

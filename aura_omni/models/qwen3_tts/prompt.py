@@ -2,8 +2,9 @@
 
 `plan_prompt` is pure bookkeeping on ids: each prompt position is a text id (through the text
 projection) and/or a codec item (a codec-vocabulary id, the speaker x-vector, or one reference
-frame), plus the trailing text queue fed one id per decode step. `embed_prompt` turns a plan into
-embeddings with a Talker. Keeping them apart lets the layout be tested without a model.
+frame), plus the trailing text queue fed one id per decode step. `embed_prompts` turns plans into
+embeddings with a Talker, several at once. Keeping them apart lets the layout be tested without a model, and lets the
+Talker's stage plan each prompt as it comes and embed all of those that came between two steps together.
 
 Templates (qwen-tts wrapper): target "<|im_start|>assistant\\n{text}<|im_end|>\\n<|im_start|>assistant\\n"
 -> ids[:3] role, ids[3:-5] body; instruct "<|im_start|>user\\n{instruct}<|im_end|>\\n" used whole;
@@ -138,34 +139,60 @@ def plan_prompt(
 
 
 @torch.no_grad()
-def embed_prompt(talker, prompt: TalkerPrompt, *, xvector: torch.Tensor | None = None,
-                 ref_codes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (inputs_embeds [L, H], trailing text embeddings [Q, H]) on the talker's device and dtype."""
+def embed_prompts(talker, prompts: list[TalkerPrompt], xvectors: list[torch.Tensor | None] | None = None,
+                  ref_codes: list[torch.Tensor | None] | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """-> per prompt (inputs_embeds [L, H], trailing text embeddings [Q, H]) on the talker's device and dtype:
+    views of one buffer each. Every prompt taken between two Talker steps is embedded in one pass: one upload of
+    every id and row index, one pass of each embedding over all of them, four `index_add_`s, whatever the number of
+    prompts (a burst of 32 would otherwise make ~20 launches and uploads each on the loop's thread).
+    `xvectors[i]` ([H], host) and `ref_codes[i]` ([F, 16] long, host) serve prompt i's XVECTOR and RefFrame rows."""
     weight = talker.model.codec_embedding.weight
-    device, dtype = weight.device, weight.dtype
-    out = torch.zeros(len(prompt), weight.shape[1], device=device, dtype=dtype)
-    text_pos = [i for i, t in enumerate(prompt.text_ids) if t is not None]
-    codec_pos = [i for i, c in enumerate(prompt.codec) if isinstance(c, int)]
-    xvec_pos = [i for i, c in enumerate(prompt.codec) if c == XVECTOR]
-    frame_pos = [i for i, c in enumerate(prompt.codec) if isinstance(c, RefFrame)]
-    if xvec_pos and xvector is None:
-        raise ValueError("prompt has an x-vector row but no x-vector was given")
-    if frame_pos and ref_codes is None:
-        raise ValueError("prompt has reference frames but no reference codes were given")
+    device, dtype, hidden = weight.device, weight.dtype, weight.shape[1]
+    n = len(prompts)
+    xvectors, ref_codes = xvectors or [None] * n, ref_codes or [None] * n
+    text_at, text_ids, codec_at, codec_ids, xvec_at, xvec_of, frame_at, frames = ([] for _ in range(8))
+    trailing_ids, lengths, trailing_lengths, voices = [], [], [], []
+    at = 0
+    for prompt, xvector, codes in zip(prompts, xvectors, ref_codes):
+        for i, (t, c) in enumerate(zip(prompt.text_ids, prompt.codec)):
+            if t is not None:
+                text_at.append(at + i)
+                text_ids.append(t)
+            if isinstance(c, int):
+                codec_at.append(at + i)
+                codec_ids.append(c)
+            elif c == XVECTOR:
+                if xvector is None:
+                    raise ValueError("prompt has an x-vector row but no x-vector was given")
+                if not voices or voices[-1] is not xvector:  # a prompt's one x-vector, uploaded once
+                    voices.append(xvector)
+                xvec_at.append(at + i)
+                xvec_of.append(len(voices) - 1)
+            elif isinstance(c, RefFrame):
+                if codes is None:
+                    raise ValueError("prompt has reference frames but no reference codes were given")
+                frame_at.append(at + i)
+                frames.append(codes[c.index])
+        trailing_ids += prompt.trailing_text_ids
+        lengths.append(len(prompt))
+        trailing_lengths.append(len(prompt.trailing_text_ids))
+        at += len(prompt)
     # every id and row index in one upload, added with index_add_ (a device index: a Python-list index would copy
-    # from pageable memory, and wait for the step queued on the stream, at each of the four tracks)
-    parts = [text_pos, [prompt.text_ids[i] for i in text_pos], codec_pos, [prompt.codec[i] for i in codec_pos],
-             xvec_pos, frame_pos, list(prompt.trailing_text_ids)]
+    # from pageable memory, and wait for the step queued on the stream)
+    parts = [text_at, text_ids + trailing_ids, codec_at, codec_ids, xvec_at, xvec_of, frame_at]
     flat = upload_async(torch.tensor([v for part in parts for v in part], dtype=torch.long), device)
-    text_at, text_ids, codec_at, codec_ids, xvec_at, frame_at, trailing_ids = flat.split([len(p) for p in parts])
-    if text_pos:
-        out.index_add_(0, text_at, talker.embed_text(text_ids).to(dtype))
-    if codec_pos:
-        out.index_add_(0, codec_at, talker.embed_codec(codec_ids).to(dtype))
-    if xvec_pos:
-        out.index_add_(0, xvec_at, upload_async(xvector, device).to(dtype).expand(len(xvec_pos), -1))
-    if frame_pos:
-        frames = upload_async(torch.stack([ref_codes[prompt.codec[i].index] for i in frame_pos]), device)
-        out.index_add_(0, frame_at, talker.embed_frame(frames).to(dtype))
-    trailing = talker.embed_text(trailing_ids)
-    return out, trailing.reshape(-1, weight.shape[1])  # [0, H] for an open text with nothing trailing yet
+    text_at_d, all_text_d, codec_at_d, codec_ids_d, xvec_at_d, xvec_of_d, frame_at_d = flat.split(
+        [len(part) for part in parts])
+    out = torch.zeros(at, hidden, device=device, dtype=dtype)
+    texts = talker.embed_text(all_text_d).to(dtype).reshape(-1, hidden)  # the prompts' text and trailing rows
+    if text_ids:
+        out.index_add_(0, text_at_d, texts[:len(text_ids)])
+    if codec_ids:
+        out.index_add_(0, codec_at_d, talker.embed_codec(codec_ids_d).to(dtype))
+    if voices:
+        rows = upload_async(torch.stack([v.reshape(-1) for v in voices]), device).to(dtype)
+        out.index_add_(0, xvec_at_d, rows.index_select(0, xvec_of_d))
+    if frames:
+        out.index_add_(0, frame_at_d, talker.embed_frame(upload_async(torch.stack(frames), device)).to(dtype))
+    trailing = texts[len(text_ids):]  # [0, H] for an open text with nothing trailing yet
+    return list(zip(out.split(lengths), trailing.split(trailing_lengths)))
