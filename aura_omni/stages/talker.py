@@ -15,12 +15,11 @@ from typing import Any, Callable
 import torch
 
 from aura_omni.engine.config import EngineConfig
-from aura_omni.engine.llm_engine import LLMEngine
+from aura_omni.engine.llm_engine import LLMEngine, PromptTooLongError
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.engine.talker_adapter import TalkerAdapter
 from aura_omni.layers import kernel_switches
-from aura_omni.engine.llm_engine import PromptTooLongError
 from aura_omni.models.qwen3_tts.generate import (FrameDecoder, TalkerInput, TalkerPlan, TalkerRequestState,
                                                 talker_inputs)
 from aura_omni.models.qwen3_tts.sampling import seed_key
