@@ -214,6 +214,7 @@ class Code2WavStageEngine:
 
     def _decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():
+            self.slots.reset_fresh()  # the rows of streams begun since the last decode, zeroed together
             if self.graphs is not None and self.graphs.covers(*codes.shape[:2]):
                 return self.graphs.decode(slots, codes)
             return self.slots.decode(torch.tensor(slots, device=self.device), codes)

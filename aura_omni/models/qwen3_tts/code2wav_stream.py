@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from aura_omni.layers.device import upload_async
+
 log = logging.getLogger(__name__)
 
 
@@ -49,8 +51,10 @@ class Code2WavSlots:
     A step gathers its streams' rows, decodes, and scatters them back: a few index kernels per state tensor however
     many streams there are, and fixed addresses a CUDA graph can capture (code2wav_graphs.py). Row 0 is scratch: the
     padding rows of a graphed step read and write it. Slots are given back from any thread (`release`: when a
-    stream ends or its session is collected) and reused by the owning thread, which zeroes a row when it hands it
-    out: a fresh row is the full decode's starting point.
+    stream ends or its session is collected) and reused by the owning thread. A fresh row is the full decode's
+    starting point: the rows handed out since the last decode are zeroed together before the next one
+    (`reset_fresh`: one fill per state tensor, ~38 on the full-size codec, however many streams began; a burst of 32
+    first chunks would otherwise make ~1,200 launches before its first step).
     """
 
     def __init__(self, model, capacity: int):
@@ -59,6 +63,7 @@ class Code2WavSlots:
         self.generation = 0  # bumped when the rows are reallocated: captured graphs read the old tensors
         self._free = list(range(capacity, 0, -1))
         self._released: deque[int] = deque()  # appended from any thread, drained by `acquire`
+        self._fresh: list[int] = []  # handed out, not yet zeroed (`reset_fresh`)
 
     @property
     def capacity(self) -> int:
@@ -74,10 +79,18 @@ class Code2WavSlots:
         if not self._free:
             self._grow()
         slot = self._free.pop()
-        for t in self.state.tensors.values():
-            t[slot].zero_()
-        self.state.frames[slot] = 0
+        self._fresh.append(slot)
         return slot
+
+    def reset_fresh(self) -> None:
+        """Zero the rows handed out since the last call. The owner calls it before every decode (never inside
+        `decode`, which graphs capture: the fill would replay on every step)."""
+        if not self._fresh:
+            return
+        rows = upload_async(torch.tensor(self._fresh, dtype=torch.long), self.state.frames.device)
+        self._fresh = []
+        for t in (*self.state.tensors.values(), self.state.frames):
+            t.index_fill_(0, rows, 0)
 
     def release(self, slot: int) -> None:
         self._released.append(slot)
