@@ -71,9 +71,9 @@ class TalkerAdapter:
 
     def sample(self, hidden: torch.Tensor, seqs) -> torch.Tensor:
         """code0 [B] of every row; codes 1..15 wait in `_codes` for after_sample."""
-        for s in seqs:
-            if s.model_state.slot is None:
-                self.decoder.acquire(s)
+        new = [s for s in seqs if s.model_state.slot is None]
+        if new:
+            self.decoder.acquire(new)
         index = torch.tensor([[s.model_state.slot for s in seqs], [s.num_output_tokens for s in seqs]])
         self._codes = self.decoder.run(hidden, upload_async(index, hidden.device))
         return self._codes[:, 0]

@@ -19,7 +19,7 @@ from typing import Protocol
 import torch
 
 from aura_omni.layers import cuda_graph
-from aura_omni.layers.device import on_device, upload_async, upload_into
+from aura_omni.layers.device import on_device, upload_async
 from aura_omni.models.qwen3_tts import sampling as S, triton_sampling
 from aura_omni.models.qwen3_tts.prompt import TalkerPrompt, embed_prompts
 from aura_omni.models.qwen3_tts.sampling import SamplingParams
@@ -176,20 +176,25 @@ class FrameDecoder:
         if old:
             self.graphs.clear()
 
-    def acquire(self, seq: TalkerSequence) -> int:
-        """A slot for a request about to sample its first code0."""
-        if not self.free_slots:
+    def acquire(self, seqs: list[TalkerSequence]) -> None:
+        """Slots for requests about to sample their first code0, their rows set together: one upload and three
+        index writes however many (a burst's first step would otherwise make three writes and an upload each)."""
+        if len(self.free_slots) < len(seqs):
             self.release_finished()
-        if not self.free_slots:
+        while len(self.free_slots) < len(seqs):
             self._allocate(2 * self.num_slots)
-        slot = self.free_slots.pop()
-        state: TalkerRequestState = seq.model_state
-        self.seen[slot] = False
-        upload_into(self.params[slot], torch.tensor(S.param_row(state.request.sampling), dtype=torch.float32))
-        self.keys[slot] = state.key
-        self.owners[slot] = seq
-        state.slot = slot
-        return slot
+        slots = [self.free_slots.pop() for _ in seqs]
+        for slot, seq in zip(slots, seqs):
+            self.owners[slot] = seq
+            seq.model_state.slot = slot
+        rows = [S.param_row(seq.model_state.request.sampling) for seq in seqs]
+        keys = [seq.model_state.key for seq in seqs]
+        host = torch.tensor([slots, keys], dtype=torch.long)  # slots and keys in one upload, the parameters in another
+        params = torch.tensor(rows, dtype=torch.float32)
+        index, key_values = upload_async(host, self.device).unbind(0)
+        self.seen.index_fill_(0, index, False)
+        self.keys.index_copy_(0, index, key_values)
+        self.params.index_copy_(0, index, upload_async(params, self.device))
 
     def release_finished(self) -> None:
         """Give the slots of finished (or aborted) requests back."""
