@@ -155,14 +155,21 @@ def test_an_injected_step_fault_fails_the_requests_in_that_step_only(stage, free
     assert loop.settle() and loop.counters.alive and loop.counters.engine["free_blocks"] == CFG["num_kv_blocks"]
 
 
-def test_a_killed_loop_fails_its_requests_at_once_is_down_and_restarts(stage, free_run):
-    eng, loop = stage
+def _running(eng, loop):
+    """Request "a" running on slowed steps (a fault can be injected while it runs), and an event set when the loop
+    dies -> (its outputs, the event, the engine's own step to put back)."""
     died = threading.Event()
     loop.on_death = lambda lp, cause: died.set()
     eng_step = eng.step
     eng.step = lambda: time.sleep(0.02) or eng_step()
     it = loop.run("a", (PROMPT, greedy(40)))
     next(it)
+    return it, died, eng_step
+
+
+def test_a_killed_loop_fails_its_requests_at_once_is_down_and_restarts(stage, free_run):
+    eng, loop = stage
+    it, died, eng_step = _running(eng, loop)
     start = time.monotonic()
     loop.inject_fault("kill")
     with pytest.raises(StageUnavailable, match="down"):
@@ -178,16 +185,11 @@ def test_a_killed_loop_fails_its_requests_at_once_is_down_and_restarts(stage, fr
     assert loop.counters.alive and loop.counters.restarts == 1
 
 
-def test_a_gpu_failure_in_a_step_or_an_add_takes_the_loop_down_for_good(stage):
+def test_a_gpu_failure_in_a_step_takes_the_loop_down_for_good(stage):
     """A CUDA error that poisons the GPU context (a device-side assert) cannot be retried: the loop goes down as
-    from a kill, says `device_lost`, and is never restarted; a bad request's own error still fails it alone."""
+    from a kill, says `device_lost`, and is never restarted."""
     eng, loop = stage
-    died = threading.Event()
-    loop.on_death = lambda lp, cause: died.set()
-    eng_step = eng.step
-    eng.step = lambda: time.sleep(0.02) or eng_step()
-    it = loop.run("a", (PROMPT, greedy(40)))
-    next(it)
+    it, died, _ = _running(eng, loop)
     loop.inject_fault("device")
     with pytest.raises(StageUnavailable, match="GPU failed"):
         list(it)
@@ -200,6 +202,8 @@ def test_a_gpu_failure_in_a_step_or_an_add_takes_the_loop_down_for_good(stage):
 
 
 def test_a_gpu_failure_reported_by_an_add_takes_the_loop_down_too():
+    """A CUDA error surfacing while a request is taken takes the loop down too; a bad request's own error still
+    fails that request alone."""
     class _Engine(_RecordingEngine):
         def add(self, request_id, request):
             if request == "assert":  # a CUDA error surfaces at the next call, whichever request made it
