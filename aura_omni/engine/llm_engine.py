@@ -63,11 +63,15 @@ class LLMEngine:
             raise ValueError("stop strings need a detokenizer; this stage has none")
         eos = self.eos_token_ids if eos_token_ids is None else list(eos_token_ids)
         seq = Sequence(request_id, list(prompt_token_ids or []), params, eos, mm, self.config.max_model_len)
-        if seq.prompt_len >= self.config.max_model_len:
-            raise PromptTooLongError(f"prompt has {seq.prompt_len} tokens; max_model_len is {self.config.max_model_len}")
+        self.check_prompt_length(seq.prompt_len)
         self.requests[request_id] = seq
         self.scheduler.add(seq)
         return seq
+
+    def check_prompt_length(self, prompt_len: int) -> None:
+        """PromptTooLongError unless a prompt this long leaves room for an output token."""
+        if prompt_len >= self.config.max_model_len:
+            raise PromptTooLongError(f"prompt has {prompt_len} tokens; max_model_len is {self.config.max_model_len}")
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Drop a request (client gone) and free its KV blocks now. None if it is not running."""

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from aura_omni.engine.config import EngineConfig
-from aura_omni.engine.llm_engine import LLMEngine, PromptTooLongError
+from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.engine.talker_adapter import TalkerAdapter
@@ -65,8 +65,9 @@ class TalkerEngine:
                      ) -> "TalkerStageEngine":
         """The Talker as a stage loop's engine; `plan` turns a stage request into its TalkerPlan (on the loop
         thread; its embeddings are made there too, on the stage's stream), or None while its streamed text is too
-        short for a prompt. Each output carries the step's frames (`new_extras`, [16] long on the host); the final
-        one (EOS or the budget's last token) carries none. `text_eos_id`: <tts_text_eod>, ending a streamed text."""
+        short for a prompt; it raises for a bad request (its sampling parameters included), which then fails
+        alone. Each output carries the step's frames (`new_extras`, [16] long on the host); the final one (EOS or
+        the budget's last token) carries none. `text_eos_id`: <tts_text_eod>, ending a streamed text."""
         return TalkerStageEngine(self, plan, text_eos_id)
 
 
@@ -92,10 +93,7 @@ class TalkerStageEngine(LLMStageEngine):
         if plan is None:
             self.parked[request_id] = (request, parked_at or time.perf_counter())
             return
-        plan.sampling.validate()
-        if len(plan.prompt) >= self.engine.config.max_model_len:
-            raise PromptTooLongError(f"prompt has {len(plan.prompt)} tokens; max_model_len is "
-                                     f"{self.engine.config.max_model_len}")
+        self.engine.check_prompt_length(len(plan.prompt))  # here, not when the next step embeds it with others
         self.latency["input_wait"].observe(0.0 if parked_at is None else time.perf_counter() - parked_at)
         self.planned[request_id] = plan
 

@@ -177,7 +177,7 @@ class FrameDecoder:
             self.graphs.clear()
 
     def acquire(self, seqs: list[TalkerSequence]) -> None:
-        """Slots for requests about to sample their first code0, their rows set together: one upload and three
+        """Slots for requests about to sample their first code0, their rows set together: two uploads and three
         index writes however many (a burst's first step would otherwise make three writes and an upload each)."""
         if len(self.free_slots) < len(seqs):
             self.release_finished()
