@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import threading
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -136,9 +135,7 @@ class Runtime:
             return
         log.error("stage %s is down (%s); restarting it in %.1f s", loop.name, type(cause).__name__,
                   self.restart_delay_s)
-        timer = threading.Timer(self.restart_delay_s, loop.restart)
-        timer.daemon = True
-        timer.start()
+        loop.restart_in(self.restart_delay_s)
 
     @classmethod
     def load(cls, deploy: DeployConfig, *, device: str | None = None, dtype: str | None = None,

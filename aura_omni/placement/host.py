@@ -81,9 +81,7 @@ class StageHost:
                          loop.name, cause)
             threading.Timer(0.2, os._exit, args=(1,)).start()  # the failed requests' answers leave first
             return
-        timer = threading.Timer(RESTART_DELAY_S, loop.restart)
-        timer.daemon = True
-        timer.start()
+        loop.restart_in(RESTART_DELAY_S)
 
     def inject_fault(self, loop: str, kind: str) -> None:
         """Tests only: `StageLoop.inject_fault` on one of this replica's loops."""

@@ -396,6 +396,12 @@ class StageLoop:
         self._wake.set()
         return True
 
+    def restart_in(self, delay_s: float) -> None:
+        """`restart` after `delay_s`, from a timer thread: a supervisor's `on_death` runs on the dying thread."""
+        timer = threading.Timer(delay_s, self.restart)
+        timer.daemon = True
+        timer.start()
+
     def serving(self) -> None:
         """The warm start is done: a slow step or add is now a warning, and on a GPU one past SLOW_SERVING_GPU_S."""
         self._slow_level = logging.WARNING
