@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_gc_off tts_spread tts_c2w_wait tts_conns tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_gc_off tts_spread tts_c2w_wait tts_conns tts_pageable tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls, each inside `timeout` a little under the call's limit. Every table is printed and appended to
 # $OUT/summary.md as its run ends, so a call cut short still brings back what it measured.
@@ -23,6 +23,8 @@
 #        (sessions 11 and 12) is a full collection (server/gc_pauses.py logs any pause over 50 ms)
 # tts_conns: the load of tts_spread with CUDA_DEVICE_MAX_CONNECTIONS=32: with the default 8 hardware work queues the
 #        Talker's high-priority stream may share one with Code2Wav's, and its kernels then wait behind Code2Wav's
+# tts_pageable: the load of tts_spread with Code2Wav's samples copied to the host by `.cpu()` (pageable memory, the
+#        driver's synchronous staged copy), not into pinned memory waited on with an event (AURA_OMNI_PINNED_DOWNLOAD=0)
 # tts_c2w_wait: the load of tts_spread on a server with a knob set (run `tts_spread` in the same call for the
 #        baseline: machines differ by up to ~10%): Code2Wav holds a chunk up to ${C2W_WAIT_MS:-250} ms for other streams' to fill the step, never past
 #        150 ms before its stream's audio runs out (AURA_OMNI_CODE2WAV_BATCH_WAIT_MS): with spread lengths its steps
@@ -199,6 +201,7 @@ for s in ${*:-tts turns live}; do
                 stop ;;
     tts_c2w_wait) tts_env c2w_wait AURA_OMNI_CODE2WAV_BATCH_WAIT_MS=${C2W_WAIT_MS:-250} ;;
     tts_conns) tts_env conns CUDA_DEVICE_MAX_CONNECTIONS=32 ;;  # 32 hardware work queues, not 8
+    tts_pageable) tts_env pageable AURA_OMNI_PINNED_DOWNLOAD=0 ;;  # Code2Wav's samples by `.cpu()`, not pinned
     tts_spread) tts_env "" ;;  # lengths drawn from [63, 189] frames, then the fixed ones again on this warm server
     tts_first2) tts_variant first2 "$FIRST2" ;;
     tts_first2_c2w8) tts_variant first2_c2w8 "$FIRST2; d['stages'][1]['max_num_batched_tokens'] = 3200" ;;

@@ -5,6 +5,7 @@
 # (scripts/test_triton.sh: interpreter runs and sm_90 compiles).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+df -h . "${TMPDIR:-/tmp}" >&2 || true  # the venvs, browser and test files take ~6 GB: a full disk shows here first
 bash scripts/install_browser_deps.sh
 bash scripts/install.sh
 "${VENV:-.venv}/bin/lint-imports"  # one import direction, before any test (pyproject.toml [tool.importlinter])

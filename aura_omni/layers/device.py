@@ -7,6 +7,8 @@ ops do not need this.
 
 `upload_async`: a host tensor to the GPU without waiting for the work already queued there.
 
+`download`: a GPU result to the host through pinned memory, waited on with an event.
+
 `private_stream`: a stream of torch's pool that no stage or CUDA-graph family shares (layers/cuda_graph.py).
 
 `stage_stream` / `on_stream`: a CUDA stream of a stage's own, for a stage whose inputs and outputs cross on the host
@@ -17,11 +19,14 @@ process default that keeps every stage on the default stream (A/B benchmarks).
 
 import contextlib
 import functools
+import os
 import threading
 
+import numpy as np
 import torch
 
 STAGE_STREAMS_ENV = "AURA_OMNI_STAGE_STREAMS"
+PINNED_DOWNLOAD = os.environ.get("AURA_OMNI_PINNED_DOWNLOAD", "1") != "0"  # 0: `.cpu()`, the A/B benchmark's baseline
 
 
 def on_device(device: torch.device):
@@ -106,3 +111,19 @@ def on_first_tensor_device(fn):
         with on_device(x.device):
             return fn(x, *args, **kwargs)
     return wrapper
+
+
+def download(t: torch.Tensor) -> np.ndarray:
+    """`t.cpu().numpy()`, for a stage's GPU result that the host waits for (Code2Wav's samples). A plain `.cpu()`
+    copies into pageable memory: the driver stages it through its own buffers, synchronously, on the calling thread,
+    while the other stages' threads on this GPU launch their steps. Here the copy goes by DMA into a block of the
+    caching pinned allocator and the thread waits on an event. The array is a view of that block, which stays taken
+    while any slice of the array lives."""
+    if t.device.type != "cuda" or not PINNED_DOWNLOAD:
+        return t.cpu().numpy()
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    done.synchronize()
+    return host.numpy()

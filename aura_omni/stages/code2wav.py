@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from aura_omni.layers.device import download
 from aura_omni.models.qwen3_tts.code2wav_graphs import Code2WavGraphs
 from aura_omni.models.qwen3_tts.codec_config import SAMPLES_PER_FRAME
 from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavSlots
@@ -185,7 +186,7 @@ class Code2WavStageEngine:
         except Exception as e:  # noqa: BLE001 - the streams of this forward fail; the others go on
             return [StageOutput(r, e, True) for r in rids]
         self.decoded_frames += sum(c.codes.shape[0] for c in part)
-        host = wavs.float().cpu().numpy()
+        host = download(wavs.float())
         now = time.perf_counter()
         for c in part:  # played from its first chunk on; after a gap, from now
             c.session.audio_end = max(c.session.audio_end or now, now) + c.codes.shape[0] * SECONDS_PER_FRAME

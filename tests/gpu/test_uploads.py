@@ -1,5 +1,6 @@
 """Host-to-GPU uploads that do not wait for the stream (layers/device.py): a stage's host inputs must reach the device
 while a step queued ahead still runs, with the values the host had at the call even if it reuses its buffer at once.
+And the download of a stage's result waits for its own stream only, not for another stage's work on the GPU.
 Skipped without CUDA."""
 
 import pytest
@@ -34,3 +35,22 @@ def test_uploads_take_the_host_values_of_the_call_and_leave_the_queued_work_runn
     assert torch.equal(got.cpu(), torch.arange(1024)) and torch.equal(dst.cpu(), torch.arange(1024))
     on_device = torch.ones(4, device="cuda")  # a device tensor is copied as it is
     assert torch.equal(upload_async(on_device, torch.device("cuda")), on_device)
+
+
+def test_download_waits_for_its_own_stream_only_and_keeps_its_values():
+    from aura_omni.layers.device import download
+
+    other, mine = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(mine):  # allocations sync the device: every block is made before the other stream is busy
+        x = torch.randn(3, 48000, device="cuda")
+        y, z = torch.empty_like(x), torch.empty_like(x)
+        held = [download(x), download(x)]  # two pinned blocks, as a server's first steps make them
+    del held
+    _busy(other)  # another stage's step
+    with torch.cuda.stream(mine):
+        torch.mul(x, 2, out=y)  # queued work that the download must wait for
+        torch.add(y, 1, out=z)
+        got, again = download(y), download(z)  # the second does not reuse the first's block, which is held
+    assert not other.query()  # the other stream's matmuls were not waited for
+    assert (got == (x * 2).cpu().numpy()).all() and (again == got + 1).all()
+    other.synchronize()

@@ -12,14 +12,13 @@ import torch
 
 from aura_omni.models.qwen3_tts import sampling as S
 from aura_omni.stages.tts import Qwen3TTS, TTSRequest
-from aura_omni.testing.tiny_tts import write_tiny_tts
 
 GREEDY = dict(do_sample=False, subtalker_dosample=False)
 
 
 @pytest.fixture(scope="module")
-def tts(tmp_path_factory):
-    return Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False))
+def tts(tiny_tts):
+    return Qwen3TTS.load(tiny_tts("custom_voice", with_codec=False))
 
 
 def req(**kw):
@@ -171,13 +170,13 @@ def test_fused_codebooks_embed_a_frame_like_the_per_table_sum(tts):
 
 
 @pytest.mark.parametrize("kv_blocks", [200, 12])  # roomy, or so tight that sequences are preempted and recomputed
-def test_async_scheduling_gives_the_frames_of_waiting_for_every_step(tmp_path_factory, kv_blocks):
+def test_async_scheduling_gives_the_frames_of_waiting_for_every_step(tiny_tts, kv_blocks):
     """Queued steps (the next step launched before the last one's codes are back) with staggered arrivals, so new
     prompts share steps with decodes whose last frame is still pending, sampled and greedy requests, EOS and length
     stops: every request gets the tokens and frames of the synchronous engine, and no spare step leaks out."""
     from aura_omni.engine.config import EngineConfig
 
-    ckpt = write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False)
+    ckpt = tiny_tts("custom_voice", with_codec=False)
     reqs = [req(**GREEDY, max_new_tokens=12), req(seed=1, max_new_tokens=12), req(seed=2, max_new_tokens=12),
             req(seed=0, max_new_tokens=12)]
     rows = []
@@ -220,11 +219,11 @@ def test_async_scheduling_gives_the_frames_of_waiting_for_every_step(tmp_path_fa
         assert launched[1] - launched[0] == eos_stops
 
 
-def test_the_deploy_talker_stage_sizes_the_talker_engine(tmp_path_factory):
+def test_the_deploy_talker_stage_sizes_the_talker_engine(tiny_tts):
     from aura_omni.config import Stage
     from aura_omni.pipeline.runtime import load_qwen3_tts
 
-    ckpt = write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False)
+    ckpt = tiny_tts("custom_voice", with_codec=False)
     stage = Stage(stage_id=2, model=str(ckpt), max_model_len=96, max_num_batched_tokens=48, max_num_seqs=3,
                   kernels={"gemv": False})
     config = load_qwen3_tts(stage, "cpu", torch.float32, "auto").engine.engine.config

@@ -15,20 +15,19 @@ import torch
 from aura_omni.models.qwen3_tts.prompt import target_template
 from aura_omni.models.qwen3_tts.text_stream import StableTokens, TextFeed
 from aura_omni.stages.tts import Qwen3TTS, TTSRequest, TTSRequestError
-from aura_omni.testing.tiny_tts import write_tiny_tts
 
 GREEDY = dict(do_sample=False, subtalker_dosample=False)
 TEXT = "Hello there, this is a longer sentence that the Talker speaks while it arrives."
 
 
 @pytest.fixture(scope="module")
-def cv(tmp_path_factory):
-    return Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False))
+def cv(tiny_tts):
+    return Qwen3TTS.load(tiny_tts("custom_voice", with_codec=False))
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "base", "base"))
+def base(tiny_tts):
+    return Qwen3TTS.load(tiny_tts("base"))
 
 
 def template(tts: Qwen3TTS, voice: str = "cv", **kw) -> TTSRequest:
@@ -193,11 +192,11 @@ def test_stable_tokens_of_pieces_join_into_the_whole_texts_ids(cv, text):
         assert got + tokens.finish() == whole
 
 
-def test_streams_fed_in_pieces_under_preemption_give_the_whole_texts_frames(tmp_path_factory):
+def test_streams_fed_in_pieces_under_preemption_give_the_whole_texts_frames(tiny_tts):
     """A KV budget so tight that sequences are preempted and recomputed, waiting ones among them."""
     from aura_omni.engine.config import EngineConfig
 
-    ckpt = write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False)
+    ckpt = tiny_tts("custom_voice", with_codec=False)
     tts = Qwen3TTS.load(ckpt, engine_config=EngineConfig(max_model_len=64, block_size=4, num_kv_blocks=20,
                                                          max_num_seqs=4))
     texts = [TEXT, "Short and sweet, then a bit more text to say."]

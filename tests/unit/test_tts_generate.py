@@ -11,12 +11,11 @@ from aura_omni.engine.config import EngineConfig
 from aura_omni.models.qwen3_tts.prompt import target_template
 from aura_omni.models.qwen3_tts.sampling import CODEC_EOS
 from aura_omni.stages.tts import Qwen3TTS, TTSRequest, TTSRequestError
-from aura_omni.testing.tiny_tts import write_tiny_tts
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice", with_codec=False)
+def checkpoint(tiny_tts):
+    return tiny_tts("custom_voice", with_codec=False)
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +77,9 @@ def test_tiny_kv_budget_preempts_without_changing_results(tts, checkpoint):
     assert all(torch.equal(a, b) for a, b in zip(want, got))
 
 
-def test_chunks_double_from_the_first_window_to_the_steady_one(tmp_path_factory):
+def test_chunks_double_from_the_first_window_to_the_steady_one(tiny_tts):
     """1 frame is 80 ms of audio; the next chunk must come before it has played, so windows grow 1, 2, 4, ... 8."""
-    cv = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice"))
+    cv = Qwen3TTS.load(tiny_tts("custom_voice"))
     request = req(max_new_tokens=30, do_sample=False, subtalker_dosample=False)
     frames = len(cv.generate_codes([request])[0])
     sizes = [len(c) // 1920 for c in cv.stream(request, 1, 8)]
@@ -119,12 +118,12 @@ def test_speaker_names_are_case_insensitive(tts):
 
 
 @pytest.mark.parametrize("icl", [True, False], ids=["icl", "x_vector"])
-def test_streamed_chunks_join_into_the_whole_utterance(tmp_path_factory, icl):
+def test_streamed_chunks_join_into_the_whole_utterance(tiny_tts, icl):
     """/v1/audio/speech without streaming is served from `stream()` (so a client that leaves stops it): its
     joined chunks must be the audio `synthesize()` decodes in one go, for any window sizes."""
     import numpy as np
 
-    base = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "base", "base"))
+    base = Qwen3TTS.load(tiny_tts("base"))
     sr = 16000
     ref = (0.3 * np.sin(2 * np.pi * 200 * np.arange(sr) / sr)).astype(np.float32)
     voice = base.create_voice_prompt(ref, sr, "A short reference line." if icl else None, x_vector_only=not icl)
@@ -136,7 +135,7 @@ def test_streamed_chunks_join_into_the_whole_utterance(tmp_path_factory, icl):
         np.testing.assert_allclose(joined, whole, atol=1e-5)
 
 
-def test_astream_sends_each_window_to_code2wav_before_the_caller_takes_the_last(tmp_path_factory):
+def test_astream_sends_each_window_to_code2wav_before_the_caller_takes_the_last(tiny_tts):
     """The next window goes to Code2Wav as soon as its frames exist, from the Talker's thread, while the caller still
     holds the first chunk and its event loop is blocked (the second chunk has only the first's 80 ms to arrive in);
     the chunks join into the whole utterance, and a caller that leaves early leaves nothing behind in either stage."""
@@ -145,7 +144,7 @@ def test_astream_sends_each_window_to_code2wav_before_the_caller_takes_the_last(
 
     import numpy as np
 
-    cv = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice"))
+    cv = Qwen3TTS.load(tiny_tts("custom_voice"))
     request = req(max_new_tokens=12, do_sample=False, subtalker_dosample=False)
     whole = cv.synthesize(request)
     engine = cv.code2wav_loop.engine
@@ -172,14 +171,14 @@ def test_astream_sends_each_window_to_code2wav_before_the_caller_takes_the_last(
     assert not engine.has_work() and engine.stats()["streams"] == 0
 
 
-def test_a_talker_failure_mid_stream_comes_after_the_audio_made_before_it(tmp_path_factory):
+def test_a_talker_failure_mid_stream_comes_after_the_audio_made_before_it(tiny_tts):
     """The Talker's step fails after the first chunk: the caller gets the chunks already decoded, in order, then the
     stage's error, and neither stage keeps anything of the stream."""
     import asyncio
 
     from aura_omni.stages.loop import StageError
 
-    cv = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "cv", "custom_voice"))
+    cv = Qwen3TTS.load(tiny_tts("custom_voice"))
     request = req(max_new_tokens=40, do_sample=False, subtalker_dosample=False)
 
     async def read() -> tuple[list, BaseException | None]:
@@ -203,7 +202,7 @@ def test_a_talker_failure_mid_stream_comes_after_the_audio_made_before_it(tmp_pa
 
 
 @pytest.mark.parametrize("kind", ["custom_voice", "base"])
-def test_the_warm_start_burst_runs_max_num_seqs_streams_together(tmp_path_factory, kind):
+def test_the_warm_start_burst_runs_max_num_seqs_streams_together(tiny_tts, kind):
     """The warm start ends with a burst of the Talker's max_num_seqs streams (on a GPU by default), half of them
     joining the other half's steps (a Base Talker's with both kinds of cloned voice): they share their steps, each
     gets its audio, and nothing of them stays in either stage."""
@@ -211,7 +210,7 @@ def test_the_warm_start_burst_runs_max_num_seqs_streams_together(tmp_path_factor
 
     from aura_omni.pipeline.warmup import warm_up
 
-    tts = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / kind, kind),
+    tts = Qwen3TTS.load(tiny_tts(kind),
                         engine_config=EngineConfig(max_num_seqs=8, max_model_len=512))
     took = asyncio.run(warm_up(tts=tts, burst=False))
     assert f"tts_burst:{kind}" not in took  # the CPU default is off
@@ -228,7 +227,7 @@ def test_the_warm_start_burst_runs_max_num_seqs_streams_together(tmp_path_factor
     assert tts.code2wav_loop.engine.stats()["streams"] == 0
 
 
-def test_prompts_embedded_together_equal_each_embedded_alone(tmp_path_factory):
+def test_prompts_embedded_together_equal_each_embedded_alone(tiny_tts):
     """The Talker's stage embeds every prompt taken between two steps in one pass: ICL and x-vector-only voices, two
     speakers' x-vectors, a streamed text still open, each row where its own embedding put it."""
     import numpy as np
@@ -236,7 +235,7 @@ def test_prompts_embedded_together_equal_each_embedded_alone(tmp_path_factory):
     from aura_omni.models.qwen3_tts.generate import talker_inputs
     from aura_omni.models.qwen3_tts.text_stream import TextFeed
 
-    base = Qwen3TTS.load(write_tiny_tts(tmp_path_factory.mktemp("tts") / "base", "base"))
+    base = Qwen3TTS.load(tiny_tts("base"))
     sr = 16000
     ref = [(0.3 * np.sin(2 * np.pi * f * np.arange(sr) / sr)).astype(np.float32) for f in (200, 310)]
     icl = base.create_voice_prompt(ref[0], sr, "A short reference line.")
