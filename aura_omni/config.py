@@ -370,8 +370,8 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
             role = cfg.role_of(st)
             if edges and not ((role == TALKER and field == "output_connectors")
                               or (role == CODE2WAV and field == "input_connectors")):
-                out.append((f"stages[{i}].{field}", f"only the Talker -> Code2Wav edge has a connector: the other "
-                                                    f"edges hand their data over in process"))
+                out.append((f"stages[{i}].{field}", "only the Talker -> Code2Wav edge has a connector: the other "
+                                                    "edges hand their data over in process"))
             elif role == CODE2WAV and set(edges.values()) - codec_edge:
                 out.append((f"stages[{i}].{field}", f"must name the Talker's output connector "
                                                     f"({', '.join(sorted(codec_edge)) or 'none'}): its settings are "

@@ -21,7 +21,7 @@ from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.media.asr_features import SAMPLE_RATE, log_mel_spectrogram, pad_to_min_length
 from aura_omni.media.audio import AudioDecodeError, resample
 from aura_omni.models.loader import resolve_checkpoint
-from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos, preset_config_path
+from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos
 from aura_omni.models.qwen3_asr_encoder import TOKENS_PER_CHUNK, num_audio_tokens
 from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
 from aura_omni.stages.engine_config import engine_config

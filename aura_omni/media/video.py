@@ -11,7 +11,7 @@ from typing import Iterable
 
 import numpy as np
 
-from aura_omni.media.image import decode_image, media_bytes
+from aura_omni.media.image import decode_image
 from aura_omni.media.limits import MediaError, MediaLimits, plain
 from aura_omni.media.vision_preprocess import (VIDEO_FPS, VIDEO_MIN_FRAMES, VisionInput, VisionPreprocessConfig,
                                                preprocess_video, sample_frame_indices)

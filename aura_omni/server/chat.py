@@ -33,7 +33,6 @@ from fastapi.responses import Response, StreamingResponse
 from ..config import AURA, TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk
 from ..pipeline.constants import TTS_SAMPLE_RATE
-from ..pipeline.media_input import MediaPolicy
 from ..pipeline.orchestrator import TurnTimeout
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, collect_turn
 from ..pipeline.turn_builder import TurnBuilder, TurnSpec

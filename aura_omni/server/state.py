@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fastapi import Request
-
 from ..media.limits import Limits
 from ..pipeline.media_input import MediaPolicy
 from ..pipeline.runtime import Runtime

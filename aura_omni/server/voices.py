@@ -22,7 +22,6 @@ from pydantic import ValidationError
 from ..config import TALKER
 from ..media.audio import AudioDecodeError
 from ..media.limits import MediaError
-from ..pipeline.media_input import MAX_REF_AUDIO_SECONDS, MediaPolicy, local_path, read_local
 from .errors import APIError, validation_error
 from ..pipeline.media_input import MediaPolicy, load_reference_audio
 from .protocol import VOICE_NAME_PATTERN, VoiceCard, VoiceCreateRequest
@@ -115,7 +114,7 @@ async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.n
         return body, await asyncio.to_thread(decode_ref_audio, audio_bytes, state.media_policy(), "audio_sample")
     try:
         payload = await request.json()
-    except ValueError as e:
+    except ValueError:
         raise APIError("request body is not valid JSON; send a JSON object or a multipart form",
                        code="invalid_json") from None
     if not isinstance(payload, dict):

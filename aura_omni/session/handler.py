@@ -32,7 +32,7 @@ from ..pipeline.orchestrator import AuraOmniPipeline, TurnTimeout, prefetch_visi
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
 from ..pipeline.errors import api_error, client_error, internal_error
 from ..placement import session_key
-from ..pipeline.media_input import MediaPolicy, vision_configs
+from ..pipeline.media_input import vision_configs
 from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .config import SessionConfig, SessionConfigError, check_input_rate
 from .events import GA_AND_BETA, ServerEvent, error_event, new_id

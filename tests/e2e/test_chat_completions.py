@@ -356,7 +356,7 @@ def test_chat_audio_starts_before_auras_reply_ends(base, ref_audio_b64):
     feeds = Spy(base.runtime.tts, "feed_text")
     body = {"model": MODEL, "stream": True, "messages": user({"type": "text", "text": "hi"}), "max_tokens": 20,
             "audio": {"voice": "x", "format": "pcm16"}, **xvector(ref_audio_b64, tts_max_new_tokens=40)}
-    first_audio, text = None, ""
+    first_audio = None
     try:
         with httpx.stream("POST", base.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60) as r:
             for line in r.iter_lines():

@@ -9,7 +9,6 @@ Skipped only when chromium is not installed, unless AURA_OMNI_REQUIRE_BROWSER=1 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil

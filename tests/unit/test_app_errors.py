@@ -4,9 +4,8 @@ import pytest
 from fastapi import WebSocket
 from fastapi.testclient import TestClient
 from starlette.testclient import WebSocketDenialResponse
-from starlette.websockets import WebSocketDisconnect
 
-from aura_omni.config import load_deploy_config, parse_deploy_config
+from aura_omni.config import parse_deploy_config
 from aura_omni.media.limits import Limits
 from aura_omni.server.app import create_app
 from aura_omni.server.websocket_auth import accept_with_key

@@ -10,7 +10,6 @@ import asyncio
 import base64
 import io
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
