@@ -1,7 +1,7 @@
 """A realtime session's settings: `session.update` (GA nested or beta flat shape) -> `SessionConfig`.
 
-Only the fields a client sends change. What this server cannot do is refused with the field's name (a G.711
-format, `semantic_vad`, tools) rather than ignored; fields that change nothing here (tracing, noise reduction,
+Only the fields a client sends change. What this server cannot do is refused with the field's name (an input or
+output rate it does not serve, `semantic_vad`, tools) rather than ignored; fields that change nothing here (tracing, noise reduction,
 input transcription model) are accepted and echoed.
 """
 
@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..media.wire_audio import G711, G711_RATE
 from ..pipeline.additional_information import AdditionalInformation
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.processors import PipelineRequestError
@@ -19,6 +20,7 @@ from ..pipeline.processors import PipelineRequestError
 INPUT_SAMPLE_RATES = (16000, 24000)  # pcm16 input the session resamples to ASR's 16 kHz
 OPENAI_INPUT_SAMPLE_RATE = 24000  # OpenAI Realtime's pcm16 is 24 kHz
 PCM_FORMATS = ("pcm16", "pcm_s16le", "s16le", "audio/pcm")
+GA_G711 = {"audio/pcmu": "g711_ulaw", "audio/pcma": "g711_alaw"}  # GA format type -> the beta name used here
 DEFAULT_MAX_FRAMES = 2  # AURA sees the latest 2 frames per turn (vLLM-Omni aura duplex input)
 FRAME_FILTER_THRESHOLD = 0.95  # vLLM-Omni frame_filter_threshold: a frame at least this similar is dropped
 MAX_FRAMES_LIMIT = 16  # vLLM-Omni max_frames_per_round
@@ -50,7 +52,9 @@ class SessionConfig:
     instructions: str | None = None  # AURA's system prompt (extra_body.aura_system_prompt wins)
     voice: str | None = None  # a CustomVoice speaker or a registered voice
     speak: bool = True  # output modalities include audio
+    input_audio_format: str = "pcm16"  # pcm16, g711_ulaw or g711_alaw (at 8 kHz), what an append holds by default
     input_sample_rate: int = OPENAI_INPUT_SAMPLE_RATE
+    output_audio_format: str = "pcm16"  # pcm16 at 24 kHz, or G.711 at 8 kHz
     turn_detection: TurnDetection | None = None  # None: push-to-talk (the client commits)
     temperature: float | None = None  # AURA's
     max_output_tokens: int | None = None  # AURA's max_tokens; None: the deploy default
@@ -82,10 +86,12 @@ class SessionConfig:
                 raise SessionConfigError("session.output_modalities", f"must be a list of 'text' and 'audio' "
                                          f"(got {modalities!r})")
             changes["speak"] = "audio" in modalities
-        rate = _input_rate(audio_in.get("format"), session.get("input_audio_format"))
-        if rate is not None:
-            changes["input_sample_rate"] = rate
-        _check_output_format(audio_out.get("format"), session.get("output_audio_format"))
+        fmt_in = _input_format(audio_in.get("format"), session.get("input_audio_format"))
+        if fmt_in is not None:
+            changes["input_audio_format"], changes["input_sample_rate"] = fmt_in
+        fmt_out = _output_format(audio_out.get("format"), session.get("output_audio_format"))
+        if fmt_out is not None:
+            changes["output_audio_format"] = fmt_out
         for key in ("turn_detection",):
             if key in audio_in or key in session:
                 changes["turn_detection"] = _turn_detection(audio_in.get(key, session.get(key)))
@@ -107,20 +113,25 @@ class SessionConfig:
     def system_prompt(self) -> str | None:
         return self.instructions
 
+    @property
+    def output_sample_rate(self) -> int:
+        return G711_RATE if self.output_audio_format in G711 else TTS_SAMPLE_RATE
+
     def to_json(self, session_id: str, model: str) -> dict:
         """The effective session, in the GA nested shape with the beta flat fields beside it."""
         modalities = ["text", "audio"] if self.speak else ["text"]
         turn = self.turn_detection.to_json() if self.turn_detection else None
-        fmt_in = {"type": "audio/pcm", "rate": self.input_sample_rate}
-        fmt_out = {"type": "audio/pcm", "rate": TTS_SAMPLE_RATE}
+        fmt_in = _ga_format(self.input_audio_format, self.input_sample_rate)
+        fmt_out = _ga_format(self.output_audio_format, self.output_sample_rate)
         return {
             "object": "realtime.session", "type": "realtime", "id": session_id, "model": model,
             "instructions": self.instructions or "",
             "output_modalities": modalities, "modalities": modalities,
             "audio": {"input": {"format": fmt_in, "turn_detection": turn, "transcription": self.transcription},
                       "output": {"format": fmt_out, "voice": self.voice}},
-            "voice": self.voice, "input_audio_format": "pcm16", "output_audio_format": "pcm16",
-            "input_sample_rate_hz": self.input_sample_rate, "output_sample_rate_hz": TTS_SAMPLE_RATE,
+            "voice": self.voice, "input_audio_format": self.input_audio_format,
+            "output_audio_format": self.output_audio_format,
+            "input_sample_rate_hz": self.input_sample_rate, "output_sample_rate_hz": self.output_sample_rate,
             "turn_detection": turn, "input_audio_transcription": self.transcription,
             "temperature": self.temperature,
             "max_output_tokens": self.max_output_tokens if self.max_output_tokens is not None else "inf",
@@ -157,18 +168,29 @@ def _number(value: Any, param: str, lo: float, hi: float, integer: bool = False)
     return value
 
 
-def _input_rate(ga: Any, beta: Any) -> int | None:
+def _ga_format(name: str, rate: int) -> dict:
+    types = {v: k for k, v in GA_G711.items()}
+    return {"type": types[name]} if name in types else {"type": "audio/pcm", "rate": rate}
+
+
+def _input_format(ga: Any, beta: Any) -> tuple[str, int] | None:
+    """(format, rate) of the session's input audio, if the update names it."""
     if ga is not None:
         fmt = _obj(ga, "session.audio.input.format")
-        if fmt.get("type", "audio/pcm") != "audio/pcm":
-            raise SessionConfigError("session.audio.input.format.type", f"only audio/pcm (pcm16) input is supported "
-                                     f"(got {fmt.get('type')!r})", "unsupported_audio_format")
-        return check_input_rate(fmt.get("rate", OPENAI_INPUT_SAMPLE_RATE), "session.audio.input.format.rate")
+        kind = fmt.get("type", "audio/pcm")
+        if kind in GA_G711:
+            return GA_G711[kind], G711_RATE
+        if kind != "audio/pcm":
+            raise SessionConfigError("session.audio.input.format.type", f"input is audio/pcm, audio/pcmu or "
+                                     f"audio/pcma (got {kind!r})", "unsupported_audio_format")
+        return "pcm16", check_input_rate(fmt.get("rate", OPENAI_INPUT_SAMPLE_RATE), "session.audio.input.format.rate")
     if beta is not None:
+        if beta in G711:
+            return beta, G711_RATE
         if beta not in PCM_FORMATS:
-            raise SessionConfigError("session.input_audio_format", f"only pcm16 input is supported (got {beta!r})",
-                                     "unsupported_audio_format")
-        return OPENAI_INPUT_SAMPLE_RATE
+            raise SessionConfigError("session.input_audio_format", f"input is pcm16, g711_ulaw or g711_alaw "
+                                     f"(got {beta!r})", "unsupported_audio_format")
+        return "pcm16", OPENAI_INPUT_SAMPLE_RATE
     return None
 
 
@@ -179,15 +201,25 @@ def check_input_rate(rate: Any, param: str) -> int:
     return rate
 
 
-def _check_output_format(ga: Any, beta: Any) -> None:
+def _output_format(ga: Any, beta: Any) -> str | None:
+    """The session's output format, if the update names it."""
     if ga is not None:
         fmt = _obj(ga, "session.audio.output.format")
-        if fmt.get("type", "audio/pcm") != "audio/pcm" or fmt.get("rate", TTS_SAMPLE_RATE) != TTS_SAMPLE_RATE:
-            raise SessionConfigError("session.audio.output.format", "output is pcm16 at 24000 Hz only",
-                                     "unsupported_audio_format")
-    if beta is not None and beta not in PCM_FORMATS:
-        raise SessionConfigError("session.output_audio_format", f"output is pcm16 only (got {beta!r})",
-                                 "unsupported_audio_format")
+        kind = fmt.get("type", "audio/pcm")
+        if kind in GA_G711:
+            return GA_G711[kind]
+        if kind != "audio/pcm" or fmt.get("rate", TTS_SAMPLE_RATE) != TTS_SAMPLE_RATE:
+            raise SessionConfigError("session.audio.output.format", "output is audio/pcm at 24000 Hz, audio/pcmu or "
+                                     "audio/pcma", "unsupported_audio_format")
+        return "pcm16"
+    if beta is not None:
+        if beta in G711:
+            return beta
+        if beta not in PCM_FORMATS:
+            raise SessionConfigError("session.output_audio_format", f"output is pcm16, g711_ulaw or g711_alaw "
+                                     f"(got {beta!r})", "unsupported_audio_format")
+        return "pcm16"
+    return None
 
 
 def _turn_detection(value: Any) -> TurnDetection | None:

@@ -27,6 +27,7 @@ from ..config import AURA, TALKER
 from ..media.audio import resample
 from ..media.image import decode_base64, decode_data_url, decode_image
 from ..media.limits import MediaError
+from ..media.wire_audio import G711, G711_RATE, WIDTHS, OutputStream, decode
 from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import AuraOmniPipeline, TurnTimeout, prefetch_vision, settle
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
@@ -34,7 +35,7 @@ from ..pipeline.errors import api_error, client_error, internal_error
 from ..placement import session_key
 from ..pipeline.media_input import vision_configs
 from ..pipeline.turn_builder import TurnBuilder, TurnSpec
-from .config import SessionConfig, SessionConfigError, check_input_rate
+from .config import OPENAI_INPUT_SAMPLE_RATE, SessionConfig, SessionConfigError, check_input_rate
 from .events import GA_AND_BETA, ServerEvent, error_event, new_id
 from .frames import FrameWindow
 from .history import History, Item
@@ -44,7 +45,6 @@ from .vad import ServerVad
 
 log = logging.getLogger("aura_omni.session")
 
-DUPLEX_AUDIO_FORMATS = {"pcm16": "<i2", "pcm_s16le": "<i2", "s16le": "<i2", "pcm_f32le": "<f4"}
 _ids = itertools.count()
 
 
@@ -85,6 +85,7 @@ class Response:
     started: bool = False  # response.created sent
     text: str = ""
     samples: int = 0  # 24 kHz samples sent
+    wire: OutputStream | None = None  # its audio in the output format, made at its first chunk
 
     @property
     def speak(self) -> bool:
@@ -300,12 +301,11 @@ class RealtimeSession:
             raise ClientError("invalid_session_config", err.message, err.param or "session") from None
 
     async def _append(self, event: dict) -> None:
-        fmt = event.get("format", event.get("input_audio_format", "pcm16"))
-        if not isinstance(fmt, str) or fmt not in DUPLEX_AUDIO_FORMATS:
+        fmt = event.get("format", event.get("input_audio_format", self.config.input_audio_format))
+        if not isinstance(fmt, str) or fmt not in WIDTHS:
             raise ClientError("unsupported_audio_format", f"audio format {fmt!r} is not supported; send one of "
-                              f"{sorted(DUPLEX_AUDIO_FORMATS)}", "format")
-        rate = event.get("sample_rate_hz")
-        rate = self.config.input_sample_rate if rate is None else check_input_rate(rate, "sample_rate_hz")
+                              f"{sorted(WIDTHS)}", "format")
+        rate = self._append_rate(fmt, event.get("sample_rate_hz"))
         audio_b64 = event.get("audio") or ""
         if not isinstance(audio_b64, str):
             raise ClientError("invalid_audio", "audio must be base64 text", "audio")
@@ -313,7 +313,7 @@ class RealtimeSession:
             raw = base64.b64decode(audio_b64, validate=True)
         except (binascii.Error, ValueError):
             raise ClientError("invalid_base64", "audio is not valid base64", "audio") from None
-        width = np.dtype(DUPLEX_AUDIO_FORMATS[fmt]).itemsize
+        width = WIDTHS[fmt]
         if len(raw) % width:
             raise ClientError("invalid_audio", f"{fmt} audio must be whole {width}-byte samples", "audio")
         if raw and self.input_rate is not None and rate != self.input_rate:
@@ -323,9 +323,7 @@ class RealtimeSession:
         is_speech = event.get("is_speech", True)
         if not isinstance(is_speech, bool):
             raise ClientError("invalid_value", "is_speech must be true or false", "is_speech")
-        samples = np.frombuffer(raw, dtype=DUPLEX_AUDIO_FORMATS[fmt]).astype(np.float32)
-        if width == 2:
-            samples /= 32768.0
+        samples = decode(raw, fmt)
         if samples.size:
             max_s = self.builder.policy.limits.max_audio_seconds
             if (sum(len(b) for b in self._buffer) + samples.size * ASR_SAMPLE_RATE / rate) / ASR_SAMPLE_RATE > max_s:
@@ -345,6 +343,19 @@ class RealtimeSession:
         self._prepare_clip()
         if samples.size and self.vad is not None:
             await self._run_vad(samples)
+
+    def _append_rate(self, fmt: str, rate: Any) -> int:
+        """An append's sample rate: G.711 is 8 kHz; pcm is the event's, else the session's (OpenAI's 24 kHz in a
+        G.711 session)."""
+        if fmt in G711:
+            if rate is not None and rate != G711_RATE:
+                raise ClientError("unsupported_sample_rate", f"{fmt} audio is {G711_RATE} Hz (got {rate!r})",
+                                  "sample_rate_hz")
+            return G711_RATE
+        if rate is None:
+            g711 = self.config.input_audio_format in G711
+            return OPENAI_INPUT_SAMPLE_RATE if g711 else self.config.input_sample_rate
+        return check_input_rate(rate, "sample_rate_hz")
 
     async def _decode_frames(self, frames: Any) -> list[np.ndarray]:
         if frames is None:
@@ -529,12 +540,12 @@ class RealtimeSession:
             return
         samples = None
         if audio is not None:
-            rate = self.config.input_sample_rate
+            rate, fmt = self.config.input_sample_rate, self.config.input_audio_format
             try:
                 raw = base64.b64decode(audio, validate=True)
             except (binascii.Error, ValueError, TypeError):
                 raise ClientError("invalid_base64", "input_audio.audio is not valid base64", "item.content") from None
-            samples = np.frombuffer(raw[:len(raw) // 2 * 2], "<i2").astype(np.float32) / 32768.0
+            samples = decode(raw[:len(raw) // WIDTHS[fmt] * WIDTHS[fmt]], fmt)
             samples = resample(samples, rate, ASR_SAMPLE_RATE).astype(np.float32) if rate != ASR_SAMPLE_RATE else samples
         p = PendingInput(new, audio=samples if samples is not None and samples.size else None, images=images)
         self._add_user_item(p, event)
@@ -861,19 +872,24 @@ class RealtimeSession:
                     self._emit_for(resp, name, **where, delta=ev.text)
                 elif isinstance(ev, AudioChunk):
                     self._start_item(resp)
-                    pcm = (np.clip(ev.samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+                    resp.wire = resp.wire or OutputStream(resp.config.output_audio_format, TTS_SAMPLE_RATE)
                     resp.samples += len(ev.samples)
-                    self._emit_for(resp, "response.output_audio.delta", **where,
-                                   delta=base64.b64encode(pcm).decode(), format="pcm16",
-                                   sample_rate_hz=TTS_SAMPLE_RATE,
-                                   metadata={"epoch": resp.epoch, "audio_duration_ms": round(resp.audio_ms)})
+                    self._audio_delta(resp, where, resp.wire.encode(ev.samples))
                 elif isinstance(ev, TurnDone):
+                    if resp.wire is not None:  # the resampler's last milliseconds
+                        self._audio_delta(resp, where, resp.wire.encode(np.zeros(0, np.float32), last=True))
                     done = ev
         finally:
             await events.aclose()
         if done is None:
             raise RuntimeError("the turn ended without a result")
         return done
+
+    def _audio_delta(self, resp: Response, where: dict, audio: bytes) -> None:
+        if audio:
+            self._emit_for(resp, "response.output_audio.delta", **where, delta=base64.b64encode(audio).decode(),
+                           format=resp.config.output_audio_format, sample_rate_hz=resp.config.output_sample_rate,
+                           metadata={"epoch": resp.epoch, "audio_duration_ms": round(resp.audio_ms)})
 
     def _listen(self, resp: Response) -> None:
         """AURA chose `<|silent|>`: no TTS ran, the client hears nothing, history keeps the silence."""

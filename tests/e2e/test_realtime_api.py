@@ -135,6 +135,37 @@ async def test_push_to_talk_turn_event_sequence(ws_url):
         assert (await c.until("session.closed"))[-1]["reason"] == "client_close"
 
 
+async def test_a_phone_bridge_talks_g711_both_ways(ws_url):
+    """Speech sent as 8 kHz μ-law is transcribed; the reply comes back as 8 kHz μ-law (a telephone bridge's
+    session, GA format types)."""
+    from aura_omni.media import wire_audio
+    from aura_omni.media.audio import resample
+
+    wav, sr = sf.read(SPEECH_WAV, dtype="float32")
+    ulaw = wire_audio.encode(resample(wav, sr, 8000), "g711_ulaw")
+    async with connect(ws_url) as c:
+        await c.until("session.created")
+        await c.send("session.update", session={"voice": "vivian", "extra_body": SPEAK, "audio": {
+            "input": {"format": {"type": "audio/pcmu"}}, "output": {"format": {"type": "audio/pcmu"}}}})
+        updated = (await c.until("session.updated"))[-1]["session"]
+        assert updated["audio"]["output"]["format"] == {"type": "audio/pcmu"}
+        assert updated["output_audio_format"] == "g711_ulaw"
+        await c.send("input_audio_buffer.append", audio=base64.b64encode(ulaw).decode())
+        await c.send("input_audio_buffer.commit")
+        await c.send("response.create")
+        events = await c.until("response.done")
+        assert events[-1]["response"]["status"] == "completed"
+        transcript = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed")
+        assert transcript["transcript"]  # the tiny ASR's text of it: it heard the audio
+        deltas = [e for e in events if e["type"] == "response.output_audio.delta"]
+        assert deltas and {(d["format"], d["sample_rate_hz"]) for d in deltas} == {("g711_ulaw", 8000)}
+        audio = b"".join(base64.b64decode(d["delta"]) for d in deltas)
+        assert len(audio) == deltas[-1]["metadata"]["audio_duration_ms"] * 8  # one byte a sample at 8 kHz
+        assert np.abs(wire_audio.decode(audio, "g711_ulaw")).max() > 0
+        await c.send("session.close")
+        await c.until("session.closed")
+
+
 async def test_openai_sdk_push_to_talk(server):
     from openai import AsyncOpenAI
 

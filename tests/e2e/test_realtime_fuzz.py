@@ -62,6 +62,7 @@ _session = st.fixed_dictionaries({}, optional={
     "instructions": st.text(max_size=30),
     "turn_detection": st.one_of(st.none(), st.just({"type": "server_vad"}), _scalar),
     "input_audio_format": st.sampled_from(["pcm16", "g711_ulaw"]),
+    "output_audio_format": st.sampled_from(["pcm16", "g711_alaw", "opus"]),
     "max_response_output_tokens": st.one_of(st.integers(-1, 12), st.just("inf")),
     "extra_body": st.one_of(st.fixed_dictionaries({"tts_max_new_tokens": st.integers(-1, 6)}), _scalar),
 })
@@ -73,7 +74,7 @@ _content = st.lists(st.one_of(
     st.dictionaries(st.text(max_size=5), _scalar, max_size=2)), max_size=3)
 _events = {
     "input_audio_buffer.append": st.fixed_dictionaries({"audio": _b64}, optional={
-        "format": st.sampled_from(["pcm16", "pcm_f32le", "mp3"]), "sample_rate_hz": st.sampled_from([8000, 16000,
+        "format": st.sampled_from(["pcm16", "pcm_f32le", "g711_alaw", "mp3"]), "sample_rate_hz": st.sampled_from([8000, 16000,
                                                                                                     24000, 0, 7]),
         "is_speech": _scalar, "video_frames": _frames}),
     "input_audio_buffer.commit": st.fixed_dictionaries({}, optional={"create_response": _scalar}),

@@ -175,7 +175,9 @@ def test_session_update_ga_and_beta_shapes_mean_the_same():
 
 def test_session_update_refuses_what_aura_cannot_do():
     for session, code in (({"turn_detection": {"type": "semantic_vad"}}, "unsupported_turn_detection"),
-                          ({"input_audio_format": "g711_ulaw"}, "unsupported_audio_format"),
+                          ({"input_audio_format": "opus"}, "unsupported_audio_format"),
+                          ({"audio": {"output": {"format": {"type": "audio/pcm", "rate": 16000}}}},
+                           "unsupported_audio_format"),
                           ({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 44100}}}},
                            "unsupported_sample_rate"),
                           ({"tools": [{"type": "function", "name": "f"}]}, "unsupported_tools"),
@@ -183,6 +185,22 @@ def test_session_update_refuses_what_aura_cannot_do():
         with pytest.raises(SessionConfigError) as e:
             SessionConfig().with_update(session)
         assert e.value.code == code
+
+
+def test_g711_formats_in_both_shapes():
+    ga = SessionConfig().with_update({"audio": {"input": {"format": {"type": "audio/pcmu"}},
+                                                "output": {"format": {"type": "audio/pcma"}}}})
+    beta = SessionConfig().with_update({"input_audio_format": "g711_ulaw", "output_audio_format": "g711_alaw"})
+    assert ga == beta
+    assert (ga.input_audio_format, ga.input_sample_rate, ga.output_audio_format, ga.output_sample_rate) == (
+        "g711_ulaw", 8000, "g711_alaw", 8000)
+    echoed = ga.to_json("s", "m")
+    assert echoed["audio"]["input"]["format"] == {"type": "audio/pcmu"}
+    assert echoed["audio"]["output"]["format"] == {"type": "audio/pcma"}
+    assert (echoed["input_audio_format"], echoed["output_audio_format"], echoed["output_sample_rate_hz"]) == (
+        "g711_ulaw", "g711_alaw", 8000)
+    back = ga.with_update({"output_audio_format": "pcm16"})
+    assert (back.output_audio_format, back.output_sample_rate) == ("pcm16", 24000)
 
 
 def test_extra_body_takes_chat_keys_and_sampling_list():
@@ -296,6 +314,41 @@ async def test_push_to_talk_turn_follows_the_openai_sequence():
     assert len({e.event_id for e in events}) == len(events)
     transcript = next(e for e in events if e.type == "response.output_audio_transcript.done")["transcript"]
     assert transcript == "Hello there. I see a red square."
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fmt, ga_type", [("g711_ulaw", "audio/pcmu"), ("g711_alaw", "audio/pcma")])
+async def test_a_phone_call_session_hears_and_speaks_g711_at_8_khz(fmt, ga_type):
+    """A telephone bridge's session: 8 kHz G.711 in (ASR gets it at 16 kHz), and the reply's 24 kHz audio out as
+    G.711 at 8 kHz, one resampler over the reply: a third of the samples, the level kept, nothing lost at the end."""
+    from aura_omni.media import wire_audio
+
+    heard = []
+
+    class RecordingAsr(ScriptedAsr):
+        async def transcribe(self, samples, sample_rate, **kw):
+            heard.append((samples, sample_rate))
+            return await super().transcribe(samples, sample_rate, **kw)
+
+    rt = FakeRuntime()
+    rt.pipeline.asr = RecordingAsr()
+    s = new_session(rt)
+    await s.send("session.update", session={"audio": {"input": {"format": {"type": ga_type}},
+                                                       "output": {"format": {"type": ga_type}}}})
+    t = np.arange(4000) / 8000  # 0.5 s of a 220 Hz tone at 0.3
+    tone = (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    await s.send("input_audio_buffer.append", audio=base64.b64encode(wire_audio.encode(tone, fmt)).decode())
+    await s.send("input_audio_buffer.commit", create_response=True)
+    events = await until(s, "response.done")
+    assert events[-1]["response"]["status"] == "completed"
+    samples, rate = heard[0]
+    assert rate == 16000 and abs(samples.size - 2 * tone.size) <= 2
+    assert abs(np.abs(samples[2000:6000]).max() - 0.3) < 0.02  # the tone, resampled, at its level
+    deltas = [e for e in events if e.type == "response.output_audio.delta"]
+    assert {(d["format"], d["sample_rate_hz"]) for d in deltas} == {(fmt, 8000)}
+    out = wire_audio.decode(b"".join(base64.b64decode(d["delta"]) for d in deltas), fmt)
+    assert out.size == deltas[-1]["metadata"]["audio_duration_ms"] * 8 > 0  # the whole reply, flushed at its end
+    assert np.allclose(out[200:-200], 0.1, atol=0.01)  # the reply's constant 0.1, through the resampler and G.711
 
 
 @pytest.mark.asyncio
