@@ -172,6 +172,7 @@ class Platform(_Strict):
 
 class DuplexSession(_Strict):
     max_sessions: int = Field(1, ge=1)
+    disconnect_grace_s: float = Field(30.0, ge=0)  # a dropped duplex socket's session is kept this long for resume
 
 
 class DeployConfig(_Strict):

@@ -346,8 +346,9 @@ class RealtimeMeter:
             return
         elif kind == self.AUDIO:
             b64 = event.get("delta") or ""
-            pcm_bytes = len(b64) * 3 // 4 - b64[-2:].count("=")  # base64's length -> bytes, without decoding
-            timer.audio(pcm_bytes / 2 / int(event.get("sample_rate_hz") or self.sample_rate), now)
+            audio_bytes = len(b64) * 3 // 4 - b64[-2:].count("=")  # base64's length -> bytes, without decoding
+            width = 1 if str(event.get("format", "")).startswith("g711") else 2  # G.711: a byte a sample
+            timer.audio(audio_bytes / width / int(event.get("sample_rate_hz") or self.sample_rate), now)
         elif kind in self.TEXT:
             timer.text(now)
         elif kind == "response.listen":

@@ -6,15 +6,15 @@ The transport only: JSON text frames in and out, the API key, the session limit.
 API key (when the server has one): `Authorization: Bearer KEY`, `?api_key=KEY`, or the subprotocol
 `openai-insecure-api-key.KEY` (browsers cannot set headers on a WebSocket). Sessions at once: the server's
 `max_concurrent_sessions` limit (media/limits.py), or `duplex_session.max_sessions` on a duplex deployment; one more
-gets `error` `resource_exhausted` and is closed.
+gets `error` `resource_exhausted` and is closed, unless a detached session's slot can be reclaimed. A duplex
+session whose socket drops is held for `session.resume` from another connection (`held_sessions.py`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import logging
+from typing import Awaitable, Callable
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
@@ -23,14 +23,13 @@ from ..pipeline.turn_builder import TurnBuilder
 from ..session import RealtimeSession
 from ..session.events import new_id
 from .errors import APIError
+from .held_sessions import DISCONNECT_GRACE_S, HeldSessions, Link
 from .metrics import RealtimeMeter
 from .websocket_auth import accepted_subprotocol, check_api_key
 
-log = logging.getLogger("aura_omni.server")
 router = APIRouter()
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024  # OpenAI: one client event carries at most 15 MiB (uvicorn closes at 16 MiB)
-CLOSE_TIMEOUT_S = 2.0  # flushing the last events (session.closed) before the socket closes
 POLICY_VIOLATION, TRY_AGAIN_LATER = 1008, 1013  # WebSocket close codes
 
 
@@ -58,6 +57,15 @@ def session_slots(app) -> SessionSlots:
         limit = deploy.duplex_session.max_sessions if deploy.duplex_session else state.limits.max_concurrent_sessions
         slots = app.state.realtime_slots = SessionSlots(limit)
     return slots
+
+
+def held_sessions(app) -> HeldSessions:
+    held = getattr(app.state, "realtime_held", None)
+    if held is None:
+        deploy = app.state.server.runtime.deploy
+        grace = deploy.duplex_session.disconnect_grace_s if deploy.duplex_session else DISCONNECT_GRACE_S
+        held = app.state.realtime_held = HeldSessions(grace)
+    return held
 
 
 def duplex_mode(ws: WebSocket, session_mode: str) -> bool | None:
@@ -99,68 +107,90 @@ async def realtime(ws: WebSocket) -> None:
         state.runtime.require(AURA, "/v1/realtime")
     except APIError as e:
         return await refuse(ws, e.code or "invalid_request", e.message)
-    slots = session_slots(ws.app)
-    if not slots.acquire():
+    slots, held = session_slots(ws.app), held_sessions(ws.app)
+    slot = Slot(ws, slots, held)
+    if not duplex and not await slot.take():
+        return
+    builder = TurnBuilder(state.runtime, state.voices, state.media_policy())
+    session = RealtimeSession(state.runtime, builder, model=ws.query_params.get("model") or state.served_model_name,
+                              duplex=duplex, max_sessions=slots.limit, on_closed=slot.give_back)
+    if not duplex:
+        session.start()
+    meter = RealtimeMeter(state.metrics, ws.url.path)
+    try:
+        await serve_session(ws, session, meter, held, slot.take)
+    finally:
+        meter.close()
+
+
+class Slot:
+    """A session's place under the limit: taken when it starts (at connect; a duplex session at its first
+    `session.update`, so a connection that only resumes another never needs one), given back once when it closes,
+    whichever socket it is on then. With every slot taken, the session detached longest gives its up."""
+
+    def __init__(self, ws: WebSocket, slots: SessionSlots, held: HeldSessions):
+        self.ws, self.slots, self.held = ws, slots, held
+        self.taken = False
+
+    async def take(self) -> bool:
+        if self.taken:  # an earlier session.update took it and was refused
+            return True
+        if self.slots.acquire() or (await self.held.reclaim() and self.slots.acquire()):
+            self.taken = True
+            return True
         event = {"type": "error", "event_id": new_id("event"), "error": {
             "type": "rate_limit_error", "code": "resource_exhausted", "event_id": None,
-            "message": f"duplex_session_capacity_exhausted: limit={slots.limit}"}}
+            "message": f"duplex_session_capacity_exhausted: limit={self.slots.limit}"}}
         with contextlib.suppress(Exception):
-            await ws.send_text(json.dumps(event))
-            await ws.close(TRY_AGAIN_LATER, reason="resource_exhausted")
-        return
-    try:
-        builder = TurnBuilder(state.runtime, state.voices, state.media_policy())
-        session = RealtimeSession(state.runtime, builder, model=ws.query_params.get("model") or state.served_model_name,
-                                  duplex=duplex, max_sessions=slots.limit)
-        if not duplex:
-            session.start()
-        meter = RealtimeMeter(state.metrics, ws.url.path)
-        try:
-            await serve_session(ws, session, meter)
-        finally:
-            meter.close()
-    finally:
-        slots.release()
+            await self.ws.send_text(json.dumps(event))
+            await self.ws.close(TRY_AGAIN_LATER, reason="resource_exhausted")
+        return False
+
+    def give_back(self, session: RealtimeSession) -> None:
+        if self.taken:
+            self.taken = False
+            self.slots.release()
+        self.held.forget(session)
 
 
-async def serve_session(ws: WebSocket, session: RealtimeSession, meter: RealtimeMeter | None = None) -> None:
-    writer = asyncio.create_task(_send_events(ws, session, meter))
+async def serve_session(ws: WebSocket, session: RealtimeSession, meter: RealtimeMeter | None = None,
+                        held: HeldSessions | None = None, take_slot: Callable[[], Awaitable[bool]] | None = None
+                        ) -> None:
+    """Client events in, the session's events out, until the session closes or the socket does. A duplex session
+    whose socket drops is held for `session.resume` (`held`) instead of closed; one not yet started takes its slot
+    (`take_slot`) at its first `session.update`, and the connection ends if there is none."""
+    link = Link(ws, session, meter)
+    if held is not None:
+        held.hold(link)
     try:
-        while not session.closed:
+        while not link.session.closed:
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
                 break
             text = message.get("text")
             if text is None:
-                session.error("invalid_event", "binary frames are not events: send JSON text frames")
+                link.session.error("invalid_event", "binary frames are not events: send JSON text frames")
                 continue
             if len(text) > MAX_EVENT_BYTES:
-                session.error("message_too_large", f"a client event is at most {MAX_EVENT_BYTES} bytes (got "
-                              f"{len(text)}); send audio in smaller appends")
+                link.session.error("message_too_large", f"a client event is at most {MAX_EVENT_BYTES} bytes (got "
+                                   f"{len(text)}); send audio in smaller appends")
                 continue
             try:
                 event = json.loads(text)
             except ValueError as e:
-                session.error("invalid_json", f"the message is not JSON: {e}")
+                link.session.error("invalid_json", f"the message is not JSON: {e}")
                 continue
-            await session.handle(event)
-    except WebSocketDisconnect:
+            if link.session.duplex and not link.session.started and isinstance(event, dict):
+                if held is not None and event.get("type") == "session.resume":
+                    if not await held.resume(link, event) and ws.query_params.get("autostart") == "0":
+                        break  # a resume-only connection (vLLM-Omni's autostart=0) ends with its refusal
+                    continue
+                if event.get("type") == "session.update" and take_slot is not None and not await take_slot():
+                    break
+            await link.session.handle(event)
+    except (WebSocketDisconnect, RuntimeError):  # RuntimeError: receive after another socket took the session
         pass
-    finally:
-        await session.close("client_disconnected")  # no-op after session.close; stops every stage otherwise
-        with contextlib.suppress(asyncio.TimeoutError, Exception):
-            await asyncio.wait_for(writer, CLOSE_TIMEOUT_S)
-        writer.cancel()
-        with contextlib.suppress(Exception):
-            await ws.close(1000)
-
-
-async def _send_events(ws: WebSocket, session: RealtimeSession, meter: RealtimeMeter | None = None) -> None:
-    while True:
-        event = await session.next_event()
-        payload = event.to_json()
-        if meter is not None:
-            meter.sent(payload)
-        await ws.send_text(json.dumps(payload))
-        if event.type == "session.closed":
-            return
+    finally:  # a replaced link's session is another socket's now
+        if not link.replaced and (held is None or not held.detach(link)):
+            await link.session.close("client_disconnected")  # no-op after session.close; stops every stage otherwise
+            await link.flush_and_close()

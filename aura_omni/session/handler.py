@@ -8,6 +8,10 @@ cancel (`response.cancel`, barge-in) nothing of it follows its `response.done` s
 Overlapped input: a new response waits only until the previous reply's AURA text is final, then runs while
 the previous one still drains in the Talker and Code2Wav (at most one drains; an older one is cancelled).
 Bad client input is answered with an `error` event; the session carries on.
+
+A duplex session outlives its socket: the transport detaches it when the socket drops, it runs on with its events
+journaled (`journal.py`), and a new connection takes it over with `session.resume` (`reattach`), which replays the
+events its client missed.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ import base64
 import binascii
 import itertools
 import logging
+import secrets
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
@@ -39,6 +44,7 @@ from .config import OPENAI_INPUT_SAMPLE_RATE, SessionConfig, SessionConfigError,
 from .events import GA_AND_BETA, ServerEvent, error_event, new_id
 from .frames import FrameWindow
 from .history import History, Item
+from .journal import Journal
 from .transcribe_ahead import TranscribeAhead
 from .transcribe_ahead import enabled as transcribe_ahead_enabled
 from .vad import ServerVad
@@ -46,6 +52,14 @@ from .vad import ServerVad
 log = logging.getLogger("aura_omni.session")
 
 _ids = itertools.count()
+
+
+class ResumeRefused(ValueError):
+    """A `session.resume` that cannot take the session over; `code` is the handshake error's."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
 
 
 class ClientError(ValueError):
@@ -136,8 +150,9 @@ class RealtimeSession:
     """Feed client events with `handle(event)`; read server events with `next_event()` / `async for`."""
 
     def __init__(self, runtime, builder: TurnBuilder, *, model: str, duplex: bool = False,
-                 max_sessions: int = 1):
+                 max_sessions: int = 1, on_closed: Callable[[RealtimeSession], None] | None = None):
         self.runtime, self.builder, self.model, self.duplex = runtime, builder, model, duplex
+        self.on_closed = on_closed  # the transport's: the session's slot is free
         self.id = f"duplex-{uuid.uuid4().hex}" if duplex else new_id("sess")
         self.max_sessions = max_sessions
         self.config = SessionConfig(speak=TALKER in runtime.models,  # text-only deployments answer in text
@@ -146,8 +161,15 @@ class RealtimeSession:
         self.pipeline, self._watch = session_pipeline(runtime)
         self._events: asyncio.Queue[ServerEvent] = asyncio.Queue()
         self._seq = itertools.count(1)
+        # duplex: every event is journaled until acknowledged, for a client that reconnects (session.resume); while
+        # detached (no socket) the session runs on and its events go to the journal only
+        self.journal = Journal() if duplex else None
+        self.resume_token = secrets.token_urlsafe(24) if duplex else None
+        self.attachment_generation = 1
+        self.attached = True
         self.started = False
         self.closed = False
+        self._closing = False
         self.epoch = 0
         self.turn_id = 0
         self.history = History()
@@ -170,9 +192,16 @@ class RealtimeSession:
 
     # ------------------------------------------------------------------ event plumbing
     def emit(self, type_: str, **data: Any) -> ServerEvent:
-        event = ServerEvent(type_, data, seq=next(self._seq) if self.duplex else None)
-        self._events.put_nowait(event)
+        event = ServerEvent(type_, data)
+        self._put(event)
         return event
+
+    def _put(self, event: ServerEvent, queue: bool = True) -> None:
+        if self.duplex:
+            event.seq = next(self._seq)
+            self.journal.add(event)
+        if self.attached and queue:
+            self._events.put_nowait(event)
 
     def _emit_for(self, resp: Response, type_: str, **data: Any) -> None:
         """A response's event; dropped once it was cancelled (late deltas of an old epoch)."""
@@ -185,9 +214,7 @@ class RealtimeSession:
 
     def error(self, code: str, message: str, client_event_id: str | None = None, *, kind: str = "invalid_request_error",
               param: str | None = None) -> None:
-        event = error_event(code, message, client_event_id, kind=kind, param=param)
-        event.seq = next(self._seq) if self.duplex else None
-        self._events.put_nowait(event)
+        self._put(error_event(code, message, client_event_id, kind=kind, param=param))
 
     async def next_event(self) -> ServerEvent:
         return await self._events.get()
@@ -214,35 +241,81 @@ class RealtimeSession:
         """OpenAI sessions exist from connect; duplex sessions from their first `session.update`."""
         if not self.started:
             self.started = True
-            self.emit("session.created", session=self._session_json())
+            self.emit("session.created", session=self._session_json(), **self._attachment())
+
+    def _attachment(self) -> dict:
+        """What a duplex client keeps to resume the session from another connection."""
+        if not self.duplex:
+            return {}
+        return {"attachment_generation": self.attachment_generation, "resume_token": self.resume_token}
+
+    def detach(self) -> None:
+        """Its socket is gone: the session runs on; its events are journaled only, and the unsent ones are dropped
+        from the queue (a resume replays them by seq)."""
+        self.attached = False
+        while not self._events.empty():
+            self._events.get_nowait()
+
+    def check_resume(self, resume_token: Any, last_seq: Any) -> None:
+        """Whether a new connection may take the session over (`session.resume`); raises ResumeRefused."""
+        if not self.duplex or self.closed:
+            raise ResumeRefused("session_resume_expired", f"session {self.id} has ended; start a new one")
+        if not isinstance(resume_token, str) or not secrets.compare_digest(resume_token, self.resume_token):
+            raise ResumeRefused("session_resume_rejected", "resume_token does not match this session's latest")
+        if isinstance(last_seq, bool) or not isinstance(last_seq, int) or last_seq < 0:
+            raise ResumeRefused("invalid_value", "last_received_server_event_seq must be an integer >= 0")
+        if isinstance(missed := self.journal.since(last_seq), str):
+            raise ResumeRefused("session_resync_required", missed)
+
+    def reattach(self, resume_token: Any, last_seq: Any) -> tuple[ServerEvent, list[ServerEvent]]:
+        """The new connection takes it: its `session.resumed`, with a new token, and the events after `last_seq` to
+        send after it, in order; later events follow on the queue. Checked again here, with no wait between the
+        check and the taking: another connection may have resumed it since `check_resume`."""
+        self.check_resume(resume_token, last_seq)
+        self.detach()  # the unsent events of a socket still attached: replayed instead
+        replay = self.journal.since(last_seq)
+        self.attachment_generation += 1
+        self.resume_token = secrets.token_urlsafe(24)
+        self.attached = True
+        resumed = ServerEvent("session.resumed", {"session_id": self.id, "session": self._session_json(),
+                                                  **self._attachment()})
+        self._put(resumed, queue=False)  # sent first, before the replay
+        return resumed, replay
 
     def _session_json(self) -> dict:
         out = self.config.to_json(self.id, self.model)
         out.update(epoch=self.epoch, playback=self._playback(None))
         if self.duplex:
             out["capabilities"] = {
-                "supports_barge_in": True, "supports_session_resume": False, "supports_audio_truncate": True,
+                "supports_barge_in": True, "supports_session_resume": True, "supports_audio_truncate": True,
                 "supports_turn_commit_only": True, "supports_overlapped_input": True, "supports_vision_follow": True,
                 "supports_server_vad": True, "supports_multi_session": self.max_sessions > 1,
                 "required_input_modalities": [], "optional_input_modalities": ["audio", "video"]}
         return out
 
     async def close(self, reason: str = "client_close", client_event: dict | None = None) -> None:
-        if self.closed:
+        """Stop everything; `session.closed` is the last event. Once, whoever calls it first, and whole even if
+        that caller is cancelled meanwhile."""
+        if self._closing:
             return
-        for resp in list(self.responses):
-            await self._cancel(resp, "session_closed", announce=False)
-        for p in self.pending:
-            if p.transcription is not None:
-                p.transcription.cancel()
-        self.ahead.cancel()
-        if self._clip is not None:
-            self._clip[1].cancel()
-        self.closed = True
-        data = {"session_id": self.id, "epoch": self.epoch, "reason": reason}
-        if client_event is not None:
-            data["event"] = client_event.get("event_id")
-        self.emit("session.closed", **data)
+        self._closing = True
+        try:
+            for resp in list(self.responses):
+                await self._cancel(resp, "session_closed", announce=False)
+            for p in self.pending:
+                if p.transcription is not None:
+                    p.transcription.cancel()
+            self.ahead.cancel()
+            if self._clip is not None:
+                self._clip[1].cancel()
+        finally:
+            self.closed = True
+            data = {"session_id": self.id, "epoch": self.epoch, "reason": reason}
+            if client_event is not None:
+                data["event"] = client_event.get("event_id")
+            self.emit("session.closed", **data)
+            if self.on_closed is not None:
+                self.on_closed(self)
 
     # ------------------------------------------------------------------ client events
     async def handle(self, event: Any) -> None:
@@ -645,11 +718,17 @@ class RealtimeSession:
         await self.close("client_close", event)
 
     async def _resume(self, event: dict) -> None:
-        raise ClientError("session_resume_unsupported", "this server does not keep detached sessions; open a new "
-                          "session")
+        if not self.duplex:
+            raise ClientError("session_resume_unsupported", "only duplex sessions (?duplex=1, /v1/duplex) can be "
+                              "resumed; open a new session")
+        raise ClientError("session_resume_in_session", "send session.resume as the first event of a new connection")
 
-    async def _ignore(self, event: dict) -> None:
-        return
+    async def _event_ack(self, event: dict) -> None:
+        seq = event.get("server_event_seq")
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise ClientError("invalid_value", "server_event_seq must be an integer >= 0", "server_event_seq")
+        if self.journal is not None:
+            self.journal.ack(seq)
 
     # ------------------------------------------------------------------ responses
     async def _cancel(self, resp: Response, reason: str, announce: bool = True) -> None:
@@ -933,7 +1012,7 @@ class RealtimeSession:
         "turn.signal": _barge_in,
         "playback.ack": _playback_ack,
         "session.heartbeat": _heartbeat,
-        "session.event_ack": _ignore,
+        "session.event_ack": _event_ack,
         "session.resume": _resume,
         "session.close": _session_close,
     }

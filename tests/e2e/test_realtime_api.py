@@ -33,6 +33,7 @@ SPEAK = {"tts_max_new_tokens": 4, "sampling_params_list": [
     None, {"max_tokens": 8, "logit_bias": {str(AURA_SILENT_TOKEN_ID): -100, str(QWEN_IM_END_ID): -100}}]}
 LISTEN = {"sampling_params_list": [None, {"logit_bias": {str(AURA_SILENT_TOKEN_ID): 100}}]}
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
+RESUME_GRACE_S = 3.0  # a dropped duplex session is held this long (production: 30 s)
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
@@ -45,6 +46,7 @@ def realtime_deploy(tiny_dir: Path, max_sessions: int, codec_chunk_frames: int |
         stage["model"] = "./qwen3_tts_custom_voice"
     data["stages"][1]["enable_prefix_caching"] = True
     data["limits"] = {"max_concurrent_sessions": max_sessions}
+    data["duplex_session"] = {"max_sessions": max_sessions, "disconnect_grace_s": RESUME_GRACE_S}
     name = f"deploy_realtime_{max_sessions}_{codec_chunk_frames}.yaml"
     (tiny_dir / name).write_text(yaml.safe_dump(data, sort_keys=False))
     return name
@@ -300,6 +302,97 @@ async def test_duplex_aura_ptt_flow(ws_url):
         assert closed["session_id"] == session["id"]
         seqs = [e["server_event_seq"] for e in c.log]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+async def start_duplex(ws_url: str, **extra) -> tuple[Client, dict, contextlib.AsyncExitStack]:
+    """A started duplex session on its own socket: (client, session.created event, the stack that owns the socket)."""
+    stack = contextlib.AsyncExitStack()
+    c = await stack.enter_async_context(connect(ws_url, "/v1/duplex", f"?model={MODEL}"))
+    await c.send("session.update", session={"extra_body": {**SPEAK, **extra}})
+    created = (await c.until("session.created"))[-1]
+    await c.until("session.updated")
+    return c, created, stack
+
+
+async def test_a_dropped_duplex_session_is_resumed_with_the_events_it_missed(ws_url):
+    """The socket drops mid-reply; the reply runs on; a new connection resumes the session and gets every event
+    after the last one its client had, then the rest, with no seq missing; the old token no longer works."""
+    a, created, stack = await start_duplex(ws_url, tts_max_new_tokens=24)
+    assert created["session"]["capabilities"]["supports_session_resume"] and created["attachment_generation"] == 1
+    await a.send("input_audio_buffer.append", audio=pcm16(0.3, 16000), sample_rate_hz=16000)
+    await a.send("input_audio_buffer.commit", create_response=True)
+    seen = await a.until("response.output_audio.delta")
+    last = seen[-1]["server_event_seq"]
+    await stack.aclose()  # the socket drops (no session.close)
+    await asyncio.sleep(0.3)  # the reply goes on while nobody listens
+    async with connect(ws_url, "/v1/duplex", f"?model={MODEL}&autostart=0") as b:
+        await b.send("session.resume", session_id=created["session"]["id"], resume_token=created["resume_token"],
+                     last_received_server_event_seq=last)
+        events = await b.until("response.done")
+        resumed = events[0]
+        assert resumed["type"] == "session.resumed" and resumed["session_id"] == created["session"]["id"]
+        assert resumed["attachment_generation"] == 2 and resumed["resume_token"] != created["resume_token"]
+        seqs = [e["server_event_seq"] for e in events]
+        assert sorted(seqs) == list(range(last + 1, last + 1 + len(seqs)))  # none missing, none twice
+        after = [q for q in seqs[1:] if q < resumed["server_event_seq"]]
+        assert after == sorted(after) and len(after) > 0  # the replay, in order, then what came later
+        assert events[-1]["response"]["status"] == "completed"
+        async with connect(ws_url, "/v1/duplex", f"?model={MODEL}") as c:  # the rotated-out token is refused
+            await c.send("session.resume", session_id=created["session"]["id"],
+                         resume_token=created["resume_token"], last_received_server_event_seq=last)
+            refusal = json.loads(await asyncio.wait_for(c.ws.recv(), 10))
+            assert refusal == {"type": "error", "event_id": refusal["event_id"], "error": refusal["error"],
+                               "code": "session_resume_rejected"}
+            await c.send("session.update", session={})  # a refused resume leaves the connection a new session
+            assert (await c.until("session.created"))[-1]["session"]["id"] != created["session"]["id"]
+            await c.send("session.close")
+            await c.until("session.closed")
+        await b.send("session.close")
+        assert (await b.until("session.closed"))[-1]["session_id"] == created["session"]["id"]
+
+
+async def test_resume_takes_the_session_from_a_socket_still_open(ws_url):
+    a, created, stack = await start_duplex(ws_url)
+    try:
+        async with connect(ws_url, "/v1/duplex", f"?model={MODEL}") as b:
+            await b.send("session.resume", session_id=created["session"]["id"],
+                         resume_token=created["resume_token"],
+                         last_received_server_event_seq=a.log[-1]["server_event_seq"])
+            assert (await b.until("session.resumed"))[-1]["attachment_generation"] == 2
+            replaced = (await a.until("session.replaced"))[-1]
+            assert replaced["session_id"] == created["session"]["id"]
+            with pytest.raises(websockets.ConnectionClosed):
+                await asyncio.wait_for(a.ws.recv(), 10)
+            await b.send("session.heartbeat")
+            assert (await b.until("session.heartbeat_ack"))[-1]["session_id"] == created["session"]["id"]
+            await b.send("session.close")
+            await b.until("session.closed")
+    finally:
+        await stack.aclose()
+
+
+async def test_a_detached_session_expires_after_the_grace_or_yields_its_slot(ws_url):
+    """Unresumed, a dropped session ends after disconnect_grace_s; and while held, a new connection that finds
+    every slot taken ends the one detached longest instead of being refused."""
+    a, first, stack = await start_duplex(ws_url)
+    await stack.aclose()
+    await asyncio.sleep(RESUME_GRACE_S + 1.0)
+    async with connect(ws_url, "/v1/duplex", f"?model={MODEL}&autostart=0") as late:
+        await late.send("session.resume", session_id=first["session"]["id"], resume_token=first["resume_token"],
+                        last_received_server_event_seq=0)
+        assert json.loads(await asyncio.wait_for(late.ws.recv(), 10))["code"] == "session_resume_expired"
+    b, second, stack = await start_duplex(ws_url)
+    await stack.aclose()  # held, with its slot
+    async with connect(ws_url) as c, connect(ws_url) as d:  # the limit is 2: d's slot is b's
+        await c.until("session.created")
+        assert (await d.until("session.created", "error"))[-1]["type"] == "session.created"
+        async with connect(ws_url, "/v1/duplex", f"?model={MODEL}&autostart=0") as e:
+            await e.send("session.resume", session_id=second["session"]["id"],
+                         resume_token=second["resume_token"], last_received_server_event_seq=0)
+            assert json.loads(await asyncio.wait_for(e.ws.recv(), 10))["code"] == "session_resume_expired"
+        for x in (c, d):
+            await x.send("session.close")
+            await x.until("session.closed")
 
 
 async def test_vision_follow_runs_while_the_reply_drains(ws_url):

@@ -194,3 +194,15 @@ def test_realtime_meter_reads_a_session_from_the_events_it_sends():
     assert got[("aura_omni:silent_decision_seconds_count", rt)] == 1
     assert got[("aura_omni:silent_decision_seconds_sum", rt)] == pytest.approx(0.04)
     assert meter.timers == {}
+
+
+def test_realtime_meter_counts_g711_audio_at_a_byte_a_sample():
+    m = ServerMetrics()
+    meter = RealtimeMeter(m)
+    delta = base64.b64encode(b"\xff" * 800).decode()  # 0.1 s of μ-law at 8 kHz
+    for t, event in [(1.00, {"type": "response.created", "response": {"id": "r1"}}),
+                     (1.10, {"type": "response.output_audio.delta", "response_id": "r1", "delta": delta,
+                             "format": "g711_ulaw", "sample_rate_hz": 8000})]:
+        meter.sent(event, now=t)
+    assert samples(m.render().decode())[("aura_omni:audio_seconds_total", (("endpoint", "/v1/realtime"),))] == \
+        pytest.approx(0.1)
