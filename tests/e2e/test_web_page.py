@@ -222,6 +222,29 @@ def test_stop_cuts_the_reply_and_acknowledges_only_what_was_heard(tab):
     assert tab.page.evaluate("document.body.dataset.state") == "ready"
 
 
+def test_a_dropped_connection_is_resumed_and_the_session_goes_on(tab):
+    """The page's socket drops mid-reply (closed with a code that is not a normal close, as a network loss reads):
+    the page takes its session over from a new connection, the reply goes on to its end, and the next turn is
+    answered in the same session."""
+    long_reply = {**EXTRA_BODY, "sampling_params_list": [*EXTRA_BODY["sampling_params_list"][:2], {"max_tokens": 30}]}
+    tab.connect("ptt", long_reply)
+    session_id = tab.page.evaluate("window.auraPage.resume.sessionId")
+    tab.talk(1.5)
+    tab.page.wait_for_function("Number(document.getElementById('played').dataset.ms) > 0", timeout=TURN_TIMEOUT_MS)
+    tab.page.evaluate("window.auraPage.ws.close(4001)")
+    tab.page.wait_for_function("window.auraPage.stats.resumed === 1", timeout=30_000)
+    assert "reconnected" in tab.page.inner_text("#status")
+    [resume] = tab.sent("session.resume")
+    assert resume["session_id"] == session_id and resume["last_received_server_event_seq"] > 0
+    tab.page.wait_for_function("document.getElementById('log').textContent.includes('\"type\":\"response.done\"')",
+                               timeout=TURN_TIMEOUT_MS)  # the reply went on while the page was away
+    tab.talk(1.5)
+    tab.page.wait_for_function("document.querySelectorAll('#conversation li.assistant:not(.pending)').length >= 2",
+                               timeout=TURN_TIMEOUT_MS)
+    assert tab.page.evaluate("window.auraPage.resume.sessionId") == session_id
+    assert tab.sent("session.event_ack")  # the page lets the server forget what arrived
+
+
 @pytest.mark.parametrize("tab", [3.0], indirect=True)  # 3 s of silence after the sentence ends each turn
 def test_hands_free_turn_is_ended_by_server_vad(tab):
     tab.connect("vad")

@@ -4,6 +4,8 @@
 //   sample_rate_hz, video_frames?}; push-to-talk ends a turn with input_audio_buffer.commit {create_response};
 //   hands-free leaves turns to the server's VAD. Reply audio (pcm16 24 kHz) plays as it arrives, and
 //   playback.ack tells the server how much was heard; response.cancel (Stop, or speaking over AURA) barges in.
+//   A dropped connection is resumed from a new one (session.resume with the newest resume_token and the last
+//   server_event_seq received): the reply goes on where it was; session.event_ack lets the server forget what arrived.
 "use strict";
 
 const INPUT_RATE = 16000; // pcm16 sent to the server (Qwen3-ASR's rate)
@@ -16,6 +18,10 @@ const CLONE_SECONDS = 4; // reference audio for a cloned voice (Qwen recommends 
 const CLONE_NAME = "my-voice";
 const READY_TIMEOUT_MS = 15000; // aura-ptt: wait this long for session.updated
 const CLOSE_WAIT_MS = 1000; // aura-ptt: wait this long for session.closed
+const RESUME_TRIES = 4; // a dropped connection is resumed within the server's 30 s grace: 1, 2, 3, 4 s apart
+const RESUME_BACKOFF_MS = 1000;
+const EVENT_ACK_MS = 2000; // how often the page tells the server which events arrived
+const FINAL_CLOSE_CODES = [1000, 1008, 1013]; // closed on purpose (or replaced by another tab), a bad key, full
 const SERVER_VAD = { type: "server_vad", threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms: 500,
                      create_response: true, interrupt_response: true };
 
@@ -41,6 +47,9 @@ const page = {
   users: new Map(), // user item_id -> li
   deltaFamily: null, // "ga" | "beta": the server sends deltas under both names; use the first seen
   stats: { appends: 0, frames: 0, followTurns: 0 },
+  resume: null, // {sessionId, token, lastSeq, ackedSeq}: what a new connection needs to take the session over
+  resuming: 0, // the try of the resume in progress (0: none)
+  readyTimer: null, ackTimer: null,
 };
 window.auraPage = page; // for tests and the console
 
@@ -457,33 +466,79 @@ async function connect() {
     return;
   }
   await loadServerInfo();
-  const key = ui.apiKey.value.trim();
-  const url = `${location.protocol === "https:" ? "wss:" : "ws:"}//${location.host}/v1/realtime?duplex=1` +
-              (page.model ? `&model=${encodeURIComponent(page.model)}` : "");
-  // a browser cannot set headers on a WebSocket: the key rides as a subprotocol (OpenAI's convention)
-  const ws = key ? new WebSocket(url, ["realtime", `openai-insecure-api-key.${key}`]) : new WebSocket(url);
-  page.ws = ws;
   setStatus("connecting…");
-  const readyTimer = setTimeout(() => {
-    if (!page.ready) { setStatus("no session.updated within 15 s", true); ws.close(); }
+  page.readyTimer = setTimeout(() => {
+    if (!page.ready) { setStatus("no session.updated within 15 s", true); if (page.ws) page.ws.close(); }
   }, READY_TIMEOUT_MS);
-  ws.onopen = () => send(update);
-  ws.onmessage = (e) => onServerEvent(JSON.parse(e.data));
-  ws.onerror = () => setStatus("connection failed (wrong API key, or no /v1/realtime on this server?)", true);
-  ws.onclose = (e) => {
-    clearTimeout(readyTimer);
-    if (page.ws === ws) {
-      if (e.code !== 1000 || !page.ready) setStatus(`disconnected (${e.code}${e.reason ? ": " + e.reason : ""})`, e.code !== 1000);
-      else setStatus("disconnected");
-      teardown();
-    }
-  };
+  watch(openSocket(""), () => send(update));
   page.timer = setInterval(() => {
     if (page.mode === "vad" || page.held) flushAppend();
     else if (followDue()) visionFollow();
   }, APPEND_MS);
+  page.ackTimer = setInterval(ackEvents, EVENT_ACK_MS);
   ui.connect.textContent = "Disconnect";
   ui.connect.disabled = false;
+}
+
+function openSocket(query) {
+  const key = ui.apiKey.value.trim();
+  const url = `${location.protocol === "https:" ? "wss:" : "ws:"}//${location.host}/v1/realtime?duplex=1` +
+              (page.model ? `&model=${encodeURIComponent(page.model)}` : "") + query;
+  // a browser cannot set headers on a WebSocket: the key rides as a subprotocol (OpenAI's convention)
+  return key ? new WebSocket(url, ["realtime", `openai-insecure-api-key.${key}`]) : new WebSocket(url);
+}
+
+function watch(ws, onOpen) {
+  page.ws = ws;
+  ws.onopen = onOpen;
+  ws.onmessage = (e) => onServerEvent(JSON.parse(e.data));
+  ws.onerror = () => {
+    if (!page.resuming) setStatus("connection failed (wrong API key, or no /v1/realtime on this server?)", true);
+  };
+  ws.onclose = (e) => {
+    if (page.ws !== ws) return;
+    if (page.ready && page.resume && (page.resuming || !FINAL_CLOSE_CODES.includes(e.code))) {
+      resume(); // the network dropped, or a resume try did not get through
+      return;
+    }
+    clearTimeout(page.readyTimer);
+    if (e.code !== 1000 || !page.ready) setStatus(`disconnected (${e.code}${e.reason ? ": " + e.reason : ""})`, e.code !== 1000);
+    else setStatus(e.reason === "session_replaced" ? "disconnected: this session continues in another tab" : "disconnected");
+    teardown();
+  };
+}
+
+function resume() { // take the session over from a new connection, a few tries apart (the server holds it 30 s)
+  page.ws = null;
+  if (page.resuming >= RESUME_TRIES) {
+    setStatus("connection lost: the session could not be resumed", true);
+    teardown();
+    return;
+  }
+  page.resuming += 1;
+  setStatus(`connection lost: resuming the session (try ${page.resuming} of ${RESUME_TRIES})…`, true);
+  const r = page.resume;
+  setTimeout(() => {
+    if (page.resume !== r) return; // disconnected meanwhile
+    watch(openSocket("&autostart=0"), () => send({ type: "session.resume", session_id: r.sessionId,
+                                                   resume_token: r.token, last_received_server_event_seq: r.lastSeq }));
+  }, RESUME_BACKOFF_MS * page.resuming);
+}
+
+function sessionLost(why) {
+  const ws = page.ws;
+  page.ws = null; // its close is ours: not another resume
+  if (ws) ws.close(1000);
+  teardown();
+  setStatus(`connection lost: the session could not be resumed (${why}); connect again`, true);
+}
+
+function ackEvents() { // the server keeps events for a resume until they are acknowledged
+  const r = page.resume;
+  if (r && !page.resuming && r.lastSeq > r.ackedSeq) {
+    send({ type: "session.event_ack", server_event_seq: r.lastSeq });
+    r.ackedSeq = r.lastSeq;
+  }
 }
 
 async function disconnect() {
@@ -502,7 +557,11 @@ async function disconnect() {
 
 function teardown() {
   clearInterval(page.timer);
+  clearInterval(page.ackTimer);
+  clearTimeout(page.readyTimer);
   page.ws = null;
+  page.resume = null;
+  page.resuming = 0;
   page.ready = page.held = false;
   page.pending = [];
   setCamera(false);
@@ -572,8 +631,25 @@ function userEntry(itemId) {
 function onServerEvent(event) {
   const t = event.type;
   if (!/audio\.delta$|audio_transcript\.delta$|text\.delta$/.test(t)) log("←", event);
+  const seq = event.server_event_seq;
+  if (page.resume && typeof seq === "number" && t !== "session.resumed") {
+    if (seq <= page.resume.lastSeq) return; // already had it
+    page.resume.lastSeq = seq;
+  }
   switch (t) {
     case "session.created":
+      page.resume = { sessionId: event.session.id, token: event.resume_token, lastSeq: seq || 0, ackedSeq: 0 };
+      break;
+    case "session.resumed": // the answer to our resume (a later one in a replay is old news)
+      if (page.resuming && page.resume && event.session_id === page.resume.sessionId) {
+        page.resume.token = event.resume_token;
+        page.resuming = 0;
+        page.stats.resumed = (page.stats.resumed || 0) + 1;
+        setStatus("reconnected: the session goes on");
+      }
+      break;
+    case "session.resync_required":
+      sessionLost(`events were lost (${event.reason})`);
       break;
     case "session.updated":
       if (!page.ready) {
@@ -696,6 +772,10 @@ function onServerEvent(event) {
       const err = typeof event.error === "object" && event.error ? event.error : { message: event.error, code: event.code };
       addEntry("error", `${err.code ? err.code + ": " : ""}${err.message}`);
       setStatus(err.message || "error", true);
+      if (page.resuming) { // the session is gone (expired, or its slot went to another): connect again
+        sessionLost(err.message);
+        break;
+      }
       if (!page.ready && page.ws) { // the session was refused: close, so the settings can change before a retry
         const ws = page.ws;
         page.ws = null;
