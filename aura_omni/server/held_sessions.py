@@ -90,13 +90,6 @@ class HeldSessions:
         self._links: dict[str, Link] = {}  # of the attached ones
         self._expiry: dict[str, asyncio.Task] = {}  # of the detached ones, oldest first
 
-    def __len__(self) -> int:
-        return len(self._sessions)
-
-    @property
-    def detached(self) -> int:
-        return len(self._expiry)
-
     def hold(self, link: Link) -> None:
         if link.session.duplex:
             self._sessions[link.session.id] = link.session

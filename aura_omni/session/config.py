@@ -1,8 +1,8 @@
 """A realtime session's settings: `session.update` (GA nested or beta flat shape) -> `SessionConfig`.
 
 Only the fields a client sends change. What this server cannot do is refused with the field's name (an input or
-output rate it does not serve, `semantic_vad`, tools) rather than ignored; fields that change nothing here (tracing, noise reduction,
-input transcription model) are accepted and echoed.
+output rate it does not serve, `semantic_vad`, tools) rather than ignored; fields that change nothing here (tracing,
+noise reduction, input transcription model) are accepted and echoed.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def _input_format(ga: Any, beta: Any) -> tuple[str, int] | None:
     if ga is not None:
         fmt = _obj(ga, "session.audio.input.format")
         kind = fmt.get("type", "audio/pcm")
-        if kind in GA_G711:
+        if isinstance(kind, str) and kind in GA_G711:
             return GA_G711[kind], G711_RATE
         if kind != "audio/pcm":
             raise SessionConfigError("session.audio.input.format.type", f"input is audio/pcm, audio/pcmu or "
@@ -206,7 +206,7 @@ def _output_format(ga: Any, beta: Any) -> str | None:
     if ga is not None:
         fmt = _obj(ga, "session.audio.output.format")
         kind = fmt.get("type", "audio/pcm")
-        if kind in GA_G711:
+        if isinstance(kind, str) and kind in GA_G711:
             return GA_G711[kind]
         if kind != "audio/pcm" or fmt.get("rate", TTS_SAMPLE_RATE) != TTS_SAMPLE_RATE:
             raise SessionConfigError("session.audio.output.format", "output is audio/pcm at 24000 Hz, audio/pcmu or "

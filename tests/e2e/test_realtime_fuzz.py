@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
 import os
@@ -172,3 +173,112 @@ def test_random_event_sequences_never_fault_hang_or_leak(srv):
     assert moved >= {"asr", "aura", "talker"}, "no sequence reached the stages: the test would prove nothing"
     health = httpx.get(srv.url + "/health", timeout=10)
     assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+# ------------------------------------------------------------------------------------------------ duplex, resumed
+RESUME = ("resume",)  # drop the socket and resume the session from a new one
+RESUME_GRACE_S = 0.5  # a dropped session is held this long here
+_START = json.dumps({"type": "session.update", "session": {"modalities": ["audio", "text"]}})
+
+
+class _DuplexPlayer:
+    """Plays frames over `/v1/duplex`, reading every event as it comes. A RESUME frame drops the socket and sends
+    `session.resume` from a new one with the newest token and the last seq received, as a client would. Records each
+    session's seqs received: whatever the drops, a session's events must arrive with none missing."""
+
+    def __init__(self, url: str):
+        self.url, self.log = url, []
+        self.seqs: dict[str, set[int]] = {}  # session id -> seqs received
+        self.session_id = self.token = None  # the session to resume, and its newest token
+        self.last = 0  # its last seq received (not counting session.resumed, which comes before the replay)
+        self._current: str | None = None  # the session this connection's events are of, once known
+        self._early: list[int] = []  # seqs before that (a duplex session's errors before session.created)
+
+    async def play(self, frames: list) -> None:
+        ws, reader = await self._open()
+        try:
+            for frame in frames:
+                if frame == RESUME:
+                    await ws.close()
+                    await reader
+                    ws, reader = await self._open()
+                    await ws.send(json.dumps({"type": "session.resume", "session_id": self.session_id,
+                                              "resume_token": self.token,
+                                              "last_received_server_event_seq": self.last}))
+                elif isinstance(frame, tuple) and frame[0] == "pause":
+                    await asyncio.sleep(frame[1])
+                elif isinstance(frame, tuple):
+                    await self._until(frame[1])
+                else:
+                    await ws.send(frame)
+            await ws.send(json.dumps({"type": "session.heartbeat", "event_id": "probe"}))
+            await self._until("session.heartbeat_ack")
+        finally:
+            await ws.close()
+            await reader
+
+    async def _open(self):
+        ws = await websockets.connect(self.url, additional_headers=AUTH, max_size=None)
+        self._current, self._early = None, []
+        return ws, asyncio.create_task(self._read(ws))
+
+    async def _read(self, ws) -> None:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for message in ws:
+                self._note(json.loads(message))
+
+    def _note(self, event: dict) -> None:
+        kind, seq = event["type"], event.get("server_event_seq")
+        self.log.append(kind)
+        assert not (kind == "error" and isinstance(event["error"], dict)
+                    and event["error"].get("type") == "server_error"), event
+        if seq is None:  # a flat handshake event
+            return
+        if kind == "session.created":
+            self._current = self.session_id = event["session"]["id"]
+            self.token, self.last = event["resume_token"], 0
+            self.seqs[self._current] = set(self._early)
+        elif kind == "session.resumed" and self._current is None:  # the answer to this connection's resume
+            self._current = event["session_id"]
+            self.token = event["resume_token"]
+        if self._current is None:
+            self._early.append(seq)
+            return
+        self.seqs[self._current].add(seq)
+        if kind != "session.resumed":
+            self.last = max(self.last, seq)
+
+    async def _until(self, event_type: str) -> None:
+        start, deadline = len(self.log), time.monotonic() + ANSWER_WITHIN_S
+        while event_type not in self.log[start:]:
+            assert time.monotonic() < deadline, f"no {event_type} in time: the session hangs"
+            await asyncio.sleep(0.01)
+
+
+def test_random_duplex_sequences_with_drops_and_resumes_never_fault_hang_lose_or_leak(srv):
+    """The same properties over duplex sessions whose socket drops and whose client resumes them at random points
+    (mid-reply included), and one more: every session's events reach its client with no seq missing."""
+    from aura_omni.server.held_sessions import HeldSessions
+
+    srv.app.state.realtime_held = HeldSessions(RESUME_GRACE_S)
+    url = srv.url.replace("http://", "ws://") + "/v1/duplex"
+    resumed = []
+
+    @given(st.lists(st.one_of(_event, st.just(RESUME)), min_size=1, max_size=8))
+    @example([*_REPLY, ("until", "response.output_audio.delta"), RESUME, UNTIL_DONE])  # resumed mid-reply
+    @example([*_REPLY, RESUME, ("pause", RESUME_GRACE_S + 0.3), RESUME])  # too late: it expired meanwhile
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    def sequence(frames):
+        player = _DuplexPlayer(url)
+        asyncio.run(player.play([_START, *frames]))
+        for session_id, seqs in player.seqs.items():
+            assert seqs == set(range(1, max(seqs) + 1)), f"{session_id}: missing {set(range(1, max(seqs))) - seqs}"
+        resumed.append(player.log.count("session.resumed"))
+        deadline = time.monotonic() + RESUME_GRACE_S + IDLE_WITHIN_S  # the last session is held, then expires
+        while held := _busy(srv):
+            assert time.monotonic() < deadline, f"still held after the grace: {held}"
+            time.sleep(0.01)
+
+    sequence()
+    assert sum(resumed) >= 1, "no sequence resumed a session: the test would prove nothing"
