@@ -21,7 +21,7 @@ from fastapi import WebSocket
 from ..session import RealtimeSession, ServerEvent
 from ..session.events import new_id
 from ..session.handler import ResumeRefused
-from .metrics import RealtimeMeter
+from .metrics import RealtimeMeter, ServerMetrics
 
 log = logging.getLogger("aura_omni.server")
 
@@ -84,11 +84,13 @@ class Link:
 
 
 class HeldSessions:
-    def __init__(self, grace_s: float = DISCONNECT_GRACE_S):
-        self.grace_s = grace_s
+    def __init__(self, grace_s: float = DISCONNECT_GRACE_S, metrics: ServerMetrics | None = None):
+        self.grace_s, self.metrics = grace_s, metrics
         self._sessions: dict[str, RealtimeSession] = {}  # every live duplex session, by id
         self._links: dict[str, Link] = {}  # of the attached ones
         self._expiry: dict[str, asyncio.Task] = {}  # of the detached ones, oldest first
+        if metrics is not None:
+            metrics.watch_detached(lambda: len(self._expiry))
 
     def hold(self, link: Link) -> None:
         if link.session.duplex:
@@ -140,8 +142,10 @@ class HeldSessions:
                 task.cancel()
             resumed, replay = session.reattach(event.get("resume_token"), last)
         except ResumeRefused as e:
+            self._count(e.code)
             await self._refuse(link, session, e)
             return False
+        self._count("resumed")
         fresh = link.session
         link.switch(session, [resumed, *replay])
         self._links[session.id] = link
@@ -149,6 +153,10 @@ class HeldSessions:
         log.info("realtime session %s resumed (attachment %d, %d events replayed)", session.id,
                  session.attachment_generation, len(replay))
         return True
+
+    def _count(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.count_resume(outcome)
 
     async def _refuse(self, link: Link, session: RealtimeSession | None, e: ResumeRefused) -> None:
         if e.code == "session_resync_required":  # events it missed are gone: it cannot go on, the client restarts

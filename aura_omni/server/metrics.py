@@ -201,6 +201,10 @@ class ServerMetrics:
                                     "(chat and realtime turns): asr, aura_first_token, speech_start, first_audio "
                                     "(pipeline/turn.py TurnTimeline).", ["phase"], buckets=TTFA_BUCKETS, registry=r)
         self.sessions = Gauge("aura_omni:realtime_sessions_active", "Open /v1/realtime sessions.", registry=r)
+        self.sessions_detached = Gauge("aura_omni:realtime_sessions_detached", "Duplex sessions held for "
+                                       "session.resume after their socket dropped.", registry=r)
+        self.resumes = Counter("aura_omni:realtime_resumes", "session.resume requests, by outcome: resumed, or the "
+                               "refusal's code.", ["outcome"], registry=r)
         if stage_stats is not None:
             r.register(StageCollector(stage_stats))
         if stage_latencies is not None:
@@ -239,6 +243,12 @@ class ServerMetrics:
 
     def session_ended(self) -> None:
         self.sessions.dec()
+
+    def watch_detached(self, count: Callable[[], int]) -> None:
+        self.sessions_detached.set_function(count)
+
+    def count_resume(self, outcome: str) -> None:
+        self.resumes.labels(outcome).inc()
 
     def response(self, endpoint: str, since: float, streamed: bool = True) -> ResponseTimer:
         """A timer for one reply whose clock started at `since` (time.perf_counter())."""

@@ -64,7 +64,7 @@ def held_sessions(app) -> HeldSessions:
     if held is None:
         deploy = app.state.server.runtime.deploy
         grace = deploy.duplex_session.disconnect_grace_s if deploy.duplex_session else DISCONNECT_GRACE_S
-        held = app.state.realtime_held = HeldSessions(grace)
+        held = app.state.realtime_held = HeldSessions(grace, app.state.server.metrics)
     return held
 
 

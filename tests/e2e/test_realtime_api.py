@@ -16,6 +16,7 @@ import json
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import soundfile as sf
@@ -314,9 +315,16 @@ async def start_duplex(ws_url: str, **extra) -> tuple[Client, dict, contextlib.A
     return c, created, stack
 
 
+def metric(ws_url: str, sample: str) -> float:
+    """A sample of the server's /metrics (0 when absent), e.g. `aura_omni:realtime_sessions_detached`."""
+    text = httpx.get(ws_url.replace("ws://", "http://") + "/metrics", headers=AUTH, timeout=30).text
+    return next((float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(sample + " ")), 0.0)
+
+
 async def test_a_dropped_duplex_session_is_resumed_with_the_events_it_missed(ws_url):
     """The socket drops mid-reply; the reply runs on; a new connection resumes the session and gets every event
     after the last one its client had, then the rest, with no seq missing; the old token no longer works."""
+    resumed_before = metric(ws_url, 'aura_omni:realtime_resumes_total{outcome="resumed"}')
     a, created, stack = await start_duplex(ws_url, tts_max_new_tokens=24)
     assert created["session"]["capabilities"]["supports_session_resume"] and created["attachment_generation"] == 1
     await a.send("input_audio_buffer.append", audio=pcm16(0.3, 16000), sample_rate_hz=16000)
@@ -325,6 +333,7 @@ async def test_a_dropped_duplex_session_is_resumed_with_the_events_it_missed(ws_
     last = seen[-1]["server_event_seq"]
     await stack.aclose()  # the socket drops (no session.close)
     await asyncio.sleep(0.3)  # the reply goes on while nobody listens
+    assert metric(ws_url, "aura_omni:realtime_sessions_detached") == 1
     async with connect(ws_url, "/v1/duplex", f"?model={MODEL}&autostart=0") as b:
         await b.send("session.resume", session_id=created["session"]["id"], resume_token=created["resume_token"],
                      last_received_server_event_seq=last)
@@ -343,6 +352,9 @@ async def test_a_dropped_duplex_session_is_resumed_with_the_events_it_missed(ws_
             refusal = json.loads(await asyncio.wait_for(c.ws.recv(), 10))
             assert refusal == {"type": "error", "event_id": refusal["event_id"], "error": refusal["error"],
                                "code": "session_resume_rejected"}
+            assert metric(ws_url, 'aura_omni:realtime_resumes_total{outcome="resumed"}') == resumed_before + 1
+            assert metric(ws_url, 'aura_omni:realtime_resumes_total{outcome="session_resume_rejected"}') >= 1
+            assert metric(ws_url, "aura_omni:realtime_sessions_detached") == 0
             await c.send("session.update", session={})  # a refused resume leaves the connection a new session
             assert (await c.until("session.created"))[-1]["session"]["id"] != created["session"]["id"]
             await c.send("session.close")
