@@ -35,8 +35,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from ..media.encode import to_pcm16
 from ..media.playback import PlaybackClock
-from .inputs import INPUT_SAMPLE_RATE, jpeg_frames, pcm16, recorded_speech, speech_like, wav_bytes
+from .inputs import INPUT_SAMPLE_RATE, jpeg_frames, recorded_speech, speech_like, wav_bytes
 
 OUTPUT_SAMPLE_RATE = 24000  # Qwen3-TTS Code2Wav; OpenAI's pcm16
 APPEND_SECONDS = 0.2  # audio per input_audio_buffer.append, as the aura-ptt client sends it
@@ -288,7 +289,7 @@ class RealtimeBackend:
         self.url = base + (cfg.endpoint or self.default_endpoint) + query
         self.headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
         self.vad = cfg.turn_detection == "server_vad"
-        audio = pcm16(recorded_speech() if self.vad else speech_like(cfg.input_audio_seconds))
+        audio = to_pcm16(recorded_speech() if self.vad else speech_like(cfg.input_audio_seconds))
         step = int(APPEND_SECONDS * INPUT_SAMPLE_RATE) * 2
         frames = jpeg_frames(cfg.num_frames, cfg.frame_size)
         speech = {} if self.vad else {"is_speech": True}  # under server VAD the server decides

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..media.encode import to_pcm16
+
 INPUT_SAMPLE_RATE = 16000  # Qwen3-ASR input rate; what the realtime reference client sends
 RECORDED_SPEECH = Path(__file__).with_name("speech_hello_16k.wav")
 
@@ -59,17 +61,13 @@ def recorded_speech() -> np.ndarray:
     return samples
 
 
-def pcm16(samples: np.ndarray) -> bytes:
-    return (np.clip(samples, -1.0, 1.0) * 32767).astype("<i2").tobytes()
-
-
 def wav_bytes(samples: np.ndarray, sample_rate: int = INPUT_SAMPLE_RATE) -> bytes:
     buf = io.BytesIO()
     with wave.open(buf, "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(sample_rate)
-        w.writeframes(pcm16(samples))
+        w.writeframes(to_pcm16(samples))
     return buf.getvalue()
 
 

@@ -10,6 +10,8 @@ Input is resampled to ASR's 16 kHz by the session; output, made at 24 kHz, is re
 import numpy as np
 import soxr
 
+from .encode import to_pcm16
+
 G711_RATE = 8000
 WIDTHS = {"pcm16": 2, "pcm_s16le": 2, "s16le": 2, "pcm_f32le": 4, "g711_ulaw": 1, "g711_alaw": 1}  # bytes a sample
 G711 = ("g711_ulaw", "g711_alaw")
@@ -58,11 +60,6 @@ def alaw_encode(pcm: np.ndarray) -> np.ndarray:
     return (code ^ np.where(negative, 0x55, 0xD5)).astype(np.uint8)
 
 
-def to_pcm16(samples: np.ndarray) -> np.ndarray:
-    """float samples in [-1, 1] -> int16, as every pcm16 output of this server scales them."""
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2")
-
-
 def decode(raw: bytes, fmt: str) -> np.ndarray:
     """Bytes of whole samples in `fmt` (a key of WIDTHS) -> float32 samples in [-1, 1]."""
     if fmt in _DECODE:
@@ -76,10 +73,10 @@ def encode(samples: np.ndarray, fmt: str) -> bytes:
     """float samples -> bytes in `fmt`: pcm16, g711_ulaw or g711_alaw (the output formats)."""
     pcm = to_pcm16(samples)
     if fmt == "g711_ulaw":
-        return ulaw_encode(pcm).tobytes()
+        return ulaw_encode(np.frombuffer(pcm, "<i2")).tobytes()
     if fmt == "g711_alaw":
-        return alaw_encode(pcm).tobytes()
-    return pcm.tobytes()
+        return alaw_encode(np.frombuffer(pcm, "<i2")).tobytes()
+    return pcm
 
 
 class OutputStream:
