@@ -1,7 +1,8 @@
-"""Audio output: float32 mono samples -> wav / pcm16 / flac / mp3 / opus bytes. Pure functions.
+"""Audio output: float32 mono samples -> wav / pcm16 / flac / mp3 / opus / aac bytes. Pure functions.
 
-Whole files go through libsndfile (bundled with soundfile); which containers it can write is
-probed once, so a format the installed libsndfile lacks is refused instead of failing mid-request.
+Whole files go through libsndfile (bundled with soundfile), and AAC (ADTS, which libsndfile cannot write) through
+PyAV's ffmpeg where it is installed (the `video` extra); which formats can be written is probed once, so one the
+installed libraries lack is refused instead of failing mid-request.
 Streaming uses formats whose bytes can be cut anywhere: raw `pcm` (s16le), or `wav` with a
 header whose sizes are 0xFFFFFFFF ("unknown length", as OpenAI streams wav) followed by PCM.
 """
@@ -21,6 +22,7 @@ _CONTAINERS = {
     "opus": ("OGG", "OPUS", "audio/ogg"),
 }
 PCM_MEDIA_TYPE = "audio/pcm"
+AAC_MEDIA_TYPE = "audio/aac"
 OPENAI_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")  # OpenAI speech `response_format` values
 STREAMABLE_FORMATS = ("wav", "pcm")
 _UNKNOWN_SIZE = 0xFFFFFFFF  # RIFF/data size of a wav stream whose length is not known yet
@@ -41,6 +43,11 @@ def encodable_formats() -> tuple[str, ...]:
             except Exception:
                 continue
             out.append(fmt)
+    try:
+        _aac(np.zeros(480, np.float32), 24000)
+        out.append("aac")
+    except Exception:  # noqa: BLE001 - no PyAV, or an ffmpeg without its AAC encoder
+        pass
     return tuple(out)
 
 
@@ -52,7 +59,7 @@ def check_format(fmt: str, *, streaming: bool = False) -> None:
 
 
 def media_type(fmt: str) -> str:
-    return PCM_MEDIA_TYPE if fmt == "pcm" else _CONTAINERS[fmt][2]
+    return {"pcm": PCM_MEDIA_TYPE, "aac": AAC_MEDIA_TYPE}.get(fmt) or _CONTAINERS[fmt][2]
 
 
 def to_pcm16(wav: np.ndarray) -> bytes:
@@ -79,11 +86,31 @@ def _write(wav: np.ndarray, sample_rate: int, container: str, subtype: str) -> b
     return buf.getvalue()
 
 
+def _aac(wav: np.ndarray, sample_rate: int) -> bytes:
+    """AAC-LC in ADTS frames (what OpenAI's `aac` is), by ffmpeg's own encoder through PyAV."""
+    import av  # the `video` extra
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="adts") as out:
+        stream = out.add_stream("aac", rate=sample_rate)
+        stream.layout = "mono"
+        frames = []
+        if len(wav):  # an empty reply is an empty stream
+            frames.append(av.AudioFrame.from_ndarray(np.clip(np.asarray(wav, np.float32), -1.0, 1.0)[None, :],
+                                                     format="flt", layout="mono"))
+            frames[0].sample_rate = sample_rate
+        for packet in [p for f in [*frames, None] for p in stream.encode(f)]:
+            out.mux(packet)
+    return buf.getvalue()
+
+
 def encode_audio(wav: np.ndarray, sample_rate: int, fmt: str) -> bytes:
     """A whole mono waveform as one file (or raw pcm16) in `fmt`."""
     check_format(fmt)
     if fmt == "pcm":
         return to_pcm16(wav)
+    if fmt == "aac":
+        return _aac(wav, sample_rate)
     container, subtype, _ = _CONTAINERS[fmt]
     return _write(wav, sample_rate, container, subtype)
 

@@ -31,13 +31,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from ..config import AURA, TALKER
-from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk
+from ..media.encode import UnsupportedFormatError, check_format, encodable_formats, encode_audio, encode_stream_chunk
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import TurnTimeout
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, collect_turn
 from ..pipeline.turn_builder import TurnBuilder, TurnSpec
-from .chat_protocol import (AudioReply, AudioURLPart, ChatCompletion, ChatCompletionRequest, Choice, ImageURLPart,
-                            InputAudioPart, ReplyMessage, STREAM_AUDIO_FORMATS, TextPart, Usage, VideoURLPart)
+from .chat_protocol import (AUDIO_FORMATS, AudioReply, AudioURLPart, ChatCompletion, ChatCompletionRequest, Choice,
+                            ImageURLPart, InputAudioPart, ReplyMessage, STREAM_AUDIO_FORMATS, TextPart, Usage,
+                            VideoURLPart)
 from .disconnect import first_of_stream, unless_client_leaves
 from .errors import APIError, api_error, error_body, internal_error
 from .metrics import arrival
@@ -156,7 +157,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
         try:
             check_format(_encoder_format(fmt), streaming=body.stream)
         except UnsupportedFormatError:
-            allowed = STREAM_AUDIO_FORMATS if body.stream else ("wav", "pcm16", "flac", "mp3", "opus")
+            allowed = STREAM_AUDIO_FORMATS if body.stream else [f for f in AUDIO_FORMATS
+                                                                 if f in ("pcm16", *encodable_formats())]
             raise APIError(f"audio.format: {fmt!r} cannot be {'streamed' if body.stream else 'produced'} by this "
                            f"server; use one of {list(allowed)}", param="audio.format",
                            code="unsupported_format") from None

@@ -22,8 +22,8 @@ from ..engine.sampling_params import MAX_TOP_K, SEED_RANGE
 from ..pipeline.additional_information import AdditionalInformation
 from .protocol import MAX_PENALTY, MAX_TEMPERATURE
 
-# OpenAI `audio.format` values this server can produce (`aac` has no encoder in libsndfile).
-AUDIO_FORMATS = ("wav", "pcm16", "flac", "mp3", "opus")
+# OpenAI `audio.format` values this server can produce (`aac` where PyAV is installed: media/encode.py).
+AUDIO_FORMATS = ("wav", "pcm16", "flac", "mp3", "opus", "aac")
 STREAM_AUDIO_FORMATS = ("pcm16", "wav")  # streamed audio must be cuttable anywhere
 
 
