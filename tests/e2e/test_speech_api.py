@@ -26,9 +26,9 @@ def _xvec(ref_audio_b64, **more):
 
 def _decode(data: bytes) -> tuple[np.ndarray, int]:
     if data[:2] == b"\xff\xf1":  # ADTS: AAC, which libsndfile cannot read
-        from test_encode import decode_aac
+        from aura_omni.testing.av_audio import av_decoded
 
-        return decode_aac(data)
+        return av_decoded(data, "aac")
     wav, sr = sf.read(io.BytesIO(data), dtype="float32")
     return wav, sr
 

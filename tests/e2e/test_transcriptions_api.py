@@ -74,6 +74,19 @@ def test_verbose_json_reports_forced_language_and_duration(client):
     assert out.duration == pytest.approx(2.0, abs=0.01)
 
 
+@pytest.mark.parametrize("name, container, codec, sr", [("memo.m4a", "mp4", "aac", 24000),
+                                                     ("clip.webm", "webm", "libopus", 48000)])
+def test_phone_memos_and_browser_recordings_are_transcribed(client, name, container, codec, sr):
+    """An iPhone voice memo (AAC in MP4) and a browser's MediaRecorder clip (Opus in WebM), which libsndfile cannot
+    read: decoded through PyAV, whole (verbose_json's duration), and transcribed."""
+    pytest.importorskip("av")
+    from aura_omni.testing.av_audio import av_encoded
+
+    data = av_encoded(speechlike(2.0, sr).astype(np.float32), sr, container, codec)
+    out = client.audio.transcriptions.create(model=MODEL, file=(name, data), response_format="verbose_json")
+    assert isinstance(out.text, str) and out.duration == pytest.approx(2.0, abs=0.1)
+
+
 def test_silence_is_an_empty_transcript(client):
     out = client.audio.transcriptions.create(model=MODEL, file=("s.wav", encoded(np.zeros(16000), 16000, "WAV")))
     assert out.text == ""

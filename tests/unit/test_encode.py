@@ -8,6 +8,7 @@ import soundfile as sf
 
 from aura_omni.media.encode import (UnsupportedFormatError, encodable_formats, encode_audio, encode_stream_chunk,
                                     pcm16_to_float, to_pcm16, wav_stream_header)
+from aura_omni.testing.av_audio import av_decoded
 
 SR = 24000
 
@@ -21,20 +22,11 @@ def test_the_installed_libraries_encode_every_openai_format():
     assert set(encodable_formats()) == {"pcm", "wav", "flac", "mp3", "opus", "aac"}  # aac: PyAV (the video extra)
 
 
-def decode_aac(data: bytes) -> tuple[np.ndarray, int]:
-    import av
-
-    with av.open(io.BytesIO(data), format="adts") as f:
-        frames = [fr.to_ndarray().reshape(-1) for fr in f.decode(audio=0)]
-        rate = f.streams.audio[0].rate
-    return (np.concatenate(frames) if frames else np.zeros(0, np.float32)), rate
-
-
 def test_aac_is_adts_that_decodes_to_the_same_tone():
     wav = _tone(1.0)
     data = encode_audio(wav, SR, "aac")
     assert data[:2] == b"\xff\xf1"  # an ADTS frame header (MPEG-4, no CRC)
-    out, sr = decode_aac(data)
+    out, sr = av_decoded(data, "aac")
     assert sr == SR and abs(len(out) - len(wav)) < SR // 10  # plus the encoder's priming
     spectrum = np.abs(np.fft.rfft(out[SR // 4: SR // 4 + SR // 2]))
     assert abs(np.argmax(spectrum) * SR / (SR // 2) - 440) < 5
