@@ -35,6 +35,7 @@ ENDPOINT_MODULES = [
     "page",
     "realtime",
     "speech",
+    "speech_batch",
     "speech_stream",
     "transcriptions",
     "voices",

@@ -61,6 +61,23 @@ class SpeechRequest(_Body):
 assert set(SpeechRequest.model_fields["response_format"].annotation.__args__) == set(OPENAI_FORMATS)
 
 
+MAX_SPEECH_BATCH = 32  # items in one /v1/audio/speech/batch request (vLLM-Omni's bound)
+
+
+class SpeechBatchRequest(BaseModel):
+    """`POST /v1/audio/speech/batch` (vLLM-Omni): `items`, each a speech request's fields; the other top-level
+    fields are defaults for every item (any SpeechRequest field but `input` and the streaming ones)."""
+
+    model_config = ConfigDict(extra="allow")
+    items: list[dict] = Field(min_length=1, max_length=MAX_SPEECH_BATCH)
+
+    def defaults(self) -> dict:
+        return dict(self.model_extra or {})
+
+
+BATCH_DEFAULT_FIELDS = set(SpeechRequest.model_fields) - {"input", "stream", "stream_format"}
+
+
 class VoiceCreateRequest(_Body):
     """`POST /v1/audio/voices` as JSON; multipart (`audio_sample` file, OpenAI's form) is accepted too."""
 

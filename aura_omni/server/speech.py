@@ -58,7 +58,7 @@ async def speech_request(state, req: SpeechRequest):
     return dataclasses.replace(await build_tts_request(speech_ask(req), talker), text=text)
 
 
-def _stream_windows(state, req: SpeechRequest) -> tuple[int, int, int]:
+def stream_windows(state, req: SpeechRequest) -> tuple[int, int, int]:
     """(initial, steady, left-context) Code2Wav window sizes in frames from the deploy connector."""
     extra = state.runtime.deploy.codec_streaming()
     steady = extra.codec_chunk_frames
@@ -77,11 +77,11 @@ async def create_speech(req: SpeechRequest, request: Request):
         raise APIError(f"response_format: {e}", param="response_format", code="unsupported_format") from None
     tts_req = await speech_request(state, req)
 
-    initial, steady, left = _stream_windows(state, req)
+    initial, steady, left = stream_windows(state, req)
     if stream_format is None:  # streamed inside (frame-exact, same audio) so a client that leaves stops the Talker
         chunks = state.metrics.audio_stream(request.url.path, state.runtime.speak(tts_req, steady, steady),
                                             arrival(request), streamed=False)
-        parts = await unless_client_leaves(request, _collect(chunks))
+        parts = await unless_client_leaves(request, collect(chunks))
         if isinstance(parts, Response):
             return parts
         wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
@@ -103,7 +103,7 @@ async def create_speech(req: SpeechRequest, request: Request):
                              media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-async def _collect(chunks: AsyncIterator) -> list[np.ndarray]:
+async def collect(chunks: AsyncIterator) -> list[np.ndarray]:
     try:
         return [c async for c in chunks]
     finally:

@@ -33,7 +33,7 @@ from ..media.encode import UnsupportedFormatError, check_format, encode_audio, e
 from ..pipeline.sentences import SentenceSplitter
 from .errors import APIError, api_error, internal_error, validation_error
 from .protocol import SpeechRequest
-from .speech import SAMPLE_RATE, _stream_windows, speech_request
+from .speech import SAMPLE_RATE, speech_request, stream_windows
 from .websocket_auth import accept_with_key
 
 log = logging.getLogger("aura_omni.server")
@@ -165,7 +165,7 @@ class SpeechStreamSession:
             if (err := api_error(e)) is None:
                 raise
             raise err from None
-        initial, steady, _ = _stream_windows(self.state, req)
+        initial, steady, _ = stream_windows(self.state, req)
         return tts_request, SpeechOptions(req.response_format, stream_audio, initial, steady)
 
     async def add_text(self, event: dict) -> None:

@@ -206,6 +206,51 @@ def test_customvoice_stream(cv_client):
     assert len(chunks[0]) <= 2 * 2 * FRAME < len(whole)  # the first piece is the 2-frame window, not the whole
 
 
+def test_a_batch_speaks_every_item_and_fails_only_the_bad_ones(cv_client, customvoice_server):
+    """vLLM-Omni's /v1/audio/speech/batch: items over the batch's defaults, spoken together; each good item is the
+    file that /v1/audio/speech makes for the same fields and seed, and a bad item is an error of its own."""
+    body = {"model": "tiny-tts", "voice": "vivian", "max_new_tokens": FEW, "seed": 3, "items": [
+        {"input": "First of the batch."},
+        {"input": "Second, in another voice.", "voice": "ryan", "response_format": "flac"},
+        {"input": "Nobody says this.", "voice": "nobody"},
+        {"input": "Misspelt.", "temprature": 0.5},
+        {"input": "Streamed?", "stream_format": "audio"},
+    ]}
+    r = httpx.post(customvoice_server.url + "/v1/audio/speech/batch", json=body, headers=AUTH, timeout=120)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["id"].startswith("speech-batch-") and (out["total"], out["succeeded"], out["failed"]) == (5, 2, 3)
+    results = out["results"]
+    assert [x["index"] for x in results] == [0, 1, 2, 3, 4]
+    assert [x["status"] for x in results] == ["success", "success", "error", "error", "error"]
+    assert (results[0]["media_type"], results[1]["media_type"]) == ("audio/wav", "audio/flac")
+    for x, item in zip(results[:2], body["items"]):
+        alone = cv_client.audio.speech.create(model="tiny-tts", input=item["input"], voice=item.get("voice", "vivian"),
+                                              response_format=item.get("response_format", "wav"),
+                                              extra_body={"max_new_tokens": FEW, "seed": 3}).content
+        data = base64.b64decode(x["audio_data"])
+        got, want = _decode(data)[0], _decode(alone)[0]
+        # the same audio as asked alone, to a step of pcm16 (batched float sums may round the other way)
+        assert len(got) == len(want) and np.abs(got - want).max() <= 2 / 32768
+        assert x["usage"]["output_tokens"] == -(-len(_decode(data)[0]) // FRAME) > 0
+    assert "nobody" in results[2]["error"] and results[3]["param"] == "temprature"
+    assert results[4]["param"] == "stream_format"
+    assert httpx.get(customvoice_server.url + "/health", timeout=10).json()["status"] == "ok"
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"items": []}, "items"),
+    ({"items": [{"input": "x"}] * 33}, "items"),
+    ({"items": [{"input": "x"}], "stream": True}, "stream"),
+    ({"items": [{"input": "x"}], "voise": "vivian"}, "voise"),
+    ({"items": "x"}, "items"),
+    ({"input": "x"}, "items"),
+])
+def test_a_malformed_batch_is_400(customvoice_server, body, param):
+    r = httpx.post(customvoice_server.url + "/v1/audio/speech/batch", json=body, headers=AUTH, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
 # ---------------------------------------------------------------------------------------- bad input
 
 def _post(url: str, body, *, headers=AUTH, raw: bytes | None = None):
