@@ -107,7 +107,8 @@ class HeldSessions:
     def detach(self, link: Link) -> bool:
         """The link's socket is gone: keep its session for the grace period (False: it is not kept, close it)."""
         session = link.session
-        if self.grace_s <= 0 or session.id not in self._sessions or not session.started or session.closed:
+        if (self.grace_s <= 0 or session.journal is None or session.id not in self._sessions or not session.started
+                or session.closed):
             return False
         link.writer.cancel()
         session.detach()

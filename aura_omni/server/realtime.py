@@ -113,7 +113,8 @@ async def realtime(ws: WebSocket) -> None:
         return
     builder = TurnBuilder(state.runtime, state.voices, state.media_policy())
     session = RealtimeSession(state.runtime, builder, model=ws.query_params.get("model") or state.served_model_name,
-                              duplex=duplex, max_sessions=slots.limit, on_closed=slot.give_back)
+                              duplex=duplex, max_sessions=slots.limit, on_closed=slot.give_back,
+                              resumable=held.grace_s > 0)
     if not duplex:
         session.start()
     meter = RealtimeMeter(state.metrics, ws.url.path)

@@ -150,7 +150,8 @@ class RealtimeSession:
     """Feed client events with `handle(event)`; read server events with `next_event()` / `async for`."""
 
     def __init__(self, runtime, builder: TurnBuilder, *, model: str, duplex: bool = False,
-                 max_sessions: int = 1, on_closed: Callable[[RealtimeSession], None] | None = None):
+                 max_sessions: int = 1, on_closed: Callable[[RealtimeSession], None] | None = None,
+                 resumable: bool = False):
         self.runtime, self.builder, self.model, self.duplex = runtime, builder, model, duplex
         self.on_closed = on_closed  # the transport's: the session's slot is free
         self.id = f"duplex-{uuid.uuid4().hex}" if duplex else new_id("sess")
@@ -161,10 +162,11 @@ class RealtimeSession:
         self.pipeline, self._watch = session_pipeline(runtime)
         self._events: asyncio.Queue[ServerEvent] = asyncio.Queue()
         self._seq = itertools.count(1)
-        # duplex: every event is journaled until acknowledged, for a client that reconnects (session.resume); while
-        # detached (no socket) the session runs on and its events go to the journal only
-        self.journal = Journal() if duplex else None
-        self.resume_token = secrets.token_urlsafe(24) if duplex else None
+        # resumable (a duplex session behind a socket that holds it when it drops): every event is journaled until
+        # acknowledged, for a client that reconnects (session.resume); while detached the session runs on and its
+        # events go to the journal only
+        self.journal = Journal() if duplex and resumable else None
+        self.resume_token = secrets.token_urlsafe(24) if self.journal is not None else None
         self.attachment_generation = 1
         self.attached = True
         self.started = False
@@ -199,6 +201,7 @@ class RealtimeSession:
     def _put(self, event: ServerEvent, queue: bool = True) -> None:
         if self.duplex:
             event.seq = next(self._seq)
+        if self.journal is not None:
             self.journal.add(event)
         if self.attached and queue:
             self._events.put_nowait(event)
@@ -245,7 +248,7 @@ class RealtimeSession:
 
     def _attachment(self) -> dict:
         """What a duplex client keeps to resume the session from another connection."""
-        if not self.duplex:
+        if self.journal is None:
             return {}
         return {"attachment_generation": self.attachment_generation, "resume_token": self.resume_token}
 
@@ -258,7 +261,7 @@ class RealtimeSession:
 
     def check_resume(self, resume_token: Any, last_seq: Any) -> None:
         """Whether a new connection may take the session over (`session.resume`); raises ResumeRefused."""
-        if not self.duplex or self.closed:
+        if self.journal is None or self.closed:
             raise ResumeRefused("session_resume_expired", f"session {self.id} has ended; start a new one")
         if not isinstance(resume_token, str) or not secrets.compare_digest(resume_token, self.resume_token):
             raise ResumeRefused("session_resume_rejected", "resume_token does not match this session's latest")
@@ -287,7 +290,7 @@ class RealtimeSession:
         out.update(epoch=self.epoch, playback=self._playback(None))
         if self.duplex:
             out["capabilities"] = {
-                "supports_barge_in": True, "supports_session_resume": True, "supports_audio_truncate": True,
+                "supports_barge_in": True, "supports_session_resume": self.journal is not None, "supports_audio_truncate": True,
                 "supports_turn_commit_only": True, "supports_overlapped_input": True, "supports_vision_follow": True,
                 "supports_server_vad": True, "supports_multi_session": self.max_sessions > 1,
                 "required_input_modalities": [], "optional_input_modalities": ["audio", "video"]}
@@ -718,9 +721,9 @@ class RealtimeSession:
         await self.close("client_close", event)
 
     async def _resume(self, event: dict) -> None:
-        if not self.duplex:
-            raise ClientError("session_resume_unsupported", "only duplex sessions (?duplex=1, /v1/duplex) can be "
-                              "resumed; open a new session")
+        if self.journal is None:
+            raise ClientError("session_resume_unsupported", "only duplex sessions (?duplex=1, /v1/duplex) on a server "
+                              "that holds them (disconnect_grace_s > 0) can be resumed; open a new session")
         raise ClientError("session_resume_in_session", "send session.resume as the first event of a new connection")
 
     async def _event_ack(self, event: dict) -> None:

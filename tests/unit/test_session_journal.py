@@ -47,7 +47,7 @@ async def test_a_detached_session_runs_on_and_is_resumed_with_what_its_client_mi
 
     from aura_omni.session import RealtimeSession
 
-    s = RealtimeSession(FakeRuntime(), FakeBuilder(), model="tiny", duplex=True)
+    s = RealtimeSession(FakeRuntime(), FakeBuilder(), model="tiny", duplex=True, resumable=True)
     await s.send("session.update", session={})
     created = (await until(s, "session.created"))[-1]
     token = created["resume_token"]
@@ -73,3 +73,20 @@ async def test_a_detached_session_runs_on_and_is_resumed_with_what_its_client_mi
     assert (await until(s, "error"))[-1]["error"]["code"] == "session_resume_in_session"
     await s.send("session.event_ack", server_event_seq="x")
     assert (await until(s, "error"))[-1]["error"]["code"] == "invalid_value"
+
+
+@pytest.mark.asyncio
+async def test_a_session_no_transport_holds_keeps_no_journal():
+    """In process (`Omni.session`) nothing reconnects: no journal, no token, and resume is said to be unsupported."""
+    from test_realtime_session import FakeBuilder, FakeRuntime, until
+
+    from aura_omni.session import RealtimeSession
+
+    s = RealtimeSession(FakeRuntime(), FakeBuilder(), model="tiny", duplex=True)
+    await s.send("session.update", session={})
+    created = (await until(s, "session.created"))[-1]
+    assert "resume_token" not in created.data and s.journal is None
+    assert created["session"]["capabilities"]["supports_session_resume"] is False
+    assert created.seq == 1  # duplex events still carry their seq
+    await s.send("session.resume", session_id=s.id)
+    assert (await until(s, "error"))[-1]["error"]["code"] == "session_resume_unsupported"
