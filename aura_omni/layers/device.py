@@ -118,7 +118,8 @@ def download(t: torch.Tensor) -> np.ndarray:
     copies into pageable memory: the driver stages it through its own buffers, synchronously, on the calling thread,
     while the other stages' threads on this GPU launch their steps. Here the copy goes by DMA into a block of the
     caching pinned allocator and the thread waits on an event. The array is a view of that block, which stays taken
-    while any slice of the array lives."""
+    while any slice of the array lives: copy out what is kept, so the block goes back to the allocator at once (a
+    new pinned allocation synchronises the whole device)."""
     if t.device.type != "cuda" or not PINNED_DOWNLOAD:
         return t.cpu().numpy()
     host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)

@@ -190,7 +190,9 @@ class Code2WavStageEngine:
         now = time.perf_counter()
         for c in part:  # played from its first chunk on; after a gap, from now
             c.session.audio_end = max(c.session.audio_end or now, now) + c.codes.shape[0] * SECONDS_PER_FRAME
-        return [StageOutput(r, host[i, :c.codes.shape[0] * SAMPLES_PER_FRAME], True)
+        # copies, not views: a view would hold the step's pinned block for as long as its stream keeps the chunk (a
+        # whole file, for a request that is not streamed), and the pinned allocator would make new blocks meanwhile
+        return [StageOutput(r, host[i, :c.codes.shape[0] * SAMPLES_PER_FRAME].copy(), True)
                 for i, (r, c) in enumerate(zip(rids, part))]
 
     def _due(self, rid: str, chunk: Code2WavChunk) -> float:
