@@ -638,7 +638,8 @@ function onServerEvent(event) {
   }
   switch (t) {
     case "session.created":
-      page.resume = { sessionId: event.session.id, token: event.resume_token, lastSeq: seq || 0, ackedSeq: 0 };
+      page.resume = event.resume_token // a server that holds dropped sessions: keep what resuming needs
+        ? { sessionId: event.session.id, token: event.resume_token, lastSeq: seq || 0, ackedSeq: 0 } : null;
       break;
     case "session.resumed": // the answer to our resume (a later one in a replay is old news)
       if (page.resuming && page.resume && event.session_id === page.resume.sessionId) {
