@@ -46,8 +46,7 @@ def decode_audio(data: bytes, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS,
     except Exception as e:  # soundfile raises several types for input it cannot open
         if (decoded := _decode_with_av(data, max_seconds, max_sample_rate)) is not None:
             return decoded
-        detail = getattr(e, "error_string", None) or plain(e)  # libsndfile's own words, without the file object
-        raise AudioDecodeError(f"cannot decode audio ({detail.rstrip('.')}); send a {_ACCEPTED} file") from e
+        raise _undecodable(e) from e
     try:
         with f:
             sr, channels, frames = int(f.samplerate), int(f.channels), int(f.frames)
@@ -62,11 +61,15 @@ def decode_audio(data: bytes, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS,
     except AudioDecodeError:
         raise
     except Exception as e:  # a corrupt body after a readable header
-        detail = getattr(e, "error_string", None) or plain(e)
-        raise AudioDecodeError(f"cannot decode audio ({detail.rstrip('.')}); send a {_ACCEPTED} file") from e
+        raise _undecodable(e) from e
     if n == 0:
         raise AudioDecodeError("audio has no samples")
     return wav[:n], sr
+
+
+def _undecodable(e: Exception) -> AudioDecodeError:
+    detail = getattr(e, "error_string", None) or plain(e)  # libsndfile's own words, without the file object
+    return AudioDecodeError(f"cannot decode audio ({detail.rstrip('.')}); send a {_ACCEPTED} file")
 
 
 def _check_header(sr: int, channels: int, max_sample_rate: int) -> None:
@@ -110,7 +113,7 @@ def _decode_with_av(data: bytes, max_seconds: float, max_sample_rate: int) -> tu
         except AudioDecodeError:
             raise
         except Exception as e:  # noqa: BLE001 - a corrupt body
-            raise AudioDecodeError(f"cannot decode audio ({plain(e).rstrip('.')}); send a {_ACCEPTED} file") from e
+            raise _undecodable(e) from e
     if n == 0:
         raise AudioDecodeError("audio has no samples")
     return np.concatenate(parts).astype(np.float32, copy=False), sr

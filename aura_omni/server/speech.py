@@ -65,29 +65,46 @@ def stream_windows(state, req: SpeechRequest) -> tuple[int, int, int]:
     return min(req.initial_codec_chunk_frames or extra.first_window, steady), steady, extra.codec_left_context_frames
 
 
+def check_response_format(req: SpeechRequest, streaming: bool) -> None:
+    try:
+        check_format(req.response_format, streaming=streaming)
+    except UnsupportedFormatError as e:
+        raise APIError(f"response_format: {e}", param="response_format", code="unsupported_format") from None
+
+
+async def speak_file(state, tts_req, req: SpeechRequest, path: str, since: float) -> tuple[bytes, int]:
+    """A request's whole file in its `response_format`, and its samples. Streamed inside (frame-exact, the same
+    audio), so a caller cancelled because its client left stops the Talker."""
+    _, steady, _ = stream_windows(state, req)
+    chunks = state.metrics.audio_stream(path, state.runtime.speak(tts_req, steady, steady), since, streamed=False)
+    parts = await _collect(chunks)
+    wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    data = await asyncio.to_thread(encode_audio, wav.astype(np.float32, copy=False), SAMPLE_RATE, req.response_format)
+    return data, len(wav)
+
+
+def speech_usage(input_tokens: int, samples: int) -> dict:
+    """OpenAI's usage of a speech reply: output tokens are codec frames."""
+    frames = -(-samples // SAMPLES_PER_FRAME)
+    return {"input_tokens": input_tokens, "output_tokens": frames, "total_tokens": input_tokens + frames}
+
+
 @router.post("/v1/audio/speech")
 async def create_speech(req: SpeechRequest, request: Request):
     state = request.app.state.server
     state.check_model(req.model)
     tts = state.runtime.require(TALKER, "/v1/audio/speech")
     stream_format = req.stream_format or ("audio" if req.stream else None)
-    try:
-        check_format(req.response_format, streaming=stream_format is not None)
-    except UnsupportedFormatError as e:
-        raise APIError(f"response_format: {e}", param="response_format", code="unsupported_format") from None
+    check_response_format(req, streaming=stream_format is not None)
     tts_req = await speech_request(state, req)
 
-    initial, steady, left = stream_windows(state, req)
-    if stream_format is None:  # streamed inside (frame-exact, same audio) so a client that leaves stops the Talker
-        chunks = state.metrics.audio_stream(request.url.path, state.runtime.speak(tts_req, steady, steady),
-                                            arrival(request), streamed=False)
-        parts = await unless_client_leaves(request, collect(chunks))
-        if isinstance(parts, Response):
-            return parts
-        wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        data = await asyncio.to_thread(encode_audio, np.asarray(wav, dtype=np.float32), SAMPLE_RATE, req.response_format)
-        return Response(content=data, media_type=media_type(req.response_format))
+    if stream_format is None:
+        out = await unless_client_leaves(request, speak_file(state, tts_req, req, request.url.path, arrival(request)))
+        if isinstance(out, Response):
+            return out
+        return Response(content=out[0], media_type=media_type(req.response_format))
 
+    initial, steady, _ = stream_windows(state, req)
     chunks = state.metrics.audio_stream(request.url.path, state.runtime.speak(tts_req, initial, steady),
                                         arrival(request))
     try:  # request errors before the first chunk are still a 4xx; the Talker stops if the client leaves first
@@ -103,7 +120,7 @@ async def create_speech(req: SpeechRequest, request: Request):
                              media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-async def collect(chunks: AsyncIterator) -> list[np.ndarray]:
+async def _collect(chunks: AsyncIterator) -> list[np.ndarray]:
     try:
         return [c async for c in chunks]
     finally:
@@ -150,6 +167,4 @@ async def _sse_stream(first: np.ndarray, rest: AsyncIterator, fmt: str, input_to
         return
     finally:
         await rest.aclose()
-    frames = -(-samples // SAMPLES_PER_FRAME)
-    yield _sse({"type": "speech.audio.done",
-                "usage": {"input_tokens": input_tokens, "output_tokens": frames, "total_tokens": input_tokens + frames}})
+    yield _sse({"type": "speech.audio.done", "usage": speech_usage(input_tokens, samples)})

@@ -12,19 +12,18 @@ import asyncio
 import base64
 import uuid
 
-import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
 from ..config import TALKER
-from ..media.encode import UnsupportedFormatError, check_format, encode_audio, media_type
+from ..media.encode import media_type
 from .disconnect import unless_client_leaves
 from .errors import APIError, api_error, internal_error, validation_error
 from .metrics import arrival
 from .protocol import BATCH_DEFAULT_FIELDS, SpeechBatchRequest, SpeechRequest
-from .speech import SAMPLE_RATE, SAMPLES_PER_FRAME, collect, speech_request, stream_windows, text_tokens
+from .speech import check_response_format, speak_file, speech_request, speech_usage, text_tokens
 
 router = APIRouter()
 
@@ -58,21 +57,11 @@ async def _speak(state, tts, index: int, fields: dict, path: str, since: float) 
         if req.stream or req.stream_format:
             raise APIError("stream_format: a batch item is a whole file, not a stream", param="stream_format",
                            code="unsupported_value")
-        try:
-            check_format(req.response_format)
-        except UnsupportedFormatError as e:
-            raise APIError(f"response_format: {e}", param="response_format", code="unsupported_format") from None
-        tts_req = await speech_request(state, req)
-        _, steady, _ = stream_windows(state, req)
-        chunks = state.metrics.audio_stream(path, state.runtime.speak(tts_req, steady, steady), since, streamed=False)
-        parts = await collect(chunks)
-        wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        data = await asyncio.to_thread(encode_audio, wav.astype(np.float32, copy=False), SAMPLE_RATE,
-                                       req.response_format)
+        check_response_format(req, streaming=False)
+        data, samples = await speak_file(state, await speech_request(state, req), req, path, since)
     except Exception as e:  # noqa: BLE001 - the item fails, the batch goes on
         err = api_error(e) or internal_error(f"speech batch item {index}")
         return {"index": index, "status": "error", "error": err.message, "code": err.code, "param": err.param}
-    input_tokens, frames = len(text_tokens(tts, req.input)), -(-len(wav) // SAMPLES_PER_FRAME)
     return {"index": index, "status": "success", "audio_data": base64.b64encode(data).decode(),
             "media_type": media_type(req.response_format),
-            "usage": {"input_tokens": input_tokens, "output_tokens": frames, "total_tokens": input_tokens + frames}}
+            "usage": speech_usage(len(text_tokens(tts, req.input)), samples)}

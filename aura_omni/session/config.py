@@ -21,6 +21,7 @@ INPUT_SAMPLE_RATES = (16000, 24000)  # pcm16 input the session resamples to ASR'
 OPENAI_INPUT_SAMPLE_RATE = 24000  # OpenAI Realtime's pcm16 is 24 kHz
 PCM_FORMATS = ("pcm16", "pcm_s16le", "s16le", "audio/pcm")
 GA_G711 = {"audio/pcmu": "g711_ulaw", "audio/pcma": "g711_alaw"}  # GA format type -> the beta name used here
+G711_GA = {name: kind for kind, name in GA_G711.items()}
 DEFAULT_MAX_FRAMES = 2  # AURA sees the latest 2 frames per turn (vLLM-Omni aura duplex input)
 FRAME_FILTER_THRESHOLD = 0.95  # vLLM-Omni frame_filter_threshold: a frame at least this similar is dropped
 MAX_FRAMES_LIMIT = 16  # vLLM-Omni max_frames_per_round
@@ -169,8 +170,7 @@ def _number(value: Any, param: str, lo: float, hi: float, integer: bool = False)
 
 
 def _ga_format(name: str, rate: int) -> dict:
-    types = {v: k for k, v in GA_G711.items()}
-    return {"type": types[name]} if name in types else {"type": "audio/pcm", "rate": rate}
+    return {"type": G711_GA[name]} if name in G711_GA else {"type": "audio/pcm", "rate": rate}
 
 
 def _input_format(ga: Any, beta: Any) -> tuple[str, int] | None:
