@@ -91,6 +91,9 @@ class ConnectorExtra(_Strict):
     codec_chunk_safety_margin_ms: float | None = Field(None, ge=0)
     codec_chunk_ramp_divisor: float | None = Field(None, gt=0)
     codec_chunk_ramp_delta_min: int | None = Field(None, ge=0)
+    # our extension: how long Code2Wav may hold a stream's later window for other streams' to fill its step (never a
+    # first window, never past 150 ms before its stream's audio runs out); 0: step as soon as one is waiting
+    codec_batch_wait_ms: float = Field(250.0, ge=0)
 
     @property
     def first_window(self) -> int:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One H200 call: what a client sees, over HTTP and the realtime socket, measured with `aura-omni bench serve` against
 # `aura-omni serve` on full-size dummy weights (docs/benchmarks.md, issues 13 and 15).
-#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_gc_off tts_spread tts_c2w_wait tts_conns tts_pageable tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
+#   bash scripts/gpu_serve_bench.sh [tts tts_load tts_gc_off tts_spread tts_no_wait tts_pageable tts_first2 tts_first2_c2w8 tts_fp16 turns live live_vad live_off profile ray soak soak_wait soak_probe]   (default: tts turns live; logs in $OUT)
 # All three default sections took longer than one device call's 10 minutes in session 7: run `tts turns` and `live`
 # as two calls, each inside `timeout` a little under the call's limit. Every table is printed and appended to
 # $OUT/summary.md as its run ends, so a call cut short still brings back what it measured.
@@ -21,14 +21,10 @@
 # tts_gc_off: tts_load with the start-up objects left in the garbage collector's sight (AURA_OMNI_GC_FREEZE=0, as
 #        before session 12's end): run first on a fresh machine, whether the first server's one stall of ~300-500 ms
 #        (sessions 11 and 12) is a full collection (server/gc_pauses.py logs any pause over 50 ms)
-# tts_conns: the load of tts_spread with CUDA_DEVICE_MAX_CONNECTIONS=32: with the default 8 hardware work queues the
-#        Talker's high-priority stream may share one with Code2Wav's, and its kernels then wait behind Code2Wav's
 # tts_pageable: the load of tts_spread with Code2Wav's samples copied to the host by `.cpu()` (pageable memory, the
 #        driver's synchronous staged copy), not into pinned memory waited on with an event (AURA_OMNI_PINNED_DOWNLOAD=0)
-# tts_c2w_wait: the load of tts_spread on a server with a knob set (run `tts_spread` in the same call for the
-#        baseline: machines differ by up to ~10%): Code2Wav holds a chunk up to ${C2W_WAIT_MS:-250} ms for other streams' to fill the step, never past
-#        150 ms before its stream's audio runs out (AURA_OMNI_CODE2WAV_BATCH_WAIT_MS): with spread lengths its steps
-#        decoded 2.6 windows each, ~2.7 ms of GPU per step whatever its rows
+# tts_no_wait: the load of tts_spread with Code2Wav's batch wait off (`codec_batch_wait_ms: 0`: a step as soon as a
+#        window waits; shipped: 250 ms); run `tts_spread` in the same call for the baseline (machines differ by up to ~10%)
 # tts_first2: tts_load with a first Code2Wav window of 2 frames (160 ms of audio) instead of 1: a stream's second
 #        chunk then has 160 ms, not 80, to arrive before the first has played (its Code2Wav wait at c=32 was ~30 ms
 #        on average, session 11), for one more Talker step before the first audio
@@ -157,11 +153,14 @@ tts_load_run() {  # tts_load_run NAME MODEL [ARGS]: c = 32 64, 256 requests each
     --num-warmups 2 --save-detailed "${@:3}"
   burst "$OUT/$1.json"
 }
-tts_env() {  # tts_env NAME [VAR=VALUE...]: the shipped TTS server started with these variables, under the load of
-  # tts_spread (spread lengths, then the fixed ones): an A/B needs the baseline (`tts_spread`) on the same machine
-  local name=$1 kv ok; shift
+tts_ab() {  # tts_ab NAME PYTHON [VAR=VALUE...]: configs/qwen3_tts.yaml as the statement(s) on `d` change it, served
+  # with these variables, under the load of tts_spread (spread lengths, then the fixed ones): an A/B needs the
+  # baseline (`tts_spread`) on the same machine
+  local name=$1 edit=$2 kv ok; shift 2
+  python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); $edit
+yaml.safe_dump(d, open('/tmp/qwen3_tts_ab.yaml', 'w'))" || return
   for kv in "$@"; do export "$kv"; done
-  serve configs/qwen3_tts.yaml "qwen3-tts${name:+-$name}"; ok=$?
+  serve /tmp/qwen3_tts_ab.yaml "qwen3-tts${name:+-$name}"; ok=$?
   for kv in "$@"; do unset "${kv%%=*}"; done
   [ $ok = 0 ] || return
   tts_load_run "tts_load_spread${name:+_$name}" "qwen3-tts${name:+-$name}" --random-range-ratio 0.5 --num-prompts 512
@@ -175,7 +174,8 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_$1.yaml', 'w'))" || return
   tts_load_run "tts_load_$1" "qwen3-tts-$1"
   stop
 }
-FIRST2="d['connectors']['connector_of_shared_memory']['extra']['initial_codec_chunk_frames'] = 2"
+EXTRA="d['connectors']['connector_of_shared_memory']['extra']"
+FIRST2="$EXTRA['initial_codec_chunk_frames'] = 2"
 TURN="--input-audio-seconds 3 --num-frames 2 --frame-size 640x480 --max-tokens 40 --ignore-eos"
 # random weights never end a transcript: ASR stops at 12 tokens, about what 3 s of speech transcribes to. A random
 # reply may hold no word boundary (a run of letters or CJK), and streamed text gives the Talker nothing before one
@@ -199,10 +199,9 @@ for s in ${*:-tts turns live}; do
     tts_gc_off) AURA_OMNI_GC_FREEZE=0 serve configs/qwen3_tts.yaml qwen3-tts-gc-off || continue
                 tts_load_run tts_load_gc_off qwen3-tts-gc-off
                 stop ;;
-    tts_c2w_wait) tts_env c2w_wait AURA_OMNI_CODE2WAV_BATCH_WAIT_MS=${C2W_WAIT_MS:-250} ;;
-    tts_conns) tts_env conns CUDA_DEVICE_MAX_CONNECTIONS=32 ;;  # 32 hardware work queues, not 8
-    tts_pageable) tts_env pageable AURA_OMNI_PINNED_DOWNLOAD=0 ;;  # Code2Wav's samples by `.cpu()`, not pinned
-    tts_spread) tts_env "" ;;  # lengths drawn from [63, 189] frames, then the fixed ones again on this warm server
+    tts_no_wait) tts_ab no_wait "$EXTRA['codec_batch_wait_ms'] = 0" ;;
+    tts_pageable) tts_ab pageable pass AURA_OMNI_PINNED_DOWNLOAD=0 ;;  # Code2Wav's samples by `.cpu()`, not pinned
+    tts_spread) tts_ab "" pass ;;  # lengths drawn from [63, 189] frames, then the fixed ones again on this warm server
     tts_first2) tts_variant first2 "$FIRST2" ;;
     tts_first2_c2w8) tts_variant first2_c2w8 "$FIRST2; d['stages'][1]['max_num_batched_tokens'] = 3200" ;;
     tts_fp16) tts_variant fp16 "d['stages'][1]['dtype'] = 'float16'" ;;

@@ -16,15 +16,14 @@ Stepping as soon as any chunk is waiting is what a lone stream needs, but under 
 the streams' windows come at different times, and a step then decodes two or three of them: each step costs ~2.7 ms
 of the GPU that the Talker shares, whatever its rows (session 13: 1,600 steps of 2.6 windows for 512 requests at
 c=64). A stream's later windows have time to spare: once the Talker runs faster than real time, the audio already
-sent lasts well past the next window. With a batch wait (`AURA_OMNI_CODE2WAV_BATCH_WAIT_MS`, off by default until
-measured), a chunk may wait up to that long for other streams' to fill the step, but never past PLAYBACK_MARGIN_S
-before its stream's audio sent so far runs out (as played from its first chunk on), and a stream's first chunk never
-waits. `ready_in` tells the loop how long; a step takes the group of the chunk due first, and it fills the step with
-others of that length.
+sent lasts well past the next window. With a batch wait (the deploy's `codec_batch_wait_ms`, 250 ms; session 16 on
+the H200: +5-10% audio-s/s at c=32 and 64, p95 within target), a chunk may wait up to that long for other streams' to
+fill the step, but never past PLAYBACK_MARGIN_S before its stream's audio sent so far runs out (as played from its
+first chunk on), and a stream's first chunk never waits, nor does a lone stream's. `ready_in` tells the loop how long;
+a step takes the group of the chunk due first, and it fills the step with others of that length.
 """
 
 import math
-import os
 import time
 import weakref
 from collections import Counter
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from aura_omni.layers.device import download
+from aura_omni.layers.device import download, upload_async
 from aura_omni.models.qwen3_tts.code2wav_graphs import Code2WavGraphs
 from aura_omni.models.qwen3_tts.codec_config import SAMPLES_PER_FRAME
 from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavSlots
@@ -97,7 +96,6 @@ class FrameChunks:
         return codes
 
 
-BATCH_WAIT_S = float(os.environ.get("AURA_OMNI_CODE2WAV_BATCH_WAIT_MS", 0)) / 1000
 # a waiting chunk steps at the latest this long before its stream's audio runs out: a step or two queued ahead of it,
 # its own, and the way to the listener
 PLAYBACK_MARGIN_S = 0.15
@@ -120,13 +118,13 @@ class Code2WavStageEngine:
         self._pending: dict[str, Code2WavChunk] = {}
         self._arrived: dict[str, float] = {}  # when each pending chunk came
         self.windows: list[int] = []  # the window lengths of the codec schedule, which a last chunk is padded up to
-        self.batch_wait_s = BATCH_WAIT_S
+        self.batch_wait_s = 0.0  # the deploy's codec_batch_wait_ms (configure)
         self.decoded_frames = 0
 
-    def configure(self, max_batch: int, windows: list[int], cuda_graphs: bool) -> None:
-        """The deploy's batch bound, and graphs for its window lengths (CUDA only). On the loop thread, before it
-        serves; the rows are made anew in the decoder's (possibly new) dtype."""
-        self.max_batch, self.windows = max_batch, sorted(set(windows))
+    def configure(self, max_batch: int, windows: list[int], cuda_graphs: bool, batch_wait_s: float = 0.0) -> None:
+        """The deploy's batch bound and batch wait, and graphs for its window lengths (CUDA only). On the loop thread,
+        before it serves; the rows are made anew in the decoder's (possibly new) dtype."""
+        self.max_batch, self.windows, self.batch_wait_s = max_batch, sorted(set(windows)), batch_wait_s
         if self.graphs is not None:
             self.graphs.close()
         self.slots = Code2WavSlots(self.code2wav, slot_capacity(max_batch))
@@ -143,8 +141,8 @@ class Code2WavStageEngine:
             s.slot, s.slots = self.slots.acquire(), self.slots
             s.release = weakref.finalize(s, self.slots.release, s.slot)
             if s.context is not None and s.context.shape[0]:  # context only: not this audio
-                self._decode([s.slot], self.code2wav.check_codes(s.context, batched=False)[None])
-        self._pending[request_id] = Code2WavChunk(s, self.code2wav.check_codes(chunk.codes, batched=False), chunk.last)
+                self._decode([s.slot], self._host_codes(s.context)[None])
+        self._pending[request_id] = Code2WavChunk(s, self._host_codes(chunk.codes), chunk.last)
         self._arrived[request_id] = time.perf_counter()
 
     def abort(self, request_id: str) -> None:
@@ -215,12 +213,18 @@ class Code2WavStageEngine:
         n = chunk.codes.shape[0]
         return next((w for w in self.windows if w >= n), n) if chunk.last and n else n
 
+    def _host_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """A chunk's codes, checked, kept on the host until its step uploads the step's codes in one copy (a copy
+        back to the host per chunk to build the step would wait for the stream each time)."""
+        return self.code2wav.check_codes(codes, batched=False, device=torch.device("cpu"))
+
     def _decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+        """The rows `slots` decode `codes` [B, n, 16] (long, on the host)."""
         with torch.inference_mode():
             self.slots.reset_fresh()  # the rows of streams begun since the last decode, zeroed together
             if self.graphs is not None and self.graphs.covers(*codes.shape[:2]):
                 return self.graphs.decode(slots, codes)
-            return self.slots.decode(torch.tensor(slots, device=self.device), codes)
+            return self.slots.decode(upload_async(torch.tensor(slots), self.device), upload_async(codes, self.device))
 
     def stats(self) -> dict[str, float]:
         return {"running": 0, "waiting": len(self._pending), "decoded_frames": self.decoded_frames,

@@ -42,10 +42,12 @@ def engine_config(stage: Stage, defaults: EngineConfig | None = None, *,
 
 
 def code2wav_settings(stage: Stage, codec: ConnectorExtra) -> dict:
-    """The Code2Wav stage's fields for `Qwen3TTS.configure_code2wav`: its batch bound, its dtype (auto: float32, what
-    qwen-tts decodes in), and CUDA graphs for the window lengths of the codec schedule unless `enforce_eager`."""
+    """The Code2Wav stage's fields for `Qwen3TTS.configure_code2wav`: its batch bound, its batch wait, its dtype (auto:
+    float32, what qwen-tts decodes in), and CUDA graphs for the window lengths of the codec schedule unless
+    `enforce_eager`."""
     return dict(max_batch=code2wav_max_batch(stage, codec),
                 windows=window_schedule(codec.first_window, codec.codec_chunk_frames),
+                batch_wait_s=codec.codec_batch_wait_ms / 1000,
                 cuda_graphs=not stage.enforce_eager,
                 dtype=torch.float32 if stage.dtype == "auto" else getattr(torch, stage.dtype))
 

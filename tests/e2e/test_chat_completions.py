@@ -681,6 +681,7 @@ def test_offline_omni_generate_and_stream(tiny_dir, tmp_path, ref_wav_bytes):
     ref = tmp_path / "ref.wav"
     ref.write_bytes(ref_wav_bytes)
     with Omni(deploy_config=tiny_dir / "deploy.yaml", device="cpu") as omni:
+        assert omni.runtime.tts.code2wav_loop.engine.batch_wait_s == 0.25  # the deploy's default reached the stage
         spoken = omni.generate(audio=str(ref), text="and this", tts_ref_audio=str(ref), tts_x_vector_only_mode=True,
                                tts_max_new_tokens=FEW, max_tokens=4, seed=2)
         assert spoken.text and not spoken.silent and isinstance(spoken.transcript, str)

@@ -9,12 +9,6 @@ from aura_omni.testing.tiny_codec import write_tiny_codec
 SPF = 1920  # samples per frame
 
 
-@pytest.fixture(autouse=True)
-def no_batch_wait(monkeypatch):
-    """The step order these tests expect is the default's, whatever AURA_OMNI_CODE2WAV_BATCH_WAIT_MS says."""
-    monkeypatch.setattr("aura_omni.stages.code2wav.BATCH_WAIT_S", 0.0)
-
-
 @pytest.fixture(scope="module")
 def code2wav(tmp_path_factory) -> Code2Wav:
     return Code2Wav.from_codec_dir(write_tiny_codec(tmp_path_factory.mktemp("codec")))
@@ -268,8 +262,7 @@ def test_with_a_batch_wait_later_chunks_wait_for_other_streams_but_not_past_thei
     from aura_omni.stages.code2wav import PLAYBACK_MARGIN_S, Code2WavChunk, Code2WavSession, Code2WavStageEngine
 
     stage, rows = Code2WavStageEngine(code2wav, max_batch=8), []
-    stage.configure(8, [2, 25], cuda_graphs=False)
-    stage.batch_wait_s = 10.0
+    stage.configure(8, [2, 25], cuda_graphs=False, batch_wait_s=10.0)
     decode = stage.slots.decode
     stage.slots.decode = lambda slots, codes: rows.append(len(slots)) or decode(slots, codes)
     codes = [_codes(27, 50 + i) for i in range(3)]
@@ -311,8 +304,7 @@ def test_with_a_batch_wait_a_step_takes_first_audio_then_the_chunk_due_first_wit
     from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
 
     stage = Code2WavStageEngine(code2wav, max_batch=8)
-    stage.configure(8, [1, 2, 4, 25], cuda_graphs=False)
-    stage.batch_wait_s = 10.0
+    stage.configure(8, [1, 2, 4, 25], cuda_graphs=False, batch_wait_s=10.0)
     old = [Code2WavSession() for _ in range(4)]
     for i, s in enumerate(old):
         stage.add(f"o{i}", Code2WavChunk(s, _codes(25, 60 + i)))

@@ -204,7 +204,8 @@ def test_connector_extras_this_build_would_ignore_are_refused(key, value, why):
 def test_every_upstream_connector_extra_is_honoured_or_refused():
     from aura_omni.config import REFUSED_EXTRAS, ConnectorExtra
 
-    honoured = {"codec_chunk_frames", "initial_codec_chunk_frames", "codec_left_context_frames", "codec_streaming"}
+    honoured = {"codec_chunk_frames", "initial_codec_chunk_frames", "codec_left_context_frames", "codec_streaming",
+                "codec_batch_wait_ms"}  # ours
     assert set(ConnectorExtra.model_fields) == honoured | set(REFUSED_EXTRAS)
     cfg = parse_deploy_config(_tts(extra={"codec_streaming": True, "codec_chunk_frames": 10, "codec_left_context_frames": 72,
                                           "initial_codec_chunk_frames": 3}))
@@ -293,6 +294,16 @@ def test_code2wav_engine_fields_bound_its_batched_decode():
     assert code2wav_max_batch(cfg.stage(CODE2WAV), cfg.codec_streaming()) == 8  # max_num_seqs; 65536 codes is more
     small = parse_deploy_config(_tts(code2wav={"max_num_seqs": 64, "max_num_batched_tokens": 1200}))
     assert code2wav_max_batch(small.stage(CODE2WAV), small.codec_streaming()) == 3  # 1200 // (25 frames * 16 codes)
+
+
+def test_code2wav_batch_wait_comes_from_the_connector_and_is_on_by_default():
+    from aura_omni.stages.engine_config import code2wav_settings
+
+    shipped = parse_deploy_config(_tts())
+    assert code2wav_settings(shipped.stage(CODE2WAV), shipped.codec_streaming())["batch_wait_s"] == 0.25
+    off = parse_deploy_config(_tts(extra={"codec_batch_wait_ms": 0}))
+    assert code2wav_settings(off.stage(CODE2WAV), off.codec_streaming())["batch_wait_s"] == 0.0
+    _refused(_tts(extra={"codec_batch_wait_ms": -1}), "connectors.shm.extra.codec_batch_wait_ms", "must be >= 0")
 
 
 def test_kernel_switches_reach_the_stage_engine_config(monkeypatch):

@@ -394,7 +394,8 @@ class Code2Wav(nn.Module):
         state.frames = state.frames + codes.shape[1]
         return wav.clamp(min=-1, max=1)[:, 0]
 
-    def check_codes(self, codes: torch.Tensor, batched: bool) -> torch.Tensor:
+    def check_codes(self, codes: torch.Tensor, batched: bool, device: torch.device | None = None) -> torch.Tensor:
+        """`codes` checked, as long on `device` (the decoder's if None)."""
         want = 3 if batched else 2
         if not isinstance(codes, torch.Tensor) or codes.dim() != want or codes.shape[-1] != NUM_CODE_GROUPS:
             shape = "[B, n, 16]" if batched else "[n, 16]"
@@ -405,4 +406,4 @@ class Code2Wav(nn.Module):
         if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= self.config.codebook_size):
             raise CodecInputError(f"codec codes must be in [0, {self.config.codebook_size}), "
                                   f"got [{int(codes.min())}, {int(codes.max())}]")
-        return codes.to(self.pre_conv.conv.weight.device, torch.long)
+        return codes.to(device or self.pre_conv.conv.weight.device, torch.long)
