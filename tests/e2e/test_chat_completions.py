@@ -491,6 +491,7 @@ def test_turn_past_the_timeout_is_504_and_cancelled(base, ref_audio_b64):
     pipeline, aura = base.runtime.pipeline, base.runtime.pipeline.aura
     start_free = aura.engine.stats()["free_blocks"]
     pipeline.default_timeout_s = 0.3  # what `serve --request-timeout 0.3` sets
+    slow = SlowTalker(base.runtime.tts, pause=0.02)  # 256 frames take 5 s: the tiny models could end inside 0.3 s
     try:
         r = httpx.post(base.url + "/v1/chat/completions", headers=AUTH, timeout=60, json={
             "model": MODEL, "messages": user({"type": "text", "text": "talk for a long time"}), "max_tokens": 400,
@@ -498,6 +499,7 @@ def test_turn_past_the_timeout_is_504_and_cancelled(base, ref_audio_b64):
                                                            "tts_x_vector_only_mode": True, "tts_max_new_tokens": 256}})
     finally:
         pipeline.default_timeout_s = 300.0
+        slow.restore()
     assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
     deadline = time.monotonic() + 30
     while aura.engine.stats()["free_blocks"] != start_free and time.monotonic() < deadline:
