@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -170,6 +171,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     rid = f"chatcmpl-{uuid.uuid4().hex}"
     with client_errors():
         turn = await TurnBuilder(runtime, state.voices, state.media_policy()).build(spec, rid)
+    if turn.tts is not None and not body.stream:  # one reply at the end: no window of it waits to share a step
+        turn.tts = dataclasses.replace(turn.tts, played=False)
     events = state.metrics.turn_events(request.url.path, runtime.pipeline.turn(turn), arrival(request), body.stream)
     name = body.model or state.served_model_name
     if not body.stream:

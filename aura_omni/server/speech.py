@@ -76,6 +76,7 @@ async def speak_file(state, tts_req, req: SpeechRequest, path: str, since: float
     """A request's whole file in its `response_format`, and its samples. Streamed inside (frame-exact, the same
     audio), so a caller cancelled because its client left stops the Talker."""
     _, steady, _ = stream_windows(state, req)
+    tts_req = dataclasses.replace(tts_req, played=False)  # no window of a file waits to share a Code2Wav step
     chunks = state.metrics.audio_stream(path, state.runtime.speak(tts_req, steady, steady), since, streamed=False)
     parts = await _collect(chunks)
     wav = np.concatenate(parts) if parts else np.zeros(0, np.float32)

@@ -19,7 +19,8 @@ c=64). A stream's later windows have time to spare: once the Talker runs faster 
 sent lasts well past the next window. With a batch wait (the deploy's `codec_batch_wait_ms`, 250 ms; session 16 on
 the H200: +5-10% audio-s/s at c=32 and 64, p95 within target), a chunk may wait up to that long for other streams' to
 fill the step, but never past PLAYBACK_MARGIN_S before its stream's audio sent so far runs out (as played from its
-first chunk on), and a stream's first chunk never waits, nor does a lone stream's. `ready_in` tells the loop how long;
+first chunk on), and a stream's first chunk never waits, nor does a lone stream's or a whole file's (not played as
+it comes: `TTSRequest.played`). `ready_in` tells the loop how long;
 a step takes the group of the chunk due first, and it fills the step with others of that length.
 """
 
@@ -48,6 +49,7 @@ class Code2WavSession:
     slots: Code2WavSlots | None = field(default=None, repr=False)
     release: weakref.finalize | None = field(default=None, repr=False)
     audio_end: float | None = None  # when the audio decoded so far has played out (perf_counter), from the first chunk
+    may_wait: bool = True  # its later windows may wait for others' (batch wait); not a whole file's (TTSRequest.played)
 
     def close(self) -> None:
         """The stream has ended: its row goes back to the stage now (else when the session is collected, which a
@@ -195,9 +197,9 @@ class Code2WavStageEngine:
 
     def _due(self, rid: str, chunk: Code2WavChunk) -> float:
         """When a waiting chunk must step: after the batch wait, or before its stream's audio runs out; a stream's
-        first chunk at once."""
+        first chunk, and every chunk of a whole file, at once."""
         end = chunk.session.audio_end
-        if end is None:
+        if end is None or not chunk.session.may_wait:
             return -math.inf
         return min(self._arrived[rid] + self.batch_wait_s, end - PLAYBACK_MARGIN_S)
 

@@ -87,6 +87,9 @@ class TTSRequest:
     subtalker_top_k: int | None = None
     subtalker_top_p: float | None = None
     seed: int | None = None
+    # its audio is played as it comes, so a later Code2Wav window may wait (codec_batch_wait_ms) while the audio sent
+    # lasts; False for a whole file, whose every wait would be the client's
+    played: bool = True
 
 
 def _load_tokenizer(ckpt: Path):
@@ -390,7 +393,7 @@ class Qwen3TTS:
 
     def _code2wav_session(self, req: TTSRequest) -> Code2WavSession:
         self._require_codec()
-        return Code2WavSession(context=self._reference_codes(req))
+        return Code2WavSession(context=self._reference_codes(req), may_wait=req.played)
 
     def stats(self) -> dict[str, float]:
         """Offline and tests: the loop's counters (running, waiting, free_blocks, ...) once it has applied what is

@@ -487,6 +487,29 @@ def test_non_streaming_turn_stops_when_its_client_leaves(base, ref_audio_b64):
         pytest.fail(f"stages still busy 5 s after the client left: {aura.engine.stats()} {base.runtime.tts.stats()}")
 
 
+def test_only_played_audio_may_wait_to_share_a_code2wav_step(base, client, ref_audio_b64):
+    """Code2Wav's batch wait (codec_batch_wait_ms) holds a later window while the audio already sent plays; a whole
+    file or a reply that is not streamed is not played as it comes, so its windows never wait: each wait would be its
+    client's."""
+    tts = base.runtime.tts.facades[0]
+    sessions, original = [], tts._code2wav_session
+    tts._code2wav_session = lambda req: sessions.append(s := original(req)) or s
+    speech = {"model": MODEL, "input": "A file.", "voice": "x", "ref_audio": ref_audio_b64, "x_vector_only_mode": True,
+              "max_new_tokens": 4}
+    chat = {"model": MODEL, "messages": user({"type": "text", "text": "hi"}), "max_tokens": 3, "seed": 1,
+            "audio": {"voice": "x", "format": "pcm16"}, **xvector(ref_audio_b64, tts_max_new_tokens=4)}
+    try:
+        for stream in (False, True):
+            r = httpx.post(base.url + "/v1/audio/speech", headers=AUTH, timeout=60,
+                           json=speech | ({"stream_format": "audio", "response_format": "pcm"} if stream else {}))
+            assert r.status_code == 200
+            r = httpx.post(base.url + "/v1/chat/completions", headers=AUTH, timeout=60, json=chat | {"stream": stream})
+            assert r.status_code == 200
+    finally:
+        del tts._code2wav_session
+    assert [s.may_wait for s in sessions] == [False, False, True, True]
+
+
 def test_turn_past_the_timeout_is_504_and_cancelled(base, ref_audio_b64):
     pipeline, aura = base.runtime.pipeline, base.runtime.pipeline.aura
     start_free = aura.engine.stats()["free_blocks"]

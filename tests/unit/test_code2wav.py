@@ -317,3 +317,21 @@ def test_with_a_batch_wait_a_step_takes_first_audio_then_the_chunk_due_first_wit
     old[0].audio_end = time.perf_counter() + 0.2  # "a"'s stream is about to run out
     assert [o.request_id for o in stage.step()] == ["a"]
     assert [o.request_id for o in stage.step()] == ["b", "c"]
+
+
+def test_with_a_batch_wait_a_whole_files_windows_never_wait(code2wav):
+    """A stream not played as it comes (a whole file: TTSRequest.played is False) would only make its client wait:
+    its later chunk steps at once while another stream is open, where a played stream's waits."""
+    from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
+
+    stage = Code2WavStageEngine(code2wav, max_batch=8)
+    stage.configure(8, [2, 25], cuda_graphs=False, batch_wait_s=10.0)
+    played, other, whole = Code2WavSession(), Code2WavSession(), Code2WavSession(may_wait=False)
+    for i, s in enumerate((played, other, whole)):
+        stage.add(f"{i}.0", Code2WavChunk(s, _codes(25, 80 + i)))
+    stage.step()
+    stage.add("played.1", Code2WavChunk(played, _codes(25, 90)))
+    assert stage.ready_in() > 0  # waits for the other streams' windows
+    stage.add("whole.1", Code2WavChunk(whole, _codes(25, 91)))
+    assert stage.ready_in() == 0
+    assert [o.request_id for o in stage.step()] == ["played.1", "whole.1"]  # and takes the waiting one along
