@@ -153,12 +153,16 @@ tts_load_run() {  # tts_load_run NAME MODEL [ARGS]: c = 32 64, 256 requests each
     --num-warmups 2 --save-detailed "${@:3}"
   burst "$OUT/$1.json"
 }
+edited_tts_config() {  # edited_tts_config PYTHON OUT: configs/qwen3_tts.yaml as the statement(s) on `d` change it
+  python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); $1
+yaml.safe_dump(d, open('$2', 'w'))"
+}
 tts_ab() {  # tts_ab NAME PYTHON [VAR=VALUE...]: configs/qwen3_tts.yaml as the statement(s) on `d` change it, served
   # with these variables, under the load of tts_spread (spread lengths, then the fixed ones): an A/B needs the
   # baseline (`tts_spread`) on the same machine
-  local name=$1 edit=$2 kv ok; shift 2
-  python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); $edit
-yaml.safe_dump(d, open('/tmp/qwen3_tts_ab.yaml', 'w'))" || return
+  local name=$1 kv ok
+  edited_tts_config "$2" /tmp/qwen3_tts_ab.yaml || return
+  shift 2
   for kv in "$@"; do export "$kv"; done
   serve /tmp/qwen3_tts_ab.yaml "qwen3-tts${name:+-$name}"; ok=$?
   for kv in "$@"; do unset "${kv%%=*}"; done
@@ -168,8 +172,7 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_ab.yaml', 'w'))" || return
   stop
 }
 tts_variant() {  # tts_variant NAME PYTHON: configs/qwen3_tts.yaml as the statement(s) on `d` change it, under load
-  python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); $2
-yaml.safe_dump(d, open('/tmp/qwen3_tts_$1.yaml', 'w'))" || return
+  edited_tts_config "$2" "/tmp/qwen3_tts_$1.yaml" || return
   serve "/tmp/qwen3_tts_$1.yaml" "qwen3-tts-$1" || return
   tts_load_run "tts_load_$1" "qwen3-tts-$1"
   stop
