@@ -107,6 +107,11 @@ class Omni:
                       history: Sequence[tuple[str, str]] = (), **options) -> AsyncIterator[TurnEvent]:
         """Events of one turn: TranscriptReady, TextDelta, AudioChunk (as produced), TurnDone."""
         spec = self._spec(audio, images, video, text, speak, history, options)
+        async with contextlib.aclosing(self._turn(spec)) as events:
+            async for ev in events:  # closing this generator closes the turn's at once: every stage stops
+                yield ev
+
+    async def _turn(self, spec: TurnSpec) -> AsyncIterator[TurnEvent]:
         req = await self.builder.build(spec, f"omni-{next(_ids)}")
         events = self.runtime.pipeline.turn(req)
         try:
@@ -129,7 +134,10 @@ class Omni:
 
     async def agenerate(self, audio=None, images=None, video=None, text: str | None = None, speak: bool = True,
                         history: Sequence[tuple[str, str]] = (), **options) -> OmniResult:
-        turn = await collect_turn(self.astream(audio, images, video, text, speak, history, **options))
+        spec = self._spec(audio, images, video, text, speak, history, options)
+        spec.played = False  # taken whole: no window of its audio waits to share a Code2Wav step
+        async with contextlib.aclosing(self._turn(spec)) as events:
+            turn = await collect_turn(events)
         done = turn.done
         return OmniResult(text=done.text, audio=turn.audio if speak and not done.silent else None,
                           transcript=turn.transcript, silent=done.silent,

@@ -38,6 +38,7 @@ class TurnSpec:
     system_prompt: str | None = None  # from system messages; additional_information.aura_system_prompt wins
     history: list[tuple[str, str]] = field(default_factory=list)  # earlier (role, text) turns
     speak: bool | None = None  # None: speak when the deployment has TTS stages
+    played: bool = True  # the reply's audio is played as it comes (streamed); False: taken whole (TTSRequest.played)
     info: dict = field(default_factory=dict)  # vLLM-Omni additional_information (AdditionalInformation keys)
     voice: str | None = None  # OpenAI audio.voice: a CustomVoice speaker or a registered voice
     stage_sampling: list[dict | None] | None = None  # sampling_params_list, one entry per stage in order
@@ -171,7 +172,7 @@ class TurnBuilder:
             except MEDIA_ERRORS as e:
                 raise PipelineRequestError(f"{param}: {e}", param=param) from None
         self.check_vision_totals(vision, spec.content_param)
-        template = await finish_tts(plan, ask, talker) if speak else None
+        template = dataclasses.replace(await finish_tts(plan, ask, talker), played=spec.played) if speak else None
         return TurnRequest(
             request_id, audio=audio, vision=vision, text_parts=list(spec.text_parts), history=list(spec.history),
             system_prompt=info.aura_system_prompt or spec.system_prompt,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import dataclasses
 import json
 import logging
 import time
@@ -102,7 +101,8 @@ def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak:
             history.append((msg.role, text))
     where = f"messages[{len(body.messages) - 1}].content"
     info = body.additional_information.model_dump(exclude_unset=True) if body.additional_information else {}
-    spec = TurnSpec(system_prompt="\n".join(system) or None, history=history, speak=speak, info=info,
+    spec = TurnSpec(system_prompt="\n".join(system) or None, history=history, speak=speak, played=bool(body.stream),
+                    info=info,
                     content_param=where, audio_param=where,
                     voice=body.audio.voice_name if body.audio else None,
                     stage_sampling=[p.model_dump(exclude_none=True) if p is not None else None
@@ -171,8 +171,6 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     rid = f"chatcmpl-{uuid.uuid4().hex}"
     with client_errors():
         turn = await TurnBuilder(runtime, state.voices, state.media_policy()).build(spec, rid)
-    if turn.tts is not None and not body.stream:  # one reply at the end: no window of it waits to share a step
-        turn.tts = dataclasses.replace(turn.tts, played=False)
     events = state.metrics.turn_events(request.url.path, runtime.pipeline.turn(turn), arrival(request), body.stream)
     name = body.model or state.served_model_name
     if not body.stream:

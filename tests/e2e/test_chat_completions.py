@@ -706,9 +706,17 @@ def test_offline_omni_generate_and_stream(tiny_dir, tmp_path, ref_wav_bytes):
     ref = tmp_path / "ref.wav"
     ref.write_bytes(ref_wav_bytes)
     with Omni(deploy_config=tiny_dir / "deploy.yaml", device="cpu") as omni:
-        assert omni.runtime.tts.code2wav_loop.engine.batch_wait_s == 0.25  # the deploy's default reached the stage
+        tts = omni.runtime.tts
+        assert tts.code2wav_loop.engine.batch_wait_s == 0.25  # the deploy's default reached the stage
+        sessions, original = [], tts._code2wav_session
+        tts._code2wav_session = lambda req: sessions.append(s := original(req)) or s
         spoken = omni.generate(audio=str(ref), text="and this", tts_ref_audio=str(ref), tts_x_vector_only_mode=True,
                                tts_max_new_tokens=FEW, max_tokens=4, seed=2)
+        streamed = list(omni.stream(text="and this", tts_ref_audio=str(ref), tts_x_vector_only_mode=True,
+                                    tts_max_new_tokens=FEW, max_tokens=4, seed=2))
+        del tts._code2wav_session
+        assert [s.may_wait for s in sessions] == [False, True]  # taken whole, or played as it comes
+        assert any(type(e).__name__ == "AudioChunk" for e in streamed)
         assert spoken.text and not spoken.silent and isinstance(spoken.transcript, str)
         assert spoken.audio.dtype == np.float32 and spoken.audio.size > 0 and spoken.sample_rate == SR
         silent = omni.generate(text="hm", speak=False, logit_bias={AURA_SILENT_TOKEN_ID: 100}, max_tokens=4)
