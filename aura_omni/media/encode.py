@@ -86,22 +86,27 @@ def _write(wav: np.ndarray, sample_rate: int, container: str, subtype: str) -> b
     return buf.getvalue()
 
 
-def _aac(wav: np.ndarray, sample_rate: int) -> bytes:
-    """AAC-LC in ADTS frames (what OpenAI's `aac` is), by ffmpeg's own encoder through PyAV."""
-    import av  # the `video` extra
+def av_file(wav: np.ndarray, sample_rate: int, container: str, codec: str) -> bytes:
+    """Mono float samples as one `container` file (`adts`, `mp4`, `webm`, ...) of `codec` (`aac`, `libopus`), by
+    ffmpeg through PyAV (the `video` extra): what libsndfile cannot write."""
+    import av
 
     buf = io.BytesIO()
-    with av.open(buf, "w", format="adts") as out:
-        stream = out.add_stream("aac", rate=sample_rate)
+    with av.open(buf, "w", format=container) as out:
+        stream = out.add_stream(codec, rate=sample_rate)
         stream.layout = "mono"
         frames = []
-        if len(wav):  # an empty reply is an empty stream
-            frames.append(av.AudioFrame.from_ndarray(np.clip(np.asarray(wav, np.float32), -1.0, 1.0)[None, :],
-                                                     format="flt", layout="mono"))
+        if len(wav):  # no samples: an empty stream
+            frames.append(av.AudioFrame.from_ndarray(np.asarray(wav, np.float32)[None, :], format="flt", layout="mono"))
             frames[0].sample_rate = sample_rate
         for packet in [p for f in [*frames, None] for p in stream.encode(f)]:
             out.mux(packet)
     return buf.getvalue()
+
+
+def _aac(wav: np.ndarray, sample_rate: int) -> bytes:
+    """AAC-LC in ADTS frames (what OpenAI's `aac` is), by ffmpeg's own encoder."""
+    return av_file(np.clip(np.asarray(wav, np.float32), -1.0, 1.0), sample_rate, "adts", "aac")
 
 
 def encode_audio(wav: np.ndarray, sample_rate: int, fmt: str) -> bytes:

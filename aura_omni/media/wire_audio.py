@@ -72,11 +72,10 @@ def decode(raw: bytes, fmt: str) -> np.ndarray:
 def encode(samples: np.ndarray, fmt: str) -> bytes:
     """float samples -> bytes in `fmt`: pcm16, g711_ulaw or g711_alaw (the output formats)."""
     pcm = to_pcm16(samples)
-    if fmt == "g711_ulaw":
-        return ulaw_encode(np.frombuffer(pcm, "<i2")).tobytes()
-    if fmt == "g711_alaw":
-        return alaw_encode(np.frombuffer(pcm, "<i2")).tobytes()
-    return pcm
+    if fmt not in G711:
+        return pcm
+    codec = ulaw_encode if fmt == "g711_ulaw" else alaw_encode
+    return codec(np.frombuffer(pcm, "<i2")).tobytes()
 
 
 class OutputStream:

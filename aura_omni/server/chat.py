@@ -102,8 +102,7 @@ def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak:
     where = f"messages[{len(body.messages) - 1}].content"
     info = body.additional_information.model_dump(exclude_unset=True) if body.additional_information else {}
     spec = TurnSpec(system_prompt="\n".join(system) or None, history=history, speak=speak, played=bool(body.stream),
-                    info=info,
-                    content_param=where, audio_param=where,
+                    info=info, content_param=where, audio_param=where,
                     voice=body.audio.voice_name if body.audio else None,
                     stage_sampling=[p.model_dump(exclude_none=True) if p is not None else None
                                     for p in body.sampling_params_list] if body.sampling_params_list else None,

@@ -259,8 +259,9 @@ class RealtimeSession:
         while not self._events.empty():
             self._events.get_nowait()
 
-    def check_resume(self, resume_token: Any, last_seq: Any) -> None:
-        """Whether a new connection may take the session over (`session.resume`); raises ResumeRefused."""
+    def check_resume(self, resume_token: Any, last_seq: Any) -> list[ServerEvent]:
+        """Whether a new connection may take the session over (`session.resume`): the events after `last_seq` that
+        it would be sent, or ResumeRefused."""
         if self.journal is None or self.closed:
             raise ResumeRefused("session_resume_expired", f"session {self.id} has ended; start a new one")
         if not isinstance(resume_token, str) or not secrets.compare_digest(resume_token, self.resume_token):
@@ -269,14 +270,14 @@ class RealtimeSession:
             raise ResumeRefused("invalid_value", "last_received_server_event_seq must be an integer >= 0")
         if isinstance(missed := self.journal.since(last_seq), str):
             raise ResumeRefused("session_resync_required", missed)
+        return missed
 
     def reattach(self, resume_token: Any, last_seq: Any) -> tuple[ServerEvent, list[ServerEvent]]:
         """The new connection takes it: its `session.resumed`, with a new token, and the events after `last_seq` to
         send after it, in order; later events follow on the queue. Checked again here, with no wait between the
         check and the taking: another connection may have resumed it since `check_resume`."""
-        self.check_resume(resume_token, last_seq)
+        replay = self.check_resume(resume_token, last_seq)
         self.detach()  # the unsent events of a socket still attached: replayed instead
-        replay = self.journal.since(last_seq)
         self.attachment_generation += 1
         self.resume_token = secrets.token_urlsafe(24)
         self.attached = True
@@ -290,7 +291,8 @@ class RealtimeSession:
         out.update(epoch=self.epoch, playback=self._playback(None))
         if self.duplex:
             out["capabilities"] = {
-                "supports_barge_in": True, "supports_session_resume": self.journal is not None, "supports_audio_truncate": True,
+                "supports_barge_in": True, "supports_session_resume": self.journal is not None,
+                "supports_audio_truncate": True,
                 "supports_turn_commit_only": True, "supports_overlapped_input": True, "supports_vision_follow": True,
                 "supports_server_vad": True, "supports_multi_session": self.max_sessions > 1,
                 "required_input_modalities": [], "optional_input_modalities": ["audio", "video"]}

@@ -80,9 +80,9 @@ def test_phone_memos_and_browser_recordings_are_transcribed(client, name, contai
     """An iPhone voice memo (AAC in MP4) and a browser's MediaRecorder clip (Opus in WebM), which libsndfile cannot
     read: decoded through PyAV, whole (verbose_json's duration), and transcribed."""
     pytest.importorskip("av")
-    from aura_omni.testing.av_audio import av_encoded
+    from aura_omni.media.encode import av_file
 
-    data = av_encoded(speechlike(2.0, sr).astype(np.float32), sr, container, codec)
+    data = av_file(speechlike(2.0, sr).astype(np.float32), sr, container, codec)
     out = client.audio.transcriptions.create(model=MODEL, file=(name, data), response_format="verbose_json")
     assert isinstance(out.text, str) and out.duration == pytest.approx(2.0, abs=0.1)
 

@@ -8,7 +8,7 @@ import pytest
 import soundfile as sf
 
 from aura_omni.media.audio import AudioDecodeError, decode_audio
-from aura_omni.testing.av_audio import av_encoded
+from aura_omni.media.encode import av_file
 
 
 def encoded(wav: np.ndarray, sr: int, fmt: str = "FLAC") -> bytes:
@@ -62,7 +62,7 @@ def tone(seconds: float, sr: int = 24000) -> np.ndarray:
 def test_phone_and_browser_recordings_decode_through_pyav(container, codec, sr):
     """An iPhone voice memo (m4a: AAC in MP4), bare AAC, a browser's MediaRecorder WebM (Opus)."""
     pytest.importorskip("av")
-    wav, got_sr = decode_audio(av_encoded(tone(1.0, sr), sr, container, codec))
+    wav, got_sr = decode_audio(av_file(tone(1.0, sr), sr, container, codec))
     assert got_sr == sr and abs(len(wav) - sr) < sr // 10  # plus the codec's priming
     spectrum = np.abs(np.fft.rfft(wav[sr // 4: sr // 4 + sr // 2]))
     assert abs(np.argmax(spectrum) * 2 - 440) < 5  # a bin is 2 Hz over half a second
@@ -72,12 +72,12 @@ def test_phone_and_browser_recordings_decode_through_pyav(container, codec, sr):
 def test_pyav_recordings_keep_the_length_limit():
     pytest.importorskip("av")
     with pytest.raises(AudioDecodeError, match="3.0 s; at most 2 s"):  # m4a says its length up front
-        decode_audio(av_encoded(tone(3.0), 24000, "mp4", "aac"), max_seconds=2)
+        decode_audio(av_file(tone(3.0), 24000, "mp4", "aac"), max_seconds=2)
     with pytest.raises(AudioDecodeError, match="longer than 2 s"):  # ADTS does not: decoding stops at the limit
-        decode_audio(av_encoded(tone(3.0), 24000, "adts", "aac"), max_seconds=2)
+        decode_audio(av_file(tone(3.0), 24000, "adts", "aac"), max_seconds=2)
 
 
 def test_containers_outside_the_short_list_are_not_opened():
     pytest.importorskip("av")
     with pytest.raises(AudioDecodeError, match="cannot decode audio"):  # MPEG-TS: ffmpeg could, we do not
-        decode_audio(av_encoded(tone(0.5), 24000, "mpegts", "aac"))
+        decode_audio(av_file(tone(0.5), 24000, "mpegts", "aac"))
