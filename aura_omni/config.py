@@ -189,6 +189,8 @@ class DeployConfig(_Strict):
     limits: dict[str, float] = Field(default_factory=dict)  # media.limits.Limits fields; `serve --max-...` flags win
     distributed_executor_backend: Literal["ray"] | None = None  # None: every stage in this process; docs/ray.md
     ray_address: str | None = None  # an existing Ray cluster (`serve --ray-address`); None: a local Ray
+    # realtime sessions: OpenAI voice name -> a Talker speaker or registered voice; None: session/config.py's table
+    voice_aliases: dict[str, str] | None = None
     _source: str = PrivateAttr("<memory>")  # the file it came from, for messages
 
     @field_validator("limits")

@@ -1,8 +1,11 @@
 """A realtime session's settings: `session.update` (GA nested or beta flat shape) -> `SessionConfig`.
 
-Only the fields a client sends change. What this server cannot do is refused with the field's name (an input or
-output rate it does not serve, `semantic_vad`, tools) rather than ignored; fields that change nothing here (tracing,
-noise reduction, input transcription model) are accepted and echoed.
+A new session starts from its dialect's defaults (`SessionConfig.for_session`): OpenAI's (server VAD, 24 kHz input)
+or vLLM-Omni duplex's (push-to-talk, 16 kHz input, `ack_only`). Only the fields a client sends change. OpenAI's
+values are served: `semantic_vad` is the server VAD with a silence wait set by its eagerness, and OpenAI voice names
+are aliases of Talker voices (`voice_aliases`). What this server cannot do is refused with the field's name (an input
+or output rate it does not serve, tools) rather than ignored; fields that change nothing here (tracing, noise
+reduction, input transcription model) are accepted and echoed.
 """
 
 from __future__ import annotations
@@ -10,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from ..media.wire_audio import G711, G711_RATE
 from ..pipeline.additional_information import AdditionalInformation
-from ..pipeline.constants import TTS_SAMPLE_RATE
+from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
 from ..pipeline.processors import PipelineRequestError
 
 INPUT_SAMPLE_RATES = (16000, 24000)  # pcm16 input the session resamples to ASR's 16 kHz
@@ -26,6 +29,13 @@ DEFAULT_MAX_FRAMES = 2  # AURA sees the latest 2 frames per turn (vLLM-Omni aura
 FRAME_FILTER_THRESHOLD = 0.95  # vLLM-Omni frame_filter_threshold: a frame at least this similar is dropped
 MAX_FRAMES_LIMIT = 16  # vLLM-Omni max_frames_per_round
 PLAYBACK_POLICIES = ("ack_only", "commit_all_on_done")
+# semantic_vad: the silence that ends a turn, by eagerness ("auto" is OpenAI's default and means medium); high
+# answers as soon as server_vad's default, low lets the user pause mid-sentence
+EAGERNESS_SILENCE_MS = {"high": 500, "medium": 800, "auto": 800, "low": 1500}
+# OpenAI's realtime voices -> Qwen3-TTS CustomVoice presets (English: Ryan, Aiden; Chinese-native voices that also
+# speak English: Vivian, Serena, Uncle_Fu), by the voice's register; the deploy key `voice_aliases` replaces it
+OPENAI_VOICE_ALIASES = {"alloy": "vivian", "ash": "ryan", "ballad": "uncle_fu", "coral": "serena", "echo": "aiden",
+                        "sage": "serena", "shimmer": "vivian", "verse": "ryan", "marin": "vivian", "cedar": "aiden"}
 
 
 class SessionConfigError(ValueError):
@@ -36,22 +46,42 @@ class SessionConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TurnDetection:
-    """OpenAI `server_vad` (defaults are OpenAI's)."""
+    """OpenAI `server_vad` (defaults are OpenAI's), or `semantic_vad`: the same Silero VAD whose end-of-turn silence
+    follows `eagerness` (EAGERNESS_SILENCE_MS); both drive session/vad.py with `threshold` and `silence_duration_ms`."""
 
+    type: str = "server_vad"
     threshold: float = 0.5
     prefix_padding_ms: int = 300
     silence_duration_ms: int = 500
     create_response: bool = True
     interrupt_response: bool = True
+    eagerness: str | None = None  # semantic_vad only
 
     def to_json(self) -> dict:
-        return {"type": "server_vad", **dataclasses.asdict(self)}
+        both = {"type": self.type, "create_response": self.create_response,
+                "interrupt_response": self.interrupt_response}
+        if self.type == "semantic_vad":
+            return {**both, "eagerness": self.eagerness}
+        return {**both, "threshold": self.threshold, "prefix_padding_ms": self.prefix_padding_ms,
+                "silence_duration_ms": self.silence_duration_ms}
+
+
+def session_voice_aliases(configured: Mapping[str, str] | None, speakers: Iterable[str] | None
+                          ) -> dict[str, str | None]:
+    """The voice aliases of this deployment, lower-cased. The deploy's `voice_aliases` apply as written (a speaker or
+    a registered voice); without it OPENAI_VOICE_ALIASES applies where the Talker has those presets, and elsewhere
+    (a Base voice-clone Talker) an OpenAI voice name means the session's default voice (None)."""
+    if configured is not None:
+        return {name.lower(): voice for name, voice in configured.items()}
+    presets = {s.lower() for s in speakers or ()}
+    return {name: preset if preset in presets else None for name, preset in OPENAI_VOICE_ALIASES.items()}
 
 
 @dataclass(frozen=True)
 class SessionConfig:
     instructions: str | None = None  # AURA's system prompt (extra_body.aura_system_prompt wins)
-    voice: str | None = None  # a CustomVoice speaker or a registered voice
+    voice: str | None = None  # what the Talker speaks with: a CustomVoice speaker or a registered voice
+    voice_name: str | None = None  # the voice as the client named it (an alias resolves to `voice`), echoed
     speak: bool = True  # output modalities include audio
     input_audio_format: str = "pcm16"  # pcm16, g711_ulaw or g711_alaw (at 8 kHz), what an append holds by default
     input_sample_rate: int = OPENAI_INPUT_SAMPLE_RATE
@@ -66,6 +96,20 @@ class SessionConfig:
     frame_filter_threshold: float = FRAME_FILTER_THRESHOLD
     playback_commit_policy: str = "commit_all_on_done"
     transcription: dict | None = None  # echoed; ASR always transcribes
+    voice_aliases: Mapping[str, str | None] = field(default_factory=dict)  # session_voice_aliases()
+
+    @classmethod
+    def for_session(cls, *, duplex: bool, speak: bool = True, voice_aliases: Mapping[str, str] | None = None,
+                    speakers: Iterable[str] | None = None) -> SessionConfig:
+        """A new session's settings. OpenAI sessions (GA and beta) start as OpenAI's do: server VAD, 24 kHz pcm16 input,
+        a finished reply counts whole; duplex sessions keep vLLM-Omni's: push-to-talk, 16 kHz, `ack_only`.
+        `voice_aliases` is the deploy key, `speakers` the Talker's presets."""
+        aliases = session_voice_aliases(voice_aliases, speakers)
+        if duplex:
+            return cls(speak=speak, input_sample_rate=ASR_SAMPLE_RATE, turn_detection=None,
+                       playback_commit_policy="ack_only", voice_aliases=aliases)
+        return cls(speak=speak, input_sample_rate=OPENAI_INPUT_SAMPLE_RATE, turn_detection=TurnDetection(),
+                   playback_commit_policy="commit_all_on_done", voice_aliases=aliases)
 
     def with_update(self, session: Any) -> SessionConfig:
         if not isinstance(session, dict):
@@ -80,7 +124,9 @@ class SessionConfig:
         if isinstance(voice, dict):
             voice = voice.get("id")
         if voice is not None:
-            changes["voice"] = _text(voice, "session.voice")
+            name = _text(voice, "session.audio.output.voice" if "voice" in audio_out else "session.voice")
+            changes["voice_name"] = name
+            changes["voice"] = self.voice_aliases.get(name.strip().lower(), name)
         modalities = session.get("output_modalities", session.get("modalities"))
         if modalities is not None:
             if not isinstance(modalities, list) or not modalities or not set(modalities) <= {"text", "audio"}:
@@ -93,9 +139,10 @@ class SessionConfig:
         fmt_out = _output_format(audio_out.get("format"), session.get("output_audio_format"))
         if fmt_out is not None:
             changes["output_audio_format"] = fmt_out
-        for key in ("turn_detection",):
-            if key in audio_in or key in session:
-                changes["turn_detection"] = _turn_detection(audio_in.get(key, session.get(key)))
+        if "turn_detection" in audio_in:
+            changes["turn_detection"] = _turn_detection(audio_in["turn_detection"], "session.audio.input.turn_detection")
+        elif "turn_detection" in session:
+            changes["turn_detection"] = _turn_detection(session["turn_detection"], "session.turn_detection")
         if "transcription" in audio_in or "input_audio_transcription" in session:
             changes["transcription"] = audio_in.get("transcription", session.get("input_audio_transcription"))
         if session.get("temperature") is not None:
@@ -129,8 +176,8 @@ class SessionConfig:
             "instructions": self.instructions or "",
             "output_modalities": modalities, "modalities": modalities,
             "audio": {"input": {"format": fmt_in, "turn_detection": turn, "transcription": self.transcription},
-                      "output": {"format": fmt_out, "voice": self.voice}},
-            "voice": self.voice, "input_audio_format": self.input_audio_format,
+                      "output": {"format": fmt_out, "voice": self.voice_name or self.voice}},
+            "voice": self.voice_name or self.voice, "input_audio_format": self.input_audio_format,
             "output_audio_format": self.output_audio_format,
             "input_sample_rate_hz": self.input_sample_rate, "output_sample_rate_hz": self.output_sample_rate,
             "turn_detection": turn, "input_audio_transcription": self.transcription,
@@ -222,24 +269,33 @@ def _output_format(ga: Any, beta: Any) -> str | None:
     return None
 
 
-def _turn_detection(value: Any) -> TurnDetection | None:
+def _turn_detection(value: Any, param: str) -> TurnDetection | None:
+    """OpenAI's turn_detection object (null: push-to-talk); fields left out take OpenAI's defaults."""
     if value is None:
         return None
-    value = _obj(value, "session.turn_detection")
-    if value.get("type", "server_vad") != "server_vad":
-        raise SessionConfigError("session.turn_detection.type", f"only server_vad (Silero) or null is supported "
-                                 f"(got {value.get('type')!r})", "unsupported_turn_detection")
-    d = TurnDetection()
-    kw = {}
-    for key, lo, hi in (("threshold", 0.0, 1.0), ("prefix_padding_ms", 0, 10_000), ("silence_duration_ms", 0, 10_000)):
-        if value.get(key) is not None:
-            kw[key] = _number(value[key], f"session.turn_detection.{key}", lo, hi, integer=key != "threshold")
+    value = _obj(value, param)
+    kind = value.get("type", "server_vad")
+    kw: dict[str, Any] = {"type": kind}
+    if kind == "semantic_vad":
+        eagerness = value.get("eagerness") or "auto"
+        if eagerness not in EAGERNESS_SILENCE_MS:
+            raise SessionConfigError(f"{param}.eagerness", f"must be one of low, medium, high, auto (got "
+                                     f"{eagerness!r})")
+        kw.update(eagerness=eagerness, silence_duration_ms=EAGERNESS_SILENCE_MS[eagerness])
+    elif kind == "server_vad":
+        for key, lo, hi in (("threshold", 0.0, 1.0), ("prefix_padding_ms", 0, 10_000),
+                            ("silence_duration_ms", 0, 10_000)):
+            if value.get(key) is not None:
+                kw[key] = _number(value[key], f"{param}.{key}", lo, hi, integer=key != "threshold")
+    else:
+        raise SessionConfigError(f"{param}.type", f"must be server_vad or semantic_vad, or turn_detection null for "
+                                 f"push-to-talk (got {kind!r})", "unsupported_turn_detection")
     for key in ("create_response", "interrupt_response"):
         if value.get(key) is not None:
             if not isinstance(value[key], bool):
-                raise SessionConfigError(f"session.turn_detection.{key}", "must be true or false")
+                raise SessionConfigError(f"{param}.{key}", "must be true or false")
             kw[key] = value[key]
-    return dataclasses.replace(d, **kw)
+    return TurnDetection(**kw)
 
 
 def _extra_body(value: Any, info: dict) -> dict:

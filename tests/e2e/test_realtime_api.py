@@ -254,7 +254,7 @@ async def test_bad_input_gets_errors_and_the_session_carries_on(ws_url):
                json.dumps({"type": "input_audio_buffer.append", "audio": "A" * (15 * 1024 * 1024 + 4)}),
                json.dumps({"type": "input_audio_buffer.append", "audio": pcm16(0.1, 16000), "sample_rate_hz": 16000}),
                json.dumps({"type": "input_audio_buffer.append", "audio": pcm16(0.1), "sample_rate_hz": 24000}),
-               json.dumps({"type": "session.update", "session": {"turn_detection": {"type": "semantic_vad"}}}),
+               json.dumps({"type": "session.update", "session": {"turn_detection": {"type": "push_to_talk"}}}),
                json.dumps({"type": "conversation.item.truncate", "item_id": "nope", "audio_end_ms": 10}),
                b"\x00\x01binary"]
         for message in bad:

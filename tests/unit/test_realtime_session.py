@@ -174,7 +174,7 @@ def test_session_update_ga_and_beta_shapes_mean_the_same():
 
 
 def test_session_update_refuses_what_aura_cannot_do():
-    for session, code in (({"turn_detection": {"type": "semantic_vad"}}, "unsupported_turn_detection"),
+    for session, code in (({"turn_detection": {"type": "push_to_talk"}}, "unsupported_turn_detection"),
                           ({"input_audio_format": "opus"}, "unsupported_audio_format"),
                           ({"audio": {"output": {"format": {"type": "audio/pcm", "rate": 16000}}}},
                            "unsupported_audio_format"),
