@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RATE = 24000  # OpenAI Realtime's pcm16
-STEP_TIMEOUT_S = 90.0  # one turn on the tiny CPU deploy takes a few seconds; a hang fails here, by name
+STEP_TIMEOUT_S = 60.0  # one turn on the tiny CPU deploy takes a few seconds; a hang fails here, by name
 
 
 @dataclass
