@@ -12,6 +12,8 @@ import asyncio
 
 from common import chunks, log, parse_args, run, short, step
 
+ERROR_GRACE_S = 5.0
+
 
 def describe(error) -> str:
     """An SDK error event's error: a pydantic ValidationError as `event.field: message` lines, without the union's
@@ -40,7 +42,10 @@ async def main() -> None:
     async def until(kind: str) -> list:
         got = []
         while True:
-            event = await events.get()
+            try:  # after an error event, what it broke shows within seconds: fail then, not at the step's timeout
+                event = await asyncio.wait_for(events.get(), ERROR_GRACE_S if errors else None)
+            except asyncio.TimeoutError:
+                raise AssertionError(f"no {kind} after the SDK's error events (below)") from None
             got.append(event)
             if event.type == kind:
                 return got

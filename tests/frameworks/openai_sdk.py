@@ -67,10 +67,15 @@ async def main() -> None:
                                              if tuple(err["loc"]) != SERVED_MODEL)
                         if problems:
                             violations.setdefault(f"{event['type']}: {problems}", short(event))
-                if event["type"] == "error":
+                if event["type"] == "error":  # what the step sent was refused: nothing it waits for will come
                     violations.setdefault(f"{name}: error {event['error'].get('code')}", short(event))
+                    report()
                 if event["type"] == kind:
                     return got
+
+        def report() -> None:
+            assert not violations, f"{len(violations)} protocol violations in the {ns.dialect} dialect:\n" + (
+                "\n".join(f"- {what}\n  {example}" for what, example in violations.items()))
 
         created = await step("session.created", until("session.created", "connect"))
         log("session.created", created[-1]["session"].get("id"))
@@ -108,8 +113,7 @@ async def main() -> None:
         if done["status"] == "cancelled" and (done.get("status_details") or {}).get("reason") != "client_cancelled":
             violations.setdefault("response.done after response.cancel: reason is not client_cancelled", short(done))
         log("cancel:", done["status"], "after", len(seen), "events")
-    assert not violations, f"{len(violations)} protocol violations in the {ns.dialect} dialect:\n" + "\n".join(
-        f"- {what}\n  {example}" for what, example in violations.items())
+        report()
 
 
 if __name__ == "__main__":
