@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from common import chunks, log, parse_args, run, short, step
+from common import chunks, log, parse_args, pydantic_problems, run, short, step
 
 ERROR_GRACE_S = 5.0
 
@@ -20,7 +20,7 @@ def describe(error) -> str:
     list of every event model."""
     if not hasattr(error, "errors"):
         return str(error)
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'][:200]}" for e in error.errors())
+    return pydantic_problems(error.errors())
 
 
 async def main() -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +55,21 @@ def short(event) -> str:
     """An event for a failure message, without its audio."""
     text = json.dumps(event, default=str) if not isinstance(event, str) else event
     return text if len(text) < 1500 else text[:1500] + "..."
+
+
+def pydantic_problems(errors: list[dict], skip: tuple = ()) -> str:
+    """A pydantic ValidationError's `errors()` as `field: message` lines. Where a union was tried member by member,
+    only the closest member's errors (the fewest) are kept: the others only say the value is not of their kind."""
+    by_member: dict[str, list[dict]] = defaultdict(list)
+    for err in errors:
+        if tuple(err["loc"]) in skip:
+            continue
+        member = next((str(p) for p in err["loc"] if re.fullmatch(r"Realtime[A-Za-z]+", str(p))), "")
+        by_member[member].append(err)
+    if not by_member:
+        return ""
+    kept = by_member.pop("", []) + (min(by_member.values(), key=len) if by_member else [])
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'][:160]}" for e in kept)
 
 
 async def step(name: str, awaitable, timeout: float = STEP_TIMEOUT_S):

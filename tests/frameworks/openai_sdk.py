@@ -10,7 +10,7 @@ import base64
 import json
 import typing
 
-from common import chunks, log, parse_args, run, short, step
+from common import chunks, log, parse_args, pydantic_problems, run, short, step
 from pydantic import ValidationError
 
 
@@ -63,8 +63,7 @@ async def main() -> None:
                     try:
                         known[event["type"]].model_validate(event)
                     except ValidationError as e:
-                        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()
-                                             if tuple(err["loc"]) != SERVED_MODEL)
+                        problems = pydantic_problems(e.errors(), skip=(SERVED_MODEL,))
                         if problems:
                             violations.setdefault(f"{event['type']}: {problems}", short(event))
                 if event["type"] == "error":  # what the step sent was refused: nothing it waits for will come
