@@ -40,7 +40,7 @@ class Sampler:
         params = [s.params for s in states]
         logits = logits.float() if logits.dtype != torch.float32 else logits.clone()
         self._apply_bias_and_bans(logits, states)
-        if any(s.grammar is not None for s in states):
+        if any(getattr(s, "grammar", None) is not None for s in states):  # states without the field: none
             self._apply_grammars(logits, states)
         if any(p.needs_penalties for p in params):
             self._apply_penalties(logits, states)
@@ -79,7 +79,7 @@ class Sampler:
     @staticmethod
     def _apply_grammars(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:
         """Each constrained row keeps only the tokens its grammar allows next (a matcher that failed: stops only)."""
-        rows = [(s.grammar, i) for i, s in enumerate(states) if s.grammar is not None]
+        rows = [(s.grammar, i) for i, s in enumerate(states) if getattr(s, "grammar", None) is not None]
         mask = fill_bitmask([(m, i) for m, i in rows if not m.failed], len(states), logits.shape[1])
         for m, i in rows:
             if m.failed:
