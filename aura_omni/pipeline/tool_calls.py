@@ -71,6 +71,54 @@ class ToolUse:
                                    *rules]))
 
 
+def function_tool(tool: dict) -> dict:
+    """A function tool in the chat form the template lists (`{"type": "function", "function": {...}}`); the realtime /
+    Responses form (`{"type": "function", "name", "description", "parameters"}`) is converted to it."""
+    if "function" in tool or "name" not in tool:
+        return tool
+    return {"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters", "strict")
+                                             if k in tool}}
+
+
+def tool_use(tools: Sequence[dict] | None, choice: str | dict | None = None,
+             parallel: bool | None = None) -> ToolUse | None:
+    """A request's `tools`, `tool_choice` (a string, or a named function in the chat `{"function": {"name"}}` or
+    realtime `{"name"}` form) and `parallel_tool_calls` as a ToolUse (None: no tools). A choice that names no listed
+    tool, or forces a call without tools, is the client's error (PipelineRequestError naming the field)."""
+    from aura_omni.pipeline.processors import PipelineRequestError  # processors imports this module
+
+    listed = tuple(function_tool(t) for t in tools or ())
+    names = [(t.get("function") or {}).get("name") for t in listed]
+    if isinstance(choice, dict):
+        chat_form = isinstance(choice.get("function"), dict)
+        name = (choice.get("function") or {}).get("name") if chat_form else choice.get("name")
+        param = "tool_choice.function.name" if chat_form else "tool_choice.name"
+        if name not in names:
+            raise PipelineRequestError(f"{param}: {name!r} is not among the tools ({', '.join(map(str, names)) or 'none were sent'})",
+                                       param=param, code="unknown_tool")
+        return ToolUse(listed, "function", name, parallel is not False)
+    if choice not in (None, "auto", "none", "required"):
+        raise PipelineRequestError(f"tool_choice: {choice!r} is not one of auto, none, required or a named function",
+                                   param="tool_choice")
+    if choice == "required" and not listed:
+        raise PipelineRequestError("tool_choice: \"required\" needs tools; send tools or leave tool_choice out",
+                                   param="tool_choice")
+    return ToolUse(listed, choice or "auto", None, parallel is not False) if listed else None
+
+
+def response_format_schema(response_format: dict | None) -> dict | None:
+    """The JSON schema an OpenAI `response_format` holds the reply to (json_object: any object); None for text."""
+    kind = (response_format or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind == "json_schema":
+        schema = (response_format.get("json_schema") or {}).get("schema")
+        return {"type": "object"} if schema is None else schema
+    raise ValueError(f"type {kind!r} is not one of text, json_object, json_schema")
+
+
 def call_schema(name: str, parameters: dict | None) -> dict:
     """The JSON schema of one call's object: `{"name": name, "arguments": <parameters>}` in that order; the parameters'
     definitions move to the root, where their `#/$defs/...` references point."""

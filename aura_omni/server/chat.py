@@ -39,7 +39,7 @@ from ..media.encode import UnsupportedFormatError, check_format, encodable_forma
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import TurnTimeout
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, collect_turn
-from ..pipeline.tool_calls import CallDelta, ToolUse, assistant_text, tool_results_text
+from ..pipeline.tool_calls import CallDelta, assistant_text, tool_results_text, tool_use
 from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .chat_protocol import (AUDIO_FORMATS, AudioReply, AudioURLPart, ChatCompletion, ChatCompletionRequest, Choice,
                             ImageURLPart, InputAudioPart, NamedToolChoice, ReplyMessage, STREAM_AUDIO_FORMATS,
@@ -122,13 +122,15 @@ def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak:
     if results:
         history.append(("user", tool_results_text(results)))
     where = f"messages[{len(msgs) - 1}].content"
+    choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, NamedToolChoice) else body.tool_choice
     info = body.additional_information.model_dump(exclude_unset=True) if body.additional_information else {}
     spec = TurnSpec(system_prompt="\n".join(system) or None, history=history, speak=speak, played=bool(body.stream),
                     info=info, content_param=where, audio_param=where,
                     voice=body.audio.voice_name if body.audio else None,
                     stage_sampling=[p.model_dump(exclude_none=True) if p is not None else None
                                     for p in body.sampling_params_list] if body.sampling_params_list else None,
-                    aura_sampling=body.aura_sampling(), tool_use=tool_use(body))
+                    aura_sampling=body.aura_sampling(),
+                    tool_use=tool_use(body.tools, choice, body.parallel_tool_calls))
     if body.response_format is not None:
         try:
             spec.output_schema = body.response_format.output_schema()
@@ -158,24 +160,6 @@ def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak:
         raise APIError(f"{where}: the user turn is empty (send audio, an image, a video or text)", param=where,
                        code="empty_turn")
     return spec
-
-
-def tool_use(body: ChatCompletionRequest) -> ToolUse | None:
-    """`tools`, `tool_choice` and `parallel_tool_calls` as the pipeline takes them (None: no tools)."""
-    choice = body.tool_choice
-    if isinstance(choice, NamedToolChoice):
-        names = [t["function"]["name"] for t in body.tools or []]
-        if choice.function.name not in names:
-            raise APIError(f"tool_choice.function.name: {choice.function.name!r} is not among the tools "
-                           f"({', '.join(names) or 'none were sent'})", param="tool_choice.function.name",
-                           code="unknown_tool")
-        return ToolUse(tuple(body.tools), "function", choice.function.name, body.parallel_tool_calls is not False)
-    if choice == "required" and not body.tools:
-        raise APIError("tool_choice: \"required\" needs tools; send tools or leave tool_choice out",
-                       param="tool_choice")
-    if not body.tools:
-        return None
-    return ToolUse(tuple(body.tools), choice or "auto", None, body.parallel_tool_calls is not False)
 
 
 @contextlib.contextmanager
@@ -215,9 +199,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     state.limits.check_text(sum(len(t) for m in body.messages for t in m.texts())
                             + len(info.aura_system_prompt or "" if info else ""), "messages")  # the client's text
     transcripts = _app_store(request, "chat_audio_transcripts", AudioTranscripts)
-    spec = turn_spec(body, transcripts, speak)
     rid = f"chatcmpl-{uuid.uuid4().hex}"
     with client_errors():
+        spec = turn_spec(body, transcripts, speak)
         turn = await TurnBuilder(runtime, state.voices, state.media_policy()).build(spec, rid)
     events = state.metrics.turn_events(request.url.path, runtime.pipeline.turn(turn), arrival(request), body.stream)
     name = body.model or state.served_model_name

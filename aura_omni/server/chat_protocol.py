@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..config import SamplingParams as StageSamplingParams
 from ..engine.sampling_params import MAX_TOP_K, SEED_RANGE
 from ..pipeline.additional_information import AdditionalInformation
+from ..pipeline.tool_calls import response_format_schema
 from .protocol import MAX_PENALTY, MAX_TEMPERATURE
 
 # OpenAI `audio.format` values this server can produce (`aac` where PyAV is installed: media/encode.py).
@@ -178,13 +179,9 @@ class ResponseFormat(_Body):
 
     def output_schema(self) -> dict | None:
         """The JSON schema the reply must follow, None for free text."""
-        if self.type == "json_object":
-            return {"type": "object"}
-        if self.type == "json_schema":
-            if self.json_schema is None:
-                raise ValueError("type json_schema needs json_schema: {name, schema}")
-            return self.json_schema.schema_ if self.json_schema.schema_ is not None else {"type": "object"}
-        return None
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type json_schema needs json_schema: {name, schema}")
+        return response_format_schema(self.model_dump(by_alias=True))
 
 
 class ChatCompletionRequest(_Body):

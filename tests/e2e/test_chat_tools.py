@@ -270,3 +270,22 @@ def test_generated_schemas_each_give_valid_output(aura_engine, schema):
     (ids,) = engine.generate([prompt], params)
     assert ids[-1] == 151645, "the grammar ends the reply before max_tokens"  # <|im_end|>
     jsonschema.validate(json.loads(tokenizer.decode(ids[:-1])), schema)
+
+
+def test_omni_takes_tools_and_response_format(tiny_dir):
+    from aura_omni import Omni
+
+    with Omni(deploy_config=tiny_dir / "deploy.yaml", device="cpu") as omni:
+        called = omni.generate(text="Weather in Oslo?", speak=False, tools=[WEATHER], tool_choice="required",
+                               max_tokens=120, temperature=1.0, seed=3)
+        realtime_form = {"type": "function", **WEATHER["function"]}  # {type, name, parameters}: converted
+        named = omni.generate(text="Weather in Lima?", speak=False, tools=[realtime_form], max_tokens=120, seed=4,
+                              tool_choice={"type": "function", "name": "get_weather"}, temperature=1.0)
+        shaped = omni.generate(text="Forecast?", speak=False, max_tokens=120, temperature=1.0, seed=5,
+                               response_format={"type": "json_schema", "json_schema": {"name": "f", "schema": ARGS}})
+    for result in (called, named):
+        assert result.finish_reason == "tool_calls" and result.tool_calls and result.text == ""
+        for call in result.tool_calls:
+            assert call.name == "get_weather"
+            jsonschema.validate(json.loads(call.arguments), ARGS)
+    jsonschema.validate(json.loads(shaped.text), ARGS)
