@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import itertools
 import json
 import time
 import wave
@@ -43,6 +44,7 @@ OUTPUT_SAMPLE_RATE = 24000  # Qwen3-TTS Code2Wav; OpenAI's pcm16
 APPEND_SECONDS = 0.2  # audio per input_audio_buffer.append, as the aura-ptt client sends it
 SESSION_READY_TIMEOUT_S = 15.0  # the aura-ptt client's wait for session.updated
 SESSION_CLOSE_TIMEOUT_S = 1.0  # and for session.closed
+GOLDEN_RATIO = (5 ** 0.5 - 1) / 2  # its multiples mod 1 fill [0, 1) evenly however many are taken
 REALTIME_AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
 REALTIME_TEXT_DELTAS = ("response.output_audio_transcript.delta", "response.audio_transcript.delta",
                         "response.output_text.delta", "response.text.delta")
@@ -66,6 +68,7 @@ class BenchConfig:
     extra_body: dict = field(default_factory=dict)
     input_pace: str = "realtime"  # realtime: the user's audio is appended as it is spoken; burst: all at once
     turn_detection: str = "none"  # realtime: "none" (push to talk: the client commits) or "server_vad"
+    commit_spread_s: float = 0.0  # realtime: sessions open together, their speech starts spread over this long
 
 
 @dataclass
@@ -301,6 +304,12 @@ class RealtimeBackend:
         self.silence = json.dumps({"type": "input_audio_buffer.append", "format": "pcm16",
                                    "sample_rate_hz": INPUT_SAMPLE_RATE, "audio": base64.b64encode(
                                        bytes(step)).decode()})
+        self.sessions = itertools.count()
+
+    def speech_offset(self) -> float:
+        """When the next session starts to speak, after it is ready: the k-th at frac(k * golden ratio) of
+        `commit_spread_s`, so however many sessions run, their commits fall evenly over that window."""
+        return (next(self.sessions) * GOLDEN_RATIO) % 1.0 * self.cfg.commit_spread_s
 
     async def aclose(self) -> None:
         pass
@@ -334,6 +343,8 @@ class RealtimeBackend:
                     await asyncio.wait_for(self._until(ws, "session.updated"), SESSION_READY_TIMEOUT_S)
                 except TimeoutError:
                     raise RealtimeError(f"no session.updated within {SESSION_READY_TIMEOUT_S:.0f} s") from None
+                if self.cfg.commit_spread_s:
+                    await asyncio.sleep(self.speech_offset())
                 spoken = time.perf_counter()  # the user starts speaking
                 for k, append in enumerate(self.appends):
                     if self.cfg.input_pace == "realtime" or self.vad:  # chunk k once its audio was captured

@@ -74,6 +74,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="realtime: none (push to talk: the client commits after the speech) or server_vad "
                              "(a recorded phrase, then silence until the server's VAD commits; the clock starts "
                              "where the phrase ends, so it includes the VAD's 500 ms of silence)")
+    parser.add_argument("--commit-spread", type=float, default=0.0, metavar="SECONDS",
+                        help="realtime: the sessions open as they are sent (all at once under --max-concurrency "
+                             "with the default rate) but each starts speaking at an offset spread evenly over SECONDS, "
+                             "so their commits come at a steady rate instead of together (0: together, a burst)")
     parser.add_argument("--extra-body", type=_json_object, default={},
                         help="JSON object merged into each request (realtime: the session's extra_body)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a request counts as failed")
@@ -244,7 +248,8 @@ async def benchmark(args: argparse.Namespace) -> dict:
                       ref_audio=data_url(args.ref_audio) if args.ref_audio else None, ref_text=args.ref_text,
                       input_audio_seconds=args.input_audio_seconds, num_frames=args.num_frames,
                       frame_size=args.frame_size, timeout=args.timeout, extra_body=args.extra_body,
-                      input_pace=args.input_pace, turn_detection=args.turn_detection)
+                      input_pace=args.input_pace, turn_detection=args.turn_detection,
+                      commit_spread_s=args.commit_spread)
     texts = load_prompts(args.prompts_file)
     rng = random.Random(args.seed)
     backend = BACKENDS[args.backend](cfg)
@@ -281,7 +286,7 @@ async def benchmark(args: argparse.Namespace) -> dict:
     if args.backend != "speech":
         report.update(input_audio_seconds=args.input_audio_seconds, num_frames=args.num_frames)
     if args.backend == "realtime":
-        report.update(input_pace=args.input_pace)
+        report.update(input_pace=args.input_pace, commit_spread_s=args.commit_spread)
     if args.save_detailed:
         for run, requests in zip(runs, details):
             run["requests"] = requests
@@ -320,6 +325,9 @@ def main(args: argparse.Namespace) -> int:
         load_prompts(args.prompts_file)
     except (OSError, ValueError) as e:
         print(f"aura-omni bench serve: --prompts-file: {e}", file=sys.stderr)
+        return 2
+    if args.commit_spread < 0 or not math.isfinite(args.commit_spread):
+        print("aura-omni bench serve: --commit-spread must be a number of seconds >= 0", file=sys.stderr)
         return 2
     if args.random_range_ratio and not args.max_tokens:
         print("aura-omni bench serve: --random-range-ratio needs --max-tokens", file=sys.stderr)

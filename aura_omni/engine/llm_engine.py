@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from aura_omni.engine.block_manager import BlockManager
 from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.detokenizer import IncrementalDetokenizer
 from aura_omni.engine.model_api import CausalLMAdapter, EngineModel, ModelAdapter
 from aura_omni.engine.model_runner import LaunchedStep, ModelRunner
 from aura_omni.engine.outputs import RequestOutput
@@ -174,8 +175,12 @@ class LLMEngine:
                 seq.finish_reason, seq.stop_reason = "stop", token
                 return True
         if p.stop:
-            seq.text = self.detokenize(seq.output_token_ids[:n])
-            hits = [(seq.text.find(s), s) for s in p.stop]
+            if seq.detokenizer is None:
+                seq.detokenizer = IncrementalDetokenizer(self.detokenize)
+            before = len(seq.detokenizer.text)
+            seq.detokenizer.add(seq.output_token_ids[len(seq.detokenizer.ids):n])
+            seq.text = seq.detokenizer.text  # a stop string ending in the new text begins at most len(s) - 1 before it
+            hits = [(seq.text.find(s, max(0, before - len(s) + 1)), s) for s in p.stop]
             hits = [(at, s) for at, s in hits if at >= 0]
             if hits and n >= p.min_tokens:
                 at, s = min(hits)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from aura_omni.engine.detokenizer import IncrementalDetokenizer
 from aura_omni.engine.sampling_params import SamplingParams
 
 
@@ -73,6 +74,7 @@ class Sequence:
         self.grammar = params.grammar.matcher() if params.grammar is not None else None  # engine/grammar.py
         self.model_state: Any = None  # per-request state owned by the model adapter
         self.text: str | None = None  # detokenized output, kept when stop strings are checked
+        self.detokenizer: IncrementalDetokenizer | None = None  # makes `text` a token at a time
 
     @property
     def num_tokens(self) -> int:

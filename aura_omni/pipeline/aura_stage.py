@@ -13,6 +13,7 @@ from typing import AsyncIterator
 import torch
 
 from aura_omni.config import Stage
+from aura_omni.engine.detokenizer import IncrementalDetokenizer
 from aura_omni.engine.grammar import GrammarCompiler, GrammarError
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.prompts import vl_request
@@ -120,17 +121,19 @@ class AuraPipelineStage:
                 raise PipelineRequestError(f"this output constraint cannot be compiled: {e}", param=e.path) from None
         ids = await asyncio.to_thread(self.prompt_ids, prompt, vision)
         hidden_stops = [] if params.include_stop_str_in_output else params.stop
-        out_ids: list[int] = []
+        detok = IncrementalDetokenizer(lambda x: self.tokenizer.decode(x, skip_special_tokens=False))
         pending: list[int] = []
         shown = ""
         async for out in self.loop.submit(request_id, (ids, vision, params)):
-            out_ids += out.new_token_ids
             pending += out.new_token_ids
-            text = self.tokenizer.decode(out_ids, skip_special_tokens=False)
+            new = detok.add(out.new_token_ids)
+            if out.finished:
+                detok.flush()
+            text = detok.text
             if out.finished and isinstance(out.stop_reason, str) and out.text is not None:
                 text = out.text  # the engine cut the reply before its stop string
             elif not out.finished:
-                if text.endswith("\ufffd"):
+                if not new and detok.holding:
                     continue  # an incomplete UTF-8 sequence: wait for the rest of the character
                 text = text[:len(text) - stop_prefix_len(text, hidden_stops)]  # may still become a stop string
             if len(text) < len(shown):

@@ -184,6 +184,10 @@ class AuraOmniPipeline:
                         sentences.put_nowait((piece, None))
                 elif streamed:
                     utterance = self._feed_utterances(utterances.feed(said), utterance, sentences)
+            if reply is not None:  # a stage that never said `finished`: the reply is whole now
+                for call in reply.feed(raw, final=True)[1]:
+                    events.put_nowait(call)
+                said = reply.content
             silent = is_effectively_silent(said) and not (reply is not None and reply.calls)
             if streamed:  # ends the open utterance (a silent reply never opened one)
                 utterance = self._feed_utterances(utterances.finish(said), utterance, sentences)

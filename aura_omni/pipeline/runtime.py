@@ -183,7 +183,7 @@ class Runtime:
                 AsrPipelineStage(asr) if asr is not None else None,
                 self.models.get(AURA),
                 SpeechPipelineStage(tts, initial_chunk_frames=codec.first_window,
-                                    chunk_frames=codec.codec_chunk_frames) if tts is not None else None,
+                                    chunk_frames=codec.codec_chunk_frames, all_graphs=all_graphs) if tts is not None else None,
                 default_timeout_s=self.request_timeout_s, stream_text_to_talker=self.deploy.async_chunk,
                 on_phases=self._turn_phases)
         return self._pipeline
@@ -220,10 +220,18 @@ class Runtime:
         Ray actors warm their own stage as they start (and restart): this waits for them."""
         if self.placement is not None:
             return await self.placement.warm_up()
-        took = await warm_models(self.models, self.deploy)
+        took = await warm_models(self.models, self.deploy, all_graphs=False)
         for loop in self._each_loop():
             loop.serving()  # a slow step from now on is a stall to explain
         return took
+
+    async def warm_after_ready(self) -> None:
+        """What the warm start left for after the server is ready (Code2Wav graphs of batches of several streams;
+        `/health` and `/metrics` show `graphs_pending` until it is done). Ray actors capture everything first."""
+        if self.placement is None:
+            from ..pipeline.warmup import capture_after_ready
+
+            await capture_after_ready(self.models.get(TALKER))
 
     def stage_stats(self) -> dict[str, dict[str, float]]:
         """Per stage: what its loop published after its last step (alive, queued, in_flight, steps, batch_size,
@@ -282,8 +290,9 @@ def load_stage(deploy: DeployConfig, stage: Stage, device: str, dtype: str | Non
     return model
 
 
-async def warm_models(models: dict[str, Any], deploy: DeployConfig) -> dict[str, float]:
-    """Small requests through each given stage (pipeline/warmup.py); a Ray actor passes the one it hosts."""
+async def warm_models(models: dict[str, Any], deploy: DeployConfig, all_graphs: bool = True) -> dict[str, float]:
+    """Small requests through each given stage (pipeline/warmup.py); a Ray actor passes the one it hosts.
+    `all_graphs`: every Code2Wav graph before this returns (else `Runtime.warm_after_ready` captures the rest)."""
     from ..pipeline.warmup import AURA_LAYOUTS, warm_up
     from .media_input import load_image_input
 
@@ -295,4 +304,4 @@ async def warm_models(models: dict[str, Any], deploy: DeployConfig) -> dict[str,
     codec = deploy.codec_streaming()
     return await warm_up(models.get(ASR), aura, models.get(TALKER), frames=frames,
                          initial_chunk_frames=codec.first_window,
-                         chunk_frames=codec.codec_chunk_frames)
+                         chunk_frames=codec.codec_chunk_frames, all_graphs=all_graphs)

@@ -8,10 +8,12 @@ request shaped like a live turn's (clips, camera frames, a first codec chunk and
 import asyncio
 import logging
 import time
+from functools import partial
 
 import numpy as np
 
 from aura_omni.pipeline.processors import asr2aura
+from aura_omni.stages.code2wav import ESSENTIAL_BUCKET
 
 log = logging.getLogger(__name__)
 SR_ASR, SR_TTS = 16000, 24000
@@ -29,9 +31,10 @@ ASR_CLIPS_S = (1.0, 3.0)  # a short reply and a typical turn
 
 
 async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_frames: int = 1,
-                  chunk_frames: int = 25, burst: bool | None = None) -> dict[str, float]:
+                  chunk_frames: int = 25, burst: bool | None = None, all_graphs: bool = True) -> dict[str, float]:
     """Seconds each stage's warm requests took (stages given as the runtime holds them; None = not deployed).
     `frames`: distinct VisionInputs for AURA (camera frames of the live size), sum(AURA_LAYOUTS) of them.
+    `all_graphs`: every Code2Wav graph now (Ray actors), else a lone stream's (`capture_after_ready` does the rest).
     `burst` (default: on a GPU) ends with a burst of the Talker's max_num_seqs requests: a first burst of clients
     would otherwise pay for the shapes only many prompts in one step make (session 12 on the H200: a first burst of 32
     waited ~490 ms for its audio on a fresh machine, ~155 ms once Triton's cache held those kernels; a shorter stall
@@ -60,9 +63,10 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
             pass
         took[f"tts:{talker.model_type}"] = time.perf_counter() - t
         t = time.perf_counter()
-        loop = talker.code2wav_loop  # every window length at every batch bucket, so no request pays a capture
-        captured = 0
-        while await asyncio.wrap_future(loop.call(loop.engine.capture_next_graph)):
+        loop = talker.code2wav_loop  # every window length at every batch bucket, or only a lone stream's (the
+        captured = 0               # server captures the rest once it is ready: `capture_after_ready`)
+        up_to = None if all_graphs else ESSENTIAL_BUCKET
+        while await asyncio.wrap_future(loop.call(partial(loop.engine.capture_next_graph, up_to))):
             captured += 1
         if captured:
             took[f"code2wav_graphs:{talker.model_type}"] = time.perf_counter() - t
@@ -72,6 +76,25 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
             took[f"tts_burst:{talker.model_type}"] = time.perf_counter() - t
     log.info("warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
     return took
+
+
+async def capture_after_ready(tts, idle_poll_s: float = 0.25) -> int:
+    """The Code2Wav graphs the warm start left (batches of more than `ESSENTIAL_BUCKET` streams), one loop call at a
+    time, each only while no stream is open (a capture holds the loop for about a second); meanwhile such batches go
+    through the captured graphs in turns. Returns how many were captured."""
+    captured = 0
+    for talker in tts.facades if tts is not None else []:
+        loop = getattr(talker, "code2wav_loop", None)
+        if loop is None:
+            continue
+        while loop.engine.graphs_missing():
+            if await asyncio.wrap_future(loop.call(partial(loop.engine.capture_next_graph, when_idle=True))):
+                captured += 1
+            else:
+                await asyncio.sleep(idle_poll_s)
+    if captured:
+        log.info("background warm start: %d Code2Wav graphs captured", captured)
+    return captured
 
 
 async def _burst(talker, initial_chunk_frames: int, chunk_frames: int, name: str) -> None:

@@ -83,7 +83,9 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
+        after_ready = asyncio.create_task(runtime.warm_after_ready())  # graphs no first request needs
         yield
+        after_ready.cancel()
         runtime.close()
 
     # /docs and /redoc load their assets from a CDN (blank offline): off; the schema stays at /openapi.json

@@ -34,6 +34,8 @@ async def health(request: Request):
         body["device_lost"] = lost
     if stalled:
         body["stalled"] = stalled
+    if warming := {name: c["graphs_pending"] for name, c in stages.items() if c.get("graphs_pending")}:
+        body["warming"] = warming  # serving already; these graphs are still being captured (pipeline/warmup.py)
     return JSONResponse(body, status_code=503 if down or stalled else 200)
 
 

@@ -45,6 +45,8 @@ STAGE_GAUGES = {
     "batch_size": ("aura_omni:batch_size", "Rows in the stage's last step."),
     "step_seconds": ("aura_omni:step_seconds", "Duration of the stage's last step, seconds."),
     "prefix_cache_hit_rate": ("aura_omni:prefix_cache_hit_rate", "Prompt blocks found in the prefix cache (0-1)."),
+    "graphs_pending": ("aura_omni:cuda_graphs_pending", "CUDA graphs the stage still captures in the background "
+                       "after the server said ready (0 once done); meanwhile their batches replay smaller graphs."),
     "restarts": ("aura_omni:stage_restarts", "Times Ray restarted the stage replica's actor (docs/ray.md)."),
     "device_lost": ("aura_omni:stage_device_lost", "1 once the stage's GPU failed (a CUDA error that poisons the "
                     "context): it stays down until the process is restarted."),

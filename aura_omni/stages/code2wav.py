@@ -104,6 +104,9 @@ PLAYBACK_MARGIN_S = 0.15
 SECONDS_PER_FRAME = 1 / 12.5  # of audio: 12.5 codec frames a second
 
 
+ESSENTIAL_BUCKET = 1  # graphs captured before the server is ready: one stream's every window length
+
+
 def slot_capacity(max_batch: int) -> int:
     """Rows made up front: streams decoding, plus ones between chunks or just ended. Rows are added when these run
     out, but that drops every captured graph (they read the old rows), so there are plenty (5 MB a row in fp32)."""
@@ -133,9 +136,16 @@ class Code2WavStageEngine:
         self.graphs = (Code2WavGraphs(self.slots, windows, max_batch)
                        if cuda_graphs and self.device.type == "cuda" else None)
 
-    def capture_next_graph(self) -> bool:
-        """Capture one graph not captured yet (the warm start calls this until it is False)."""
-        return self.graphs is not None and self.graphs.capture_next()
+    def capture_next_graph(self, max_bucket: int | None = None, when_idle: bool = False) -> bool:
+        """Capture one graph not captured yet, of a bucket up to `max_bucket`; False when there is none, or with
+        `when_idle` while a stream is open (a capture holds the loop for about a second). The warm start captures a
+        lone stream's graphs (`ESSENTIAL_BUCKET`) before the server is ready, the rest after it."""
+        if self.graphs is None or when_idle and (self._pending or self.slots.in_use):
+            return False
+        return self.graphs.capture_next(max_bucket)
+
+    def graphs_missing(self) -> int:
+        return len(self.graphs.missing()) if self.graphs is not None else 0
 
     def add(self, request_id: str, chunk: Code2WavChunk) -> None:
         s = chunk.session
@@ -230,4 +240,4 @@ class Code2WavStageEngine:
 
     def stats(self) -> dict[str, float]:
         return {"running": 0, "waiting": len(self._pending), "decoded_frames": self.decoded_frames,
-                "streams": self.slots.in_use}
+                "streams": self.slots.in_use, "graphs_pending": self.graphs_missing()}

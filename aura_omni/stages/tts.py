@@ -140,10 +140,11 @@ class Qwen3TTS:
         dummy = load_format == "dummy"
         ckpt = dummy_config_dir(model) if dummy else resolve_checkpoint(model)
         config = Qwen3TTSConfig.from_file(ckpt / "config.json")
-        talker = Talker(config.talker)
+        with torch.device(device):  # nn.Linear's default init runs there: on the host it takes seconds
+            talker = Talker(config.talker)
         if dummy:
-            talker = talker.to(device=device, dtype=dtype)
-            init_dummy(talker)  # drawn on the device: seconds for the 1.7B on a GPU
+            talker = talker.to(dtype=dtype)
+            init_dummy(talker)  # drawn on the device
         else:
             load_into(talker, iter_tensors(ckpt, "talker."), where=f"{ckpt} talker")
         talker = talker.to(device=device, dtype=dtype).eval()

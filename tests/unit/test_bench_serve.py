@@ -358,3 +358,25 @@ def test_full_throughput_counts_audio_only_until_the_last_request_was_sent():
     assert summarize(results, 3.0, 2, math.inf)["full_audio_throughput"] == pytest.approx(3.0)
     assert summarize(results, 3.0, 3, math.inf)["full_audio_throughput"] is None
     assert summarize(results, 3.0, 2, 4.0)["full_audio_throughput"] is None
+
+
+@pytest.mark.parametrize("spread", [0.0, 1.2])
+def test_sessions_open_together_and_commit_together_or_spread_evenly(spread):
+    """Four sessions at once (--max-concurrency 4): without --commit-spread their commits come together (a burst);
+    with it each session waits its offset after session.updated, so the commits cover the window evenly."""
+    fake, report = realtime_run("ga", "--num-prompts", "4", "--max-concurrency", "4", "--input-pace", "burst",
+                                "--commit-spread", str(spread))
+    assert report["runs"][0]["completed"] == 4 and report["commit_spread_s"] == spread
+    commits = sorted(s["commit_time"] for s in fake.sessions)
+    if not spread:
+        assert commits[-1] - commits[0] < 0.3
+    else:  # offsets frac(k * 0.618) * 1.2 s: 0, 0.74, 0.28, 1.02
+        gaps = np.diff(commits)
+        assert commits[-1] - commits[0] > 0.8 and gaps.min() > 0.1
+
+
+def test_a_negative_commit_spread_is_refused(capsys):
+    from aura_omni.bench.serve import main
+
+    assert main(bench_args("--backend", "realtime", "--commit-spread", "-1")) == 2
+    assert "--commit-spread" in capsys.readouterr().err

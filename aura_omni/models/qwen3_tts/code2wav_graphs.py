@@ -42,6 +42,7 @@ class Code2WavGraphs:
         self.buckets = batch_buckets(max_batch)
         self.device = slots.state.frames.device
         self._graphs: dict[tuple[int, int], tuple] = {}
+        self.later = False  # the larger buckets are captured in the background: no request waits for a capture
         self._generation = slots.generation
         self._pool = None
         self._stream = cuda_graph.private_stream(self.device)
@@ -66,9 +67,22 @@ class Code2WavGraphs:
         """Like `Code2WavSlots.decode` for a covered shape: codes [B, n, 16] -> [B, n * 1920]."""
         out, at = [], 0
         for n in self.pieces(codes.shape[1]):
-            out.append(self._replay(slots, codes[:, at:at + n]))
+            out.append(self._replay_rows(slots, codes[:, at:at + n]))
             at += n
         return out[0] if len(out) == 1 else torch.cat(out, dim=1)
+
+    def _replay_rows(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
+        """One piece for any number of streams: while the larger buckets are captured `later` (in the background,
+        after the server is ready), the rows go through the largest captured one in turns; else a missing graph is
+        captured now."""
+        b, n = codes.shape[0], codes.shape[1]
+        bucket = next(k for k in self.buckets if k >= b)
+        if (bucket, n) not in self._graphs and self.later:
+            smaller = [k for k in self.buckets if k < bucket and (k, n) in self._graphs]
+            if smaller:
+                k = smaller[-1]
+                return torch.cat([self._replay(slots[i:i + k], codes[i:i + k]) for i in range(0, b, k)])
+        return self._replay(slots, codes)
 
     def _replay(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         b, n = codes.shape[0], codes.shape[1]
@@ -90,13 +104,20 @@ class Code2WavGraphs:
         while self.capture_next():
             pass
 
-    def capture_next(self) -> bool:
-        """One graph not captured yet; False when there is none (the warm start captures them one loop call at a
-        time, each well under the stall watchdog's limit)."""
-        missing = next(((b, n) for n in self.windows for b in self.buckets if (b, n) not in self._graphs), None)
-        if missing is not None:
-            self._capture(*missing)
-        return missing is not None
+    def missing(self, max_bucket: int | None = None) -> list[tuple[int, int]]:
+        """(bucket, window) pairs not captured yet, smallest bucket first: whatever is captured at a time, every
+        smaller bucket is, so a batch can always go through a captured one in turns (`_replay_rows`)."""
+        return [(b, n) for b in self.buckets for n in self.windows
+                if (b, n) not in self._graphs and (max_bucket is None or b <= max_bucket)]
+
+    def capture_next(self, max_bucket: int | None = None) -> bool:
+        """One graph not captured yet (of a bucket up to `max_bucket`); False when there is none. Captured one loop
+        call at a time, each well under the stall watchdog's limit."""
+        missing = self.missing(max_bucket)
+        if missing:
+            self._capture(*missing[0])
+        self.later = bool(self.missing()) and (self.later or max_bucket is not None)
+        return bool(missing)
 
     def _capture(self, bucket: int, n: int):
         ids = torch.zeros(bucket, dtype=torch.long, device=self.device)
