@@ -22,6 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 
 # JSON as the grammar writes it: no free whitespace (a model cannot wander in blanks) and json.dumps' separators
@@ -57,33 +58,31 @@ def _subschemas(schema: Any) -> Iterator[tuple[str, Any]]:
     """(path suffix, subschema) of the keywords that hold schemas."""
     if not isinstance(schema, dict):
         return
-    for key in ("properties", "patternProperties", *_DEFS, "dependentSchemas"):
-        for name, sub in (schema.get(key) or {}).items() if isinstance(schema.get(key), dict) else ():
-            yield f".{key}.{name}", sub
-    for key in ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
-                "unevaluatedProperties", "unevaluatedItems"):
-        if isinstance(schema.get(key), dict):
-            yield f".{key}", schema[key]
-    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
-        for i, sub in enumerate(schema.get(key) or []) if isinstance(schema.get(key), list) else ():
-            yield f".{key}[{i}]", sub
+    for key, value in schema.items():
+        if key in ("properties", "patternProperties", *_DEFS, "dependentSchemas") and isinstance(value, dict):
+            yield from ((f".{key}.{name}", sub) for name, sub in value.items())
+        elif key in ("anyOf", "oneOf", "allOf", "prefixItems") and isinstance(value, list):
+            yield from ((f".{key}[{i}]", sub) for i, sub in enumerate(value))
+        elif key in ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+                     "unevaluatedProperties", "unevaluatedItems") and isinstance(value, dict):
+            yield f".{key}", value
 
 
 class CompiledGrammar:
     """A compiled grammar: a pristine matcher that each sequence copies."""
 
-    def __init__(self, matcher):
-        self._pristine = matcher
+    def __init__(self, matcher, stop_token_ids: tuple[int, ...]):
+        self._pristine, self.stop_token_ids = matcher, stop_token_ids
 
     def matcher(self) -> "GrammarMatcher":
-        return GrammarMatcher(self._pristine.deep_copy())
+        return GrammarMatcher(self._pristine.deep_copy(), self.stop_token_ids)
 
 
 class GrammarMatcher:
     """One sequence's place in its grammar."""
 
-    def __init__(self, matcher):
-        self.ll = matcher
+    def __init__(self, matcher, stop_token_ids: tuple[int, ...]):
+        self.ll, self.stop_token_ids = matcher, stop_token_ids
 
     def accept(self, token: int) -> bool:
         """Advance past a sampled token; False if the grammar did not allow it (the matcher then only allows stops)."""
@@ -138,7 +137,7 @@ class GrammarCompiler:
                                        log_level=0)
         if matcher.is_error():
             raise GrammarError(_first_line(matcher.get_error()))
-        compiled = CompiledGrammar(matcher)
+        compiled = CompiledGrammar(matcher, self.stop_token_ids)
         with self._lock:
             self._cache[grammar.lark] = compiled
             while len(self._cache) > self.max_cached:
@@ -180,12 +179,20 @@ def _first_line(message: str) -> str:
 
 def fill_bitmask(rows: list[tuple[GrammarMatcher, int]], batch: int, vocab_size: int) -> torch.Tensor:
     """The allowed-token bitmask [batch, ceil(vocab/32)] int32 on the CPU: the constrained rows from their matchers
-    (in parallel), every other row all ones."""
-    import llguidance
+    (in parallel), every other row all ones. A matcher that failed (a token it did not allow was forced on it, e.g.
+    by a -inf logit_bias on every token it allowed) allows only the stop tokens, so the reply ends."""
     import llguidance.torch
 
     mask = torch.full((batch, -(-vocab_size // 32)), -1, dtype=torch.int32)
-    llguidance.torch.fill_next_token_bitmask_par(_executor(), [(m.ll, row) for m, row in rows], mask)
+    live = [(m.ll, row) for m, row in rows if not m.failed]
+    if live:
+        llguidance.torch.fill_next_token_bitmask_par(_executor(), live, mask)
+    for m, row in rows:
+        if m.failed:
+            words = np.zeros(mask.shape[1], dtype=np.uint32)
+            for tok in m.stop_token_ids:
+                words[tok // 32] |= np.uint32(1 << (tok % 32))
+            mask[row] = torch.from_numpy(words.view(np.int32))
     return mask
 
 

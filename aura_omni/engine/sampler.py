@@ -78,15 +78,9 @@ class Sampler:
 
     @staticmethod
     def _apply_grammars(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:
-        """Each constrained row keeps only the tokens its grammar allows next (a matcher that failed: stops only)."""
+        """Each constrained row keeps only the tokens its grammar allows next."""
         rows = [(s.grammar, i) for i, s in enumerate(states) if getattr(s, "grammar", None) is not None]
-        mask = fill_bitmask([(m, i) for m, i in rows if not m.failed], len(states), logits.shape[1])
-        for m, i in rows:
-            if m.failed:
-                mask[i] = 0
-                for tok in states[i].eos_token_ids:
-                    mask[i, tok // 32] |= 1 << (tok % 32) if tok % 32 < 31 else -(1 << 31)
-        apply_bitmask(logits, mask)
+        apply_bitmask(logits, fill_bitmask(rows, len(states), logits.shape[1]))
 
     @staticmethod
     def _apply_penalties(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:

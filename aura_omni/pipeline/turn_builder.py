@@ -211,9 +211,11 @@ class TurnBuilder:
                     if schema is not None:
                         await asyncio.to_thread(compiler.check_schema, schema, param)
                 await asyncio.to_thread(compiler.compile, grammar)
-            except GrammarError as e:
-                raise PipelineRequestError(f"{e.path}: this schema cannot be used for constrained decoding: {e}",
-                                           param=e.path, code="invalid_schema") from None
+            except GrammarError as e:  # a schema's own path, else the field that asked for the grammar
+                param = e.path if e.path != "$" else ("tool_choice" if spec.output_schema is None or tools
+                                                      and tools.grammar() else spec.output_schema_param)
+                raise PipelineRequestError(f"{param}: this schema cannot be used for constrained decoding: {e}",
+                                           param=param, code="invalid_schema") from None
         sampling["grammar"] = grammar
 
     def check_vision_totals(self, vision: list, param: str) -> None:

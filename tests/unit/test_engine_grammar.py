@@ -132,3 +132,13 @@ def test_a_schema_the_compiler_cannot_take_names_its_path(compiler):
     assert e.value.path == "response_format.json_schema.schema.properties.a.properties.b"
     compiler.check_schema({"$defs": {"n": {"type": "integer"}}, "type": "object",
                            "properties": {"a": {"$ref": "#/$defs/n"}}})  # a reference to the root's definitions
+
+
+def test_a_matcher_forced_off_its_grammar_allows_only_the_stop_token(compiler):
+    from aura_omni.engine.grammar import fill_bitmask
+
+    matcher = compiler.compile(Grammar('start: "{" "}"')).matcher()
+    assert not matcher.accept(compiler.tokenizer.encode("x", add_special_tokens=False)[0]) and matcher.failed
+    mask = fill_bitmask([(matcher, 0)], 1, 151936)
+    allowed = [t for t in range(151936) if (int(mask[0, t // 32]) >> (t % 32)) & 1]
+    assert allowed == [QWEN_IM_END_ID]
