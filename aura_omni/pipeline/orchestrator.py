@@ -159,7 +159,8 @@ class AuraOmniPipeline:
         utterance: asyncio.Queue | None = None  # the text queue of the utterance being fed
         raw, shown, ids, prompt_tokens, finish_reason = "", "", [], 0, "stop"
         # with tools, the reply's <tool_call> blocks are calls (CallDelta events), never shown as text nor spoken
-        reply = ReplyStream() if req.tool_use is not None and req.tool_use.parses else None
+        reply = (ReplyStream(max_calls=None if req.tool_use.parallel else 1)
+                 if req.tool_use is not None and req.tool_use.parses else None)
         said = ""
         try:
             async for delta in self.aura.generate(prompt, req.vision, request_id=f"{req.request_id}-aura",

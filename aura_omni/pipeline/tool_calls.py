@@ -250,10 +250,12 @@ class ReplyStream:
 
     calls: list[ToolCall] = field(default_factory=list)
     content: str = ""
+    max_calls: int | None = None  # parallel_tool_calls false: 1 (later calls are dropped)
 
     def feed(self, text: str, final: bool = False) -> tuple[str, list[CallDelta]]:
         """(new content, call deltas) since the last feed."""
         parts = split_reply(text, final)
+        parts.calls = parts.calls[:self.max_calls]
         new_content = parts.content[len(self.content):] if parts.content.startswith(self.content) else ""
         self.content += new_content
         deltas = []

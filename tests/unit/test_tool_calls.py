@@ -87,3 +87,10 @@ def test_only_forced_choices_constrain_the_reply():
     one = ToolUse(tools, "function", "f", parallel=False).grammar().lark
     assert one.startswith("start: call\n") and '"const": "f"' in one
     assert ToolUse(tools, "required").grammar().lark.startswith('start: call ("\\n" call)*')
+
+
+def test_without_parallel_calls_only_the_first_call_is_kept():
+    text, _, calls = REPLIES["content then two calls"]
+    reply = ReplyStream(max_calls=1)
+    reply.feed(text, final=True)
+    assert [(c.name, c.arguments) for c in reply.calls] == calls[:1]
