@@ -148,6 +148,9 @@ class Runtime:
             placement = RayPlacement.start(deploy, load_stage, warm_models, device=device, dtype=dtype,
                                            load_format=load_format)
             return cls(placement.deploy, placement.models, placement=placement)
+        from ..models.tokenizer import import_ahead
+
+        import_ahead()
         first = deploy.stages[0]
         deploy = split_gpu_shares(deploy.for_platform(platform_of(stage_device(first, device))), device)
         models: dict[str, Any] = {}
@@ -183,7 +186,7 @@ class Runtime:
                 AsrPipelineStage(asr) if asr is not None else None,
                 self.models.get(AURA),
                 SpeechPipelineStage(tts, initial_chunk_frames=codec.first_window,
-                                    chunk_frames=codec.codec_chunk_frames, all_graphs=all_graphs) if tts is not None else None,
+                                    chunk_frames=codec.codec_chunk_frames) if tts is not None else None,
                 default_timeout_s=self.request_timeout_s, stream_text_to_talker=self.deploy.async_chunk,
                 on_phases=self._turn_phases)
         return self._pipeline
