@@ -103,6 +103,9 @@ _TOKENIZERS_LOCK = threading.Lock()
 
 def _ll_tokenizer(tokenizer, vocab_size: int, stop_token_ids: tuple[int, ...]):
     """llguidance's view of a vocabulary (seconds to build for 150k tokens): one per vocabulary in the process."""
+    from aura_omni.models.tokenizer import wait_for_import
+
+    wait_for_import()  # llguidance.hf imports transformers: not while the import-ahead thread is halfway through it
     import llguidance.hf
 
     key = (getattr(tokenizer, "name_or_path", id(tokenizer)), len(tokenizer), vocab_size, stop_token_ids)
