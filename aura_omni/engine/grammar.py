@@ -136,8 +136,11 @@ class GrammarCompiler:
             if grammar.lark in self._cache:
                 self._cache.move_to_end(grammar.lark)
                 return self._cache[grammar.lark]
-        matcher = llguidance.LLMatcher(self.ll_tokenizer, llguidance.LLMatcher.grammar_from_lark(grammar.lark),
-                                       log_level=0)
+        try:
+            matcher = llguidance.LLMatcher(self.ll_tokenizer, llguidance.LLMatcher.grammar_from_lark(grammar.lark),
+                                           log_level=0)
+        except (ValueError, TypeError, RuntimeError) as e:  # misuse-level errors (e.g. a grammar too large)
+            raise GrammarError(_first_line(str(e))) from None
         if matcher.is_error():
             raise GrammarError(_first_line(matcher.get_error()))
         compiled = CompiledGrammar(matcher, self.stop_token_ids)
@@ -154,7 +157,10 @@ class GrammarCompiler:
             return f"a schema is a JSON object, not {type(schema).__name__}"
         grammar = llguidance.LLMatcher.grammar_from_lark(f"start: {json_rule(schema)}" if isinstance(schema, dict)
                                                          else f"start: %json {json.dumps(schema)}")
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self.ll_tokenizer)
+        try:
+            is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self.ll_tokenizer)
+        except (ValueError, TypeError, RuntimeError) as e:
+            return _first_line(str(e))
         return _first_line(messages[0]) if is_error else None
 
     def check_schema(self, schema: Any, path: str = "$") -> None:
