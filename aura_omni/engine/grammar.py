@@ -111,7 +111,8 @@ def _ll_tokenizer(tokenizer, vocab_size: int, stop_token_ids: tuple[int, ...]):
     key = (getattr(tokenizer, "name_or_path", id(tokenizer)), len(tokenizer), vocab_size, stop_token_ids)
     with _TOKENIZERS_LOCK:
         if key not in _TOKENIZERS:
-            _TOKENIZERS[key] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=list(stop_token_ids))
+            _TOKENIZERS[key] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size,
+                                                            eos_token=list(stop_token_ids))
         return _TOKENIZERS[key]
 
 

@@ -2,9 +2,9 @@
 
 Order (HF / vLLM conventions): logit_bias and bans (min_tokens holds back EOS and stop ids) -> the grammar's
 allowed tokens (one bitmask for the batch's constrained rows, engine/grammar.py) -> repetition / presence /
-frequency penalties -> greedy rows take the argmax here -> temperature -> top_k -> top_p -> min_p -> draw. Drawing uses the exponential race (argmax p / E, E ~ Exp(1)),
-which is exactly a categorical draw; a row with a seed draws its E from its own torch.Generator, so
-its tokens do not depend on which other requests share the batch.
+frequency penalties -> greedy rows take the argmax here -> temperature -> top_k -> top_p -> min_p -> draw.
+Drawing uses the exponential race (argmax p / E, E ~ Exp(1)), which is exactly a categorical draw; a row with a
+seed draws its E from its own torch.Generator, so its tokens do not depend on which other requests share the batch.
 """
 
 from typing import Protocol, Sequence

@@ -94,8 +94,9 @@ def tool_use(tools: Sequence[dict] | None, choice: str | dict | None = None,
         name = (choice.get("function") or {}).get("name") if chat_form else choice.get("name")
         param = "tool_choice.function.name" if chat_form else "tool_choice.name"
         if name not in names:
-            raise PipelineRequestError(f"{param}: {name!r} is not among the tools ({', '.join(map(str, names)) or 'none were sent'})",
-                                       param=param, code="unknown_tool")
+            listed_names = ", ".join(map(str, names)) or "none were sent"
+            raise PipelineRequestError(f"{param}: {name!r} is not among the tools ({listed_names})", param=param,
+                                       code="unknown_tool")
         return ToolUse(listed, "function", name, parallel is not False)
     if choice not in (None, "auto", "none", "required"):
         raise PipelineRequestError(f"tool_choice: {choice!r} is not one of auto, none, required or a named function",

@@ -201,7 +201,8 @@ class TurnBuilder:
             schemas = [(f"tools[{i}].function.parameters", f.get("parameters")) for i, f in enumerate(tools.functions())
                        if tools.choice == "required" or f.get("name") == tools.function]
         elif spec.output_schema is not None:
-            grammar, schemas = Grammar.json_schema(spec.output_schema), [(spec.output_schema_param, spec.output_schema)]
+            grammar = Grammar.json_schema(spec.output_schema)
+            schemas = [(spec.output_schema_param, spec.output_schema)]
         if grammar is None:
             return
         compiler = getattr(self.runtime.models.get(AURA), "grammars", None)  # None: a remote stage checks it itself

@@ -121,7 +121,8 @@ def test_a_conversation_ending_in_tool_results_is_answered(client):
     messages = ask() + [
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function",
-             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 1, \"metric\": true}"}}]},
+             "function": {"name": "get_weather",
+                          "arguments": json.dumps({"city": "Paris", "days": 1, "metric": True})}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
     r = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], max_tokens=6, extra_body=TEXT)
     assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
@@ -186,7 +187,8 @@ class SpokenText:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_only_the_content_is_spoken(base, ref_audio_b64, stream):
-    pieces = ["Let me", " check", " that.", "\n<tool_call>", '\n{"name": "get_weather", ', '"arguments": {"city": "Oslo"',
+    pieces = ["Let me", " check", " that.", "\n<tool_call>", '\n{"name": "get_weather", ',
+              '"arguments": {"city": "Oslo"',
               ', "days": 2, "metric": true}}', "\n</tool_call>"]
     aura, spoken = ScriptedAura(base.runtime.pipeline, pieces), SpokenText(base.runtime.pipeline.speech)
     body = {"model": MODEL, "messages": ask(), "tools": [WEATHER], "max_tokens": 40, "stream": stream,
@@ -221,7 +223,8 @@ def leaf_schemas():
     words = st.text(alphabet="abcdefgh", min_size=1, max_size=5)
     return st.one_of(
         st.just({"type": "boolean"}), st.just({"type": "null"}),
-        st.lists(st.one_of(words, st.integers(-50, 50)), min_size=1, max_size=4, unique=True).map(lambda v: {"enum": v}),
+        st.lists(st.one_of(words, st.integers(-50, 50)), min_size=1, max_size=4, unique=True).map(
+            lambda v: {"enum": v}),
         st.integers(-100, 100).flatmap(lambda lo: st.integers(lo, lo + 1000).map(
             lambda hi: {"type": "integer", "minimum": lo, "maximum": hi})),
         st.integers(0, 6).map(lambda n: {"type": "string", "maxLength": n}),
@@ -266,7 +269,8 @@ def test_generated_schemas_each_give_valid_output(aura_engine, schema):
 
     engine, tokenizer, compiler = aura_engine
     prompt = tokenizer.encode("<|im_start|>user\nAnswer in JSON.<|im_end|>\n<|im_start|>assistant\n")
-    params = SamplingParams(temperature=1.0, seed=0, max_tokens=160, grammar=compiler.compile(Grammar.json_schema(schema)))
+    grammar = compiler.compile(Grammar.json_schema(schema))
+    params = SamplingParams(temperature=1.0, seed=0, max_tokens=160, grammar=grammar)
     (ids,) = engine.generate([prompt], params)
     assert ids[-1] == 151645, "the grammar ends the reply before max_tokens"  # <|im_end|>
     jsonschema.validate(json.loads(tokenizer.decode(ids[:-1])), schema)
