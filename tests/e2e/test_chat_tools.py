@@ -89,6 +89,15 @@ def test_required_tool_choice_streams_valid_calls(client):
         jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_token_limit_inside_a_forced_call_finishes_with_length(client, stream):
+    r = client.chat.completions.create(model=MODEL, messages=ask(), tools=[WEATHER], tool_choice="required",
+                                       max_tokens=6, stream=stream, extra_body=TEXT)
+    finish = ([c.choices[0].finish_reason for c in r if c.choices and c.choices[0].finish_reason] if stream
+              else [r.choices[0].finish_reason])
+    assert finish == ["length"]
+
+
 def test_response_format_json_schema_gives_valid_json_stream_and_not(client):
     fmt = {"type": "json_schema", "json_schema": {"name": "forecast", "schema": ARGS, "strict": True}}
     r = client.chat.completions.create(model=MODEL, messages=ask(), response_format=fmt, max_tokens=120, seed=2,
