@@ -17,6 +17,8 @@ uint8 RGB [H, W, 3]. `**options` are vLLM-Omni `additional_information` keys (au
 tts_task_type, tts_language, tts_speaker, tts_instruct, tts_ref_audio, tts_ref_text,
 tts_x_vector_only_mode, tts_pass_token_ids, tts_max_new_tokens, is_speech) or AURA sampling fields
 (temperature, top_p, top_k, max_tokens, seed, logit_bias, stop, ...). Local files are always readable here.
+Function calling and structured output take OpenAI's chat fields (docs/chat.md): `tools`, `tool_choice`,
+`parallel_tool_calls`, `response_format`; the calls come back in `result.tool_calls` (ToolCall: id, name, arguments).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import asyncio
 import contextlib
 import itertools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator, Sequence
 
@@ -36,6 +38,7 @@ from .media.limits import Limits
 from .pipeline.constants import TTS_SAMPLE_RATE
 from .pipeline.media_input import MediaPolicy
 from .pipeline.runtime import Runtime
+from .pipeline.tool_calls import ToolCall, response_format_schema, tool_use
 from .pipeline.turn import TurnEvent, collect_turn
 from .pipeline.turn_builder import TurnBuilder, TurnSpec
 from .session import RealtimeSession
@@ -43,6 +46,7 @@ from .session import RealtimeSession
 AURA_SAMPLING_OPTIONS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "min_tokens", "seed", "logit_bias",
                          "stop", "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty",
                          "ignore_eos")
+TOOL_OPTIONS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 _ids = itertools.count()
 
 
@@ -55,7 +59,8 @@ class OmniResult:
     sample_rate: int = TTS_SAMPLE_RATE
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    finish_reason: str = "stop"
+    finish_reason: str = "stop"  # "tool_calls" when the reply called tools
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 def _source(value: Any) -> Any:
@@ -89,7 +94,7 @@ class Omni:
 
     # ------------------------------------------------------------------ turns
     def _spec(self, audio, images, video, text, speak, history, options) -> TurnSpec:
-        info = {k: v for k, v in options.items() if k not in AURA_SAMPLING_OPTIONS and k != "voice"}
+        info = {k: v for k, v in options.items() if k not in (*AURA_SAMPLING_OPTIONS, *TOOL_OPTIONS, "voice")}
         if info.get("tts_ref_audio") is not None:
             info["tts_ref_audio"] = _source(info["tts_ref_audio"])
         sampling = {k: v for k, v in options.items() if k in AURA_SAMPLING_OPTIONS and v is not None}
@@ -101,7 +106,10 @@ class Omni:
                         text_parts=[text] if text else [], speak=speak, info=info, aura_sampling=sampling,
                         history=list(history or []), voice=options.get("voice"),
                         vision_params=[f"images[{i}]" for i in range(len(images))]
-                        + [f"video[{i}]" for i in range(len(videos))])
+                        + [f"video[{i}]" for i in range(len(videos))],
+                        tool_use=tool_use(options.get("tools"), options.get("tool_choice"),
+                                          options.get("parallel_tool_calls")),
+                        output_schema=response_format_schema(options.get("response_format")))
 
     async def astream(self, audio=None, images=None, video=None, text: str | None = None, speak: bool = True,
                       history: Sequence[tuple[str, str]] = (), **options) -> AsyncIterator[TurnEvent]:
@@ -142,7 +150,7 @@ class Omni:
         return OmniResult(text=done.text, audio=turn.audio if speak and not done.silent else None,
                           transcript=turn.transcript, silent=done.silent,
                           prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens,
-                          finish_reason=done.finish_reason)
+                          finish_reason=done.finish_reason, tool_calls=done.tool_calls)
 
     def generate(self, audio=None, images=None, video=None, text: str | None = None, speak: bool = True,
                  history: Sequence[tuple[str, str]] = (), **options) -> OmniResult:

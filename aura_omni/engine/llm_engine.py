@@ -144,6 +144,8 @@ class LLMEngine:
             extra = extras[i] if extras is not None else None
             seq.output_token_ids[index] = token
             seq.output_extras[index] = extra
+            if seq.grammar is not None:
+                seq.grammar.accept(token)
             if self._check_stop(seq, token, index + 1):
                 del seq.output_token_ids[index + 1:], seq.output_extras[index + 1:]  # a spare queued token
                 self.scheduler.finish(seq, seq.finish_reason)

@@ -273,11 +273,11 @@ class ModelRunner:
     def can_run_ahead(self, sched: list[ScheduledSeq]) -> bool:
         """Whether this step can be queued while the previous step's tokens are still PENDING on the host: the Talker's
         inputs never need them; a causal LM takes them from the device in a decode step, unless a penalty reads
-        the token history on the host."""
+        the token history on the host or a grammar must accept the previous token before it masks the next."""
         if getattr(self.adapter, "device_decode_inputs", False):
             return True
         return (self.plain_lm and all(s.num_tokens == 1 and s.start >= s.seq.prompt_len for s in sched)
-                and not any(s.seq.params.needs_penalties for s in sched))
+                and not any(s.seq.params.needs_penalties or s.seq.grammar is not None for s in sched))
 
     def _pending_ids(self, sched: list[ScheduledSeq], pending: LaunchedStep | None
                      ) -> tuple[torch.Tensor, torch.Tensor] | None:

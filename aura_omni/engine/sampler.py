@@ -1,16 +1,17 @@
 """Batched sampling on the logits' device: one call per engine step for every running sequence.
 
-Order (HF / vLLM conventions): logit_bias and bans (min_tokens holds back EOS and stop ids) ->
-repetition / presence / frequency penalties -> greedy rows take the argmax here -> temperature ->
-top_k -> top_p -> min_p -> draw. Drawing uses the exponential race (argmax p / E, E ~ Exp(1)),
-which is exactly a categorical draw; a row with a seed draws its E from its own torch.Generator, so
-its tokens do not depend on which other requests share the batch.
+Order (HF / vLLM conventions): logit_bias and bans (min_tokens holds back EOS and stop ids) -> the grammar's
+allowed tokens (one bitmask for the batch's constrained rows, engine/grammar.py) -> repetition / presence /
+frequency penalties -> greedy rows take the argmax here -> temperature -> top_k -> top_p -> min_p -> draw.
+Drawing uses the exponential race (argmax p / E, E ~ Exp(1)), which is exactly a categorical draw; a row with a
+seed draws its E from its own torch.Generator, so its tokens do not depend on which other requests share the batch.
 """
 
 from typing import Protocol, Sequence
 
 import torch
 
+from aura_omni.engine.grammar import GrammarMatcher, apply_bitmask, fill_bitmask
 from aura_omni.engine.sampling_params import SamplingParams
 
 
@@ -22,12 +23,13 @@ class SamplingState(Protocol):
     output_token_ids: Sequence[int]
     eos_token_ids: Sequence[int]
     generator: torch.Generator | None  # created here on the first draw of a seeded request
+    grammar: GrammarMatcher | None  # the request's place in its grammar (params.grammar), None: unconstrained
 
 
 def is_plain_greedy(state: SamplingState) -> bool:
     """Greedy with nothing that changes the logits first: the argmax of the raw logits is the token."""
     p = state.params
-    return p.greedy and not p.logit_bias and not p.needs_penalties and not p.min_tokens
+    return p.greedy and not p.logit_bias and not p.needs_penalties and not p.min_tokens and p.grammar is None
 
 
 class Sampler:
@@ -38,6 +40,8 @@ class Sampler:
         params = [s.params for s in states]
         logits = logits.float() if logits.dtype != torch.float32 else logits.clone()
         self._apply_bias_and_bans(logits, states)
+        if any(getattr(s, "grammar", None) is not None for s in states):  # states without the field: none
+            self._apply_grammars(logits, states)
         if any(p.needs_penalties for p in params):
             self._apply_penalties(logits, states)
         greedy_ids = logits.argmax(-1)
@@ -71,6 +75,12 @@ class Sampler:
         if rows:
             idx = (torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device))
             logits.index_put_(idx, torch.tensor(vals, device=logits.device), accumulate=True)
+
+    @staticmethod
+    def _apply_grammars(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:
+        """Each constrained row keeps only the tokens its grammar allows next."""
+        rows = [(s.grammar, i) for i, s in enumerate(states) if getattr(s, "grammar", None) is not None]
+        apply_bitmask(logits, fill_bitmask(rows, len(states), logits.shape[1]))
 
     @staticmethod
     def _apply_penalties(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:

@@ -5,6 +5,7 @@ Bad values raise `ValueError` so the server can answer 400 with the message.
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 # What torch.Generator.manual_seed and the sampler's int64 tensors accept: larger values would fail inside an
 # engine step, which fails every request sharing it.
@@ -30,6 +31,7 @@ class SamplingParams:
     max_tokens: int | None = 256  # None = up to max_model_len
     ignore_eos: bool = False  # do not stop at the model's EOS (stop_token_ids still stop)
     repetition_scope: str = "all"  # "all" = prompt + output ids; "output" = output ids only (Qwen3-TTS Talker)
+    grammar: Any = None  # engine/grammar.CompiledGrammar: the output follows it (None: unconstrained)
 
     def __post_init__(self):
         if isinstance(self.stop, str):

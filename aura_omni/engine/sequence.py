@@ -71,6 +71,7 @@ class Sequence:
         self.block_hashes: list[int] = []  # chained hashes of this sequence's full, computed blocks
         self.num_preemptions = 0
         self.generator: torch.Generator | None = None  # seeded requests; see engine/sampler.py
+        self.grammar = params.grammar.matcher() if params.grammar is not None else None  # engine/grammar.py
         self.model_state: Any = None  # per-request state owned by the model adapter
         self.text: str | None = None  # detokenized output, kept when stop strings are checked
         self.detokenizer: IncrementalDetokenizer | None = None  # makes `text` a token at a time

@@ -14,6 +14,7 @@ import torch
 
 from aura_omni.config import Stage
 from aura_omni.engine.detokenizer import IncrementalDetokenizer
+from aura_omni.engine.grammar import GrammarCompiler, GrammarError
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.prompts import vl_request
 from aura_omni.engine.sampling_params import SamplingParams
@@ -22,7 +23,8 @@ from aura_omni.media.vision_preprocess import VisionInput
 from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
 from aura_omni.models.tokenizer import load_tokenizer
 from aura_omni.models.vision_graphs import VisionGraphs
-from aura_omni.pipeline.constants import AURA_STOP_TOKEN_IDS
+from aura_omni.pipeline.constants import AURA_STOP_TOKEN_IDS, QWEN_IM_END_ID
+from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTokenizer
 from aura_omni.pipeline.stage_api import AuraDelta
 from aura_omni.pipeline.vision_cache import VisionEmbeddingCache
@@ -47,6 +49,8 @@ class AuraPipelineStage:
                 model.vision_graphs = VisionGraphs(model.visual)
         self.vision_cache = VisionEmbeddingCache(model.encode_vision)
         self.prompt_tokens = PromptTokenizer(tokenizer)
+        # constrained replies end at <|im_end|> only: under a grammar <|silent|> is not an answer it allows
+        self.grammars = GrammarCompiler(tokenizer, model.config.vocab_size, [QWEN_IM_END_ID])
         pads = (self.prompt_tokens.image_pad, self.prompt_tokens.video_pad)
         if pads != (model.config.image_token_id, model.config.video_token_id):
             raise ValueError(f"{stage.model}: tokenizer vision pads {pads} differ from config.json's "
@@ -110,6 +114,11 @@ class AuraPipelineStage:
     async def generate(self, prompt: AuraPrompt, vision: list[VisionInput], *, request_id: str,
                        sampling: dict | None = None) -> AsyncIterator[AuraDelta]:
         params = sampling_params(self.stage.default_sampling_params, sampling, stop_token_ids=list(AURA_STOP_TOKEN_IDS))
+        if (sampling or {}).get("grammar") is not None:  # a Grammar (engine/grammar.py): compiled here, cached
+            try:
+                params.grammar = await asyncio.to_thread(self.grammars.compile, sampling["grammar"])
+            except GrammarError as e:
+                raise PipelineRequestError(f"this output constraint cannot be compiled: {e}", param=e.path) from None
         ids = await asyncio.to_thread(self.prompt_ids, prompt, vision)
         hidden_stops = [] if params.include_stop_str_in_output else params.stop
         detok = IncrementalDetokenizer(lambda x: self.tokenizer.decode(x, skip_special_tokens=False))

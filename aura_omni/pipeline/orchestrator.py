@@ -25,6 +25,7 @@ from aura_omni.pipeline.processors import (
 from aura_omni.pipeline.prompt_tokens import AuraPrompt
 from aura_omni.pipeline.sentences import DEFAULT_MAX_UTTERANCE_CHARS, DEFAULT_START_WORDS, SentenceSplitter, Utterances
 from aura_omni.pipeline.stage_api import AsrStage, AuraStage, SpeechStage
+from aura_omni.pipeline.tool_calls import ReplyStream
 from aura_omni.pipeline.turn import (AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnEvent, TurnRequest,
                                      TurnTimeline)
 
@@ -46,7 +47,8 @@ def turn_vision(req: TurnRequest) -> list:
 def aura_prompt(req: TurnRequest, transcript: Transcript | None) -> AuraPrompt:
     """The AURA prompt turns of one turn: its transcript (None without audio), vision, text, system prompt, history."""
     return asr2aura(transcript, vision_items=[v.kind for v in turn_vision(req)], text_parts=req.text_parts,
-                    system_prompt=req.system_prompt, history=req.history, is_speech=req.is_speech)
+                    system_prompt=req.system_prompt, history=req.history, is_speech=req.is_speech,
+                    tools=req.tool_use.tools if req.tool_use is not None else ())
 
 
 def prefetch_vision(aura, vision: list) -> asyncio.Task | None:
@@ -156,6 +158,10 @@ class AuraOmniPipeline:
         utterances = Utterances(self.talker_start_words, self.max_utterance_chars)
         utterance: asyncio.Queue | None = None  # the text queue of the utterance being fed
         raw, shown, ids, prompt_tokens, finish_reason = "", "", [], 0, "stop"
+        # with tools, the reply's <tool_call> blocks are calls (CallDelta events), never shown as text nor spoken
+        reply = (ReplyStream(max_calls=None if req.tool_use.parallel else 1)
+                 if req.tool_use is not None and req.tool_use.parses else None)
+        said = ""
         try:
             async for delta in self.aura.generate(prompt, req.vision, request_id=f"{req.request_id}-aura",
                                                   sampling=req.aura_sampling):
@@ -165,25 +171,34 @@ class AuraOmniPipeline:
                 prompt_tokens = max(prompt_tokens, delta.prompt_tokens)
                 if delta.finish_reason:
                     finish_reason = delta.finish_reason
-                visible = self._visible(raw)
+                said = raw
+                if reply is not None:
+                    for call in reply.feed(raw, final=delta.finished)[1]:
+                        events.put_nowait(call)
+                    said = reply.content
+                visible = self._visible(said)
                 if visible is not None and visible.startswith(shown) and len(visible) > len(shown):
                     events.put_nowait(TextDelta(visible[len(shown):], list(delta.token_ids)))
                     shown = visible
                 if by_sentence:
-                    for piece in splitter.feed(raw):
+                    for piece in splitter.feed(said):
                         sentences.put_nowait((piece, None))
                 elif streamed:
-                    utterance = self._feed_utterances(utterances.feed(raw), utterance, sentences)
-            silent = is_effectively_silent(raw)
+                    utterance = self._feed_utterances(utterances.feed(said), utterance, sentences)
+            if reply is not None:  # a stage that never said `finished`: the reply is whole now
+                for call in reply.feed(raw, final=True)[1]:
+                    events.put_nowait(call)
+                said = reply.content
+            silent = is_effectively_silent(said) and not (reply is not None and reply.calls)
             if streamed:  # ends the open utterance (a silent reply never opened one)
-                utterance = self._feed_utterances(utterances.finish(raw), utterance, sentences)
-            if req.speak and not silent and not streamed:
+                utterance = self._feed_utterances(utterances.finish(said), utterance, sentences)
+            if req.speak and not silent and not streamed and strip_assistant_text(said):
                 if by_sentence:
-                    for piece in splitter.finish(raw):
+                    for piece in splitter.finish(said):
                         sentences.put_nowait((piece, None))
-                else:  # the whole reply at once: its text, or its own ids for token passthrough
-                    wrapped = wrap_tts_token_ids(ids) if req.tts_pass_token_ids else []
-                    sentences.put_nowait((strip_assistant_text(raw), wrapped or None))
+                else:  # the whole reply at once: its text, or its own ids for token passthrough (not with calls)
+                    wrapped = wrap_tts_token_ids(ids) if req.tts_pass_token_ids and said == raw else []
+                    sentences.put_nowait((strip_assistant_text(said), wrapped or None))
             if speaker is not None:
                 sentences.put_nowait(_END)
                 audio_seconds = await speaker
@@ -193,8 +208,11 @@ class AuraOmniPipeline:
             if speaker is not None:  # stopped, and its failure (if AURA failed too) retrieved rather than orphaned
                 speaker.cancel()
                 await asyncio.gather(speaker, return_exceptions=True)
-        text = "" if silent else strip_assistant_text(raw)
-        events.put_nowait(TurnDone(text=text, raw_text=raw, token_ids=ids, silent=silent,
+        text = "" if silent else strip_assistant_text(said)
+        calls = reply.calls if reply is not None else []
+        if calls and finish_reason == "stop":
+            finish_reason = "tool_calls"
+        events.put_nowait(TurnDone(text=text, raw_text=raw, token_ids=ids, silent=silent, tool_calls=calls,
                                    transcript=transcript.text if transcript is not None else "",
                                    prompt_tokens=prompt_tokens, completion_tokens=len(ids),
                                    audio_seconds=audio_seconds, finish_reason=finish_reason))

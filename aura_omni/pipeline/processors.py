@@ -20,6 +20,7 @@ from aura_omni.pipeline.constants import (
     TTS_ASSISTANT_SUFFIX_IDS,
 )
 from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTurn
+from aura_omni.pipeline.tool_calls import system_with_tools
 
 
 class PipelineRequestError(ValueError):
@@ -67,6 +68,7 @@ def asr2aura(
     system_prompt: str | None = None,
     history: Sequence[HistoryTurn] = (),
     is_speech: bool = True,
+    tools: Sequence[dict] = (),
 ) -> AuraPrompt:
     """The AURA prompt for one user turn as structured ChatML turns (the merged upstream format; its ids are built by
     pipeline/prompt_tokens.py, never by tokenising a rendered string).
@@ -74,10 +76,13 @@ def asr2aura(
     transcript: ASR's result (None without audio). vision_items: "image"/"video" per media item in message order;
     one placeholder each (upstream emits one for all items, which mismatches the processor when there are several).
     Text from the transcript, the request and the history is stripped of prompt-structure tokens (CONTROL_TOKENS).
+    tools: OpenAI function tools, listed in the system turn as the chat template does (pipeline/tool_calls.py).
     """
     said = transcript.text.strip() if transcript is not None and is_speech else ""
     words = strip_control_tokens("\n".join(p for p in [said, *(t.strip() for t in text_parts)] if p))
     system = system_prompt if system_prompt else DEFAULT_AURA_SYSTEM_PROMPT
+    if tools:
+        system = system_with_tools(system, tools)
     past = [PromptTurn(turn[0], strip_control_tokens(turn[1]), tuple(turn[2]) if len(turn) > 2 else ())
             for turn in history]
     return AuraPrompt((PromptTurn("system", system), *past, PromptTurn("user", words, tuple(vision_items))))

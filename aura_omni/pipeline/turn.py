@@ -52,6 +52,7 @@ class TurnRequest:
     asr_language: str | None = None
     asr_context: str | None = None
     timeout_s: float | None = None
+    tool_use: Any = None  # pipeline.tool_calls.ToolUse: tools in the prompt, calls parsed from the reply
 
 
 @dataclass
@@ -81,10 +82,11 @@ class TurnDone:
     prompt_tokens: int
     completion_tokens: int
     audio_seconds: float
-    finish_reason: str = "stop"
+    finish_reason: str = "stop"  # "tool_calls" when the reply called tools
+    tool_calls: list = field(default_factory=list)  # pipeline.tool_calls.ToolCall, in call order
 
 
-TurnEvent = TranscriptReady | TextDelta | AudioChunk | TurnDone
+TurnEvent = TranscriptReady | TextDelta | AudioChunk | TurnDone  # and pipeline.tool_calls.CallDelta with tools
 
 
 @dataclass

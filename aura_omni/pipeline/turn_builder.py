@@ -23,7 +23,9 @@ from ..pipeline.processors import PipelineRequestError
 from ..stages.engine_config import sampling_params
 from ..pipeline.tts_request import (TALKER_SAMPLING, TalkerContext, check_tts, finish_tts, sampling_field,
                                     talker_token_cap)
+from ..pipeline.tool_calls import TOOL_CALL_TOKEN_ID, ToolUse
 from ..pipeline.turn import TurnRequest
+from ..engine.grammar import Grammar, GrammarError
 from .media_input import MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input, load_reference_audio, load_video_input
 
 
@@ -44,6 +46,9 @@ class TurnSpec:
     stage_sampling: list[dict | None] | None = None  # sampling_params_list, one entry per stage in order
     aura_sampling: dict = field(default_factory=dict)  # explicit top-level OpenAI fields: win for AURA
     timeout_s: float | None = None
+    tool_use: ToolUse | None = None  # tools, tool_choice, parallel_tool_calls
+    output_schema: dict | None = None  # response_format: the reply is JSON valid under this schema
+    output_schema_param: str = "response_format"
     # where each input sits in the request, for errors (`messages[0].content[1].image_url`)
     audio_param: str = "audio"
     vision_params: list[str] = field(default_factory=list)
@@ -147,6 +152,7 @@ class TurnBuilder:
         self.runtime.pipeline.check(TurnRequest(request_id, audio=spec.audio, speak=speak, tts=speak or None))
         entries = self.stage_entries(spec.stage_sampling)
         aura_sampling = self.aura_sampling(entries.get(AURA), spec.aura_sampling)
+        await self.constrain(aura_sampling, spec)
         asr_sampling = self.asr_sampling(entries.get(ASR))
         ask = plan = talker = None
         if speak:  # cheap checks first: Base without a reference fails here, in milliseconds
@@ -179,7 +185,39 @@ class TurnBuilder:
             is_speech=info.is_speech if info.is_speech is not None else True,
             speak=speak, tts=template, tts_pass_token_ids=info.tts_pass_token_ids,
             asr_sampling=asr_sampling, aura_sampling=aura_sampling,
-            asr_language=info.asr_language, asr_context=info.asr_context, timeout_s=spec.timeout_s)
+            asr_language=info.asr_language, asr_context=info.asr_context, timeout_s=spec.timeout_s,
+            tool_use=spec.tool_use)
+
+    async def constrain(self, sampling: dict, spec: TurnSpec) -> None:
+        """The turn's grammar into AURA's sampling (`grammar`): a forced tool choice, else a response_format schema.
+        Each schema is checked first, so one the compiler cannot take is a 400 naming its path; the grammar is then
+        compiled (and cached) here, off the request's first token. Under tool_choice "none" the <tool_call> token is
+        banned."""
+        tools = spec.tool_use
+        if tools is not None and tools.choice == "none":
+            sampling["logit_bias"] = {**(sampling.get("logit_bias") or {}), str(TOOL_CALL_TOKEN_ID): float("-inf")}
+        grammar, schemas = None, []
+        if tools is not None and (grammar := tools.grammar()) is not None:
+            schemas = [(f"tools[{i}].function.parameters", f.get("parameters")) for i, f in enumerate(tools.functions())
+                       if tools.choice == "required" or f.get("name") == tools.function]
+        elif spec.output_schema is not None:
+            grammar = Grammar.json_schema(spec.output_schema)
+            schemas = [(spec.output_schema_param, spec.output_schema)]
+        if grammar is None:
+            return
+        compiler = getattr(self.runtime.models.get(AURA), "grammars", None)  # None: a remote stage checks it itself
+        if compiler is not None:
+            try:
+                for param, schema in schemas:
+                    if schema is not None:
+                        await asyncio.to_thread(compiler.check_schema, schema, param)
+                await asyncio.to_thread(compiler.compile, grammar)
+            except GrammarError as e:  # a schema's own path, else the field that asked for the grammar
+                param = e.path if e.path != "$" else ("tool_choice" if spec.output_schema is None or tools
+                                                      and tools.grammar() else spec.output_schema_param)
+                raise PipelineRequestError(f"{param}: this schema cannot be used for constrained decoding: {e}",
+                                           param=param, code="invalid_schema") from None
+        sampling["grammar"] = grammar
 
     def check_vision_totals(self, vision: list, param: str) -> None:
         """Frames and pixels (as AURA sees them, after resizing) summed over the request's images and videos."""

@@ -12,6 +12,7 @@ from functools import partial
 
 import numpy as np
 
+from aura_omni.engine.grammar import Grammar
 from aura_omni.pipeline.processors import asr2aura
 from aura_omni.stages.code2wav import ESSENTIAL_BUCKET
 
@@ -54,6 +55,15 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
             async for _ in aura.generate(prompt, vision, request_id=f"warmup-aura{k}", sampling={"max_tokens": 2}):
                 pass
         took["aura"] = time.perf_counter() - t
+        if getattr(aura, "grammars", None) is not None and aura.model.device.type == "cuda":
+            # the grammar library's view of the vocabulary (seconds to build) and the masked sampler: not on the
+            # first tool call's path to its first token
+            t = time.perf_counter()
+            grammar = {"max_tokens": 2, "grammar": Grammar.json_schema({"type": "object"})}
+            async for _ in aura.generate(asr2aura(None, text_parts=["Hello."]), [], request_id="warmup-aura-grammar",
+                                         sampling=grammar):
+                pass
+            took["aura_grammar"] = time.perf_counter() - t
     for k, talker in enumerate(tts.facades if tts is not None else []):  # each Talker of a TalkerSet
         if talker.code2wav is None:
             continue

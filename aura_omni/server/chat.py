@@ -1,18 +1,22 @@
 """`POST /v1/chat/completions`: one AURA turn (ASR -> AURA -> Talker -> Code2Wav) in OpenAI's chat format.
 
-Messages -> turn: the last message must be the user's; its audio part (`input_audio` or `audio_url`)
+Messages -> turn: the last message must be the user's (or the tool results that answer the assistant's calls); its
+audio part (`input_audio` or `audio_url`)
 goes to ASR (no audio: ASR is skipped), its `image_url` / `video_url` parts become AURA vision inputs in
 order, and its text parts are appended to AURA's user turn after the transcript. System / developer
 messages become AURA's system prompt unless `additional_information.aura_system_prompt` is set.
 Earlier user / assistant messages become conversation history by their text only (earlier media is
-not re-processed; an assistant turn given as `audio: {id}` is resolved to the transcript we returned).
+not re-processed; an assistant turn given as `audio: {id}` is resolved to the transcript we returned). Tools are
+listed in AURA's system turn, assistant `tool_calls` and `tool` results are rendered as the checkpoint's chat template
+does (pipeline/tool_calls.py); a forced tool_choice or a JSON response_format constrains the reply by a grammar.
 
 Output: `message.content` is AURA's reply ("" when it chose silence); with audio requested,
 `message.audio` = {id, data (base64, requested format, 24 kHz), expires_at, transcript}. Extensions:
 `message.silent` (true when AURA emitted <|silent|>: no audio then), `message.input_transcript` (the
 ASR transcript). Streaming sends text deltas and audio deltas as they are produced (PCM16 24 kHz, or
 wav pieces when `audio.format` is wav), then a final chunk with finish_reason, the usage chunk if asked,
-and `[DONE]`. A client that goes away cancels the turn in every stage.
+and `[DONE]`. A client that goes away cancels the turn in every stage. The reply's `<tool_call>` blocks become
+`message.tool_calls` (streamed as `delta.tool_calls`) and finish_reason "tool_calls"; only the content is spoken.
 """
 
 from __future__ import annotations
@@ -35,10 +39,11 @@ from ..media.encode import UnsupportedFormatError, check_format, encodable_forma
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import TurnTimeout
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, collect_turn
+from ..pipeline.tool_calls import CallDelta, assistant_text, tool_results_text, tool_use
 from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .chat_protocol import (AUDIO_FORMATS, AudioReply, AudioURLPart, ChatCompletion, ChatCompletionRequest, Choice,
-                            ImageURLPart, InputAudioPart, ReplyMessage, STREAM_AUDIO_FORMATS, TextPart, Usage,
-                            VideoURLPart)
+                            ImageURLPart, InputAudioPart, NamedToolChoice, ReplyMessage, STREAM_AUDIO_FORMATS,
+                            TextPart, Usage, VideoURLPart)
 from .disconnect import first_of_stream, unless_client_leaves
 from .errors import APIError, api_error, error_body, internal_error
 from .metrics import arrival
@@ -82,31 +87,59 @@ def _app_store(request: Request, name: str, factory):
 
 def turn_spec(body: ChatCompletionRequest, transcripts: AudioTranscripts, speak: bool) -> TurnSpec:
     """The chat messages and extensions as one transport-independent turn description."""
-    last = body.messages[-1]
-    if last.role != "user":
-        raise APIError(f"messages[{len(body.messages) - 1}].role: the last message must be the user's turn "
-                       f"(got {last.role!r})", param=f"messages[{len(body.messages) - 1}].role")
-    system, history = [], []
-    for i, msg in enumerate(body.messages[:-1]):
+    msgs = body.messages
+    first_result = len(msgs)  # a conversation may end with tool results: they are this turn's user input
+    while first_result and msgs[first_result - 1].role == "tool":
+        first_result -= 1
+    last = msgs[-1]
+    if last.role not in ("user", "tool"):
+        raise APIError(f"messages[{len(msgs) - 1}].role: the last message must be the user's turn or tool results "
+                       f"(got {last.role!r})", param=f"messages[{len(msgs) - 1}].role")
+    earlier = msgs[:first_result] if last.role == "tool" else msgs[:-1]
+    system, history, results = [], [], []
+    for i, msg in enumerate(earlier):
+        if msg.role != "tool" and results:  # consecutive tool results are one user turn
+            history.append(("user", tool_results_text(results)))
+            results = []
         text = "\n".join(t.strip() for t in msg.texts() if t.strip())
         if msg.role in ("system", "developer"):
             system += [text] if text else []
-        elif msg.role == "assistant" and not text and msg.audio is not None:
-            text = transcripts.get(msg.audio.id) or ""
-            if not text:
-                raise APIError(f"messages[{i}].audio.id: unknown or expired audio id {msg.audio.id!r}; send the "
-                               f"assistant's text as content", param=f"messages[{i}].audio.id", code="unknown_audio_id")
-            history.append(("assistant", text))
+        elif msg.role == "tool":
+            results.append("".join(msg.texts()))
+        elif msg.role == "assistant":
+            if not text and msg.audio is not None:
+                text = transcripts.get(msg.audio.id) or ""
+                if not text:
+                    raise APIError(f"messages[{i}].audio.id: unknown or expired audio id {msg.audio.id!r}; send the "
+                                   f"assistant's text as content", param=f"messages[{i}].audio.id",
+                                   code="unknown_audio_id")
+            if msg.tool_calls:
+                text = assistant_text(text, [(c.function.name, c.function.arguments) for c in msg.tool_calls])
+            if text:
+                history.append(("assistant", text))
         elif text:
             history.append((msg.role, text))
-    where = f"messages[{len(body.messages) - 1}].content"
+    if results:
+        history.append(("user", tool_results_text(results)))
+    where = f"messages[{len(msgs) - 1}].content"
+    choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, NamedToolChoice) else body.tool_choice
     info = body.additional_information.model_dump(exclude_unset=True) if body.additional_information else {}
     spec = TurnSpec(system_prompt="\n".join(system) or None, history=history, speak=speak, played=bool(body.stream),
                     info=info, content_param=where, audio_param=where,
                     voice=body.audio.voice_name if body.audio else None,
                     stage_sampling=[p.model_dump(exclude_none=True) if p is not None else None
                                     for p in body.sampling_params_list] if body.sampling_params_list else None,
-                    aura_sampling=body.aura_sampling())
+                    aura_sampling=body.aura_sampling(),
+                    tool_use=tool_use(body.tools, choice, body.parallel_tool_calls))
+    if body.response_format is not None:
+        try:
+            spec.output_schema = body.response_format.output_schema()
+        except ValueError as e:
+            raise APIError(f"response_format: {e}", param="response_format") from None
+        spec.output_schema_param = "response_format.json_schema.schema"
+    if last.role == "tool":
+        spec.text_parts.append(tool_results_text(["".join(m.texts()) for m in msgs[first_result:]]))
+        return spec
     parts = [TextPart(type="text", text=last.content)] if isinstance(last.content, str) else list(last.content or [])
     for j, part in enumerate(parts):
         if isinstance(part, TextPart):
@@ -166,9 +199,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request):
     state.limits.check_text(sum(len(t) for m in body.messages for t in m.texts())
                             + len(info.aura_system_prompt or "" if info else ""), "messages")  # the client's text
     transcripts = _app_store(request, "chat_audio_transcripts", AudioTranscripts)
-    spec = turn_spec(body, transcripts, speak)
     rid = f"chatcmpl-{uuid.uuid4().hex}"
     with client_errors():
+        spec = turn_spec(body, transcripts, speak)
         turn = await TurnBuilder(runtime, state.voices, state.media_policy()).build(spec, rid)
     events = state.metrics.turn_events(request.url.path, runtime.pipeline.turn(turn), arrival(request), body.stream)
     name = body.model or state.served_model_name
@@ -192,13 +225,14 @@ async def _complete(events: AsyncIterator, rid: str, model: str, speak: bool, fm
     turn = await collect_turn(events)
     done, transcript, wav = turn.done, turn.transcript, turn.audio
     audio = None
-    if speak and not done.silent:
+    if speak and not done.silent and done.text:  # a reply of tool calls only says nothing
         audio_id = f"audio_{uuid.uuid4().hex}"
         data = await asyncio.to_thread(encode_audio, wav, TTS_SAMPLE_RATE, _encoder_format(fmt))
         audio = AudioReply(id=audio_id, data=base64.b64encode(data).decode(),
                            expires_at=int(time.time()) + AUDIO_TTL_S, transcript=done.text)
         transcripts.add(audio_id, done.text)
-    message = ReplyMessage(content=done.text, audio=audio, silent=done.silent,
+    message = ReplyMessage(content=done.text if done.text or not done.tool_calls else None, audio=audio,
+                           tool_calls=[c.openai() for c in done.tool_calls] or None, silent=done.silent,
                            input_transcript=transcript if transcript is not None else (done.transcript or None))
     usage = Usage(prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens,
                   total_tokens=done.prompt_tokens + done.completion_tokens)
@@ -229,6 +263,12 @@ async def _stream(first, events: AsyncIterator, rid: str, model: str, speak: boo
             if speak:
                 delta["audio"] = {"id": audio_id, "transcript": ev.text}
             return chunk(delta)
+        if isinstance(ev, CallDelta):
+            call: dict = {"index": ev.index, "function": {"arguments": ev.arguments}}
+            if ev.id is not None:
+                call = {"index": ev.index, "id": ev.id, "type": "function",
+                        "function": {"name": ev.name, "arguments": ev.arguments}}
+            return chunk({"tool_calls": [call]})
         if isinstance(ev, AudioChunk):
             data = encode_stream_chunk(ev.samples, TTS_SAMPLE_RATE, _encoder_format(fmt), first=not audio_sent)
             audio_sent = True
@@ -248,7 +288,7 @@ async def _stream(first, events: AsyncIterator, rid: str, model: str, speak: boo
         final: dict = {}
         if done.silent:
             final["silent"] = True
-        elif speak:
+        elif speak and done.text:
             final["audio"] = {"id": audio_id, "expires_at": created + AUDIO_TTL_S}
             transcripts.add(audio_id, done.text)
         yield chunk(final, done.finish_reason)

@@ -3,8 +3,10 @@
 Content parts: `text`, `input_audio` {data, format} (OpenAI), `audio_url`, `image_url`, `video_url` {url}
 (vLLM). Extensions: `sampling_params_list` (one entry per deploy stage, in stage order) and
 `additional_information` (aura_system_prompt, tts_*, is_speech). Unknown top-level fields are refused
-so a misspelt extension is not silently ignored; OpenAI fields this server cannot honour (tools, n > 1,
-logprobs, a JSON response_format) are refused with a 400 naming the field.
+so a misspelt extension is not silently ignored; OpenAI fields this server cannot honour (n > 1, logprobs, tools
+other than functions) are refused with a 400 naming the field. Function calling (`tools`, `tool_choice`,
+`parallel_tool_calls`, assistant `tool_calls` and `tool` messages in history) and structured output
+(`response_format` json_schema / json_object) are described in docs/chat.md.
 
 Response extensions (documented in docs/chat.md): `message.silent` (AURA chose not to answer: empty
 content, no audio), `message.input_transcript` (what the ASR stage heard; null without audio input).
@@ -15,11 +17,12 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..config import SamplingParams as StageSamplingParams
 from ..engine.sampling_params import MAX_TOP_K, SEED_RANGE
 from ..pipeline.additional_information import AdditionalInformation
+from ..pipeline.tool_calls import response_format_schema
 from .protocol import MAX_PENALTY, MAX_TEMPERATURE
 
 # OpenAI `audio.format` values this server can produce (`aac` where PyAV is installed: media/encode.py).
@@ -90,11 +93,24 @@ class AudioRef(_Open):
     id: str
 
 
+class CalledFunction(_Open):
+    name: str = Field(min_length=1)
+    arguments: str = ""  # JSON text, as the assistant wrote it
+
+
+class AssistantToolCall(_Open):
+    id: str
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class ChatMessage(_Open):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
     audio: AudioRef | None = None  # an assistant turn that refers to an earlier audio reply by id
+    tool_calls: list[AssistantToolCall] | None = None  # an assistant turn that called tools
+    tool_call_id: str | None = None  # a tool message: the call it answers
 
     def texts(self) -> list[str]:
         if isinstance(self.content, str):
@@ -117,6 +133,55 @@ class AudioOutput(_Open):
 
 class StreamOptions(_Open):
     include_usage: bool = False
+
+
+FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"  # OpenAI's rule for function names
+
+
+class FunctionDef(_Open):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema; none: the function takes no arguments
+    strict: bool | None = None
+
+
+class FunctionTool(_Body):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Open):
+    name: str
+
+
+class NamedToolChoice(_Open):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JSONSchemaFormat(_Open):
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")  # none: any JSON object
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @field_validator("json_schema")
+    @classmethod
+    def _with_type(cls, v, info):
+        if v is not None and info.data.get("type") != "json_schema":
+            raise ValueError("json_schema goes with {\"type\": \"json_schema\"}")
+        return v
+
+    def output_schema(self) -> dict | None:
+        """The JSON schema the reply must follow, None for free text."""
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type json_schema needs json_schema: {name, schema}")
+        return response_format_schema(self.model_dump(by_alias=True))
 
 
 class ChatCompletionRequest(_Body):
@@ -150,10 +215,11 @@ class ChatCompletionRequest(_Body):
     n: int | None = Field(None, ge=1, le=1)
     logprobs: Literal[False] | None = None
     top_logprobs: int | None = Field(None, le=0)
-    tools: list | None = Field(None, max_length=0)
-    tool_choice: Literal["none"] | None = None
+    # function calling and structured output (docs/chat.md); tools are kept as sent: the prompt lists them verbatim
+    tools: list[dict[str, Any]] | None = Field(None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
     # OpenAI bookkeeping fields: accepted and ignored
     user: str | None = None
     metadata: dict[str, str] | None = None
@@ -162,11 +228,21 @@ class ChatCompletionRequest(_Body):
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
 
-    @field_validator("response_format")
+    @field_validator("tools")
     @classmethod
-    def _text_only(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        if v is not None and v.get("type", "text") != "text":
-            raise ValueError("only {\"type\": \"text\"} is supported; leave response_format out")
+    def _functions(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        names = set()
+        for i, tool in enumerate(v or []):
+            try:
+                name = FunctionTool.model_validate(tool).function.name
+            except ValidationError as e:
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in err["loc"])
+                raise ValueError(f"tools[{i}].{where}: {err['msg']} (tools are {{\"type\": \"function\", "
+                                 f"\"function\": {{\"name\", \"description\", \"parameters\"}}}})") from None
+            if name in names:
+                raise ValueError(f"tools[{i}].function.name: {name!r} is listed twice")
+            names.add(name)
         return v
 
     @field_validator("modalities")
@@ -207,7 +283,8 @@ class AudioReply(BaseModel):
 
 class ReplyMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None  # None: the reply only called tools
+    tool_calls: list[dict] | None = None  # [{id, type: "function", function: {name, arguments}}]
     audio: AudioReply | None = None
     refusal: None = None
     silent: bool = False  # extension: AURA emitted <|silent|> (no answer, no audio)

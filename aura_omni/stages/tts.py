@@ -22,6 +22,7 @@ from aura_omni.models.loader import (PRESETS_DIR, CheckpointError, dummy_config_
                                     resolve_checkpoint)
 from aura_omni.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
 from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
+from aura_omni.models.tokenizer import wait_for_import
 from aura_omni.engine.config import EngineConfig
 from aura_omni.engine.llm_engine import PromptTooLongError
 from aura_omni.models.qwen3_tts.generate import TalkerInput, TalkerPlan, talker_inputs
@@ -93,6 +94,7 @@ class TTSRequest:
 
 
 def _load_tokenizer(ckpt: Path):
+    wait_for_import()
     from transformers import AutoTokenizer
 
     try:

@@ -39,7 +39,8 @@ def wav_b64(seconds=0.1, sr=16000) -> str:
 # ---------------------------------------------------------------------------------------------- request body
 
 @pytest.mark.parametrize("fields", [
-    {"n": 2}, {"tools": [{"type": "function"}]}, {"response_format": {"type": "json_object"}},
+    {"n": 2}, {"tools": [{"type": "function"}]}, {"tools": [{"type": "web_search"}]},
+    {"response_format": {"type": "xml"}}, {"tool_choice": "sometimes"},
     {"modalities": ["audio"]}, {"temperature": 3}, {"sampling_params_list": [{"temprature": 1}]},
     {"unknown_extension": True}, {"logprobs": True},
 ])
@@ -50,7 +51,7 @@ def test_unsupported_or_misspelt_fields_are_refused(fields):
 
 def test_refuses_unknown_roles_and_part_types_but_accepts_new_subfields():
     with pytest.raises(ValidationError):
-        request([{"role": "tool", "content": "x"}])
+        request([{"role": "function", "content": "x"}])
     with pytest.raises(ValidationError):
         request([user({"type": "file", "file": {}})])
     body = request([user({"type": "image_url", "image_url": {"url": "data:,", "detail": "high", "new": 1}})])

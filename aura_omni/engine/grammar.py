@@ -1,0 +1,226 @@
+"""Grammar-constrained decoding: a request's output follows a grammar (JSON schemas inline), whatever the weights.
+
+llguidance (picked over xgrammar by measuring both: docs/benchmarks.md "Grammar libraries") compiles Lark grammars
+with `%json {schema}` rules against the model's vocabulary; a matcher per sequence says which tokens may come next.
+
+    compiler = GrammarCompiler(tokenizer, vocab_size, stop_token_ids)      # one per stage (its vocabulary)
+    params.grammar = compiler.compile(Grammar(lark))                      # cached by grammar text
+    # the engine: Sequence.grammar = params.grammar.matcher(); the sampler masks the logits of every constrained row
+    # of the batch in one pass (fill_bitmask + apply_bitmask); the engine feeds each accepted token to the matcher.
+
+Tokens are only ever added (a token is accepted once its value is on the host, never taken back), so nothing rolls
+back: a preempted sequence keeps its matcher, and the prefix cache holds K/V, not grammar state. When the grammar is
+complete the only tokens allowed are the stop tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+# JSON as the grammar writes it: no free whitespace (a model cannot wander in blanks) and json.dumps' separators
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+_DEFS = ("$defs", "definitions")
+
+
+class GrammarError(ValueError):
+    """A grammar or schema the compiler cannot take; `path` says where (`$.properties.a`), relative to the schema."""
+
+    def __init__(self, message: str, path: str = "$"):
+        super().__init__(message)
+        self.path = path
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A constraint on a request's output: llguidance Lark text (picklable: it crosses to a stage's process)."""
+
+    lark: str
+
+    @classmethod
+    def json_schema(cls, schema: dict) -> "Grammar":
+        return cls(f"start: {json_rule(schema)}")
+
+
+def json_rule(schema: dict) -> str:
+    """A Lark `%json` rule body for `schema`, written as the grammar's JSON options say."""
+    return "%json " + json.dumps({**schema, "x-guidance": JSON_OPTIONS})
+
+
+def _subschemas(schema: Any) -> Iterator[tuple[str, Any]]:
+    """(path suffix, subschema) of the keywords that hold schemas."""
+    if not isinstance(schema, dict):
+        return
+    for key, value in schema.items():
+        if key in ("properties", "patternProperties", *_DEFS, "dependentSchemas") and isinstance(value, dict):
+            yield from ((f".{key}.{name}", sub) for name, sub in value.items())
+        elif key in ("anyOf", "oneOf", "allOf", "prefixItems") and isinstance(value, list):
+            yield from ((f".{key}[{i}]", sub) for i, sub in enumerate(value))
+        elif key in ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+                     "unevaluatedProperties", "unevaluatedItems") and isinstance(value, dict):
+            yield f".{key}", value
+
+
+class CompiledGrammar:
+    """A compiled grammar: a pristine matcher that each sequence copies."""
+
+    def __init__(self, matcher, stop_token_ids: tuple[int, ...]):
+        self._pristine, self.stop_token_ids = matcher, stop_token_ids
+
+    def matcher(self) -> "GrammarMatcher":
+        return GrammarMatcher(self._pristine.deep_copy(), self.stop_token_ids)
+
+
+class GrammarMatcher:
+    """One sequence's place in its grammar."""
+
+    def __init__(self, matcher, stop_token_ids: tuple[int, ...]):
+        self.ll, self.stop_token_ids = matcher, stop_token_ids
+
+    def accept(self, token: int) -> bool:
+        """Advance past a sampled token; False if the grammar did not allow it (the matcher then only allows stops)."""
+        return self.ll.consume_token(token)
+
+    @property
+    def failed(self) -> bool:
+        return self.ll.is_error()
+
+    @property
+    def done(self) -> bool:
+        return self.ll.is_stopped()
+
+
+_TOKENIZERS: dict[tuple, Any] = {}
+_TOKENIZERS_LOCK = threading.Lock()
+
+
+def _ll_tokenizer(tokenizer, vocab_size: int, stop_token_ids: tuple[int, ...]):
+    """llguidance's view of a vocabulary (seconds to build for 150k tokens): one per vocabulary in the process."""
+    from aura_omni.models.tokenizer import wait_for_import
+
+    wait_for_import()  # llguidance.hf imports transformers: not while the import-ahead thread is halfway through it
+    import llguidance.hf
+
+    key = (getattr(tokenizer, "name_or_path", id(tokenizer)), len(tokenizer), vocab_size, stop_token_ids)
+    with _TOKENIZERS_LOCK:
+        if key not in _TOKENIZERS:
+            _TOKENIZERS[key] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size,
+                                                            eos_token=list(stop_token_ids))
+        return _TOKENIZERS[key]
+
+
+class GrammarCompiler:
+    """Compiles grammars for one vocabulary; compiled grammars are kept by their text (least recently used out)."""
+
+    def __init__(self, tokenizer, vocab_size: int, stop_token_ids: list[int], max_cached: int = 256):
+        self.tokenizer, self.vocab_size, self.stop_token_ids = tokenizer, vocab_size, tuple(stop_token_ids)
+        self.max_cached = max_cached
+        self._cache: OrderedDict[str, CompiledGrammar] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def ll_tokenizer(self):
+        return _ll_tokenizer(self.tokenizer, self.vocab_size, self.stop_token_ids)
+
+    def compile(self, grammar: Grammar) -> CompiledGrammar:
+        """The compiled grammar (cached); GrammarError when it cannot be compiled."""
+        import llguidance
+
+        with self._lock:
+            if grammar.lark in self._cache:
+                self._cache.move_to_end(grammar.lark)
+                return self._cache[grammar.lark]
+        try:
+            matcher = llguidance.LLMatcher(self.ll_tokenizer, llguidance.LLMatcher.grammar_from_lark(grammar.lark),
+                                           log_level=0)
+        except (ValueError, TypeError, RuntimeError) as e:  # misuse-level errors (e.g. a grammar too large)
+            raise GrammarError(_first_line(str(e))) from None
+        if matcher.is_error():
+            raise GrammarError(_first_line(matcher.get_error()))
+        compiled = CompiledGrammar(matcher, self.stop_token_ids)
+        with self._lock:
+            self._cache[grammar.lark] = compiled
+            while len(self._cache) > self.max_cached:
+                self._cache.popitem(last=False)
+        return compiled
+
+    def _schema_error(self, schema: Any) -> str | None:
+        import llguidance
+
+        if not isinstance(schema, (dict, bool)):
+            return f"a schema is a JSON object, not {type(schema).__name__}"
+        grammar = llguidance.LLMatcher.grammar_from_lark(f"start: {json_rule(schema)}" if isinstance(schema, dict)
+                                                         else f"start: %json {json.dumps(schema)}")
+        try:
+            is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self.ll_tokenizer)
+        except (ValueError, TypeError, RuntimeError) as e:
+            return _first_line(str(e))
+        return _first_line(messages[0]) if is_error else None
+
+    def check_schema(self, schema: Any, path: str = "$") -> None:
+        """GrammarError naming the innermost subschema of `schema` the compiler cannot take (`path` is its root's)."""
+        message = self._schema_error(schema)
+        if message is None:
+            return
+        defs = {k: schema[k] for k in _DEFS if isinstance(schema, dict) and k in schema}
+        while True:  # descend while a subschema (with the root's definitions, for its $refs) fails on its own
+            for suffix, sub in _subschemas(schema):
+                sub_with_defs = {**defs, **sub} if isinstance(sub, dict) else sub
+                sub_message = self._schema_error(sub_with_defs)
+                if sub_message is not None:
+                    schema, path, message = sub, path + suffix, sub_message
+                    break
+            else:
+                raise GrammarError(message, path)
+
+
+def _first_line(message: str) -> str:
+    """The compiler's message without its position in the generated grammar text (meaningless to a client)."""
+    line = message.strip().splitlines()[0] if message.strip() else "invalid grammar"
+    return re.sub(r"^at \d+\(\d+\): ", "", line)
+
+
+def fill_bitmask(rows: list[tuple[GrammarMatcher, int]], batch: int, vocab_size: int) -> torch.Tensor:
+    """The allowed-token bitmask [batch, ceil(vocab/32)] int32 on the CPU: the constrained rows from their matchers
+    (in parallel), every other row all ones. A matcher that failed (a token it did not allow was forced on it, e.g.
+    by a -inf logit_bias on every token it allowed) allows only the stop tokens, so the reply ends."""
+    import llguidance.torch
+
+    mask = torch.full((batch, -(-vocab_size // 32)), -1, dtype=torch.int32)
+    live = [(m.ll, row) for m, row in rows if not m.failed]
+    if live:
+        llguidance.torch.fill_next_token_bitmask_par(_executor(), live, mask)
+    for m, row in rows:
+        if m.failed:
+            words = np.zeros(mask.shape[1], dtype=np.uint32)
+            for tok in m.stop_token_ids:
+                words[tok // 32] |= np.uint32(1 << (tok % 32))
+            mask[row] = torch.from_numpy(words.view(np.int32))
+    return mask
+
+
+_EXECUTOR = None
+
+
+def _executor():
+    global _EXECUTOR
+    if _EXECUTOR is None:
+        import llguidance
+
+        _EXECUTOR = llguidance.LLExecutor()
+    return _EXECUTOR
+
+
+def apply_bitmask(logits: torch.Tensor, mask: torch.Tensor) -> None:
+    """Disallowed tokens' logits -> -inf, in place (`mask` from fill_bitmask, on any device)."""
+    vocab = logits.shape[1]
+    bits = torch.arange(32, device=logits.device, dtype=torch.int32)
+    allowed = ((mask.to(logits.device, non_blocking=True)[:, :, None] >> bits) & 1).flatten(1)[:, :vocab]
+    logits.masked_fill_(allowed == 0, float("-inf"))
