@@ -19,12 +19,15 @@ from typing import Awaitable, Callable
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from ..config import AURA
+from ..pipeline.runtime import StageNotDeployedError
 from ..pipeline.turn_builder import TurnBuilder
 from ..session import RealtimeSession
 from ..session.events import new_id
+from ..session.handler import new_session_id
 from .errors import APIError
 from .held_sessions import DISCONNECT_GRACE_S, HeldSessions, Link
 from .metrics import RealtimeMeter
+from .request_ids import REQUEST_ID, log_refused_socket
 from .websocket_auth import accepted_subprotocol, check_api_key
 
 router = APIRouter()
@@ -83,6 +86,7 @@ def duplex_mode(ws: WebSocket, session_mode: str) -> bool | None:
 
 async def refuse(ws: WebSocket, code: str, message: str, close_code: int = POLICY_VIOLATION) -> None:
     """A handshake error, flat as vLLM-Omni sends them, then close."""
+    log_refused_socket(ws.scope, close_code, code)
     with contextlib.suppress(Exception):
         await ws.send_text(json.dumps({"type": "error", "event_id": new_id("event"), "error": message, "code": code}))
         await ws.close(close_code, reason=code)
@@ -92,13 +96,14 @@ async def refuse(ws: WebSocket, code: str, message: str, close_code: int = POLIC
 @router.websocket("/v1/duplex")
 async def realtime(ws: WebSocket) -> None:
     state = ws.app.state.server
+    duplex = duplex_mode(ws, state.runtime.deploy.session_mode)
+    session_id = ws.scope[REQUEST_ID] = new_session_id(bool(duplex))  # the socket's X-Request-Id (request_ids.py)
     await ws.accept(subprotocol=accepted_subprotocol(ws))  # errors are events here, as vLLM-Omni's handshake sends
     try:
         check_api_key(ws, state.api_key)
     except APIError:
         return await refuse(ws, "invalid_api_key", "missing or incorrect API key: send `Authorization: Bearer <key>`, "
                             "`?api_key=<key>` or the subprotocol `openai-insecure-api-key.<key>`")
-    duplex = duplex_mode(ws, state.runtime.deploy.session_mode)
     if duplex is None:
         return await refuse(ws, "realtime_unavailable", "Realtime API is not available: this deployment runs "
                             "session_mode duplex (connect with ?duplex=1 or to /v1/duplex)")
@@ -107,6 +112,8 @@ async def realtime(ws: WebSocket) -> None:
         state.runtime.require(AURA, "/v1/realtime")
     except APIError as e:
         return await refuse(ws, e.code or "invalid_request", e.message)
+    except StageNotDeployedError as e:  # an event, as the other refusals: the socket is accepted already
+        return await refuse(ws, "stage_not_deployed", str(e))
     slots, held = session_slots(ws.app), held_sessions(ws.app)
     slot = Slot(ws, slots, held)
     if not duplex and not await slot.take():
@@ -114,7 +121,7 @@ async def realtime(ws: WebSocket) -> None:
     builder = TurnBuilder(state.runtime, state.voices, state.media_policy())
     session = RealtimeSession(state.runtime, builder, model=ws.query_params.get("model") or state.served_model_name,
                               duplex=duplex, max_sessions=slots.limit, on_closed=slot.give_back,
-                              resumable=held.grace_s > 0)
+                              resumable=held.grace_s > 0, session_id=session_id)
     if not duplex:
         session.start()
     meter = RealtimeMeter(state.metrics, ws.url.path)
@@ -142,6 +149,7 @@ class Slot:
         event = {"type": "error", "event_id": new_id("event"), "error": {
             "type": "rate_limit_error", "code": "resource_exhausted", "event_id": None,
             "message": f"duplex_session_capacity_exhausted: limit={self.slots.limit}"}}
+        log_refused_socket(self.ws.scope, TRY_AGAIN_LATER, "resource_exhausted")
         with contextlib.suppress(Exception):
             await self.ws.send_text(json.dumps(event))
             await self.ws.close(TRY_AGAIN_LATER, reason="resource_exhausted")

@@ -146,15 +146,19 @@ def session_pipeline(runtime) -> tuple[Any, _AuraWatch | None]:
                             max_utterance_chars=base.max_utterance_chars, on_phases=base.on_phases), watch
 
 
+def new_session_id(duplex: bool) -> str:
+    return f"duplex-{uuid.uuid4().hex}" if duplex else new_id("sess")
+
+
 class RealtimeSession:
     """Feed client events with `handle(event)`; read server events with `next_event()` / `async for`."""
 
     def __init__(self, runtime, builder: TurnBuilder, *, model: str, duplex: bool = False,
                  max_sessions: int = 1, on_closed: Callable[[RealtimeSession], None] | None = None,
-                 resumable: bool = False):
+                 resumable: bool = False, session_id: str | None = None):
         self.runtime, self.builder, self.model, self.duplex = runtime, builder, model, duplex
         self.on_closed = on_closed  # the transport's: the session's slot is free
-        self.id = f"duplex-{uuid.uuid4().hex}" if duplex else new_id("sess")
+        self.id = session_id or new_session_id(duplex)  # the transport's: the id it already gave the socket
         self.max_sessions = max_sessions
         self.config = SessionConfig(speak=TALKER in runtime.models,  # text-only deployments answer in text
                                     input_sample_rate=ASR_SAMPLE_RATE if duplex else 24000,
