@@ -33,7 +33,7 @@ from .websocket_auth import accepted_subprotocol, check_api_key
 router = APIRouter()
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024  # OpenAI: one client event carries at most 15 MiB (uvicorn closes at 16 MiB)
-POLICY_VIOLATION, TRY_AGAIN_LATER = 1008, 1013  # WebSocket close codes
+POLICY_VIOLATION, SERVICE_RESTART, TRY_AGAIN_LATER = 1008, 1012, 1013  # WebSocket close codes
 
 
 class SessionSlots:
@@ -68,6 +68,7 @@ def held_sessions(app) -> HeldSessions:
         deploy = app.state.server.runtime.deploy
         grace = deploy.duplex_session.disconnect_grace_s if deploy.duplex_session else DISCONNECT_GRACE_S
         held = app.state.realtime_held = HeldSessions(grace, app.state.server.metrics)
+        app.state.server.drain.held = held  # closed at the drain's start: none can be resumed
     return held
 
 
@@ -114,6 +115,9 @@ async def realtime(ws: WebSocket) -> None:
         return await refuse(ws, e.code or "invalid_request", e.message)
     except StageNotDeployedError as e:  # an event, as the other refusals: the socket is accepted already
         return await refuse(ws, "stage_not_deployed", str(e))
+    if state.drain.draining:
+        return await refuse(ws, "draining", "the server is shutting down; connect again, and another instance (or "
+                            "this one restarted) will answer", SERVICE_RESTART)
     slots, held = session_slots(ws.app), held_sessions(ws.app)
     slot = Slot(ws, slots, held)
     if not duplex and not await slot.take():
@@ -126,7 +130,7 @@ async def realtime(ws: WebSocket) -> None:
         session.start()
     meter = RealtimeMeter(state.metrics, ws.url.path)
     try:
-        await serve_session(ws, session, meter, held, slot.take)
+        await serve_session(ws, session, meter, held, slot.take, state.drain.links)
     finally:
         meter.close()
 
@@ -163,14 +167,17 @@ class Slot:
 
 
 async def serve_session(ws: WebSocket, session: RealtimeSession, meter: RealtimeMeter | None = None,
-                        held: HeldSessions | None = None, take_slot: Callable[[], Awaitable[bool]] | None = None
-                        ) -> None:
+                        held: HeldSessions | None = None, take_slot: Callable[[], Awaitable[bool]] | None = None,
+                        live: set | None = None) -> None:
     """Client events in, the session's events out, until the session closes or the socket does. A duplex session
     whose socket drops is held for `session.resume` (`held`) instead of closed; one not yet started takes its slot
-    (`take_slot`) at its first `session.update`, and the connection ends if there is none."""
+    (`take_slot`) at its first `session.update`, and the connection ends if there is none. `live`: the open
+    sockets' links, while open (a drain closes them, drain.py)."""
     link = Link(ws, session, meter)
     if held is not None:
         held.hold(link)
+    if live is not None:
+        live.add(link)
     try:
         while not link.session.closed:
             message = await ws.receive()
@@ -200,6 +207,8 @@ async def serve_session(ws: WebSocket, session: RealtimeSession, meter: Realtime
     except (WebSocketDisconnect, RuntimeError):  # RuntimeError: receive after another socket took the session
         pass
     finally:  # a replaced link's session is another socket's now
+        if live is not None:
+            live.discard(link)
         if not link.replaced and (held is None or not held.detach(link)):
             await link.session.close("client_disconnected")  # no-op after session.close; stops every stage otherwise
             await link.flush_and_close()

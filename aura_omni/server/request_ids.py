@@ -65,14 +65,18 @@ def log_refused_socket(scope: Scope, close_code: int, code: str) -> None:
 
 
 def error_code(body: bytes) -> str | None:
-    """The OpenAI error JSON's `code` (or `type` when it has none)."""
+    """The OpenAI error JSON's `code` (or `type` when it has none); /health's `status` (draining, down, stalled)."""
     try:
-        error = json.loads(body).get("error")
-    except (ValueError, AttributeError):
+        data = json.loads(body)
+    except ValueError:
         return None
-    if not isinstance(error, dict):
+    if not isinstance(data, dict):
         return None
-    return error.get("code") or error.get("type")
+    error = data.get("error")
+    if isinstance(error, dict):
+        return error.get("code") or error.get("type")
+    status = data.get("status")
+    return status if isinstance(status, str) else None
 
 
 class RequestIds:

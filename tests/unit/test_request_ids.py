@@ -93,3 +93,11 @@ def test_a_realtime_socket_has_its_session_id_and_a_refusal_is_logged(client, ca
             ws.receive_json()
     assert re.fullmatch(r"sess_\w+", sid)
     assert logged(caplog) == [(logging.INFO, f"request {sid}: WS /v1/realtime -> closed 1008 stage_not_deployed")]
+
+
+def test_a_health_503_is_logged_with_its_status(client, caplog):
+    caplog.set_level(logging.INFO, LOGGER)
+    client.app.state.server.drain.since = 0.0  # draining
+    r = client.get("/health", headers={"X-Request-Id": "h-1"})
+    assert r.status_code == 503 and r.json()["status"] == "draining"
+    assert logged(caplog) == [(logging.WARNING, "request h-1: GET /health -> 503 draining")]
