@@ -4,8 +4,8 @@
     aura-omni serve --deploy-config /tmp/soak-tiny/deploy.yaml --device cpu --port 8191 &
     python scripts/soak.py --url http://127.0.0.1:8191 --minutes 30 --server-pid $! --report soak.json
 
-Not in CI (docs/reliability.md has the recorded runs). `--concurrency` workers (default 2) each loop over a
-weighted mix of jobs, loopback only:
+CI runs 2 minutes of it (tests/e2e/test_soak.py); docs/reliability.md has the recorded runs. `--concurrency`
+workers (default 2) each loop over a weighted mix of jobs, loopback only:
 
 - `speech`, `speech_wav`: `/v1/audio/speech` streamed PCM, and a whole WAV;
 - `chat`, `chat_audio_in`: streaming `/v1/chat/completions` (text in; speech in), audio out;
@@ -23,9 +23,15 @@ was due counts as an unexpected error, by kind. Every `--sample-s` seconds it re
 latency p50/p95/p99 by kind, each stage's requests in flight and busy seconds), under it that minute's turn phases
 and stage waits from `/metrics` (aura_omni/bench/breakdown.py), and at the end a JSON report (`--report`).
 
+Detached (a run longer than one shell, e.g. across device calls): start it with `nohup ... > soak.log 2>&1 &`;
+`--report` is rewritten every minute (`finished` false until the end), with RSS by minute, and the log has a line a
+minute.
+
 Pass: 0 unexpected errors; RSS at the end within 5% of RSS at the end of warm-up (`--warmup-minutes`, default 10% of
 the run, at least 1); every stage idle on `/health` (nothing running, queued or in flight; every KV block free) a
-few seconds after the load stops. The exit status is 0 on a pass.
+few seconds after the load stops. The exit status is 0 on a pass. Apart from the pass, it prints a flatness verdict:
+RSS at the end (the mean of the last 3 samples) within ±`--flat-limit` (1%) of RSS after warm-up, with the slope in
+MB a minute (`rss_flat` in the report).
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ SENTENCES = ["Hello there, how are you today?", "The weather is calm and the sea
              "Please read this sentence out loud.", "Numbers like 42 and 7 are fine too.",
              "A short one.", "Soak tests run for a long time, and nothing may leak."]
 GROWTH_LIMIT = 0.05  # RSS growth after warm-up
+FLAT_LIMIT = 0.01  # the flatness verdict: RSS at the end within this of RSS after warm-up (issue 31's target)
 
 
 class Unexpected(Exception):
@@ -264,8 +271,9 @@ class Soak:
     async def reporter(self, deadline: float) -> None:
         shown = 0
         scraped = await breakdown.scrape(self.client, self.base, self.headers)
-        while time.monotonic() < deadline + 1:
-            await asyncio.sleep(60)
+        while time.monotonic() < deadline:
+            await asyncio.sleep(min(60.0, max(0.0, deadline - time.monotonic()) + 0.5))
+            self.write_report(None)  # a detached run's progress, readable while it runs
             window = [r for r in self.results[shown:]]
             shown = len(self.results)
             mem = self.memory[-1] if self.memory else {}
@@ -290,7 +298,16 @@ class Soak:
         idle = await self.settled()
         await self.sample()
         await self.client.aclose()
-        return self.report(idle)
+        return self.write_report(idle)
+
+    def write_report(self, idle: dict | None) -> dict:
+        """The report so far (`finished` false while the load runs), written to --report when given."""
+        report = self.report(idle)
+        if self.args.report:
+            tmp = self.args.report.with_suffix(".tmp")
+            tmp.write_text(json.dumps(report, indent=1))
+            tmp.replace(self.args.report)  # a reader never sees half a file
+        return report
 
     async def settled(self, within_s: float = 10.0) -> dict:
         """The stages' counters once the load stopped: every stage idle, every KV block back."""
@@ -304,12 +321,13 @@ class Soak:
                 return {"idle": not busy, "busy": busy, "seconds": round(time.monotonic() - t0, 2)}
             await asyncio.sleep(0.2)
 
-    def report(self, idle: dict) -> dict:
+    def report(self, idle: dict | None) -> dict:
         warm_s = max(60.0, self.args.warmup_minutes * 60 if self.args.warmup_minutes else self.args.minutes * 6)
         rss = [(m["t"], m["rss_mb"]) for m in self.memory if m["rss_mb"] is not None]
         after = [v for t, v in rss if t >= warm_s]
         base = after[0] if after else None
         growth = (max(after[-3:]) - base) / base if after and base else None
+        flat = flatness([(t, v) for t, v in rss if t >= warm_s], self.args.flat_limit)
         by_minute = defaultdict(list)
         for r in self.results:
             by_minute[int(r[0] // 60)].append(r)
@@ -326,13 +344,39 @@ class Soak:
                                     for m, rows in sorted(by_minute.items())},
             "rss_mb": {"start": rss[0][1] if rss else None, "after_warmup": base,
                        "end": rss[-1][1] if rss else None, "max": max(v for _, v in rss) if rss else None,
-                       "growth_after_warmup": None if growth is None else round(growth, 4)},
+                       "growth_after_warmup": None if growth is None else round(growth, 4),
+                       "by_minute": rss_by_minute(rss)},
+            "rss_flat": flat, "finished": idle is not None,
             "gpu_mb": [m["gpu_mb"] for m in self.memory if m.get("gpu_mb") is not None][-1:] or None,
             "memory_samples": self.memory, "stages_after": idle,
         }
         report["pass"] = (report["unexpected_errors"] == 0 and growth is not None and growth < GROWTH_LIMIT
-                          and idle["idle"])
+                          and idle is not None and idle["idle"])
         return report
+
+
+def flatness(after_warmup: list[tuple[float, float]], limit: float) -> dict | None:
+    """Whether RSS stayed flat after warm-up: its last samples (the mean of the last 3, not one GC's spike) within
+    ±`limit` of its first, with the straight-line slope in MB a minute (a leak shows as a steady slope)."""
+    if len(after_warmup) < 2:
+        return None
+    t = [x for x, _ in after_warmup]
+    v = [y for _, y in after_warmup]
+    tail = sum(v[-3:]) / len(v[-3:])
+    change = (tail - v[0]) / v[0]
+    mt, mv = sum(t) / len(t), sum(v) / len(v)
+    var = sum((x - mt) ** 2 for x in t)
+    slope = sum((x - mt) * (y - mv) for x, y in after_warmup) / var * 60 if var else 0.0
+    return {"after_warmup_mb": round(v[0], 1), "end_mb": round(tail, 1), "change": round(change, 4),
+            "slope_mb_per_min": round(slope, 3), "limit": limit, "flat": abs(change) <= limit}
+
+
+def rss_by_minute(rss: list[tuple[float, float]]) -> dict[int, float]:
+    """The last RSS sample of each minute, MB (the curve at a glance)."""
+    out: dict[int, float] = {}
+    for t, v in rss:
+        out[int(t // 60)] = round(v, 1)
+    return out
 
 
 TOLERATED = {"response_cancel_not_active"}  # a barge-in that came as the reply ended: the reply won the race
@@ -407,7 +451,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--aura-tokens", type=int, default=16)
     p.add_argument("--tts-tokens", type=int, default=24)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--report", type=Path)
+    p.add_argument("--report", type=Path, help="the JSON report; rewritten every minute while the load runs")
+    p.add_argument("--flat-limit", type=float, default=FLAT_LIMIT,
+                   help="the flatness verdict's bound on RSS change after warm-up (default 0.01: ±1%%)")
     args = p.parse_args(argv)
     if not args.url.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]")):
         p.error("the soak is loopback only: --url http://127.0.0.1:PORT")
@@ -415,11 +461,16 @@ def main(argv: list[str] | None = None) -> int:
         headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
         args.model = httpx.get(args.url.rstrip("/") + "/v1/models", headers=headers).json()["data"][0]["id"]
     report = asyncio.run(Soak(args).run())
-    text = json.dumps(report, indent=1)
-    if args.report:
-        args.report.write_text(text)
-    summary = {k: report[k] for k in ("jobs", "unexpected_errors", "errors_by_kind", "rss_mb", "stages_after", "pass")}
+    summary = {k: report[k] for k in ("jobs", "unexpected_errors", "errors_by_kind", "rss_mb", "rss_flat",
+                                      "stages_after", "pass")}
     print(json.dumps(summary, indent=1))
+    flat = report["rss_flat"]
+    if flat is None:
+        print("RSS flatness: no verdict (no RSS samples after warm-up)")
+    else:
+        print(f"RSS flatness: {'FLAT' if flat['flat'] else 'NOT FLAT'}: {flat['after_warmup_mb']} MB after warm-up, "
+              f"{flat['end_mb']} MB at the end ({flat['change']:+.2%}, limit ±{flat['limit']:.0%}), "
+              f"slope {flat['slope_mb_per_min']:+.2f} MB/min")
     return 0 if report["pass"] else 1
 
 

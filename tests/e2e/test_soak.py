@@ -31,4 +31,18 @@ def test_a_two_minute_cpu_soak_passes(start_server, tmp_path):
     assert proc.returncode == 0 and result.get("pass"), (
         f"soak failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}\n--- server log ---\n{log}")
     assert result["jobs"] > 20 and result["unexpected_errors"] == 0
+    assert result["finished"] and result["rss_flat"] is not None and "RSS flatness: " in proc.stdout
     sys.stdout.write(proc.stdout[-2000:])
+
+
+def test_the_flatness_verdict_reads_the_end_against_warm_up_and_gives_the_slope():
+    sys.path.insert(0, str(SOAK.parent))
+    import soak
+
+    leak = [(60.0 + 10 * i, 1000.0 + 0.5 * i) for i in range(30)]  # 3 MB a minute for 5 minutes: +1.45%
+    flat = [(60.0 + 10 * i, 1000.0 + (3 if i % 7 == 0 else 0)) for i in range(30)]  # spikes, no trend
+    verdict = soak.flatness(leak, 0.01)
+    assert not verdict["flat"] and verdict["slope_mb_per_min"] == pytest.approx(3.0) and verdict["change"] > 0.01
+    verdict = soak.flatness(flat, 0.01)
+    assert verdict["flat"] and abs(verdict["slope_mb_per_min"]) < 0.5
+    assert soak.flatness(leak[:1], 0.01) is None
