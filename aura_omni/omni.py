@@ -33,7 +33,7 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 
 import numpy as np
 
-from .config import DeployConfig, load_deploy_config
+from .deploy import DeployConfig, load_deploy_config
 from .media.limits import Limits
 from .pipeline.constants import TTS_SAMPLE_RATE
 from .pipeline.media_input import MediaPolicy

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.cuda_graphs import DecodeGraphs
 from aura_omni.engine.memory import KVPlan, plan_kv_cache
 from aura_omni.engine.model_api import CausalLMAdapter, ModelAdapter, Piece, StepInputs

@@ -8,7 +8,6 @@ Endpoints ask `require(role)`; a role the deployment lacks answers a clear 400.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import time
 from pathlib import Path
@@ -16,8 +15,11 @@ from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
-from ..config import ASR, AURA, CODE2WAV, TALKER, DeployConfig, DeployConfigError, Stage
+from ..deploy import ASR, AURA, CODE2WAV, TALKER, DeployConfig, DeployConfigError, Stage
+from ..stages.asr.service import load_asr_stage
+from ..stages.aura.stage import load_aura_stage
 from ..stages.loop import RESTART_DELAY_S
+from ..stages.tts import load_qwen3_tts_stage
 
 log = logging.getLogger("aura_omni.server")
 
@@ -34,21 +36,13 @@ class StageNotDeployedError(LookupError):
     """A request needs a stage this deployment lacks (the server answers 400 `stage_not_deployed`)."""
 
 
-# role -> "module:attribute" of a loader `(stage, device, dtype, load_format) -> model`. Code2Wav is
-# part of the Qwen3-TTS facade, so it has no loader of its own. Stage owners add one line here.
-STAGE_LOADERS: dict[str, str] = {
-    TALKER: "aura_omni.pipeline.runtime:load_qwen3_tts",
-    ASR: "aura_omni.asr.service:load_asr_stage",
-    AURA: "aura_omni.pipeline.aura_stage:load_aura_stage",
+# role -> its loader `(stage, device, dtype, load_format) -> model`. Code2Wav is part of the Qwen3-TTS facade, so it
+# has no loader of its own. Stage owners add one line here.
+STAGE_LOADERS: dict[str, Callable[..., Any]] = {
+    TALKER: load_qwen3_tts_stage,
+    ASR: load_asr_stage,
+    AURA: load_aura_stage,
 }
-
-
-def load_qwen3_tts(stage: Stage, device: str, dtype: Any, load_format: str):
-    from ..stages.engine_config import engine_config
-    from ..stages.tts import Qwen3TTS, default_engine_config
-
-    config = engine_config(stage, default_engine_config(device))  # the Talker's engine: TTS defaults + deploy fields
-    return Qwen3TTS.load(stage.model, device=device, dtype=dtype, load_format=load_format, engine_config=config)
 
 
 def device_spec(stage: Stage, override: str | None) -> str:
@@ -176,9 +170,9 @@ class Runtime:
     def pipeline(self):
         """The ASR -> AURA -> TTS orchestrator over the loaded stages, built on first use (chat, offline API)."""
         if self._pipeline is None:
-            from ..asr.stage import AsrPipelineStage
+            from ..stages.asr.stage import AsrPipelineStage
             from ..pipeline.orchestrator import AuraOmniPipeline
-            from ..pipeline.speech_stage import SpeechPipelineStage
+            from ..stages.speech_stage import SpeechPipelineStage
 
             asr, tts = self.models.get(ASR), self.models.get(TALKER)
             codec = self.deploy.codec_streaming()
@@ -245,7 +239,7 @@ class Runtime:
         return {name: loop.stats() for name, loop in self.loops().items()}
 
     def stage_latencies(self) -> dict[str, dict[str, Any]]:
-        """Per stage: its loop's queue and first-output latency histograms (stages/latency.py snapshots). Ray actors:
+        """Per stage: its loop's queue and first-output latency histograms (stages/loop_metrics.py snapshots). Ray actors:
         per replica (`aura/0`), as last polled."""
         if self.placement is not None:
             return self.placement.stage_latencies()
@@ -279,13 +273,12 @@ def load_stage(deploy: DeployConfig, stage: Stage, device: str, dtype: str | Non
     """One stage's model by its role's loader (Ray actors call this too); Code2Wav comes with the Talker."""
     role = deploy.role_of(stage)
     fmt = load_format or stage.load_format
-    module, _, attr = STAGE_LOADERS[role].partition(":")
-    loader: Callable = getattr(importlib.import_module(module), attr)
+    loader = STAGE_LOADERS[role]
     log.info("loading stage %d (%s) from %s on %s", stage.stage_id, role, stage.model, device)
     t0 = time.perf_counter()
     model = loader(stage, device, stage_dtype(stage, dtype, device), "auto" if fmt == "safetensors" else fmt)
     if role == TALKER and getattr(model, "code2wav_loop", None) is not None:
-        from ..stages.engine_config import code2wav_settings  # the Code2Wav stage's fields
+        from ..stages.deploy_settings import code2wav_settings  # the Code2Wav stage's fields
 
         model.configure_code2wav(**code2wav_settings(deploy.code2wav_of(stage), deploy.codec_streaming()))
     # weights, KV cache and graph captures: what a restart costs, stage by stage (the warm start logs the rest)

@@ -19,10 +19,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
-from ..config import Stage
+from ..deploy import Stage
 from ..media.audio import AudioDecodeError
 from ..media.limits import Limits, MediaError
-from ..stages.engine_config import SAMPLING_KEYS
+from ..stages.deploy_settings import SAMPLING_KEYS
 from ..stages.tts import TTSRequest, TTSRequestError
 from .constants import DEFAULT_CUSTOM_VOICE_SPEAKER
 from .processors import PipelineRequestError, normalize_speaker

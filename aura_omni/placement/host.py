@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
-from aura_omni.config import ASR, AURA, TALKER
+from aura_omni.deploy import ASR, AURA, TALKER
 from aura_omni.models.qwen3_tts.text_stream import TextFeed
 from aura_omni.stages.loop import RESTART_DELAY_S
 

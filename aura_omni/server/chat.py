@@ -34,7 +34,7 @@ from typing import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from ..config import AURA, TALKER
+from ..deploy import AURA, TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encodable_formats, encode_audio, encode_stream_chunk
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import TurnTimeout

@@ -18,7 +18,7 @@ from typing import Awaitable, Callable
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from ..config import AURA
+from ..deploy import AURA
 from ..pipeline.turn_builder import TurnBuilder
 from ..session import RealtimeSession
 from ..session.events import new_id

@@ -19,7 +19,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
-from ..config import TALKER
+from ..deploy import TALKER
 from ..media.audio import AudioDecodeError
 from ..media.limits import MediaError
 from .errors import APIError, validation_error

@@ -28,7 +28,7 @@ from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
-from ..config import AURA, TALKER
+from ..deploy import AURA, TALKER
 from ..media.audio import resample
 from ..media.image import decode_base64, decode_data_url, decode_image
 from ..media.limits import MediaError

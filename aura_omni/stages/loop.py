@@ -17,7 +17,7 @@ A loop stuck in one piece of work (a step, an add, a `call`) past STALLED_S is s
 loop thread's Python stack once and fails the loop's requests with `StageUnavailable` (their engine aborts wait for the
 loop), new ones are refused the same way, and `stats()` (so `/health`) says `stalled_in` / `stalled_s`, until the
 work ends. Each
-loop also keeps latency histograms (stages/latency.py): a request's wait in the inbox and its time to its first output,
+loop also keeps latency histograms (stages/loop_metrics.py): a request's wait in the inbox and its time to its first output,
 and the loop's own time taking each request (`add`) and in each step.
 
 A loop whose thread ends on an unexpected error (anything outside a step, or a BaseException) is down: its requests
@@ -54,7 +54,7 @@ from aura_omni.layers import kernel_switches
 from aura_omni.layers.device import on_device, on_stream, stage_stream
 from aura_omni.layers.device_loss import is_device_lost
 from aura_omni.layers.kernel_switches import KernelSwitches
-from aura_omni.stages.latency import LatencyHistogram, LatencySnapshot
+from aura_omni.stages.loop_metrics import LatencyHistogram, LatencySnapshot
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()

@@ -9,7 +9,7 @@ import pytest
 import soundfile as sf
 from pydantic import ValidationError
 
-from aura_omni.config import parse_deploy_config
+from aura_omni.deploy import parse_deploy_config
 from aura_omni.media.audio import AudioDecodeError
 from aura_omni.media.limits import LimitError, MediaError
 from aura_omni.pipeline.media_input import MediaPolicy, load_audio, source_bytes

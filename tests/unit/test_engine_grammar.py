@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import torch
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.grammar import Grammar, GrammarCompiler, GrammarError
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampler import Sampler

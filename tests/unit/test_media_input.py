@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 from PIL import Image
 
-from aura_omni.config import TALKER, parse_deploy_config
+from aura_omni.deploy import TALKER, parse_deploy_config
 from aura_omni.media.audio import AudioDecodeError
 from aura_omni.media.limits import LimitError, Limits, MediaError, MediaLimits
 from aura_omni.pipeline import turn_builder

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.models.qwen3_tts.prompt import target_template
 from aura_omni.models.qwen3_tts.sampling import CODEC_EOS
 from aura_omni.stages.tts import Qwen3TTS, TTSRequest, TTSRequestError

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from aura_omni.config import SamplingParams, Stage, SubtalkerSamplingParams
+from aura_omni.deploy import SamplingParams, Stage, SubtalkerSamplingParams
 from aura_omni.media.limits import Limits
 from aura_omni.pipeline.additional_information import AdditionalInformation
 from aura_omni.pipeline.processors import PipelineRequestError
