@@ -239,8 +239,8 @@ class Runtime:
         return {name: loop.stats() for name, loop in self.loops().items()}
 
     def stage_latencies(self) -> dict[str, dict[str, Any]]:
-        """Per stage: its loop's queue and first-output latency histograms (stages/loop_metrics.py snapshots). Ray actors:
-        per replica (`aura/0`), as last polled."""
+        """Per stage: its loop's queue and first-output latency histograms (stages/loop_metrics.py snapshots). Ray
+        actors: per replica (`aura/0`), as last polled."""
         if self.placement is not None:
             return self.placement.stage_latencies()
         return {name: loop.latencies() for name, loop in self.loops().items()}
@@ -290,7 +290,7 @@ async def warm_models(models: dict[str, Any], deploy: DeployConfig, all_graphs: 
     """Small requests through each given stage (pipeline/warmup.py); a Ray actor passes the one it hosts.
     `all_graphs`: every Code2Wav graph before this returns (else `Runtime.warm_after_ready` captures the rest)."""
     from ..pipeline.warmup import AURA_LAYOUTS, warm_up
-    from .media_input import load_image_input
+    from ..media.request_media import load_image_input
 
     aura, frames = models.get(AURA), []
     if aura is not None:  # 640x480 camera frames, the live path's vision layout; distinct, so none is a cache hit

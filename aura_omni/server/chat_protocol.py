@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..deploy import SamplingParams as StageSamplingParams
 from ..engine.sampling_params import MAX_TOP_K, SEED_RANGE
-from ..pipeline.additional_information import AdditionalInformation
+from ..request.additional_information import AdditionalInformation
 from ..pipeline.tool_calls import response_format_schema
 from .protocol import MAX_PENALTY, MAX_TEMPERATURE
 

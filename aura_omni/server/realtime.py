@@ -19,7 +19,7 @@ from typing import Awaitable, Callable
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from ..deploy import AURA
-from ..pipeline.turn_builder import TurnBuilder
+from ..request.turn_builder import TurnBuilder
 from ..session import RealtimeSession
 from ..session.events import new_id
 from .errors import APIError

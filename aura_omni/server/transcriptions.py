@@ -17,7 +17,7 @@ from starlette.datastructures import UploadFile
 
 from ..deploy import ASR
 from ..media.audio import AudioDecodeError, decode_audio
-from ..pipeline.additional_information import check_asr_context
+from ..request.additional_information import check_asr_context
 from .disconnect import unless_client_leaves
 from .errors import APIError
 from .protocol import MAX_TEMPERATURE  # OpenAI's range for this endpoint is 0..1; accept what chat accepts

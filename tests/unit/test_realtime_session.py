@@ -24,7 +24,7 @@ from aura_omni.pipeline.orchestrator import AuraOmniPipeline
 from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.stages.aura.stage import AuraDelta
 from aura_omni.pipeline.turn import TurnRequest
-from aura_omni.pipeline.media_input import MediaPolicy
+from aura_omni.media.request_media import MediaPolicy
 from aura_omni.session import RealtimeSession, SessionConfig, SessionConfigError
 from aura_omni.session.frames import FrameWindow, similarity
 from aura_omni.session.history import History, Item
