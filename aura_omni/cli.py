@@ -143,7 +143,7 @@ def serve(args: argparse.Namespace) -> int:
         if os.environ.get("AURA_OMNI_KEEP_ALIVE_ON_DEVICE_LOSS") != "1":
             server.should_exit = True  # open streams end; /health says 503 `device_lost` meanwhile
 
-    app.state.server.runtime.on_device_lost = device_lost
+    app.state.server.runtime.supervisor.on_device_lost = device_lost
     server.run()
     if lost:
         print(f"aura-omni serve: stopped: the GPU of stage {lost[0]} failed (see the log); start the server again",

@@ -18,7 +18,7 @@ import numpy as np
 from ..deploy import ASR, AURA, CODE2WAV, TALKER, DeployConfig, DeployConfigError, Stage
 from ..stages.asr.service import load_asr_stage
 from ..stages.aura.stage import load_aura_stage
-from ..stages.loop import RESTART_DELAY_S
+from ..stages.supervision import Supervisor
 from ..stages.tts import load_qwen3_tts_stage
 
 log = logging.getLogger("aura_omni.server")
@@ -112,24 +112,11 @@ class Runtime:
         self.placement = placement  # None: stages in this process; else where they run (placement/ray_stages.py)
         self._pipeline = None
         self.request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # a turn past this is cancelled (504)
-        self.restart_delay_s = RESTART_DELAY_S
-        self.turn_observer: Callable[[dict[str, float]], None] | None = None  # each turn's phases (server metrics)
-        # called once a loop went down on a GPU failure (`aura-omni serve` exits, so its supervisor starts a new one)
-        self.on_device_lost: Callable[[Any], None] | None = None
-        for loop in self.loops().values():  # the supervisor: a loop that dies is restarted over the same engine
-            loop.on_death = self._loop_died
-
-    def _loop_died(self, loop, cause: BaseException) -> None:
-        """On the dying loop's thread: its requests already failed (503); restart it after `restart_delay_s`, unless
-        the GPU failed (`loop.device_lost`): then `on_device_lost`, as no loop of this process can use it again."""
-        if loop.device_lost is not None:
-            log.critical("stage %s is down for good: %s; this process must be restarted", loop.name, cause)
-            if self.on_device_lost is not None:
-                self.on_device_lost(loop)
-            return
-        log.error("stage %s is down (%s); restarting it in %.1f s", loop.name, type(cause).__name__,
-                  self.restart_delay_s)
-        loop.restart_in(self.restart_delay_s)
+        # a loop that dies is restarted over the same engine; one whose GPU failed calls `supervisor.on_device_lost`
+        # (`aura-omni serve` exits, so its supervisor starts a new process)
+        self.supervisor = Supervisor()
+        for loop in self.loops().values():
+            self.supervisor.supervise(loop)
 
     @classmethod
     def load(cls, deploy: DeployConfig, *, device: str | None = None, dtype: str | None = None,

@@ -59,7 +59,7 @@ def client_error(exc: BaseException) -> APIError | None:
 def stage_error(exc: BaseException) -> APIError | None:
     """503 for a request a stage failed (stages/loop.py): its step raised (`stage_failed`, a `server_error`; the
     details are in the server log), or the stage is down or restarting (`service_unavailable`). Retrying is safe."""
-    from ..stages.loop import StageError, StageUnavailable
+    from ..stages.stage_engine import StageError, StageUnavailable
 
     if isinstance(exc, StageUnavailable):
         return APIError("a stage of this server is down and restarting; try again in a few seconds", 503,

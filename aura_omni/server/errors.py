@@ -19,7 +19,7 @@ from ..request.errors import (_TYPES, APIError, api_error, client_error, interna
                               request_error_types)
 from ..pipeline.runtime import StageNotDeployedError
 from ..placement import StageUnavailableError
-from ..stages.loop import StageError
+from ..stages.stage_engine import StageError
 
 log = logging.getLogger("aura_omni.server")
 

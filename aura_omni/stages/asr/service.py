@@ -26,7 +26,8 @@ from aura_omni.models.qwen3_asr_encoder import TOKENS_PER_CHUNK, num_audio_token
 from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
 from aura_omni.stages.deploy_settings import engine_config
 from aura_omni.stages.llm import numerical_fault
-from aura_omni.stages.loop import StageLoop, StageOutput
+from aura_omni.stages.stage_engine import StageOutput
+from aura_omni.stages.loop import StageLoop
 
 SILENCE_PEAK = 1e-4  # |sample| below this everywhere (about -80 dBFS, 3 LSB of 16-bit): no speech, skip the model
 MAX_NEW_TOKENS = 256  # vllm-omni's stage 0 max_tokens

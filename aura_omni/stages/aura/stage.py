@@ -28,7 +28,7 @@ from aura_omni.stages.aura.prompt_tokens import AuraPrompt, PromptTokenizer
 from aura_omni.stages.aura.vision_cache import VisionEmbeddingCache
 from aura_omni.stages.aura.vocab import AURA_STOP_TOKEN_IDS, QWEN_IM_END_ID
 from aura_omni.stages.deploy_settings import engine_config, sampling_params
-from aura_omni.stages.llm import LLMStageEngine
+from aura_omni.stages.llm import EngineRequest, LLMStageEngine
 from aura_omni.stages.loop import StageLoop
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,15 @@ class AuraRequestError(ValueError):
     def __init__(self, message: str, *, param: str | None = None):
         super().__init__(message)
         self.param = param
+
+
+@dataclass(frozen=True)
+class AuraRequest:
+    """What the AURA loop takes: prompt ids (vision placeholders expanded), the vision inputs they show, sampling."""
+
+    ids: list[int]
+    vision: list[VisionInput]
+    params: SamplingParams
 
 
 @dataclass
@@ -117,15 +126,15 @@ class AuraPipelineStage:
             return 0
         ids = await asyncio.to_thread(self.prompt_ids, prompt, vision)
         end = len(ids) - ids[::-1].index(self.prompt_tokens.vision_end)
-        async for _ in self.loop.submit(request_id, (ids[:end], vision, SamplingParams(temperature=0.0, max_tokens=1))):
+        prefix = AuraRequest(ids[:end], vision, SamplingParams(temperature=0.0, max_tokens=1))
+        async for _ in self.loop.submit(request_id, prefix):
             pass
         return end
 
-    def _prepare(self, request):
-        """The loop's engine request from (ids, vision, params): the device work, on the stage's stream."""
-        ids, vision, params = request
-        ids, mm = self.embed_prompt(ids, vision)
-        return ids, params, mm, None
+    def _prepare(self, request: AuraRequest) -> EngineRequest:
+        """The engine's request: the vision encoder and the prompt embeddings, on the stage's stream."""
+        ids, mm = self.embed_prompt(request.ids, request.vision)
+        return EngineRequest(ids, request.params, mm)
 
     async def generate(self, prompt: AuraPrompt, vision: list[VisionInput], *, request_id: str,
                        sampling: dict | None = None) -> AsyncIterator[AuraDelta]:
@@ -140,7 +149,7 @@ class AuraPipelineStage:
         detok = IncrementalDetokenizer(lambda x: self.tokenizer.decode(x, skip_special_tokens=False))
         pending: list[int] = []
         shown = ""
-        async for out in self.loop.submit(request_id, (ids, vision, params)):
+        async for out in self.loop.submit(request_id, AuraRequest(ids, vision, params)):
             pending += out.new_token_ids
             new = detok.add(out.new_token_ids)
             if out.finished:
