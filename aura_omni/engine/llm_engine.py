@@ -145,7 +145,7 @@ class LLMEngine:
             seq.output_token_ids[index] = token
             seq.output_extras[index] = extra
             if seq.grammar is not None:
-                seq.grammar.accept(token)
+                seq.grammar.accept(token, index)
             if self._check_stop(seq, token, index + 1):
                 del seq.output_token_ids[index + 1:], seq.output_extras[index + 1:]  # a spare queued token
                 self.scheduler.finish(seq, seq.finish_reason)

@@ -210,11 +210,15 @@ class Runtime:
         return took
 
     async def warm_after_ready(self) -> None:
-        """What the warm start left for after the server is ready (Code2Wav graphs of batches of several streams;
-        `/health` and `/metrics` show `graphs_pending` until it is done). Ray actors capture everything first."""
+        """What the warm start left for after the server is ready: AURA's grammar machinery, then the Code2Wav graphs
+        of batches of several streams (`/health` and `/metrics` show `graphs_pending` until they are captured). Ray
+        actors warm everything first."""
         if self.placement is None:
-            from ..pipeline.warmup import capture_after_ready
+            from ..pipeline.warmup import capture_after_ready, warm_grammar
 
+            took = await warm_grammar(self.models.get(AURA))
+            if took:
+                log.info("background warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
             await capture_after_ready(self.models.get(TALKER))
 
     def stage_stats(self) -> dict[str, dict[str, float]]:
