@@ -79,7 +79,7 @@ class Link:
     async def _send(self, event: ServerEvent) -> None:
         payload = event.to_json()
         if self.meter is not None:
-            self.meter.sent(payload)
+            self.meter.sent(payload, beta=self.session.dialect.name == "beta")
         await self.ws.send_text(json.dumps(payload))
 
 

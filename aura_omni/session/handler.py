@@ -41,7 +41,8 @@ from ..placement import session_key
 from ..pipeline.media_input import vision_configs
 from ..pipeline.turn_builder import TurnBuilder, TurnSpec
 from .config import OPENAI_INPUT_SAMPLE_RATE, SessionConfig, SessionConfigError, check_input_rate
-from .events import GA_AND_BETA, ServerEvent, error_event, new_id
+from .dialects import ResponseView, SessionView, dialect, is_beta_shape
+from .events import ServerEvent, error_event, new_id
 from .frames import FrameWindow
 from .history import History, Item
 from .journal import Journal
@@ -150,15 +151,20 @@ class RealtimeSession:
     """Feed client events with `handle(event)`; read server events with `next_event()` / `async for`."""
 
     def __init__(self, runtime, builder: TurnBuilder, *, model: str, duplex: bool = False,
-                 max_sessions: int = 1, on_closed: Callable[[RealtimeSession], None] | None = None,
-                 resumable: bool = False):
+                 beta: bool | None = False, max_sessions: int = 1,
+                 on_closed: Callable[[RealtimeSession], None] | None = None, resumable: bool = False):
         self.runtime, self.builder, self.model, self.duplex = runtime, builder, model, duplex
+        # beta None: the first session.update's shape decides (a beta client that sent no OpenAI-Beta header)
+        self.dialect = dialect("duplex" if duplex else "beta" if beta else "ga")
+        self._shape_decides = beta is None and not duplex
         self.on_closed = on_closed  # the transport's: the session's slot is free
         self.id = f"duplex-{uuid.uuid4().hex}" if duplex else new_id("sess")
         self.max_sessions = max_sessions
-        self.config = SessionConfig(speak=TALKER in runtime.models,  # text-only deployments answer in text
-                                    input_sample_rate=ASR_SAMPLE_RATE if duplex else 24000,
-                                    playback_commit_policy="ack_only" if duplex else "commit_all_on_done")
+        talker = runtime.models.get(TALKER)
+        self.config = SessionConfig.for_session(
+            duplex=duplex, speak=TALKER in runtime.models,  # text-only deployments answer in text
+            voice_aliases=getattr(getattr(runtime, "deploy", None), "voice_aliases", None),
+            speakers=getattr(talker, "speakers", None))
         self.pipeline, self._watch = session_pipeline(runtime)
         self._events: asyncio.Queue[ServerEvent] = asyncio.Queue()
         self._seq = itertools.count(1)
@@ -190,13 +196,14 @@ class RealtimeSession:
         self.vad: ServerVad | None = None
         self._vad_origin = 0
         self._speech_item_id: str | None = None  # the item a speech_started announced
+        self._updated = False  # a session.update applied (the dialect is settled)
         self.ahead = TranscribeAhead()  # the speech's transcription in the VAD's silence window, before its commit
 
     # ------------------------------------------------------------------ event plumbing
-    def emit(self, type_: str, **data: Any) -> ServerEvent:
-        event = ServerEvent(type_, data)
-        self._put(event)
-        return event
+    def emit(self, type_: str, **data: Any) -> None:
+        """One session event, as the session's dialect sends it (renamed, reshaped, twinned or not at all)."""
+        for event in self.dialect.render(type_, data):
+            self._put(event)
 
     def _put(self, event: ServerEvent, queue: bool = True) -> None:
         if self.duplex:
@@ -211,12 +218,12 @@ class RealtimeSession:
         if resp.cancelled:
             return
         self.emit(type_, **data)
-        beta = GA_AND_BETA.get(type_)
-        if beta is not None:
-            self.emit(beta, **data)
 
     def error(self, code: str, message: str, client_event_id: str | None = None, *, kind: str = "invalid_request_error",
               param: str | None = None) -> None:
+        code = self.dialect.error_codes.get(code, code)
+        log.info("realtime session %s: error %s (%s)%s: %s", self.id, code, kind,
+                 f" for event {client_event_id}" if client_event_id else "", message)
         self._put(error_event(code, message, client_event_id, kind=kind, param=param))
 
     async def next_event(self) -> ServerEvent:
@@ -281,14 +288,14 @@ class RealtimeSession:
         self.attachment_generation += 1
         self.resume_token = secrets.token_urlsafe(24)
         self.attached = True
-        resumed = ServerEvent("session.resumed", {"session_id": self.id, "session": self._session_json(),
+        resumed = ServerEvent("session.resumed", {"session_id": self.id,
+                                                  "session": self.dialect.session(self._session_json()),
                                                   **self._attachment()})
         self._put(resumed, queue=False)  # sent first, before the replay
         return resumed, replay
 
-    def _session_json(self) -> dict:
-        out = self.config.to_json(self.id, self.model)
-        out.update(epoch=self.epoch, playback=self._playback(None))
+    def _session_json(self) -> SessionView:
+        out = {"epoch": self.epoch, "playback": self._playback(None)}
         if self.duplex:
             out["capabilities"] = {
                 "supports_barge_in": True, "supports_session_resume": self.journal is not None,
@@ -296,7 +303,7 @@ class RealtimeSession:
                 "supports_turn_commit_only": True, "supports_overlapped_input": True, "supports_vision_follow": True,
                 "supports_server_vad": True, "supports_multi_session": self.max_sessions > 1,
                 "required_input_modalities": [], "optional_input_modalities": ["audio", "video"]}
-        return out
+        return SessionView(self.config, self.id, self.model, out)
 
     async def close(self, reason: str = "client_close", client_event: dict | None = None) -> None:
         """Stop everything; `session.closed` is the last event. Once, whoever calls it first, and whole even if
@@ -351,23 +358,33 @@ class RealtimeSession:
             self.error("server_error", f"{event.get('type')}: {err.message}", client_id, kind="server_error")
 
     async def _session_update(self, event: dict) -> None:
-        new = self.config.with_update(event.get("session", {}))
+        session = event.get("session", {})
+        if self._shape_decides and not self._updated and is_beta_shape(session):
+            self.dialect = dialect("beta")  # a beta client without the OpenAI-Beta header: it is answered in beta
+        new = self.config.with_update(session)
         if self.input_rate is not None and new.input_sample_rate != self.config.input_sample_rate:
             raise ClientError("sample_rate_mismatch", f"input audio is {self.input_rate} Hz in this session; the "
                               f"rate cannot change mid-session", "session.audio.input.format.rate")
         await self._probe(new)
         self.config = new
         self.frames.max_frames, self.frames.threshold = new.max_frames, new.frame_filter_threshold
-        td = new.turn_detection
-        if td is None:
-            self.vad = None
-            self.ahead.cancel()
-        elif self.vad is None or (self.vad.threshold, self.vad.silence_ms) != (td.threshold, td.silence_duration_ms):
-            self.vad = await asyncio.to_thread(ServerVad, td.threshold, td.silence_duration_ms)
-            self._vad_origin = self.input_pos
-            self.ahead.cancel()
+        await self._follow_turn_detection()
+        self._updated = True
         self.start()
         self.emit("session.updated", session=self._session_json())
+
+    async def _follow_turn_detection(self, origin: int | None = None) -> None:
+        """The VAD the session's turn_detection asks for: made when it changes, or at the first audio of a session
+        that starts with OpenAI's server_vad default."""
+        td = self.config.turn_detection
+        if td is None:
+            if self.vad is not None:
+                self.vad = None
+                self.ahead.cancel()
+        elif self.vad is None or (self.vad.threshold, self.vad.silence_ms) != (td.threshold, td.silence_duration_ms):
+            self.vad = await asyncio.to_thread(ServerVad, td.threshold, td.silence_duration_ms)
+            self._vad_origin = self.input_pos if origin is None else origin
+            self.ahead.cancel()
 
     async def _probe(self, config: SessionConfig) -> None:
         """Refuse a voice, TTS option or sampling value now rather than at the first turn."""
@@ -419,7 +436,9 @@ class RealtimeSession:
             self.input_pos += samples.size
             self._buffer_speech = bool(self._buffer_speech) or is_speech
         self._prepare_clip()
-        if samples.size and self.vad is not None:
+        if samples.size and self.config.turn_detection is not None:
+            if self.vad is None:
+                await self._follow_turn_detection(origin=self.input_pos - samples.size)
             await self._run_vad(samples)
 
     def _append_rate(self, fmt: str, rate: Any) -> int:
@@ -523,7 +542,7 @@ class RealtimeSession:
         self._buffer_speech = None
         self._new_frames = False
         self.turn_id += 1
-        item = Item(item_id or new_id("item"), "user")
+        item = Item(item_id or new_id("item"), "user", modality="audio" if speech else "text")
         p = PendingInput(item, audio=audio if speech else None, is_speech=speech)
         self._add_user_item(p, event)
         self.emit("input_audio_buffer.committed", previous_item_id=self._previous(item), item_id=item.id)
@@ -532,7 +551,7 @@ class RealtimeSession:
         elif ahead is not None:
             ahead.cancel()
         elif not speech:
-            self.emit("conversation.item.done", item=item.to_json())
+            self.emit("conversation.item.done", item=item)
         if create:
             self._create_response(None)
 
@@ -540,8 +559,7 @@ class RealtimeSession:
         self.history.add(p.item)
         self.pending.append(p)
         previous = self._previous(p.item)
-        self.emit("conversation.item.added", previous_item_id=previous, item=p.item.to_json())
-        self.emit("conversation.item.created", previous_item_id=previous, item=p.item.to_json())
+        self.emit("conversation.item.added", previous_item_id=previous, item=p.item)
 
     def _previous(self, item: Item) -> str | None:
         ids = [i.id for i in self.history.items]
@@ -569,11 +587,12 @@ class RealtimeSession:
         self._transcribed(p, getattr(result, "text", result))
 
     def _transcribed(self, p: PendingInput, text: str) -> None:
+        seconds = round(len(p.audio) / ASR_SAMPLE_RATE, 3) if p.audio is not None else 0.0
         p.item.text = text
         p.audio = None
         self.emit("conversation.item.input_audio_transcription.completed", item_id=p.item.id, content_index=0,
-                  transcript=p.item.text)
-        self.emit("conversation.item.done", item=p.item.to_json())
+                  transcript=p.item.text, usage={"type": "duration", "seconds": seconds})
+        self.emit("conversation.item.done", item=p.item)
 
     async def _clear_input(self, event: dict) -> None:
         self._take_buffer()
@@ -589,7 +608,7 @@ class RealtimeSession:
         if item.get("type", "message") != "message" or role not in ("user", "assistant", "system"):
             raise ClientError("invalid_item", "only message items with role user, assistant or system are "
                               "supported (AURA has no function calls)", "item.type")
-        texts, images, audio = [], [], None
+        texts, images, audio, spoken = [], [], None, False
         for k, part in enumerate(item.get("content") or []):
             kind = part.get("type") if isinstance(part, dict) else None
             if kind in ("input_text", "text", "output_text"):
@@ -604,17 +623,19 @@ class RealtimeSession:
                 audio = part.get("audio")
             elif kind in ("audio", "output_audio") and part.get("transcript"):
                 texts.append(str(part["transcript"]))
+                spoken = True
             else:
                 raise ClientError("invalid_item", f"unsupported content part {kind!r} for role {role}",
                                   f"item.content[{k}].type")
-        new = Item(item.get("id") or new_id("item"), role, "\n".join(t for t in texts if t))
+        new = Item(item.get("id") or new_id("item"), role, "\n".join(t for t in texts if t),
+                   modality="audio" if spoken else "text")
         if self.history.get(new.id) is not None:
             raise ClientError("duplicate_item_id", f"item {new.id!r} already exists", "item.id")
         if role != "user":
             self.history.add(new)
             previous = self._previous(new)
-            for name in ("conversation.item.added", "conversation.item.created", "conversation.item.done"):
-                self.emit(name, previous_item_id=previous, item=new.to_json())
+            self.emit("conversation.item.added", previous_item_id=previous, item=new)
+            self.emit("conversation.item.done", item=new)
             return
         samples = None
         if audio is not None:
@@ -626,11 +647,12 @@ class RealtimeSession:
             samples = decode(raw[:len(raw) // WIDTHS[fmt] * WIDTHS[fmt]], fmt)
             samples = resample(samples, rate, ASR_SAMPLE_RATE).astype(np.float32) if rate != ASR_SAMPLE_RATE else samples
         p = PendingInput(new, audio=samples if samples is not None and samples.size else None, images=images)
+        new.modality = "audio" if p.audio is not None else "text"
         self._add_user_item(p, event)
         if p.audio is not None:
             p.transcription = asyncio.create_task(self._transcribe(p))
         else:
-            self.emit("conversation.item.done", item=new.to_json())
+            self.emit("conversation.item.done", item=new)
 
     def _item(self, event: dict) -> Item:
         item_id = event.get("item_id")
@@ -646,7 +668,7 @@ class RealtimeSession:
         self.emit("conversation.item.deleted", item_id=item.id)
 
     async def _item_retrieve(self, event: dict) -> None:
-        self.emit("conversation.item.retrieved", item=self._item(event).to_json())
+        self.emit("conversation.item.retrieved", item=self._item(event))
 
     async def _item_truncate(self, event: dict) -> None:
         item = self._item(event)
@@ -682,10 +704,7 @@ class RealtimeSession:
         opts = event.get("response") or {}
         if not isinstance(opts, dict):
             raise ClientError("invalid_value", "response must be an object", "response")
-        if not self.pending and not self.frames.frames:
-            raise ClientError("response_create_without_input", "nothing to answer: commit audio, create an item or "
-                              "send video_frames first")
-        self._create_response(opts)
+        self._create_response(opts)  # with nothing new, AURA answers from the history, instructions and frames
 
     def _create_response(self, opts: dict | None) -> Response:
         opts = opts or {}
@@ -746,9 +765,10 @@ class RealtimeSession:
             resp.task.cancel()  # again if a wait_for inside swallowed it (its result arrived in the same tick)
             await asyncio.wait({resp.task}, timeout=0.01)
         self._finish(resp)
+        if resp.item is not None and not resp.item.silent:
+            resp.item.incomplete = True
         if announce and resp.started:
-            self.emit("response.done", response=self._response_json(resp, "cancelled", {"type": "cancelled",
-                                                                                          "reason": reason}))
+            self.emit("response.done", response=self._response_view(resp, "cancelled", reason))
 
     def _finish(self, resp: Response) -> None:
         if resp.item is not None:
@@ -760,12 +780,13 @@ class RealtimeSession:
             self._watch.final.pop(f"{resp.id}-aura", None)
         resp.aura_final.set()
 
-    def _response_json(self, resp: Response, status: str, details: dict | None = None) -> dict:
-        output = [resp.item.to_json()] if resp.item is not None else []
-        out = {"id": resp.id, "object": "realtime.response", "status": status, "status_details": details,
-               "output": output, "output_modalities": ["audio", "text"] if resp.speak else ["text"],
-               "metadata": resp.metadata, "epoch": resp.epoch}
-        return out
+    def _response_view(self, resp: Response, status: str, reason: str | None = None, **fields) -> ResponseView:
+        output = [resp.item] if resp.item is not None and not resp.item.silent else []
+        modalities = (list(resp.config.modalities) if resp.config.modalities
+                      else ["audio"] if resp.speak and not self.dialect.name == "beta"
+                      else ["text", "audio"] if resp.speak else ["text"])
+        return ResponseView(resp.id, status, resp.speak, output, reason, metadata=resp.metadata, epoch=resp.epoch,
+                            modalities=modalities, **fields)
 
     async def _run(self, resp: Response, previous: list[Response]) -> None:
         session_key.set(self.id)  # this task's stage requests: its AURA replica holds the session's prefix cache
@@ -802,8 +823,8 @@ class RealtimeSession:
             if not resp.cancelled:
                 self.error(code, message, kind=kind)
                 self._created(resp)
-                self.emit("response.done", response=self._response_json(
-                    resp, "failed", {"type": "failed", "error": {"type": kind, "code": code, "message": message}}))
+                self.emit("response.done", response=self._response_view(
+                    resp, "failed", "failed", error={"type": kind, "code": code, "message": message}))
             return
         self._finish(resp)
         if resp.cancelled:
@@ -812,16 +833,16 @@ class RealtimeSession:
             self._listen(resp)
         else:
             self._complete(resp, done)
-        self.emit("response.done", response=self._response_json(resp, "completed", {
-            "type": "completed", "reason": "listen" if resp.item is None else "completed"}) | {
-            "usage": {"input_tokens": done.prompt_tokens, "output_tokens": done.completion_tokens,
-                      "total_tokens": done.prompt_tokens + done.completion_tokens}})
+        self.emit("response.done", response=self._response_view(
+            resp, "completed", "listen" if resp.item.silent else "completed",
+            usage={"input_tokens": done.prompt_tokens, "output_tokens": done.completion_tokens,
+                   "total_tokens": done.prompt_tokens + done.completion_tokens}))
         self.emit("rate_limits.updated", rate_limits=[])
 
     def _created(self, resp: Response) -> None:
         if not resp.started and not resp.cancelled:
             resp.started = True
-            self.emit("response.created", response=self._response_json(resp, "in_progress"))
+            self.emit("response.created", response=self._response_view(resp, "in_progress"))
 
     def _spec(self, config: SessionConfig, texts: list[str], images: list[str], audio: np.ndarray | None,
               exclude: set[str] = frozenset()) -> TurnSpec:
@@ -923,14 +944,12 @@ class RealtimeSession:
     def _start_item(self, resp: Response) -> None:
         if resp.item is not None:
             return
-        resp.item = Item(resp.item_id, "assistant", done=False)
+        resp.item = Item(resp.item_id, "assistant", done=False, modality="audio" if resp.speak else "text")
         self.history.add(resp.item)
-        item = resp.item.to_json()
         previous = self._previous(resp.item)
-        self._emit_for(resp, "conversation.item.added", previous_item_id=previous, item=item)
-        self._emit_for(resp, "conversation.item.created", previous_item_id=previous, item=item)
-        self._emit_for(resp, "response.output_item.added", response_id=resp.id, output_index=0, item=item)
-        part = {"type": "audio", "transcript": ""} if resp.speak else {"type": "text", "text": ""}
+        self._emit_for(resp, "conversation.item.added", previous_item_id=previous, item=resp.item)
+        self._emit_for(resp, "response.output_item.added", response_id=resp.id, output_index=0, item=resp.item)
+        part = {"type": "output_audio", "transcript": ""} if resp.speak else {"type": "output_text", "text": ""}
         self._emit_for(resp, "response.content_part.added", response_id=resp.id, item_id=resp.item_id,
                        output_index=0, content_index=0, part=part)
 
@@ -990,14 +1009,13 @@ class RealtimeSession:
         if resp.speak:
             self._emit_for(resp, "response.output_audio.done", **where)
             self._emit_for(resp, "response.output_audio_transcript.done", **where, transcript=done.text)
-            part = {"type": "audio", "transcript": done.text}
+            part = {"type": "output_audio", "transcript": done.text}
         else:
             self._emit_for(resp, "response.output_text.done", **where, text=done.text)
-            part = {"type": "text", "text": done.text}
+            part = {"type": "output_text", "text": done.text}
         self._emit_for(resp, "response.content_part.done", **where, part=part)
-        item = resp.item.to_json()
-        self._emit_for(resp, "response.output_item.done", response_id=resp.id, output_index=0, item=item)
-        self._emit_for(resp, "conversation.item.done", item=item)
+        self._emit_for(resp, "response.output_item.done", response_id=resp.id, output_index=0, item=resp.item)
+        self._emit_for(resp, "conversation.item.done", item=resp.item)
 
     HANDLERS = {
         "session.update": _session_update,

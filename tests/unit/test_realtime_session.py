@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import io
 import time
 
@@ -140,8 +141,12 @@ def drain(session: RealtimeSession) -> list:
     return out
 
 
-def new_session(runtime=None, duplex=False) -> RealtimeSession:
-    s = RealtimeSession(runtime or FakeRuntime(), FakeBuilder(), model="tiny", duplex=duplex)
+def new_session(runtime=None, duplex=False, beta=False, vad=False) -> RealtimeSession:
+    """A session in push-to-talk unless `vad` (OpenAI sessions start with server_vad; these tests commit themselves,
+    as a client that sent `turn_detection: null` does)."""
+    s = RealtimeSession(runtime or FakeRuntime(), FakeBuilder(), model="tiny", duplex=duplex, beta=beta)
+    if not vad:
+        s.config = dataclasses.replace(s.config, turn_detection=None)
     if not duplex:
         s.start()
     return s
@@ -302,14 +307,13 @@ async def test_push_to_talk_turn_follows_the_openai_sequence():
     await s.send("response.create")
     events = await until(s, "response.done")
     types = [e.type for e in events]
-    assert types[:4] == ["session.created", "conversation.item.added", "conversation.item.created",
-                         "input_audio_buffer.committed"]
+    assert types[:3] == ["session.created", "conversation.item.added", "input_audio_buffer.committed"]
     order = ["conversation.item.input_audio_transcription.completed", "response.created",
              "response.output_item.added", "response.content_part.added", "response.output_audio_transcript.delta",
              "response.output_audio.delta", "response.output_audio.done", "response.output_audio_transcript.done",
              "response.content_part.done", "response.output_item.done", "response.done"]
     assert [types.index(t) for t in order] == sorted(types.index(t) for t in order)
-    assert types.count("response.output_audio.delta") == types.count("response.audio.delta") > 0  # GA + beta
+    assert types.count("response.output_audio.delta") > 0 and "response.audio.delta" not in types  # GA only
     assert events[-1]["response"]["status"] == "completed"
     assert len({e.event_id for e in events}) == len(events)
     transcript = next(e for e in events if e.type == "response.output_audio_transcript.done")["transcript"]
@@ -352,13 +356,21 @@ async def test_a_phone_call_session_hears_and_speaks_g711_at_8_khz(fmt, ga_type)
 
 
 @pytest.mark.asyncio
-async def test_silent_reply_is_response_listen_without_audio():
-    s = new_session(FakeRuntime(aura=ScriptedAura(SILENT)))
+@pytest.mark.parametrize("duplex", [True, False])
+async def test_silent_reply_is_response_listen_without_audio(duplex):
+    """AURA's <|silent|>: no audio; duplex announces `response.listen`, an OpenAI session a completed response.done
+    with no output and AURA's reason `listen` beside OpenAI's fields."""
+    s = new_session(FakeRuntime(aura=ScriptedAura(SILENT)), duplex=duplex)
+    if duplex:
+        await s.send("session.update", session={})
     await s.send("input_audio_buffer.append", audio=pcm_b64())
     await s.send("input_audio_buffer.commit", create_response=True)
     events = await until(s, "response.done")
     types = [e.type for e in events]
-    assert "response.listen" in types and not any("audio" in t and "delta" in t for t in types)
+    assert ("response.listen" in types) == duplex and not any("audio" in t and "delta" in t for t in types)
+    done = events[-1]["response"]
+    assert done["status"] == "completed" and done["output"] == [] and done["aura_reason"] == "listen"
+    assert done["status_details"] == ({"type": "completed", "reason": "listen"} if duplex else None)
     # ASR ran inside the turn: its transcript still comes before response.created (vLLM-Omni's order)
     assert types.index("conversation.item.input_audio_transcription.completed") < types.index("response.created")
     assert s.history.turns("ack_only")[-1] == ("assistant", SILENT)
@@ -463,7 +475,9 @@ async def test_server_vad_barge_in_cancels_the_reply():
     events = await until(s, "input_audio_buffer.committed")
     types = [e.type for e in events]
     assert types.index("input_audio_buffer.speech_started") < types.index("response.done")
-    assert next(e for e in events if e.type == "response.done")["response"]["status_details"]["reason"] == "barge_in"
+    done = next(e for e in events if e.type == "response.done")["response"]
+    assert done["status_details"] == {"type": "cancelled", "reason": "turn_detected"}  # OpenAI's word for it
+    assert done["aura_reason"] == "barge_in" and done["output"][0]["status"] == "incomplete"
     assert "input_audio_buffer.speech_stopped" in types
 
 
