@@ -20,7 +20,7 @@ from fastapi import WebSocket
 
 from ..session import RealtimeSession, ServerEvent
 from ..session.events import new_id
-from ..session.handler import ResumeRefused
+from ..session.errors import ResumeRefused
 from .metrics import RealtimeMeter, ServerMetrics
 
 log = logging.getLogger("aura_omni.server")

@@ -637,11 +637,11 @@ async def test_response_create_overrides_apply_to_that_reply_only():
 async def test_a_frame_resent_with_every_chunk_is_decoded_once(monkeypatch):
     """Clients may attach their latest camera frame to every audio chunk: the same bytes are not decoded again, and
     the frame still counts as fresh for the next commit."""
-    import aura_omni.session.handler as handler
+    import aura_omni.session.camera as camera
 
     decoded = []
-    real = handler.decode_image
-    monkeypatch.setattr(handler, "decode_image", lambda data, limits: decoded.append(1) or real(data, limits))
+    real = camera.decode_image
+    monkeypatch.setattr(camera, "decode_image", lambda data, limits: decoded.append(1) or real(data, limits))
     s = new_session()
     red, blue = jpeg_b64((255, 0, 0)), jpeg_b64((0, 0, 255))
     for _ in range(5):

@@ -10,7 +10,7 @@ from .ga import GA
 DIALECTS: dict[str, type[Dialect]] = {"ga": GA, "beta": Beta, "duplex": Duplex}
 
 
-BETA_SESSION_KEYS = ("modalities", "voice", "input_audio_format", "output_audio_format", "turn_detection",
+BETA_SESSION_KEYS = ("modalities", "input_audio_format", "output_audio_format", "turn_detection",
                      "input_audio_transcription", "max_response_output_tokens")
 
 

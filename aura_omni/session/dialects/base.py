@@ -1,8 +1,7 @@
 """What the three wire dialects share: a session's events in, the dialect's events out.
 
 The session speaks one neutral vocabulary (`emit(name, **data)`): OpenAI GA event names, with domain objects where
-a dialect shapes them differently (an `Item`, a `ResponseView`, a `SessionView`, an assistant content part named by
-its GA type). A dialect renders each into zero or more wire events: it renames, drops what it does not have, and
+a dialect shapes them differently (an `Item`, a `ResponseView`, a `SessionView`). A dialect renders each into zero or more wire events: it renames, drops what it does not have, and
 shapes items, responses and the session as its clients parse them.
 """
 
@@ -55,7 +54,7 @@ class Dialect:
     renames: dict[str, str] = {}  # neutral name -> this dialect's
     dropped: frozenset[str] = frozenset()  # neutral events this dialect does not have
     also: dict[str, tuple[str, ...]] = {}  # neutral name -> further names it is sent under (duplex: beta twins)
-    parts = {"output_audio": "output_audio", "output_text": "output_text"}  # assistant content part types
+    parts = {"output_audio": "output_audio", "output_text": "output_text"}  # an assistant item's content types
     error_codes: dict[str, str] = {}  # the session's error codes -> this dialect's
 
     def render(self, name: str, data: dict[str, Any]) -> list[ServerEvent]:
@@ -73,8 +72,6 @@ class Dialect:
             return self.response(value)
         if isinstance(value, SessionView):
             return self.session(value)
-        if isinstance(value, dict) and value.get("type") in self.parts:  # an assistant content part
-            return {**value, "type": self.parts[value["type"]]}
         return value
 
     # ------------------------------------------------------------------ shapes
