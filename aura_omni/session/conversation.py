@@ -7,6 +7,7 @@ import asyncio
 import base64
 import binascii
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -76,14 +77,15 @@ class Conversation:
                   transcript=p.item.text, usage={"type": "duration", "seconds": seconds})
         self.emit("conversation.item.done", item=p.item)
 
-    async def _item_create(self, event: dict) -> None:
-        item = event.get("item")
+    def _message(self, item: Any, param: str = "item") -> PendingInput:
+        """A client's message item (conversation.item.create, response.create's input) as an Item with its images
+        and its audio (16 kHz), not yet in the conversation."""
         if not isinstance(item, dict):
-            raise ClientError("invalid_item", "item must be an object", "item")
+            raise ClientError("invalid_item", "item must be an object", param)
         role = item.get("role", "user")
         if item.get("type", "message") != "message" or role not in ("user", "assistant", "system"):
             raise ClientError("invalid_item", "only message items with role user, assistant or system are "
-                              "supported (AURA has no function calls)", "item.type")
+                              "supported (AURA has no function calls)", f"{param}.type")
         texts, images, audio, spoken = [], [], None, False
         for k, part in enumerate(item.get("content") or []):
             kind = part.get("type") if isinstance(part, dict) else None
@@ -93,7 +95,7 @@ class Conversation:
                 url = part.get("image_url")
                 if not isinstance(url, str):
                     raise ClientError("invalid_item", "input_image needs image_url (a data URL or base64)",
-                                      f"item.content[{k}].image_url")
+                                      f"{param}.content[{k}].image_url")
                 images.append(url)
             elif kind == "input_audio" and role == "user":
                 audio = part.get("audio")
@@ -102,28 +104,34 @@ class Conversation:
                 spoken = True
             else:
                 raise ClientError("invalid_item", f"unsupported content part {kind!r} for role {role}",
-                                  f"item.content[{k}].type")
+                                  f"{param}.content[{k}].type")
+        samples = self._item_audio(audio, param) if audio is not None else None
         new = Item(item.get("id") or new_id("item"), role, "\n".join(t for t in texts if t),
-                   modality="audio" if spoken else "text")
+                   modality="audio" if spoken or samples is not None else "text")
+        return PendingInput(new, audio=samples, images=images)
+
+    def _item_audio(self, audio: Any, param: str) -> np.ndarray | None:
+        """An input_audio part's audio, in the session's input format, at 16 kHz (None when empty)."""
+        rate, fmt = self.config.input_sample_rate, self.config.input_audio_format
+        try:
+            raw = base64.b64decode(audio, validate=True)
+        except (binascii.Error, ValueError, TypeError):
+            raise ClientError("invalid_base64", "input_audio.audio is not valid base64", f"{param}.content") from None
+        samples = decode(raw[:len(raw) // WIDTHS[fmt] * WIDTHS[fmt]], fmt)
+        samples = resample(samples, rate, ASR_SAMPLE_RATE).astype(np.float32) if rate != ASR_SAMPLE_RATE else samples
+        return samples if samples.size else None
+
+    async def _item_create(self, event: dict) -> None:
+        p = self._message(event.get("item"))
+        new = p.item
         if self.history.get(new.id) is not None:
             raise ClientError("duplicate_item_id", f"item {new.id!r} already exists", "item.id")
-        if role != "user":
+        if new.role != "user":
             self.history.add(new)
             previous = self._previous(new)
             self.emit("conversation.item.added", previous_item_id=previous, item=new)
             self.emit("conversation.item.done", item=new)
             return
-        samples = None
-        if audio is not None:
-            rate, fmt = self.config.input_sample_rate, self.config.input_audio_format
-            try:
-                raw = base64.b64decode(audio, validate=True)
-            except (binascii.Error, ValueError, TypeError):
-                raise ClientError("invalid_base64", "input_audio.audio is not valid base64", "item.content") from None
-            samples = decode(raw[:len(raw) // WIDTHS[fmt] * WIDTHS[fmt]], fmt)
-            samples = resample(samples, rate, ASR_SAMPLE_RATE).astype(np.float32) if rate != ASR_SAMPLE_RATE else samples
-        p = PendingInput(new, audio=samples if samples is not None and samples.size else None, images=images)
-        new.modality = "audio" if p.audio is not None else "text"
         self._add_user_item(p, event)
         if p.audio is not None:
             p.transcription = asyncio.create_task(self._transcribe(p))

@@ -28,9 +28,9 @@ class ReplyStream:
         if resp.item is not None:
             return
         resp.item = Item(resp.item_id, "assistant", done=False, modality="audio" if resp.speak else "text")
-        self.history.add(resp.item)
-        previous = self._previous(resp.item)
-        self._emit_for(resp, "conversation.item.added", previous_item_id=previous, item=resp.item)
+        if not resp.out_of_band:
+            self.history.add(resp.item)
+            self._emit_for(resp, "conversation.item.added", previous_item_id=self._previous(resp.item), item=resp.item)
         self._emit_for(resp, "response.output_item.added", response_id=resp.id, output_index=0, item=resp.item)
         # a content part event's part is `audio` / `text` in every dialect (GA names only the item's content anew)
         part = {"type": "audio", "transcript": ""} if resp.speak else {"type": "text", "text": ""}
@@ -47,7 +47,7 @@ class ReplyStream:
                     break
                 if isinstance(ev, TranscriptReady):
                     p = next((p for p in resp.inputs if p.audio is not None), None)
-                    if p is not None:
+                    if p is not None and self.history.get(p.item.id) is p.item:  # a conversation's item
                         self._transcribed(p, ev.text)
                     self._created(resp)
                     continue
@@ -81,7 +81,9 @@ class ReplyStream:
     def _listen(self, resp: Response) -> None:
         """AURA chose `<|silent|>`: no TTS ran, the client hears nothing, history keeps the silence."""
         if resp.item is None:
-            resp.item = self.history.add(Item(resp.item_id, "assistant", silent=True))
+            resp.item = Item(resp.item_id, "assistant", silent=True)
+            if not resp.out_of_band:
+                self.history.add(resp.item)
         resp.item.silent = True
         self.emit("response.listen", session_id=self.id, epoch=resp.epoch, response_id=resp.id, response={
             "id": resp.id, "object": "realtime.response", "status": "listening",
@@ -99,4 +101,5 @@ class ReplyStream:
             part = {"type": "text", "text": done.text}
         self._emit_for(resp, "response.content_part.done", **where, part=part)
         self._emit_for(resp, "response.output_item.done", response_id=resp.id, output_index=0, item=resp.item)
-        self._emit_for(resp, "conversation.item.done", item=resp.item)
+        if not resp.out_of_band:
+            self._emit_for(resp, "conversation.item.done", item=resp.item)

@@ -40,6 +40,8 @@ class Response:
     text: str = ""
     samples: int = 0  # 24 kHz samples sent
     wire: OutputStream | None = None  # its audio in the output format, made at its first chunk
+    out_of_band: bool = False  # conversation "none": its output stays out of the conversation
+    context: list[tuple[str, str]] | None = None  # AURA's history from response.input; None: the conversation's
 
     @property
     def speak(self) -> bool:
@@ -65,13 +67,50 @@ class Responses:
         opts = event.get("response") or {}
         if not isinstance(opts, dict):
             raise ClientError("invalid_value", "response must be an object", "response")
-        self._create_response(opts)  # with nothing new, AURA answers from the history, instructions and frames
+        conversation = opts.get("conversation", "auto")
+        if conversation not in ("auto", "none"):
+            raise ClientError("invalid_value", f"response.conversation is auto or none (got {conversation!r})",
+                              "response.conversation")
+        given = opts.get("input")
+        if given is not None and not isinstance(given, list):
+            raise ClientError("invalid_value", "response.input must be a list of items", "response.input")
+        # with nothing new, AURA answers from the history, the instructions and the camera's frames (a greeting)
+        self._create_response(opts, out_of_band=conversation == "none",
+                              given=self._response_input(given) if given is not None else None)
 
-    def _create_response(self, opts: dict | None) -> Response:
+    def _response_input(self, entries: list) -> tuple[list[tuple[str, str]], list[PendingInput]]:
+        """response.input: a context of its own (OpenAI: instead of the conversation). Its trailing user items are
+        the turn; the items before them are AURA's history. `item_reference` names an item of the conversation."""
+        items = []
+        for k, entry in enumerate(entries):
+            param = f"response.input[{k}]"
+            if isinstance(entry, dict) and entry.get("type") == "item_reference":
+                ref = self.history.get(entry.get("id")) if isinstance(entry.get("id"), str) else None
+                if ref is None:
+                    raise ClientError("item_not_found", f"no item with id {entry.get('id')!r} in this session",
+                                      f"{param}.id")
+                items.append(PendingInput(ref))
+            else:
+                items.append(self._message(entry, param))
+        first = len(items)
+        while first and items[first - 1].item.role == "user":
+            first -= 1
+        policy = self.config.playback_commit_policy
+        context = [(p.item.role, p.item.heard_text(policy) if p.item.role == "assistant" else p.item.text)
+                   for p in items[:first]]
+        return [turn for turn in context if turn[1]], items[first:]
+
+    def _create_response(self, opts: dict | None, *, out_of_band: bool = False,
+                         given: tuple[list, list[PendingInput]] | None = None) -> Response:
+        """A response to the pending inputs, or (`given`) to response.input's; an out-of-band one leaves the pending
+        inputs for the conversation's next reply and its own output out of the conversation."""
         opts = opts or {}
         config = self.config.with_update({k: v for k, v in opts.items() if k in RESPONSE_OPTIONS})
-        resp = Response(new_id("resp"), self.epoch, config, opts.get("metadata"), self.pending)
-        self.pending = []
+        context, inputs = given if given is not None else (None, [] if out_of_band else self.pending)
+        resp = Response(new_id("resp"), self.epoch, config, opts.get("metadata"), inputs, out_of_band=out_of_band,
+                        context=context)
+        if given is None and not out_of_band:
+            self.pending = []
         if self._watch is not None:
             self._watch.final[f"{resp.id}-aura"] = resp.aura_final
         previous = list(self.responses)

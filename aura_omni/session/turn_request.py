@@ -52,7 +52,7 @@ class TurnRequests:
     """Builds the requests of a session's turns (and of the prefixes prefilled ahead of them)."""
 
     def _spec(self, config: SessionConfig, texts: list[str], images: list[str], audio: np.ndarray | None,
-              exclude: set[str] = frozenset()) -> TurnSpec:
+              exclude: set[str] = frozenset(), history: list[tuple[str, str]] | None = None) -> TurnSpec:
         sampling = {}
         if config.temperature is not None:
             sampling["temperature"] = config.temperature
@@ -64,7 +64,8 @@ class TurnRequests:
         return TurnSpec(audio=(audio, ASR_SAMPLE_RATE) if audio is not None else None,
                         vision=[("image", url) for url in images], text_parts=texts,
                         system_prompt=config.system_prompt,
-                        history=self.history.turns(config.playback_commit_policy, exclude), speak=config.speak, info=info,
+                        history=history if history is not None else self.history.turns(
+                            config.playback_commit_policy, exclude), speak=config.speak, info=info,
                         voice=config.voice, stage_sampling=config.stage_sampling, aura_sampling=sampling)
 
     async def _prepare_aura(self, resp: Response) -> None:
@@ -74,17 +75,17 @@ class TurnRequests:
 
     async def _turn_request(self, resp: Response, words: bool = True):
         """The turn's request; `words=False`: without its words (audio, texts) or speech, the same prompt up to them."""
-        return await self._request(resp.config, resp.inputs, resp.id, words, resp.item_id)
+        return await self._request(resp.config, resp.inputs, resp.id, words, resp.item_id, history=resp.context)
 
     async def _request(self, config: SessionConfig, inputs: list, request_id: str, words: bool,
-                       reply_item_id: str | None = None, vision=None):
+                       reply_item_id: str | None = None, vision=None, history: list[tuple[str, str]] | None = None):
         """A turn's request from its config and inputs (those items leave the history: they are the turn), with the
         camera window as AURA's vision input (`vision`, else the current window's)."""
         audio = next((p.audio for p in reversed(inputs) if p.audio is not None and p.transcription is None), None)
         texts = [p.item.text for p in inputs if p.item.text and p.audio is None]
         images = [url for p in inputs for url in p.images]
         exclude = {p.item.id for p in inputs} | ({reply_item_id} if reply_item_id else set())
-        spec = self._spec(config, texts if words else [], images, audio if words else None, exclude)
+        spec = self._spec(config, texts if words else [], images, audio if words else None, exclude, history)
         if not words:
             spec.speak = False  # no TTS template (a cloned voice's prompt) for a prompt prefix
         req = await self.builder.build(spec, request_id)

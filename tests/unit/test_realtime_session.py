@@ -782,3 +782,76 @@ async def test_a_response_cancelled_while_transcribing_stops_its_prefix_prefill(
     await asyncio.sleep(0.05)
     assert "generate" not in log
     await s.close()
+
+
+# ------------------------------------------------------------------------------------------------ greeting, out of band
+
+@pytest.mark.asyncio
+async def test_response_create_with_nothing_new_greets_from_the_instructions():
+    """The bot speaks first (LiveKit's generate_reply(instructions=...), Pipecat's system-only context): a
+    response.create before any input answers from the history and the response's instructions."""
+    rt = FakeRuntime()
+    s = new_session(rt)
+    await s.send("response.create", response={"instructions": "Greet the user."})
+    events = await until(s, "response.done")
+    done = events[-1]["response"]
+    assert done["status"] == "completed" and done["output"][0]["content"][0]["type"] == "output_audio"
+    assert "Greet the user." in rt.aura.prompts[-1] and not any(e.type == "error" for e in events)
+    assert [i.role for i in s.history.items] == ["assistant"]  # the greeting is the conversation's first item
+
+
+def user_text(text: str) -> dict:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+@pytest.mark.asyncio
+async def test_out_of_band_response_answers_its_own_input_and_leaves_the_conversation_alone():
+    rt = FakeRuntime()
+    s = new_session(rt)
+    await s.send("conversation.item.create", item=user_text("remember the apples"))
+    await until(s, "conversation.item.done")
+    await s.send("response.create", response={"conversation": "none", "metadata": {"topic": "classify"},
+                                               "input": [user_text("Classify: hello")]})
+    events = await until(s, "response.done")
+    types = [e.type for e in events]
+    assert "Classify: hello" in rt.aura.prompts[-1] and "remember the apples" not in rt.aura.prompts[-1]
+    assert not [t for t in types if t.startswith("conversation.")]  # its output is not a conversation item
+    assert "response.output_item.added" in types and events[-1]["response"]["metadata"] == {"topic": "classify"}
+    assert [p.item.text for p in s.pending] == ["remember the apples"]  # still waiting for the conversation's reply
+    assert [i.role for i in s.history.items] == ["user"]
+    await s.send("response.create")
+    await until(s, "response.done")
+    assert "remember the apples" in rt.aura.prompts[-1] and not s.pending
+    assert [i.role for i in s.history.items] == ["user", "assistant"]
+
+
+@pytest.mark.asyncio
+async def test_out_of_band_input_refers_to_conversation_items_and_keeps_earlier_items_as_history():
+    rt = FakeRuntime()
+    s = new_session(rt)
+    await s.send("conversation.item.create", item={**user_text("my name is Ada"), "id": "u1"})
+    await until(s, "conversation.item.done")
+    await s.send("response.create", response={"conversation": "none", "input": [
+        {"type": "item_reference", "id": "u1"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello Ada."}]},
+        user_text("What is my name?")]})
+    await until(s, "response.done")
+    prompt = rt.aura.prompts[-1]
+    assert prompt.index("my name is Ada") < prompt.index("Hello Ada.") < prompt.index("What is my name?")
+    await s.send("response.create", response={"conversation": "none", "input": [
+        {"type": "item_reference", "id": "nope"}]})
+    error = (await until(s, "error"))[-1]["error"]
+    assert (error["code"], error["param"]) == ("item_not_found", "response.input[0].id")
+    await s.send("response.create", response={"conversation": "elsewhere"})
+    assert (await until(s, "error"))[-1]["error"]["param"] == "response.conversation"
+
+
+@pytest.mark.asyncio
+async def test_every_error_event_is_logged_with_its_code_and_session(caplog):
+    s = new_session()
+    with caplog.at_level("INFO", logger="aura_omni.session"):
+        await s.send({"type": "input_audio_buffer.commit", "event_id": "c7"})
+        error = (await until(s, "error"))[-1]["error"]
+    assert error["code"] == "input_audio_buffer_commit_empty"  # OpenAI's code in an OpenAI session
+    record = next(r for r in caplog.records if "input_audio_buffer_commit_empty" in r.getMessage())
+    assert record.levelname == "INFO" and s.id in record.getMessage() and "c7" in record.getMessage()
