@@ -237,7 +237,7 @@ async def test_session_limit_from_the_deploy_file(ws_url):
         await a.send("session.update", session={"voice": "ryan"})
         await b.send("session.heartbeat")
         assert [e["type"] for e in await b.until("session.heartbeat_ack")] == ["session.heartbeat_ack"]
-        assert (await a.until("session.updated"))[-1]["session"]["voice"] == "ryan"
+        assert (await a.until("session.updated"))[-1]["session"]["audio"]["output"]["voice"] == "ryan"
         assert "error" in [e["type"] for e in a.log]
         await b.send("session.close")
         await b.until("session.closed")
