@@ -164,6 +164,7 @@ class HeldSessions:
             await link.send_flat({"type": "session.resync_required", "session_id": session.id, "reason": str(e)})
             await self._end(session, "resync_required")
         else:
+            log.info("realtime session.resume of %s refused: %s: %s", session.id if session else "?", e.code, e)
             await link.send_flat({"type": "error", "error": str(e), "code": e.code})
 
     async def _expire(self, session: RealtimeSession, after_s: float) -> None:

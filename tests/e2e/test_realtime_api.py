@@ -564,7 +564,7 @@ async def test_a_window_seen_while_the_user_speaks_is_prefilled_before_the_commi
 
     blocks = omni.runtime.models[AURA].engine.blocks
     async with omni.session(instructions="You narrate a kitchen camera, briefly. " * 16, output_modalities=["text"],
-                            extra_body=SPEAK) as s:
+                            audio={"input": {"turn_detection": None}}, extra_body=SPEAK) as s:  # push-to-talk
         queried = blocks.prefix_queried_tokens
         await s.send("input_audio_buffer.append", audio=pcm16(), video_frames=[jpeg((30, 200, 90))])
         t0 = time.monotonic()
