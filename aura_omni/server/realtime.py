@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from typing import Awaitable, Callable
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -28,6 +29,7 @@ from .metrics import RealtimeMeter
 from .websocket_auth import accepted_subprotocol, check_api_key
 
 router = APIRouter()
+log = logging.getLogger("aura_omni.server")
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024  # OpenAI: one client event carries at most 15 MiB (uvicorn closes at 16 MiB)
 POLICY_VIOLATION, TRY_AGAIN_LATER = 1008, 1013  # WebSocket close codes
@@ -83,6 +85,7 @@ def duplex_mode(ws: WebSocket, session_mode: str) -> bool | None:
 
 async def refuse(ws: WebSocket, code: str, message: str, close_code: int = POLICY_VIOLATION) -> None:
     """A handshake error, flat as vLLM-Omni sends them, then close."""
+    log.info("realtime handshake %s refused: %s: %s", ws.url.path, code, message)
     with contextlib.suppress(Exception):
         await ws.send_text(json.dumps({"type": "error", "event_id": new_id("event"), "error": message, "code": code}))
         await ws.close(close_code, reason=code)
@@ -112,8 +115,10 @@ async def realtime(ws: WebSocket) -> None:
     if not duplex and not await slot.take():
         return
     builder = TurnBuilder(state.runtime, state.voices, state.media_policy())
+    # OpenAI's beta dialect: by its header, else by the shape of the first session.update (None)
+    beta = True if "realtime=v1" in ws.headers.get("openai-beta", "").replace(" ", "") else None
     session = RealtimeSession(state.runtime, builder, model=ws.query_params.get("model") or state.served_model_name,
-                              duplex=duplex, max_sessions=slots.limit, on_closed=slot.give_back,
+                              duplex=duplex, beta=beta, max_sessions=slots.limit, on_closed=slot.give_back,
                               resumable=held.grace_s > 0)
     if not duplex:
         session.start()
@@ -139,6 +144,7 @@ class Slot:
         if self.slots.acquire() or (await self.held.reclaim() and self.slots.acquire()):
             self.taken = True
             return True
+        log.info("realtime session refused: resource_exhausted (limit %d)", self.slots.limit)
         event = {"type": "error", "event_id": new_id("event"), "error": {
             "type": "rate_limit_error", "code": "resource_exhausted", "event_id": None,
             "message": f"duplex_session_capacity_exhausted: limit={self.slots.limit}"}}
