@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="hosts whose http(s) image/video/audio URLs chat requests may use (off by default)")
     serve.add_argument("--request-timeout", type=float, default=300.0, metavar="SECONDS",
                        help="cancel a chat turn in every stage after this long (504); 0 = no limit")
+    serve.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
+                       help="on SIGTERM, refuse new work and let what is in flight finish for up to this long, then "
+                            "exit 0 (docs/deploy.md)")
     serve.add_argument("--distributed-executor-backend", default=None, choices=["ray"],
                        help="ray: run each stage as Ray actors (deploy key distributed_executor_backend; docs/ray.md)")
     serve.add_argument("--ray-address", default=None, metavar="ADDRESS",
@@ -108,6 +111,7 @@ def serve(args: argparse.Namespace) -> int:
     from .deploy import DeployConfigError
     from .models.loader import CheckpointError
     from .server.app import create_app
+    from .server.drain import FORCED_STOP_S, DrainingServer
 
     try:
         deploy = load_serve_config(args)
@@ -118,6 +122,9 @@ def serve(args: argparse.Namespace) -> int:
         log.info("--trust-remote-code accepted for compatibility: aura-omni runs its own model code and never "
                  "executes code shipped inside a checkpoint")
     name = args.served_model_name or args.model or args.model_flag  # None: the AURA (or Talker) stage's model
+    if args.drain_timeout < 0:
+        print("aura-omni serve: --drain-timeout must be >= 0", file=sys.stderr)
+        return 2
     try:
         limits = serve_limits(args, deploy)
     except ValueError as e:
@@ -133,8 +140,11 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     log.info("serving %s (pipeline %s, stages %s) on http://%s:%d", name, deploy.pipeline,
              sorted(deploy.roles), args.host, args.port)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                           ws="websockets-sansio", ws_max_size=limits.max_ws_message_bytes))
+    drain = app.state.server.drain
+    drain.timeout_s = args.drain_timeout
+    server = DrainingServer(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                           ws="websockets-sansio", ws_max_size=limits.max_ws_message_bytes,
+                                           timeout_graceful_shutdown=FORCED_STOP_S), drain)
     lost: list[str] = []
 
     def device_lost(loop) -> None:

@@ -22,6 +22,7 @@ from . import gc_pauses
 from .errors import install_error_handlers
 from .health import main_model
 from .metrics import RequestMetrics
+from .request_ids import RequestIds
 from .state import ServerState
 from .websocket_auth import check_api_key as check_key
 
@@ -95,6 +96,7 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
     app.add_middleware(Admission, state=state)  # body size, requests in flight, open sockets: Limits
     install_error_handlers(app)
     app.add_middleware(RequestMetrics)  # arrival time for the endpoints' timings; requests_total
+    app.add_middleware(RequestIds)  # outermost: X-Request-Id on every answer, every 4xx/5xx logged with it
     for module in ENDPOINT_MODULES:
         app.include_router(importlib.import_module(f"{__package__}.{module}").router)
     return app

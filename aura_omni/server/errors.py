@@ -135,5 +135,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
-        err = api_error(exc)  # a stage's failure is a 503; anything else not the client's is a logged 500
-        return error_response(err if err is not None else internal_error(f"{request.method} {request.url.path}"))
+        return unexpected_response(request.method, request.url.path, exc)
+
+
+def unexpected_response(method: str, path: str, exc: Exception) -> JSONResponse:
+    """The answer to an exception no handler took: a stage's failure is a 503; anything else not the client's is a
+    logged 500."""
+    err = api_error(exc)
+    return error_response(err if err is not None else internal_error(f"{method} {path}"))

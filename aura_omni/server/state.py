@@ -8,6 +8,7 @@ from pathlib import Path
 from ..media.limits import Limits
 from ..media.request_media import MediaPolicy
 from ..pipeline.runtime import Runtime
+from .drain import Drain
 from .errors import APIError
 from .metrics import ServerMetrics
 from .voices import VoiceRegistry
@@ -24,6 +25,7 @@ class ServerState:
     limits: Limits = field(default_factory=Limits)  # the same on every endpoint
     allowed_media_domains: tuple[str, ...] = ()  # hosts of http(s) media; none by default
     metrics: ServerMetrics | None = None  # GET /metrics; built over the runtime's stage stats when not given
+    drain: Drain = field(default_factory=Drain)  # SIGTERM: refuse new work, finish what runs, then stop
 
     def __post_init__(self):
         self.metrics = self.metrics or ServerMetrics(lambda: self.runtime.stage_stats(),

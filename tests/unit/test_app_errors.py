@@ -8,6 +8,7 @@ from starlette.testclient import WebSocketDenialResponse
 from aura_omni.deploy import parse_deploy_config
 from aura_omni.media.limits import Limits
 from aura_omni.server.app import create_app
+from aura_omni.server.drain import Drain
 from aura_omni.server.websocket_auth import accept_with_key
 from aura_omni.pipeline.runtime import Runtime
 
@@ -149,7 +150,8 @@ def test_a_request_counts_out_when_its_last_byte_goes_not_after_its_clean_up():
             await send({"type": "http.response.body", "body": b"b"})
             await cleanup.wait()
 
-        admission = Admission(app, SimpleNamespace(limits=Limits.from_values({"max_concurrent_requests": 1})))
+        admission = Admission(app, SimpleNamespace(limits=Limits.from_values({"max_concurrent_requests": 1}),
+                                                   drain=Drain()))
         scope = {"type": "http", "path": "/v1/audio/speech", "headers": []}
         sent, last_byte = [], asyncio.Event()
 
