@@ -191,6 +191,8 @@ class DeployConfig(_Strict):
     ray_address: str | None = None  # an existing Ray cluster (`serve --ray-address`); None: a local Ray
     # realtime sessions: OpenAI voice name -> a Talker speaker or registered voice; None: session/config.py's table
     voice_aliases: dict[str, str] | None = None
+    cache_dir: str | None = None  # compile caches, and the voice library's default home (`serve --cache-dir`)
+    voice_dir: str | None = None  # registered voices, vLLM-Omni's custom_voice_dir (`serve --voice-dir`)
     _source: str = PrivateAttr("<memory>")  # the file it came from, for messages
 
     @field_validator("limits")
@@ -530,6 +532,10 @@ def load_deploy_config(path: str | os.PathLike, default_model: str | None = None
     for s in cfg.stages:
         if s.model.startswith(("./", "../")):
             s.model = str((path.parent / s.model).resolve())
+    for key in ("cache_dir", "voice_dir"):  # a relative directory is the file's neighbour, as a relative model is
+        value = getattr(cfg, key)
+        if value and not Path(value).expanduser().is_absolute():
+            setattr(cfg, key, str((path.parent / value).resolve()))
     return cfg
 
 
