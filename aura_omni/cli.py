@@ -141,19 +141,20 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     from .layers.cache_dir import use_compile_caches
 
-    cache_dir, _ = serve_dirs(args, deploy)
+    cache_dir, voice_dir = serve_dirs(args, deploy)
     try:
         caches = use_compile_caches(cache_dir)  # before the first stage loads: its warm start compiles kernels
     except OSError as e:
         print(f"aura-omni serve: cache directory {cache_dir}: {e.strerror or e}", file=sys.stderr)
         return 2
-    log.info("cache directory %s (triton %s, inductor %s)", cache_dir, *caches.values())
+    log.info("cache directory %s (triton %s, inductor %s); voices in %s", cache_dir, *caches.values(), voice_dir)
     try:
         app = create_app(deploy, name, args.api_key, device=args.device, dtype=args.dtype, limits=limits,
+                         voice_dir=voice_dir,
                          load_format=args.load_format, allowed_local_media_path=args.allowed_local_media_path,
                          allowed_media_domains=args.allowed_media_domains,
                          request_timeout_s=args.request_timeout or None)
-    except (CheckpointError, RuntimeError, ValueError) as e:
+    except (CheckpointError, RuntimeError, ValueError, OSError) as e:  # OSError: e.g. an unwritable --voice-dir
         print(f"aura-omni serve: cannot start: {e}", file=sys.stderr)
         return 1
     log.info("serving %s (pipeline %s, stages %s) on http://%s:%d", name, deploy.pipeline,
