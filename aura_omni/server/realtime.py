@@ -154,7 +154,6 @@ class Slot:
         if self.slots.acquire() or (await self.held.reclaim() and self.slots.acquire()):
             self.taken = True
             return True
-        log.info("realtime session refused: resource_exhausted (limit %d)", self.slots.limit)
         event = {"type": "error", "event_id": new_id("event"), "error": {
             "type": "rate_limit_error", "code": "resource_exhausted", "event_id": None,
             "message": f"duplex_session_capacity_exhausted: limit={self.slots.limit}"}}

@@ -11,7 +11,7 @@ from ..pipeline.runtime import Runtime
 from .drain import Drain
 from .errors import APIError
 from .metrics import ServerMetrics
-from .voices import VoiceRegistry
+from .voice_library import VoiceLibrary
 
 
 @dataclass
@@ -21,7 +21,7 @@ class ServerState:
     model_aliases: tuple[str, ...] = ()  # further --served-model-name values, accepted as `model` and listed
     api_key: str | None = None
     allowed_local_media_path: Path | None = None  # server-local reference audio only below this root
-    voices: VoiceRegistry = field(default_factory=VoiceRegistry)
+    voices: VoiceLibrary = field(default_factory=VoiceLibrary)  # in memory only unless given a directory
     limits: Limits = field(default_factory=Limits)  # the same on every endpoint
     allowed_media_domains: tuple[str, ...] = ()  # hosts of http(s) media; none by default
     metrics: ServerMetrics | None = None  # GET /metrics; built over the runtime's stage stats when not given
