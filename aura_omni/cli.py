@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 def load_serve_config(args: argparse.Namespace):
     """The deploy config `serve` runs: the file (stage `model` wins over MODEL) or TTS-only from MODEL, with
     `--distributed-executor-backend` and `--ray-address` over the file's keys (checked like them)."""
-    from .config import load_deploy_config, parse_deploy_config, single_model_config
+    from .deploy import load_deploy_config, parse_deploy_config, single_model_config
 
     model = args.model or args.model_flag
     backend, ray_address = getattr(args, "distributed_executor_backend", None), getattr(args, "ray_address", None)
@@ -111,7 +111,7 @@ def serve_limits(args: argparse.Namespace, deploy) -> Limits:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .config import DeployConfigError
+    from .deploy import DeployConfigError
     from .models.loader import CheckpointError
     from .server.app import create_app
 
@@ -149,7 +149,7 @@ def serve(args: argparse.Namespace) -> int:
         if os.environ.get("AURA_OMNI_KEEP_ALIVE_ON_DEVICE_LOSS") != "1":
             server.should_exit = True  # open streams end; /health says 503 `device_lost` meanwhile
 
-    app.state.server.runtime.on_device_lost = device_lost
+    app.state.server.runtime.supervisor.on_device_lost = device_lost
     server.run()
     if lost:
         print(f"aura-omni serve: stopped: the GPU of stage {lost[0]} failed (see the log); start the server again",

@@ -33,14 +33,14 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 
 import numpy as np
 
-from .config import DeployConfig, load_deploy_config
+from .deploy import DeployConfig, load_deploy_config
 from .media.limits import Limits
 from .pipeline.constants import TTS_SAMPLE_RATE
-from .pipeline.media_input import MediaPolicy
+from .media.request_media import MediaPolicy
 from .pipeline.runtime import Runtime
 from .pipeline.tool_calls import ToolCall, response_format_schema, tool_use
 from .pipeline.turn import TurnEvent, collect_turn
-from .pipeline.turn_builder import TurnBuilder, TurnSpec
+from .request.turn_builder import TurnBuilder, TurnSpec
 from .session import RealtimeSession
 
 AURA_SAMPLING_OPTIONS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "min_tokens", "seed", "logit_bias",

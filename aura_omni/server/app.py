@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI
 from starlette.requests import HTTPConnection
 
 from .. import __version__
-from ..config import DeployConfig
+from ..deploy import DeployConfig
 from ..layers import kernel_compiles
 from ..media.limits import Limits
 from ..pipeline.runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime

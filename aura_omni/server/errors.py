@@ -15,11 +15,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..pipeline.errors import (_TYPES, APIError, api_error, client_error, internal_error, stage_error,  # noqa: F401
+from ..request.errors import (_TYPES, APIError, api_error, client_error, internal_error, stage_error,  # noqa: F401
                               request_error_types)
 from ..pipeline.runtime import StageNotDeployedError
 from ..placement import StageUnavailableError
-from ..stages.loop import StageError
+from ..stages.stage_engine import StageError
 
 log = logging.getLogger("aura_omni.server")
 

@@ -3,7 +3,7 @@
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from ..config import AURA, TALKER, DeployConfig
+from ..deploy import AURA, TALKER, DeployConfig
 from .protocol import ModelCard
 
 router = APIRouter()

@@ -18,8 +18,8 @@ from typing import Awaitable, Callable
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from ..config import AURA
-from ..pipeline.turn_builder import TurnBuilder
+from ..deploy import AURA
+from ..request.turn_builder import TurnBuilder
 from ..session import RealtimeSession
 from ..session.events import new_id
 from .errors import APIError

@@ -28,7 +28,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from ..config import TALKER
+from ..deploy import TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk
 from ..pipeline.sentences import SentenceSplitter
 from .errors import MISSING_FIELD, APIError, api_error, internal_error, validation_error

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..media.limits import Limits
-from ..pipeline.media_input import MediaPolicy
+from ..media.request_media import MediaPolicy
 from ..pipeline.runtime import Runtime
 from .errors import APIError
 from .metrics import ServerMetrics

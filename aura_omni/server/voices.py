@@ -19,11 +19,11 @@ import numpy as np
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
-from ..config import TALKER
+from ..deploy import TALKER
 from ..media.audio import AudioDecodeError
 from ..media.limits import MediaError
 from .errors import MISSING_FIELD, APIError, validation_error
-from ..pipeline.media_input import MediaPolicy, load_reference_audio
+from ..media.request_media import MediaPolicy, load_reference_audio
 from .protocol import VOICE_NAME_PATTERN, VoiceCard, VoiceCreateRequest
 
 def _tts_error_types() -> tuple[type[Exception], ...]:

@@ -28,7 +28,7 @@ from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
-from ..config import AURA, TALKER
+from ..deploy import AURA, TALKER
 from ..media.audio import resample
 from ..media.image import decode_base64, decode_data_url, decode_image
 from ..media.limits import MediaError
@@ -36,10 +36,10 @@ from ..media.wire_audio import G711, G711_RATE, WIDTHS, OutputStream, decode
 from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import AuraOmniPipeline, TurnTimeout, prefetch_vision, settle
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
-from ..pipeline.errors import api_error, client_error, internal_error
+from ..request.errors import api_error, client_error, internal_error
 from ..placement import session_key
-from ..pipeline.media_input import vision_configs
-from ..pipeline.turn_builder import TurnBuilder, TurnSpec
+from ..media.request_media import vision_configs
+from ..request.turn_builder import TurnBuilder, TurnSpec
 from .config import OPENAI_INPUT_SAMPLE_RATE, SessionConfig, SessionConfigError, check_input_rate
 from .events import GA_AND_BETA, ServerEvent, error_event, new_id
 from .frames import FrameWindow

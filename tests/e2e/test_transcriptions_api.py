@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 import uvicorn
 
-from aura_omni.config import parse_deploy_config
+from aura_omni.deploy import parse_deploy_config
 from aura_omni.server.app import create_app
 from aura_omni.testing.tiny_asr import write_tiny_asr
 

@@ -5,7 +5,7 @@ from fastapi import WebSocket
 from fastapi.testclient import TestClient
 from starlette.testclient import WebSocketDenialResponse
 
-from aura_omni.config import parse_deploy_config
+from aura_omni.deploy import parse_deploy_config
 from aura_omni.media.limits import Limits
 from aura_omni.server.app import create_app
 from aura_omni.server.websocket_auth import accept_with_key

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from aura_omni.cli import build_parser, load_serve_config, main, serve_limits
-from aura_omni.config import CODE2WAV, TALKER, load_deploy_config, parse_deploy_config
+from aura_omni.deploy import CODE2WAV, TALKER, load_deploy_config, parse_deploy_config
 from aura_omni.testing.make_tiny import CHECKPOINTS, deploy_files
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

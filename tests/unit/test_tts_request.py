@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from aura_omni.config import SamplingParams, Stage, SubtalkerSamplingParams
+from aura_omni.deploy import SamplingParams, Stage, SubtalkerSamplingParams
 from aura_omni.media.limits import Limits
-from aura_omni.pipeline.additional_information import AdditionalInformation
+from aura_omni.request.additional_information import AdditionalInformation
 from aura_omni.pipeline.processors import PipelineRequestError
-from aura_omni.pipeline.tts_request import TalkerContext, TTSAsk, build_tts_request, check_tts, talker_token_cap
+from aura_omni.request.tts_request import TalkerContext, TTSAsk, build_tts_request, check_tts, talker_token_cap
 from aura_omni.server.protocol import SpeechRequest
 from aura_omni.server.speech import speech_ask
 from aura_omni.stages.talker_set import TalkerSet

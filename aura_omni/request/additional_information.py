@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .processors import PipelineRequestError
+from ..pipeline.processors import PipelineRequestError
 from .tts_request import TTSAsk
 
 PREFIX = "additional_information"

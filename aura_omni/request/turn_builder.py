@@ -15,18 +15,19 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..config import ASR, AURA, TALKER  # Code2Wav takes no sampling: its list entry is accepted, unused
+from ..deploy import ASR, AURA, TALKER  # Code2Wav takes no sampling: its list entry is accepted, unused
 from ..media.limits import LimitError, Limits
-from ..pipeline.additional_information import AdditionalInformation
+from .additional_information import AdditionalInformation
 from ..pipeline.constants import AURA_STOP_TOKEN_IDS, DEFAULT_TTS_LANGUAGE
 from ..pipeline.processors import PipelineRequestError
-from ..stages.engine_config import sampling_params
-from ..pipeline.tts_request import (TALKER_SAMPLING, TalkerContext, check_tts, finish_tts, sampling_field,
+from ..stages.deploy_settings import sampling_params
+from .tts_request import (TALKER_SAMPLING, TalkerContext, check_tts, finish_tts, sampling_field,
                                     talker_token_cap)
 from ..pipeline.tool_calls import TOOL_CALL_TOKEN_ID, ToolUse
 from ..pipeline.turn import TurnRequest
 from ..engine.grammar import Grammar, GrammarError
-from .media_input import MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input, load_reference_audio, load_video_input
+from ..media.request_media import (MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input, load_reference_audio,
+                                   load_video_input)
 
 
 @dataclass

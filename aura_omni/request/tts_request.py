@@ -19,13 +19,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
-from ..config import Stage
+from ..deploy import Stage
 from ..media.audio import AudioDecodeError
 from ..media.limits import Limits, MediaError
-from ..stages.engine_config import SAMPLING_KEYS
+from ..stages.deploy_settings import SAMPLING_KEYS
 from ..stages.tts import TTSRequest, TTSRequestError
-from .constants import DEFAULT_CUSTOM_VOICE_SPEAKER
-from .processors import PipelineRequestError, normalize_speaker
+from ..pipeline.constants import DEFAULT_CUSTOM_VOICE_SPEAKER
+from ..pipeline.processors import PipelineRequestError, normalize_speaker
 
 TASK_ALIASES = {"base": "Base", "customvoice": "CustomVoice", "custom_voice": "CustomVoice",
                 "voicedesign": "VoiceDesign", "voice_design": "VoiceDesign"}
