@@ -25,7 +25,10 @@ log = logging.getLogger("aura_omni")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="aura-omni", description="Qwen3-ASR -> AURA -> Qwen3-TTS server")
+    parser.add_argument("--version", action="version", version=f"aura-omni {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible API")
@@ -40,12 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--omni", action="store_true", help="accepted for vLLM-Omni compatibility (always on)")
     serve.add_argument("--trust-remote-code", action="store_true",
                        help="accepted for compatibility; code inside checkpoints is never executed")
-    serve.add_argument("--host", default="0.0.0.0")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default="0.0.0.0",
+                       help="address to listen on (default: 0.0.0.0, every interface; 127.0.0.1 for this machine only)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
     serve.add_argument("--api-key", default=os.environ.get("AURA_OMNI_API_KEY"),
                        help="require `Authorization: Bearer KEY` (default: $AURA_OMNI_API_KEY)")
     serve.add_argument("--device", default=None, help="run every stage here (cpu, cuda, cuda:1); default: stage `devices`")
-    serve.add_argument("--dtype", default=None, choices=["auto", "bfloat16", "float16", "float32"])
+    serve.add_argument("--dtype", default=None, choices=["auto", "bfloat16", "float16", "float32"],
+                       help="weights and activations of every stage (default: each stage's `dtype`, else auto: "
+                            "bfloat16 on GPU, float32 on CPU)")
     serve.add_argument("--load-format", default=None, choices=["auto", "dummy"],
                        help="dummy: full-size architecture with random weights (benchmarks without download)")
     serve.add_argument("--allowed-local-media-path", default=None,

@@ -43,5 +43,6 @@ class ServerState:
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model not in self.model_names:
-            raise APIError(f"The model `{model}` does not exist; this server serves `{self.served_model_name}`",
+            served = ", ".join(f"`{name}`" for name in (self.served_model_name, *self.model_aliases))
+            raise APIError(f"The model `{model}` does not exist; this server serves {served}",
                            404, param="model", code="model_not_found")

@@ -66,7 +66,8 @@ class TurnRequests:
                         system_prompt=config.system_prompt,
                         history=history if history is not None else self.history.turns(
                             config.playback_commit_policy, exclude), speak=config.speak, info=info,
-                        voice=config.voice, stage_sampling=config.stage_sampling, aura_sampling=sampling)
+                        voice=config.voice, stage_sampling=config.stage_sampling, aura_sampling=sampling,
+                        info_param="session.extra_body", voice_param="session.audio.output.voice")
 
     async def _prepare_aura(self, resp: Response) -> None:
         """While the turn's speech is still being transcribed (a commit, then response.create): the prompt as known
