@@ -46,7 +46,6 @@ from .frames import FrameWindow
 from .history import History, Item
 from .journal import Journal
 from .transcribe_ahead import TranscribeAhead
-from .transcribe_ahead import enabled as transcribe_ahead_enabled
 from .vad import ServerVad
 
 log = logging.getLogger("aura_omni.session")
@@ -143,7 +142,8 @@ def session_pipeline(runtime) -> tuple[Any, _AuraWatch | None]:
     return AuraOmniPipeline(base.asr, watch, base.speech, sentence_min_chars=base.sentence_min_chars,
                             default_timeout_s=base.default_timeout_s, stream_text_to_talker=base.stream_text_to_talker,
                             talker_start_words=base.talker_start_words,
-                            max_utterance_chars=base.max_utterance_chars, on_phases=base.on_phases), watch
+                            max_utterance_chars=base.max_utterance_chars, on_phases=base.on_phases,
+                            turn_settings=base.turn_settings), watch
 
 
 class RealtimeSession:
@@ -474,7 +474,7 @@ class RealtimeSession:
                     for resp in list(self.responses):
                         await self._cancel(resp, "barge_in")
             elif ev.kind == "pause":  # the commit's audio is known now, unless the user speaks again
-                if transcribe_ahead_enabled() and self._buffer_speech is not False:
+                if self.pipeline.turn_settings.transcribe_ahead and self._buffer_speech is not False:
                     self.ahead.start(padded, self._asr(self._audio_until(padded)))
             else:
                 self.emit("input_audio_buffer.speech_stopped", audio_end_ms=pos * 1000 // ASR_SAMPLE_RATE,
