@@ -104,7 +104,7 @@ class Omni:
         vision = [("image", _source(i)) for i in images] + [("video", _source(v)) for v in videos]
         return TurnSpec(audio=_source(audio) if audio is not None else None, vision=vision,
                         text_parts=[text] if text else [], speak=speak, info=info, aura_sampling=sampling,
-                        history=list(history or []), voice=options.get("voice"),
+                        history=list(history or []), voice=options.get("voice"), info_param="", voice_param="voice",
                         vision_params=[f"images[{i}]" for i in range(len(images))]
                         + [f"video[{i}]" for i in range(len(videos))],
                         tool_use=tool_use(options.get("tools"), options.get("tool_choice"),

@@ -153,7 +153,8 @@ def check_tts(ask: TTSAsk, ctx: TalkerContext) -> TTSPlan:
         elif registered is None:
             got = f"{name!r} is not a registered voice" if name else "no voice was given"
             raise PipelineRequestError(
-                f"{ask.param('voice')}: a Base checkpoint clones a reference voice and {got}; send "
+                f"{ask.param('voice')}: a Base checkpoint clones a reference voice and {got} (preset speakers such "
+                f"as Vivian need a CustomVoice checkpoint, which this deployment does not serve); send "
                 f"{ask.param('ref_audio')} (with {ask.param('ref_text')}) or register a voice with "
                 f"POST /v1/audio/voices", param=ask.param("voice"), code="missing_reference")
         instruct = None

@@ -69,7 +69,7 @@ def check_response_format(req: SpeechRequest, streaming: bool) -> None:
     try:
         check_format(req.response_format, streaming=streaming)
     except UnsupportedFormatError as e:
-        raise APIError(f"response_format: {e}", param="response_format", code="unsupported_format") from None
+        raise APIError(str(e), param="response_format", code="unsupported_format") from None  # names the field
 
 
 async def speak_file(state, tts_req, req: SpeechRequest, path: str, since: float) -> tuple[bytes, int]:

@@ -19,7 +19,7 @@ from ..deploy import ASR
 from ..media.audio import AudioDecodeError, decode_audio
 from ..request.additional_information import check_asr_context
 from .disconnect import unless_client_leaves
-from .errors import APIError
+from .errors import MISSING_FIELD, APIError
 from .protocol import MAX_TEMPERATURE  # OpenAI's range for this endpoint is 0..1; accept what chat accepts
 
 router = APIRouter()
@@ -57,7 +57,7 @@ async def create_transcription(request: Request):
     form = await request.form()
     upload = form.get("file")
     if not isinstance(upload, UploadFile):
-        raise APIError("file: required field is missing (an audio file upload)", param="file")
+        raise APIError("file: required field is missing (an audio file upload)", param="file", code=MISSING_FIELD)
     state.check_model(form.get("model") or None)
     response_format = (form.get("response_format") or "json").strip()
     if response_format not in RESPONSE_FORMATS:

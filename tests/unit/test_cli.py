@@ -33,6 +33,24 @@ def test_serve_defaults_and_bad_choices():
         build_parser().parse_args(["serve", "--load-format", "pt"])
 
 
+def test_version_is_the_package_version(capsys):
+    from aura_omni import __version__
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"aura-omni {__version__}"
+    pyproject = (CONFIGS.parent / "pyproject.toml").read_text()
+    assert f'version = "{__version__}"' in pyproject  # one version: the package's and the distribution's
+
+
+def test_serve_help_shows_what_host_port_and_dtype_mean(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default: 0.0.0.0, every interface" in text and "(default: 8000)" in text
+    assert "weights and activations of every stage" in text
+
+
 def test_limits_come_from_defaults_then_the_deploy_file_then_flags():
     deploy = parse_deploy_config({"stages": [{"stage_id": 0, "model": "asr", "model_stage": "asr"}],
                                   "limits": {"max_body_bytes": 1000, "max_text_chars": 10}})

@@ -138,6 +138,30 @@ def test_chat_errors_name_additional_information_keys():
     assert e.value.param == "audio.voice"
 
 
+def test_errors_name_the_keys_where_each_client_sent_them():
+    """A realtime session's keys sit in `session.extra_body` and its voice in `session.audio.output.voice`; `Omni`
+    takes them as keyword arguments."""
+    c, _ = ctx()
+    info = AdditionalInformation.parse({"tts_ref_audio": "AAAA"})
+    for prefix, voice_param, ref_text in (("session.extra_body", "session.audio.output.voice",
+                                           "session.extra_body.tts_ref_text"), ("", "voice", "tts_ref_text")):
+        with pytest.raises(PipelineRequestError) as e:
+            check_tts(info.tts_ask(None, prefix=prefix, voice_param=voice_param), c)
+        assert e.value.param == ref_text and "additional_information" not in str(e.value)
+        with pytest.raises(PipelineRequestError) as e:
+            check_tts(AdditionalInformation.parse({}).tts_ask("Vivian", prefix=prefix, voice_param=voice_param), c)
+        assert e.value.param == voice_param
+
+
+def test_a_preset_speaker_on_a_base_checkpoint_is_explained():
+    c, _ = ctx()
+    with pytest.raises(PipelineRequestError) as e:
+        check_tts(TTSAsk(voice="Vivian"), c)
+    assert e.value.code == "missing_reference"
+    assert "'Vivian' is not a registered voice" in str(e.value) and "preset speakers" in str(e.value)
+    assert "CustomVoice checkpoint" in str(e.value)
+
+
 @pytest.mark.parametrize("info, param, words", [
     ({"tts_refaudio": "A"}, "additional_information.tts_refaudio", "unknown option"),
     ({"tts_max_new_tokens": "many"}, "additional_information.tts_max_new_tokens", "integer"),
