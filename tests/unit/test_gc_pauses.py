@@ -38,9 +38,12 @@ def test_freeze_leaves_the_objects_alive_now_out_of_later_collections():
         gc.unfreeze()
 
 
-def test_freeze_can_be_turned_off_for_an_a_b_run(monkeypatch):
-    monkeypatch.setenv(gc_pauses.FREEZE_ENV, "0")
+def test_freeze_can_be_turned_off_for_an_a_b_run():
+    from aura_omni.deploy import parse_deploy_config
+
+    deploy = parse_deploy_config({"pipeline": "qwen3_tts", "gc_freeze": False,
+                                  "stages": [{"stage_id": 0, "model": "m"}, {"stage_id": 1, "model": "m"}]})
     try:
-        assert gc_pauses.freeze() == 0 and gc.get_freeze_count() == 0
+        assert gc_pauses.freeze(deploy.gc_freeze) == 0 and gc.get_freeze_count() == 0
     finally:
         gc.unfreeze()

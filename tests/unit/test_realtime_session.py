@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import soundfile as sf
 from PIL import Image
 
+from aura_omni.deploy import TurnSettings
 from aura_omni.stages.asr.transcript import Transcript
 from aura_omni.bench.inputs import RECORDED_SPEECH
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline
@@ -548,8 +549,8 @@ async def test_speech_that_resumes_after_the_pause_is_transcribed_again_whole(mo
     assert rt.ahead == [(320 + 200) * 16, whole] and done["transcript"] == f"heard {whole} samples"
     assert rt.turn_asr == 0
 
-    monkeypatch.setenv("AURA_OMNI_TRANSCRIBE_AHEAD", "0")  # off: the turn transcribes after the commit
     rt = AheadRuntime()
+    rt.pipeline.turn_settings = TurnSettings(transcribe_ahead=False)  # off: the turn transcribes after the commit
     s = vad_session(rt, [0.9] * 10 + [0.0] * 20)
     s.config = s.config.with_update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(30))
