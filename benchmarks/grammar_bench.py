@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_bench import SHAPES, VOCAB, BenchLM, sync  # noqa: E402
 
-from aura_omni.engine.config import EngineConfig  # noqa: E402
+from aura_omni.engine.engine_config import EngineConfig  # noqa: E402
 from aura_omni.engine.grammar import Grammar, GrammarCompiler  # noqa: E402
 from aura_omni.engine.llm_engine import LLMEngine  # noqa: E402
 from aura_omni.engine.sampling_params import SamplingParams  # noqa: E402

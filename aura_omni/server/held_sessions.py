@@ -126,6 +126,12 @@ class HeldSessions:
         await self._end(self._sessions[session_id], "slot_reclaimed")
         return True
 
+    async def close_detached(self, reason: str) -> None:
+        """Close every session held without a socket (the server is shutting down: none can be resumed)."""
+        for session_id in list(self._expiry):
+            self._expiry.pop(session_id).cancel()
+            await self._sessions[session_id].close(reason)
+
     async def resume(self, link: Link, event: dict) -> bool:
         """`session.resume` as a connection's first event: take the named session over (True), or answer why not
         (False; the connection keeps its own new session)."""

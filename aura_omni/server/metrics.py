@@ -104,7 +104,7 @@ class StageCollector(Collector):
         yield from (f for f in (*gauges.values(), kv, *counters.values()) if f.samples)
 
 
-STAGE_LATENCIES = {  # stages/latency.py histogram -> metric labelled `stage`
+STAGE_LATENCIES = {  # stages/loop_metrics.py histogram -> metric labelled `stage`
     "queue": ("aura_omni:stage_queue_time_seconds", "Time a request waited in front of the stage's engine "
               "(submitted -> taken in between two steps)."),
     "input_wait": ("aura_omni:stage_input_wait_seconds", "Time a request waited for input it needs to start, after "
@@ -119,7 +119,7 @@ STAGE_LATENCIES = {  # stages/latency.py histogram -> metric labelled `stage`
 
 
 def _buckets(snap) -> list[tuple[str, int]]:
-    """A stages/latency.py snapshot's cumulative buckets as prometheus-client takes them."""
+    """A stages/loop_metrics.py snapshot's cumulative buckets as prometheus-client takes them."""
     return [("+Inf" if le == float("inf") else repr(le), n) for le, n in snap.buckets]
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from ..config import AURA
+from ..deploy import AURA
 from ..media.image import decode_base64, decode_data_url, decode_image
 from ..media.limits import MediaError
-from ..pipeline.media_input import vision_configs
+from ..media.request_media import vision_configs
 from ..pipeline.orchestrator import prefetch_vision, settle
 from ..placement import session_key
 from .errors import ClientError

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from ..media.wire_audio import G711, G711_RATE
-from ..pipeline.additional_information import AdditionalInformation
+from ..request.additional_information import AdditionalInformation
 from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
 from ..pipeline.processors import PipelineRequestError
 

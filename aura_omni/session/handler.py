@@ -14,9 +14,9 @@ import logging
 import uuid
 from typing import Any, AsyncIterator, Callable
 
-from ..config import TALKER
-from ..pipeline.errors import client_error, internal_error
-from ..pipeline.turn_builder import TurnBuilder
+from ..deploy import TALKER
+from ..request.errors import client_error, internal_error
+from ..request.turn_builder import TurnBuilder
 from .camera import Camera
 from .config import SessionConfig, SessionConfigError
 from .conversation import Conversation
@@ -34,18 +34,23 @@ log = logging.getLogger("aura_omni.session")
 __all__ = ["ClientError", "RealtimeSession", "ResumeRefused", "Response"]
 
 
+def new_session_id(duplex: bool) -> str:
+    return f"duplex-{uuid.uuid4().hex}" if duplex else new_id("sess")
+
+
 class RealtimeSession(InputBuffer, Camera, Conversation, Responses, ReplyStream, TurnRequests, Resume):
     """Feed client events with `handle(event)`; read server events with `next_event()` / `async for`."""
 
     def __init__(self, runtime, builder: TurnBuilder, *, model: str, duplex: bool = False,
                  beta: bool | None = False, max_sessions: int = 1,
-                 on_closed: Callable[[RealtimeSession], None] | None = None, resumable: bool = False):
+                 on_closed: Callable[[RealtimeSession], None] | None = None, resumable: bool = False,
+                 session_id: str | None = None):
         self.runtime, self.builder, self.model, self.duplex = runtime, builder, model, duplex
         # beta None: the first session.update's shape decides (a beta client that sent no OpenAI-Beta header)
         self.dialect = dialect("duplex" if duplex else "beta" if beta else "ga")
         self._shape_decides = beta is None and not duplex
         self.on_closed = on_closed  # the transport's: the session's slot is free
-        self.id = f"duplex-{uuid.uuid4().hex}" if duplex else new_id("sess")
+        self.id = session_id or new_session_id(duplex)  # the transport's: the id it already gave the socket
         self.max_sessions = max_sessions
         talker = runtime.models.get(TALKER)
         self.config = SessionConfig.for_session(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..media.wire_audio import OutputStream
 from ..pipeline.constants import TTS_SAMPLE_RATE
-from ..pipeline.errors import api_error, internal_error
+from ..request.errors import api_error, internal_error
 from ..pipeline.orchestrator import TurnTimeout, settle
 from ..placement import session_key
 from .config import SessionConfig

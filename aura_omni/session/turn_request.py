@@ -11,7 +11,7 @@ import numpy as np
 
 from ..pipeline.constants import ASR_SAMPLE_RATE
 from ..pipeline.orchestrator import AuraOmniPipeline
-from ..pipeline.turn_builder import TurnSpec
+from ..request.turn_builder import TurnSpec
 from .config import SessionConfig
 from .responses import Response
 
@@ -66,7 +66,8 @@ class TurnRequests:
                         system_prompt=config.system_prompt,
                         history=history if history is not None else self.history.turns(
                             config.playback_commit_policy, exclude), speak=config.speak, info=info,
-                        voice=config.voice, stage_sampling=config.stage_sampling, aura_sampling=sampling)
+                        voice=config.voice, stage_sampling=config.stage_sampling, aura_sampling=sampling,
+                        info_param="session.extra_body", voice_param="session.audio.output.voice")
 
     async def _prepare_aura(self, resp: Response) -> None:
         """While the turn's speech is still being transcribed (a commit, then response.create): the prompt as known

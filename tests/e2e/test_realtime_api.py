@@ -504,7 +504,7 @@ async def test_barge_in_stops_every_stage_within_100ms(omni):
 
 
 async def test_turn_two_prefills_only_its_new_tokens(omni):
-    from aura_omni.config import AURA
+    from aura_omni.deploy import AURA
 
     blocks = omni.runtime.models[AURA].engine.blocks
     async with omni.session(instructions="You watch a live camera and answer briefly. " * 8,
@@ -532,7 +532,7 @@ async def test_a_camera_turns_vision_is_prefilled_while_its_speech_is_transcribe
     session's own transcription (a commit, then response.create). Measured against the same turn with that switched
     off (a new frame each, so only the switch differs; the switched-on turn runs first, so the other finds the system
     prompt cached too)."""
-    from aura_omni.config import AURA
+    from aura_omni.deploy import AURA
 
     blocks = omni.runtime.models[AURA].engine.blocks
     hits = {}
@@ -560,7 +560,7 @@ async def test_a_window_seen_while_the_user_speaks_is_prefilled_before_the_commi
     """Speech appended with a frame: AURA prefills the prompt through the window before any commit. The turn the
     commit creates then computes less than that prefix: its own prefix prefill and its request find it cached, and
     compute only the words and the partly filled blocks."""
-    from aura_omni.config import AURA
+    from aura_omni.deploy import AURA
 
     blocks = omni.runtime.models[AURA].engine.blocks
     async with omni.session(instructions="You narrate a kitchen camera, briefly. " * 16, output_modalities=["text"],

@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from aura_omni.config import parse_deploy_config
+from aura_omni.deploy import parse_deploy_config
 from aura_omni.media.playback import PlaybackClock
 from aura_omni.server.app import create_app
 from aura_omni.server.metrics import RealtimeMeter, ServerMetrics

@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 import soundfile as sf
 from PIL import Image
 
-from aura_omni.asr.transcript import Transcript
+from aura_omni.stages.asr.transcript import Transcript
 from aura_omni.bench.inputs import RECORDED_SPEECH
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline
 from aura_omni.pipeline.processors import PipelineRequestError
-from aura_omni.pipeline.stage_api import AuraDelta
+from aura_omni.stages.aura.stage import AuraDelta
 from aura_omni.pipeline.turn import TurnRequest
-from aura_omni.pipeline.media_input import MediaPolicy
+from aura_omni.media.request_media import MediaPolicy
 from aura_omni.session import RealtimeSession, SessionConfig, SessionConfigError
 from aura_omni.session.frames import FrameWindow, similarity
 from aura_omni.session.history import History, Item
