@@ -800,6 +800,15 @@ async def test_response_create_with_nothing_new_greets_from_the_instructions():
     assert [i.role for i in s.history.items] == ["assistant"]  # the greeting is the conversation's first item
 
 
+@pytest.mark.asyncio
+async def test_a_duplex_session_keeps_refusing_a_response_with_nothing_to_answer():
+    s = new_session(duplex=True)
+    await s.send("session.update", session={})
+    await s.send("response.create")
+    assert (await until(s, "error"))[-1]["error"]["code"] == "response_create_without_input"  # vLLM-Omni's contract
+    assert not s.responses
+
+
 def user_text(text: str) -> dict:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
