@@ -165,11 +165,8 @@ class Responses:
 
     def _response_view(self, resp: Response, status: str, reason: str | None = None, **fields) -> ResponseView:
         output = [resp.item] if resp.item is not None and not resp.item.silent else []
-        modalities = (list(resp.config.modalities) if resp.config.modalities
-                      else ["audio"] if resp.speak and not self.dialect.name == "beta"
-                      else ["text", "audio"] if resp.speak else ["text"])
         return ResponseView(resp.id, status, resp.speak, output, reason, metadata=resp.metadata, epoch=resp.epoch,
-                            modalities=modalities, **fields)
+                            modalities=resp.config.modalities, **fields)
 
     async def _run(self, resp: Response, previous: list[Response]) -> None:
         session_key.set(self.id)  # this task's stage requests: its AURA replica holds the session's prefix cache
