@@ -801,6 +801,15 @@ async def test_response_create_with_nothing_new_greets_from_the_instructions():
     assert [i.role for i in s.history.items] == ["assistant"]  # the greeting is the conversation's first item
 
 
+@pytest.mark.asyncio
+async def test_a_duplex_session_keeps_refusing_a_response_with_nothing_to_answer():
+    s = new_session(duplex=True)
+    await s.send("session.update", session={})
+    await s.send("response.create")
+    assert (await until(s, "error"))[-1]["error"]["code"] == "response_create_without_input"  # vLLM-Omni's contract
+    assert not s.responses
+
+
 def user_text(text: str) -> dict:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
@@ -856,3 +865,22 @@ async def test_every_error_event_is_logged_with_its_code_and_session(caplog):
     assert error["code"] == "input_audio_buffer_commit_empty"  # OpenAI's code in an OpenAI session
     record = next(r for r in caplog.records if "input_audio_buffer_commit_empty" in r.getMessage())
     assert record.levelname == "INFO" and s.id in record.getMessage() and "c7" in record.getMessage()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("session, beta", [
+    ({"modalities": ["audio", "text"], "turn_detection": None}, True),  # the beta flat shape, without its header
+    ({"type": "realtime", "audio": {"input": {"turn_detection": None}}}, False),
+    ({"instructions": "Be brief.", "voice": "vivian"}, False),  # fields of either shape: GA stays
+])
+async def test_without_the_beta_header_the_first_session_update_picks_the_dialect(session, beta):
+    s = RealtimeSession(FakeRuntime(), FakeBuilder(), model="tiny", beta=None)  # the transport's, without a header
+    s.start()
+    await s.send("session.update", session=session)
+    s.config = dataclasses.replace(s.config, turn_detection=None)
+    await s.send("conversation.item.create", item=user_text("hi"))
+    await s.send("response.create")
+    types = {e.type for e in await until(s, "response.done")}
+    assert ("response.audio.delta" in types) == beta and ("response.output_audio.delta" in types) != beta
+    await s.send("session.update", session={"modalities": ["text"]})  # settled: a later update changes nothing
+    assert s.dialect.name == ("beta" if beta else "ga")
