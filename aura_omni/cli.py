@@ -2,7 +2,7 @@
 
   aura-omni serve [MODEL] --omni --deploy-config PATH --served-model-name NAME [NAME ...] --trust-remote-code
                   --host H --port P --api-key KEY --device cpu --dtype auto --load-format {auto,dummy}
-                  --distributed-executor-backend ray --ray-address ADDRESS
+                  --distributed-executor-backend ray --ray-address ADDRESS --cache-dir DIR --voice-dir DIR
   aura-omni make-tiny DIR [--seed N]
   aura-omni bench serve --backend {speech,chat,realtime} --base-url URL --model NAME --max-concurrency N [N ...]
                   --num-prompts N --request-rate R --save-result --result-filename FILE --plot FILE
@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 from .media.limits import Limits
 
@@ -57,8 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="folder below which requests may name server-local reference audio (off by default)")
     serve.add_argument("--allowed-media-domains", nargs="+", default=None, metavar="DOMAIN",
                        help="hosts whose http(s) image/video/audio URLs chat requests may use (off by default)")
+    serve.add_argument("--cache-dir", default=None, metavar="DIR",
+                       help="persistent compile caches and the default voice library (deploy key cache_dir; "
+                            "default $XDG_CACHE_HOME/aura-omni or ~/.cache/aura-omni)")
+    serve.add_argument("--voice-dir", default=None, metavar="DIR",
+                       help="registered voices, kept across restarts and shared by every server given the same "
+                            "directory (deploy key voice_dir; default CACHE_DIR/voices)")
     serve.add_argument("--request-timeout", type=float, default=300.0, metavar="SECONDS",
                        help="cancel a chat turn in every stage after this long (504); 0 = no limit")
+    serve.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
+                       help="on SIGTERM, refuse new work and let what is in flight finish for up to this long, then "
+                            "exit 0 (docs/deploy.md)")
     serve.add_argument("--distributed-executor-backend", default=None, choices=["ray"],
                        help="ray: run each stage as Ray actors (deploy key distributed_executor_backend; docs/ray.md)")
     serve.add_argument("--ray-address", default=None, metavar="ADDRESS",
@@ -108,12 +118,22 @@ def serve_limits(args: argparse.Namespace, deploy) -> Limits:
     return Limits.from_values(deploy.limits, {f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
 
 
+def serve_dirs(args: argparse.Namespace, deploy) -> tuple[Path, Path]:
+    """(cache directory, voice directory): flags over the deploy file's `cache_dir` / `voice_dir` over defaults."""
+    from .layers.cache_dir import resolve_cache_dir, voice_dir_under
+
+    cache_dir = resolve_cache_dir(args.cache_dir or deploy.cache_dir)
+    voice_dir = args.voice_dir or deploy.voice_dir
+    return cache_dir, Path(voice_dir).expanduser().absolute() if voice_dir else voice_dir_under(cache_dir)
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .deploy import DeployConfigError
     from .models.loader import CheckpointError
     from .server.app import create_app
+    from .server.drain import FORCED_STOP_S, DrainingServer
 
     try:
         deploy = load_serve_config(args)
@@ -124,23 +144,39 @@ def serve(args: argparse.Namespace) -> int:
         log.info("--trust-remote-code accepted for compatibility: aura-omni runs its own model code and never "
                  "executes code shipped inside a checkpoint")
     name = args.served_model_name or args.model or args.model_flag  # None: the AURA (or Talker) stage's model
+    if args.drain_timeout < 0:
+        print("aura-omni serve: --drain-timeout must be >= 0", file=sys.stderr)
+        return 2
     try:
         limits = serve_limits(args, deploy)
     except ValueError as e:
         print(f"aura-omni serve: {e}", file=sys.stderr)
         return 2
+    from .layers.cache_dir import use_compile_caches
+
+    cache_dir, voice_dir = serve_dirs(args, deploy)
+    try:
+        caches = use_compile_caches(cache_dir)  # before the first stage loads: its warm start compiles kernels
+    except OSError as e:
+        print(f"aura-omni serve: cache directory {cache_dir}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    log.info("cache directory %s (triton %s, inductor %s); voices in %s", cache_dir, *caches.values(), voice_dir)
     try:
         app = create_app(deploy, name, args.api_key, device=args.device, dtype=args.dtype, limits=limits,
+                         voice_dir=voice_dir,
                          load_format=args.load_format, allowed_local_media_path=args.allowed_local_media_path,
                          allowed_media_domains=args.allowed_media_domains,
                          request_timeout_s=args.request_timeout or None)
-    except (CheckpointError, RuntimeError, ValueError) as e:
+    except (CheckpointError, RuntimeError, ValueError, OSError) as e:  # OSError: e.g. an unwritable --voice-dir
         print(f"aura-omni serve: cannot start: {e}", file=sys.stderr)
         return 1
     log.info("serving %s (pipeline %s, stages %s) on http://%s:%d", name, deploy.pipeline,
              sorted(deploy.roles), args.host, args.port)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                           ws="websockets-sansio", ws_max_size=limits.max_ws_message_bytes))
+    drain = app.state.server.drain
+    drain.timeout_s = args.drain_timeout
+    server = DrainingServer(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                           ws="websockets-sansio", ws_max_size=limits.max_ws_message_bytes,
+                                           timeout_graceful_shutdown=FORCED_STOP_S), drain)
     lost: list[str] = []
 
     def device_lost(loop) -> None:

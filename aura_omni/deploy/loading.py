@@ -89,6 +89,10 @@ def load_deploy_config(path: str | os.PathLike, default_model: str | None = None
     for s in cfg.stages:
         if s.model.startswith(("./", "../")):
             s.model = str((path.parent / s.model).resolve())
+    for key in ("cache_dir", "voice_dir"):  # a relative directory is the file's neighbour, as a relative model is
+        value = getattr(cfg, key)
+        if value and not Path(value).expanduser().is_absolute():
+            setattr(cfg, key, str((path.parent / value).resolve()))
     return cfg
 
 

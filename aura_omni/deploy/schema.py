@@ -188,6 +188,8 @@ class DeployConfig(_Strict):
     ray_address: str | None = None  # an existing Ray cluster (`serve --ray-address`); None: a local Ray
     # realtime sessions: OpenAI voice name -> a Talker speaker or registered voice; None: session/config.py's table
     voice_aliases: dict[str, str] | None = None
+    cache_dir: str | None = None  # compile caches, and the voice library's default home (`serve --cache-dir`)
+    voice_dir: str | None = None  # registered voices, vLLM-Omni's custom_voice_dir (`serve --voice-dir`)
     _source: str = PrivateAttr("<memory>")  # the file it came from, for messages
 
     @field_validator("limits")

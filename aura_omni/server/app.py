@@ -22,7 +22,9 @@ from . import gc_pauses
 from .errors import install_error_handlers
 from .health import main_model
 from .metrics import RequestMetrics
+from .request_ids import RequestIds
 from .state import ServerState
+from .voice_library import VoiceLibrary
 from .websocket_auth import check_api_key as check_key
 
 log = logging.getLogger("aura_omni.server")
@@ -58,11 +60,14 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
                runtime: Runtime | None = None, device: str | None = None, dtype: str | None = None,
                load_format: str | None = None, allowed_local_media_path: str | Path | None = None,
                allowed_media_domains: list[str] | None = None,
-               request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S, limits: Limits | None = None) -> FastAPI:
+               request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S, limits: Limits | None = None,
+               voice_dir: str | Path | None = None) -> FastAPI:
     """Build the server; loads the deploy's stage models unless a ready `runtime` is given (tests).
     `served_model_name`: the name (or names, the first reported, as vLLM's) requests may send as `model`.
     `request_timeout_s`: a chat turn running longer is cancelled in every stage and answered 504 (None: no limit).
-    `limits`: default the deploy file's `limits:` section over the built-in defaults."""
+    `limits`: default the deploy file's `limits:` section over the built-in defaults.
+    `voice_dir`: where registered voices are kept and shared (`serve` passes its default); None: in memory only."""
+    voices = VoiceLibrary(voice_dir)  # before the stages load: an unusable directory fails the start at once
     if runtime is None:  # loaded and warmed here: /health answers only once every stage has served a request
         kernel_compiles.watch()  # Triton variants made after the warm start are stalls: logged, and in /metrics
         runtime = Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
@@ -76,7 +81,7 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
     if allowed_media_domains is None:
         allowed_media_domains = [d for d in os.environ.get(ALLOWED_MEDIA_DOMAINS_ENV, "").split(",") if d.strip()]
     state = ServerState(runtime=runtime, served_model_name=names[0], model_aliases=tuple(names[1:]),
-                        api_key=api_key or None,
+                        api_key=api_key or None, voices=voices,
                         allowed_local_media_path=Path(allowed_local_media_path) if allowed_local_media_path else None,
                         limits=limits or Limits.from_values(deploy_config.limits),
                         allowed_media_domains=tuple(d.strip() for d in allowed_media_domains))
@@ -95,6 +100,7 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
     app.add_middleware(Admission, state=state)  # body size, requests in flight, open sockets: Limits
     install_error_handlers(app)
     app.add_middleware(RequestMetrics)  # arrival time for the endpoints' timings; requests_total
+    app.add_middleware(RequestIds)  # outermost: X-Request-Id on every answer, every 4xx/5xx logged with it
     for module in ENDPOINT_MODULES:
         app.include_router(importlib.import_module(f"{__package__}.{module}").router)
     return app

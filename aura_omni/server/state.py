@@ -8,9 +8,10 @@ from pathlib import Path
 from ..media.limits import Limits
 from ..media.request_media import MediaPolicy
 from ..pipeline.runtime import Runtime
+from .drain import Drain
 from .errors import APIError
 from .metrics import ServerMetrics
-from .voices import VoiceRegistry
+from .voice_library import VoiceLibrary
 
 
 @dataclass
@@ -20,10 +21,11 @@ class ServerState:
     model_aliases: tuple[str, ...] = ()  # further --served-model-name values, accepted as `model` and listed
     api_key: str | None = None
     allowed_local_media_path: Path | None = None  # server-local reference audio only below this root
-    voices: VoiceRegistry = field(default_factory=VoiceRegistry)
+    voices: VoiceLibrary = field(default_factory=VoiceLibrary)  # in memory only unless given a directory
     limits: Limits = field(default_factory=Limits)  # the same on every endpoint
     allowed_media_domains: tuple[str, ...] = ()  # hosts of http(s) media; none by default
     metrics: ServerMetrics | None = None  # GET /metrics; built over the runtime's stage stats when not given
+    drain: Drain = field(default_factory=Drain)  # SIGTERM: refuse new work, finish what runs, then stop
 
     def __post_init__(self):
         self.metrics = self.metrics or ServerMetrics(lambda: self.runtime.stage_stats(),

@@ -8,6 +8,7 @@ from starlette.testclient import WebSocketDenialResponse
 from aura_omni.deploy import parse_deploy_config
 from aura_omni.media.limits import Limits
 from aura_omni.server.app import create_app
+from aura_omni.server.drain import Drain
 from aura_omni.server.websocket_auth import accept_with_key
 from aura_omni.pipeline.runtime import Runtime
 
@@ -47,6 +48,17 @@ def test_auth_and_unknown_routes(asr_aura_only):
     r = asr_aura_only.get("/v1/nope", headers=AUTH)
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
     assert asr_aura_only.get("/health").json()["status"] == "ok"
+
+
+def test_every_client_error_is_logged_at_info_with_its_code_and_request(asr_aura_only, caplog):
+    with caplog.at_level("INFO", logger="aura_omni.server"):
+        asr_aura_only.post("/v1/audio/speech", headers=AUTH, json={"model": "served", "input": "hi", "voice": "x"})
+        asr_aura_only.get("/v1/models")
+        asr_aura_only.get("/v1/nope", headers=AUTH)
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    for path, status, code in (("/v1/audio/speech", 400, "stage_not_deployed"), ("/v1/models", 401, ""),
+                               ("/v1/nope", 404, "")):
+        assert any(path in line and f": {status}" in line and code in line for line in lines), (path, lines)
 
 
 def test_unknown_model_is_404(asr_aura_only):
@@ -158,7 +170,8 @@ def test_a_request_counts_out_when_its_last_byte_goes_not_after_its_clean_up():
             await send({"type": "http.response.body", "body": b"b"})
             await cleanup.wait()
 
-        admission = Admission(app, SimpleNamespace(limits=Limits.from_values({"max_concurrent_requests": 1})))
+        admission = Admission(app, SimpleNamespace(limits=Limits.from_values({"max_concurrent_requests": 1}),
+                                                   drain=Drain()))
         scope = {"type": "http", "path": "/v1/audio/speech", "headers": []}
         sent, last_byte = [], asyncio.Event()
 

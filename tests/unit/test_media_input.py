@@ -21,7 +21,7 @@ from aura_omni.media.request_media import MediaPolicy, load_audio, load_image_in
 from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.request.turn_builder import TurnBuilder, TurnSpec
 from aura_omni.server.errors import APIError
-from aura_omni.server.voices import RegisteredVoice, VoiceRegistry, decode_ref_audio
+from aura_omni.server.voices import RegisteredVoice, VoiceLibrary, decode_ref_audio
 
 
 def audio_bytes(seconds: float, sr: int = 16000, fmt: str = "WAV") -> bytes:
@@ -142,7 +142,7 @@ def test_pixels_per_request_are_summed_after_resizing():
 
 
 def test_registered_voice_deleted_while_media_decodes(monkeypatch):
-    voices = VoiceRegistry()
+    voices = VoiceLibrary()
     voices.add(RegisteredVoice(card=types.SimpleNamespace(name="Mine"), prompt="the-prompt"))
     runtime = FakeRuntime(FakeTTS())
     decoded = []
