@@ -68,7 +68,7 @@ class Conversation:
             self.emit("conversation.item.input_audio_transcription.failed", item_id=p.item.id, content_index=0,
                       error={"type": "server_error", "code": "transcription_failed", "message": str(e)})
             return
-        self._transcribed(p, getattr(result, "text", result))
+        self._transcribed(p, result.text)
 
     def _transcribed(self, p: PendingInput, text: str) -> None:
         seconds = round(len(p.audio) / ASR_SAMPLE_RATE, 3) if p.audio is not None else 0.0

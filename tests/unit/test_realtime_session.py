@@ -111,7 +111,8 @@ class FakeRuntime:
         self.models = {"qwen3_tts": None}  # a Talker is deployed: sessions speak by default
 
     async def transcribe(self, samples, sample_rate, **kw):
-        return "what is this"
+        """As `Runtime.transcribe`: one clip's Transcript."""
+        return Transcript("English", "what is this")
 
 
 def pcm_b64(seconds: float = 0.2, rate: int = 24000, amp: float = 0.2) -> str:
@@ -501,7 +502,7 @@ class AheadRuntime(FakeRuntime):
     async def transcribe(self, samples, sample_rate, **kw):
         self.ahead.append(len(samples))
         await asyncio.sleep(0.02)
-        return f"heard {len(samples)} samples"
+        return Transcript("English", f"heard {len(samples)} samples")
 
 
 def vad_session(rt, probs) -> RealtimeSession:
@@ -745,7 +746,7 @@ async def _prefilling_while_transcribing(log: list, go: asyncio.Event, heard: as
         async def transcribe(self, samples, sample_rate, **kw):
             await heard.wait()
             log.append("transcribed")
-            return "what is this"
+            return Transcript("English", "what is this")
 
     rt = SlowAsrRuntime(aura=_PrefillingAura(log, go))
     rt.models["aura"] = rt.aura
