@@ -25,7 +25,10 @@ log = logging.getLogger("aura_omni")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="aura-omni", description="Qwen3-ASR -> AURA -> Qwen3-TTS server")
+    parser.add_argument("--version", action="version", version=f"aura-omni {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible API")
@@ -40,12 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--omni", action="store_true", help="accepted for vLLM-Omni compatibility (always on)")
     serve.add_argument("--trust-remote-code", action="store_true",
                        help="accepted for compatibility; code inside checkpoints is never executed")
-    serve.add_argument("--host", default="0.0.0.0")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default="0.0.0.0",
+                       help="address to listen on (default: 0.0.0.0, every interface; 127.0.0.1 for this machine only)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
     serve.add_argument("--api-key", default=os.environ.get("AURA_OMNI_API_KEY"),
                        help="require `Authorization: Bearer KEY` (default: $AURA_OMNI_API_KEY)")
     serve.add_argument("--device", default=None, help="run every stage here (cpu, cuda, cuda:1); default: stage `devices`")
-    serve.add_argument("--dtype", default=None, choices=["auto", "bfloat16", "float16", "float32"])
+    serve.add_argument("--dtype", default=None, choices=["auto", "bfloat16", "float16", "float32"],
+                       help="weights and activations of every stage (default: each stage's `dtype`, else auto: "
+                            "bfloat16 on GPU, float32 on CPU)")
     serve.add_argument("--load-format", default=None, choices=["auto", "dummy"],
                        help="dummy: full-size architecture with random weights (benchmarks without download)")
     serve.add_argument("--allowed-local-media-path", default=None,
@@ -60,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "directory (deploy key voice_dir; default CACHE_DIR/voices)")
     serve.add_argument("--request-timeout", type=float, default=300.0, metavar="SECONDS",
                        help="cancel a chat turn in every stage after this long (504); 0 = no limit")
+    serve.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
+                       help="on SIGTERM, refuse new work and let what is in flight finish for up to this long, then "
+                            "exit 0 (docs/deploy.md)")
     serve.add_argument("--distributed-executor-backend", default=None, choices=["ray"],
                        help="ray: run each stage as Ray actors (deploy key distributed_executor_backend; docs/ray.md)")
     serve.add_argument("--ray-address", default=None, metavar="ADDRESS",
@@ -85,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 def load_serve_config(args: argparse.Namespace):
     """The deploy config `serve` runs: the file (stage `model` wins over MODEL) or TTS-only from MODEL, with
     `--distributed-executor-backend` and `--ray-address` over the file's keys (checked like them)."""
-    from .config import load_deploy_config, parse_deploy_config, single_model_config
+    from .deploy import load_deploy_config, parse_deploy_config, single_model_config
 
     model = args.model or args.model_flag
     backend, ray_address = getattr(args, "distributed_executor_backend", None), getattr(args, "ray_address", None)
@@ -121,9 +130,10 @@ def serve_dirs(args: argparse.Namespace, deploy) -> tuple[Path, Path]:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .config import DeployConfigError
+    from .deploy import DeployConfigError
     from .models.loader import CheckpointError
     from .server.app import create_app
+    from .server.drain import FORCED_STOP_S, DrainingServer
 
     try:
         deploy = load_serve_config(args)
@@ -134,6 +144,9 @@ def serve(args: argparse.Namespace) -> int:
         log.info("--trust-remote-code accepted for compatibility: aura-omni runs its own model code and never "
                  "executes code shipped inside a checkpoint")
     name = args.served_model_name or args.model or args.model_flag  # None: the AURA (or Talker) stage's model
+    if args.drain_timeout < 0:
+        print("aura-omni serve: --drain-timeout must be >= 0", file=sys.stderr)
+        return 2
     try:
         limits = serve_limits(args, deploy)
     except ValueError as e:
@@ -159,8 +172,11 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     log.info("serving %s (pipeline %s, stages %s) on http://%s:%d", name, deploy.pipeline,
              sorted(deploy.roles), args.host, args.port)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                           ws="websockets-sansio", ws_max_size=limits.max_ws_message_bytes))
+    drain = app.state.server.drain
+    drain.timeout_s = args.drain_timeout
+    server = DrainingServer(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                           ws="websockets-sansio", ws_max_size=limits.max_ws_message_bytes,
+                                           timeout_graceful_shutdown=FORCED_STOP_S), drain)
     lost: list[str] = []
 
     def device_lost(loop) -> None:
@@ -169,7 +185,7 @@ def serve(args: argparse.Namespace) -> int:
         if os.environ.get("AURA_OMNI_KEEP_ALIVE_ON_DEVICE_LOSS") != "1":
             server.should_exit = True  # open streams end; /health says 503 `device_lost` meanwhile
 
-    app.state.server.runtime.on_device_lost = device_lost
+    app.state.server.runtime.supervisor.on_device_lost = device_lost
     server.run()
     if lost:
         print(f"aura-omni serve: stopped: the GPU of stage {lost[0]} failed (see the log); start the server again",

@@ -47,7 +47,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aura_omni.bench import breakdown  # noqa: E402
-from aura_omni.bench.inputs import pcm16, speech_like, wav_bytes  # noqa: E402
+from aura_omni.bench.inputs import speech_like, wav_bytes  # noqa: E402
+from aura_omni.media.encode import to_pcm16  # noqa: E402
 
 WEIGHTS = {"speech": 3, "speech_wav": 1, "chat": 3, "chat_audio_in": 2, "chat_leave": 1, "transcription": 2,
            "realtime": 2, "realtime_barge_in": 1, "realtime_leave": 1, "hostile": 2}
@@ -72,7 +73,7 @@ class Soak:
         ref = wav_bytes(speech_like(1.0, 16000), 16000)
         self.ref_b64 = base64.b64encode(ref).decode()
         self.clip_wav = wav_bytes(speech_like(1.5, 16000), 16000)
-        self.pcm_16k = pcm16(speech_like(1.0, 16000))
+        self.pcm_16k = to_pcm16(speech_like(1.0, 16000))
         self.results: list[tuple[float, str, str, float]] = []  # (t since start, kind, outcome, seconds)
         self.errors: Counter = Counter()
         self.error_examples: dict[str, str] = {}

@@ -83,9 +83,15 @@ class GrammarMatcher:
 
     def __init__(self, matcher, stop_token_ids: tuple[int, ...]):
         self.ll, self.stop_token_ids = matcher, stop_token_ids
+        self.accepted = 0  # output tokens consumed so far
 
-    def accept(self, token: int) -> bool:
-        """Advance past a sampled token; False if the grammar did not allow it (the matcher then only allows stops)."""
+    def accept(self, token: int, index: int | None = None) -> bool:
+        """Advance past a sampled token; False if the grammar did not allow it (the matcher then only allows stops).
+        `index`: the token's place in the output; a token already consumed there (the runner advances a matcher
+        before the engine reads the step, model_runner._advance_grammars) is not consumed twice."""
+        if index is not None and index < self.accepted:
+            return not self.failed
+        self.accepted += 1
         return self.ll.consume_token(token)
 
     @property
@@ -193,7 +199,8 @@ def fill_bitmask(rows: list[tuple[GrammarMatcher, int]], batch: int, vocab_size:
     by a -inf logit_bias on every token it allowed) allows only the stop tokens, so the reply ends."""
     import llguidance.torch
 
-    mask = torch.full((batch, -(-vocab_size // 32)), -1, dtype=torch.int32)
+    # pinned: the upload is then truly asynchronous (from pageable memory it waits for the queued forward)
+    mask = torch.full((batch, -(-vocab_size // 32)), -1, dtype=torch.int32, pin_memory=torch.cuda.is_available())
     live = [(m.ll, row) for m, row in rows if not m.failed]
     if live:
         llguidance.torch.fill_next_token_bitmask_par(_executor(), live, mask)

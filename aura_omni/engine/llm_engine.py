@@ -20,7 +20,7 @@ import logging
 from typing import Any, Callable
 
 from aura_omni.engine.block_manager import BlockManager
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.detokenizer import IncrementalDetokenizer
 from aura_omni.engine.model_api import CausalLMAdapter, EngineModel, ModelAdapter
 from aura_omni.engine.model_runner import LaunchedStep, ModelRunner
@@ -145,7 +145,7 @@ class LLMEngine:
             seq.output_token_ids[index] = token
             seq.output_extras[index] = extra
             if seq.grammar is not None:
-                seq.grammar.accept(token)
+                seq.grammar.accept(token, index)
             if self._check_stop(seq, token, index + 1):
                 del seq.output_token_ids[index + 1:], seq.output_extras[index + 1:]  # a spare queued token
                 self.scheduler.finish(seq, seq.finish_reason)

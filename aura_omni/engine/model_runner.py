@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.cuda_graphs import DecodeGraphs
 from aura_omni.engine.memory import KVPlan, plan_kv_cache
 from aura_omni.engine.model_api import CausalLMAdapter, ModelAdapter, Piece, StepInputs
@@ -273,11 +273,27 @@ class ModelRunner:
     def can_run_ahead(self, sched: list[ScheduledSeq]) -> bool:
         """Whether this step can be queued while the previous step's tokens are still PENDING on the host: the Talker's
         inputs never need them; a causal LM takes them from the device in a decode step, unless a penalty reads
-        the token history on the host or a grammar must accept the previous token before it masks the next."""
+        the token history on the host. A grammar row's matcher takes the previous token once this step's forward is
+        queued (`_advance_grammars`)."""
         if getattr(self.adapter, "device_decode_inputs", False):
             return True
         return (self.plain_lm and all(s.num_tokens == 1 and s.start >= s.seq.prompt_len for s in sched)
-                and not any(s.seq.params.needs_penalties or s.seq.grammar is not None for s in sched))
+                and not any(s.seq.params.needs_penalties for s in sched))
+
+    @staticmethod
+    def _advance_grammars(seqs: list, pending: LaunchedStep | None) -> None:
+        """Feed constrained rows' PENDING input tokens (the queued step's samples) to their matchers: called after
+        this step's forward is queued and before its mask is filled, so the grammar's host work (waiting for the
+        token, consuming it, filling the mask) overlaps the device's forward."""
+        rows = [s for s in seqs if s.grammar is not None and s.num_known_tokens < s.num_tokens]
+        if pending is None or not rows:
+            return
+        sampled, ids, _ = pending.result()
+        token_of = {id(s.seq): token for s, token in zip(sampled, ids)}
+        for seq in rows:
+            token = token_of.get(id(seq))
+            if token is not None and token >= 0:  # NON_FINITE: the engine fails the request when it reads the step
+                seq.grammar.accept(token, seq.num_known_tokens - seq.prompt_len)
 
     def _pending_ids(self, sched: list[ScheduledSeq], pending: LaunchedStep | None
                      ) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -344,6 +360,7 @@ class ModelRunner:
                 if all(is_plain_greedy(s) for s in seqs):
                     token_ids = greedy
                 else:
+                    self._advance_grammars(seqs, pending)
                     token_ids = self.sampler(logits, seqs)
             else:
                 token_ids = self._sample(last, seqs)
@@ -376,6 +393,7 @@ class ModelRunner:
                 return LaunchedStep([], None, None)
             last = hidden[ends]
             seqs = [s.seq for s in sampling]
+            self._advance_grammars(seqs, pending)
             token_ids = self._sample(last, seqs)
         # one reduction over the sampled rows: a numerical fault (NaN / inf) fails its request instead of streaming
         # whatever the argmax of NaN is (token 0, "!", for AURA)

@@ -12,7 +12,7 @@ import os
 import time
 from typing import AsyncIterator, Callable
 
-from aura_omni.asr.transcript import Transcript
+from aura_omni.stages.asr.transcript import Transcript
 from aura_omni.placement import session_key
 from aura_omni.pipeline.constants import SILENT_TEXT, TTS_SAMPLE_RATE
 from aura_omni.pipeline.processors import (
@@ -22,7 +22,7 @@ from aura_omni.pipeline.processors import (
     strip_assistant_text,
     wrap_tts_token_ids,
 )
-from aura_omni.pipeline.prompt_tokens import AuraPrompt
+from aura_omni.stages.aura.prompt_tokens import AuraPrompt
 from aura_omni.pipeline.sentences import DEFAULT_MAX_UTTERANCE_CHARS, DEFAULT_START_WORDS, SentenceSplitter, Utterances
 from aura_omni.pipeline.stage_api import AsrStage, AuraStage, SpeechStage
 from aura_omni.pipeline.tool_calls import ReplyStream

@@ -35,7 +35,8 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
                   chunk_frames: int = 25, burst: bool | None = None, all_graphs: bool = True) -> dict[str, float]:
     """Seconds each stage's warm requests took (stages given as the runtime holds them; None = not deployed).
     `frames`: distinct VisionInputs for AURA (camera frames of the live size), sum(AURA_LAYOUTS) of them.
-    `all_graphs`: every Code2Wav graph now (Ray actors), else a lone stream's (`capture_after_ready` does the rest).
+    `all_graphs`: every Code2Wav graph and AURA's grammar machinery now (Ray actors), else a lone stream's graphs
+    (`Runtime.warm_after_ready` does the rest).
     `burst` (default: on a GPU) ends with a burst of the Talker's max_num_seqs requests: a first burst of clients
     would otherwise pay for the shapes only many prompts in one step make (session 12 on the H200: a first burst of 32
     waited ~490 ms for its audio on a fresh machine, ~155 ms once Triton's cache held those kernels; a shorter stall
@@ -55,15 +56,8 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
             async for _ in aura.generate(prompt, vision, request_id=f"warmup-aura{k}", sampling={"max_tokens": 2}):
                 pass
         took["aura"] = time.perf_counter() - t
-        if getattr(aura, "grammars", None) is not None and aura.model.device.type == "cuda":
-            # the grammar library's view of the vocabulary (seconds to build) and the masked sampler: not on the
-            # first tool call's path to its first token
-            t = time.perf_counter()
-            grammar = {"max_tokens": 2, "grammar": Grammar.json_schema({"type": "object"})}
-            async for _ in aura.generate(asr2aura(None, text_parts=["Hello."]), [], request_id="warmup-aura-grammar",
-                                         sampling=grammar):
-                pass
-            took["aura_grammar"] = time.perf_counter() - t
+        if all_graphs:
+            took.update(await warm_grammar(aura))
     for k, talker in enumerate(tts.facades if tts is not None else []):  # each Talker of a TalkerSet
         if talker.code2wav is None:
             continue
@@ -86,6 +80,20 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
             took[f"tts_burst:{talker.model_type}"] = time.perf_counter() - t
     log.info("warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
     return took
+
+
+async def warm_grammar(aura) -> dict[str, float]:
+    """One grammar-constrained AURA request on a GPU, so the grammar library's view of the vocabulary (seconds of
+    host work to build) and the masked sampler are not on the first tool call's path to its first token. The server
+    runs it once it is ready (`Runtime.warm_after_ready`); `warm_up(all_graphs=True)` before."""
+    if aura is None or getattr(aura, "grammars", None) is None or aura.model.device.type != "cuda":
+        return {}
+    t = time.perf_counter()
+    grammar = {"max_tokens": 2, "grammar": Grammar.json_schema({"type": "object"})}
+    async for _ in aura.generate(asr2aura(None, text_parts=["Hello."]), [], request_id="warmup-aura-grammar",
+                                 sampling=grammar):
+        pass
+    return {"aura_grammar": time.perf_counter() - t}
 
 
 async def capture_after_ready(tts, idle_poll_s: float = 0.25) -> int:

@@ -1,6 +1,7 @@
-"""Admission before any endpoint code runs: the body-size limit (413) and HTTP requests in flight (429), from the
-server's one `Limits` (WebSocket sessions are counted by the socket endpoints: realtime.session_slots). `/health` is
-never counted or refused. A refused request has done no work, so nothing is half-processed."""
+"""Admission before any endpoint code runs: a server draining before it stops (503, drain.py), the body-size limit
+(413) and HTTP requests in flight (429), from the server's one `Limits` (WebSocket sessions are counted by the socket
+endpoints: realtime.session_slots). `/health` is never counted or refused. A refused request has done no work, so
+nothing is half-processed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .errors import error_body
 
 NEVER_REFUSED = {"/health"}  # load balancers must always get an answer
+ANSWERED_WHILE_DRAINING = {"/metrics"}  # a scraper's last look at a server that is stopping
 
 
 def _too_large(limit: int) -> str:
@@ -22,10 +24,17 @@ class Admission:
     def __init__(self, app: ASGIApp, state):
         self.app, self.state = app, state
         self.requests = 0  # HTTP requests in flight (a streamed response counts until its last byte is sent)
+        state.drain.http_in_flight = lambda: self.requests  # the drain waits for these
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in NEVER_REFUSED:
             return await self.app(scope, receive, send)
+        drain = self.state.drain
+        if drain.draining and scope["path"] not in ANSWERED_WHILE_DRAINING:
+            body = error_body("the server is shutting down; retry, and another instance (or this one restarted) "
+                              "will answer", 503, code="draining")
+            return await JSONResponse(body, status_code=503, headers={"Retry-After": "1"})(
+                scope, receive, send)
         limits = self.state.limits
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limits.max_body_bytes:

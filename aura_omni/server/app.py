@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI
 from starlette.requests import HTTPConnection
 
 from .. import __version__
-from ..config import DeployConfig
+from ..deploy import DeployConfig
 from ..layers import kernel_compiles
 from ..media.limits import Limits
 from ..pipeline.runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
@@ -22,6 +22,7 @@ from . import gc_pauses
 from .errors import install_error_handlers
 from .health import main_model
 from .metrics import RequestMetrics
+from .request_ids import RequestIds
 from .state import ServerState
 from .voice_library import VoiceLibrary
 from .websocket_auth import check_api_key as check_key
@@ -99,6 +100,7 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
     app.add_middleware(Admission, state=state)  # body size, requests in flight, open sockets: Limits
     install_error_handlers(app)
     app.add_middleware(RequestMetrics)  # arrival time for the endpoints' timings; requests_total
+    app.add_middleware(RequestIds)  # outermost: X-Request-Id on every answer, every 4xx/5xx logged with it
     for module in ENDPOINT_MODULES:
         app.include_router(importlib.import_module(f"{__package__}.{module}").router)
     return app

@@ -15,13 +15,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..pipeline.errors import (_TYPES, APIError, api_error, client_error, internal_error, stage_error,  # noqa: F401
+from ..request.errors import (_TYPES, APIError, api_error, client_error, internal_error, stage_error,  # noqa: F401
                               request_error_types)
 from ..pipeline.runtime import StageNotDeployedError
 from ..placement import StageUnavailableError
-from ..stages.loop import StageError
+from ..stages.stage_engine import StageError
 
 log = logging.getLogger("aura_omni.server")
+
+MISSING_FIELD = "missing_required_parameter"  # OpenAI's code for an absent required field, on every endpoint
 
 def error_body(message: str, status: int, *, param: str | None = None, code: str | None = None,
                type: str | None = None) -> dict:
@@ -72,7 +74,8 @@ def validation_error(exc: RequestValidationError) -> APIError:
         msg = "unknown field; check its spelling against the API reference"
     fields = {_field(tuple(e.get("loc", ()))) for e in errors}
     more = f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
-    return APIError(f"{field}: {msg}{more}" if field else f"{msg}{more}", param=field or None, code="invalid_value")
+    code = MISSING_FIELD if first.get("type") == "missing" else "invalid_value"
+    return APIError(f"{field}: {msg}{more}" if field else f"{msg}{more}", param=field or None, code=code)
 
 
 # Starlette's and FastAPI's own words, said so that a person knows what to send
@@ -86,45 +89,60 @@ _PLAIN_HTTP_DETAILS = {
 }
 
 
+def answered(request: Request, err: APIError) -> JSONResponse:
+    """The error's answer; a client's error (4xx) is logged at INFO with its code and the request it answers."""
+    if err.status < 500:
+        log.info("%s %s: %d %s: %s", request.method, request.url.path, err.status, err.code or err.type, err.message)
+    return error_response(err)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
-    async def _api_error(_: Request, exc: APIError):
-        return error_response(exc)
+    async def _api_error(request: Request, exc: APIError):
+        return answered(request, exc)
 
     @app.exception_handler(StageNotDeployedError)
-    async def _stage_not_deployed(_: Request, exc: StageNotDeployedError):
-        return error_response(APIError(str(exc), 400, code="stage_not_deployed"))
+    async def _stage_not_deployed(request: Request, exc: StageNotDeployedError):
+        return answered(request, APIError(str(exc), 400, code="stage_not_deployed"))
 
     @app.exception_handler(StageUnavailableError)
-    async def _stage_unavailable(_: Request, exc: StageUnavailableError):
-        return error_response(APIError(str(exc), 503, code=exc.code))
+    async def _stage_unavailable(request: Request, exc: StageUnavailableError):
+        return answered(request, APIError(str(exc), 503, code=exc.code))
 
     @app.exception_handler(StageError)  # here, not under `Exception`: Starlette re-raises what that one answers
-    async def _stage_failed(_: Request, exc: StageError):
-        return error_response(stage_error(exc))
+    async def _stage_failed(request: Request, exc: StageError):
+        return answered(request, stage_error(exc))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError):
-        return error_response(validation_error(exc))
+    async def _validation(request: Request, exc: RequestValidationError):
+        return answered(request, validation_error(exc))
 
     @app.exception_handler(json.JSONDecodeError)
-    async def _bad_json(_: Request, exc: json.JSONDecodeError):
-        return error_response(APIError(f"request body is not valid JSON ({exc.msg})", code="invalid_json"))
+    async def _bad_json(request: Request, exc: json.JSONDecodeError):
+        return answered(request, APIError(f"request body is not valid JSON ({exc.msg})", code="invalid_json"))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException):
+    async def _http(request: Request, exc: StarletteHTTPException):
         message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         message = _PLAIN_HTTP_DETAILS.get((exc.status_code, message), message)
+        if exc.status_code < 500:
+            log.info("%s %s: %d: %s", request.method, request.url.path, exc.status_code, message)
         return JSONResponse(error_body(message, exc.status_code), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
-    async def _request_error(_: Request, exc: Exception):
-        return error_response(client_error(exc))
+    async def _request_error(request: Request, exc: Exception):
+        return answered(request, client_error(exc))
 
     for error_type in request_error_types():  # handled here, not re-raised to the server's error log
         app.add_exception_handler(error_type, _request_error)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
-        err = api_error(exc)  # a stage's failure is a 503; anything else not the client's is a logged 500
-        return error_response(err if err is not None else internal_error(f"{request.method} {request.url.path}"))
+        return unexpected_response(request.method, request.url.path, exc)
+
+
+def unexpected_response(method: str, path: str, exc: Exception) -> JSONResponse:
+    """The answer to an exception no handler took: a stage's failure is a 503; anything else not the client's is a
+    logged 500."""
+    err = api_error(exc)
+    return error_response(err if err is not None else internal_error(f"{method} {path}"))

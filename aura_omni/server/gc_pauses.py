@@ -14,7 +14,7 @@ import logging
 import os
 import time
 
-from ..stages.latency import LatencyHistogram, LatencySnapshot
+from ..stages.loop_metrics import LatencyHistogram, LatencySnapshot
 
 log = logging.getLogger(__name__)
 LONG_PAUSE_S = 0.05

@@ -3,7 +3,7 @@
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from ..config import AURA, TALKER, DeployConfig
+from ..deploy import AURA, TALKER, DeployConfig
 from .protocol import ModelCard
 
 router = APIRouter()
@@ -21,12 +21,15 @@ def main_model(deploy: DeployConfig) -> str:
 async def health(request: Request):
     """Each stage loop's published counters; 503 while a stage loop is down (`device_lost` names those whose GPU
     failed: they stay down until the process is restarted), or stalled (one step, or one request's admission,
-    running past a minute: stages/loop.py STALLED_S). Reads, never waits: no engine lock."""
+    running past a minute: stages/loop.py STALLED_S), or while the server drains before it stops (drain.py). Reads,
+    never waits: no engine lock."""
     state = request.app.state.server
     stages = state.runtime.stage_stats()
     down = sorted(name for name, c in stages.items() if not c["alive"])
     stalled = sorted(name for name, c in stages.items() if "stalled_s" in c)
-    body = {"status": "down" if down else "stalled" if stalled else "ok", "pipeline": state.runtime.deploy.pipeline,
+    draining = state.drain.draining  # shutting down: a load balancer takes this instance out
+    status = "draining" if draining else "down" if down else "stalled" if stalled else "ok"
+    body = {"status": status, "pipeline": state.runtime.deploy.pipeline,
             "roles": sorted(state.runtime.deploy.roles), "stages": stages}
     if down:
         body["down"] = down
@@ -36,7 +39,7 @@ async def health(request: Request):
         body["stalled"] = stalled
     if warming := {name: c["graphs_pending"] for name, c in stages.items() if c.get("graphs_pending")}:
         body["warming"] = warming  # serving already; these graphs are still being captured (pipeline/warmup.py)
-    return JSONResponse(body, status_code=503 if down or stalled else 200)
+    return JSONResponse(body, status_code=503 if draining or down or stalled else 200)
 
 
 @router.get("/v1/models")

@@ -20,7 +20,7 @@ from fastapi import WebSocket
 
 from ..session import RealtimeSession, ServerEvent
 from ..session.events import new_id
-from ..session.handler import ResumeRefused
+from ..session.errors import ResumeRefused
 from .metrics import RealtimeMeter, ServerMetrics
 
 log = logging.getLogger("aura_omni.server")
@@ -79,7 +79,7 @@ class Link:
     async def _send(self, event: ServerEvent) -> None:
         payload = event.to_json()
         if self.meter is not None:
-            self.meter.sent(payload)
+            self.meter.sent(payload, beta=self.session.dialect.name == "beta")
         await self.ws.send_text(json.dumps(payload))
 
 
@@ -126,6 +126,12 @@ class HeldSessions:
         await self._end(self._sessions[session_id], "slot_reclaimed")
         return True
 
+    async def close_detached(self, reason: str) -> None:
+        """Close every session held without a socket (the server is shutting down: none can be resumed)."""
+        for session_id in list(self._expiry):
+            self._expiry.pop(session_id).cancel()
+            await self._sessions[session_id].close(reason)
+
     async def resume(self, link: Link, event: dict) -> bool:
         """`session.resume` as a connection's first event: take the named session over (True), or answer why not
         (False; the connection keeps its own new session)."""
@@ -164,6 +170,7 @@ class HeldSessions:
             await link.send_flat({"type": "session.resync_required", "session_id": session.id, "reason": str(e)})
             await self._end(session, "resync_required")
         else:
+            log.info("realtime session.resume of %s refused: %s: %s", session.id if session else "?", e.code, e)
             await link.send_flat({"type": "error", "error": str(e), "code": e.code})
 
     async def _expire(self, session: RealtimeSession, after_s: float) -> None:

@@ -14,23 +14,28 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from typing import Awaitable, Callable
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from ..config import AURA
-from ..pipeline.turn_builder import TurnBuilder
+from ..deploy import AURA
+from ..pipeline.runtime import StageNotDeployedError
+from ..request.turn_builder import TurnBuilder
 from ..session import RealtimeSession
 from ..session.events import new_id
+from ..session.handler import new_session_id
 from .errors import APIError
 from .held_sessions import DISCONNECT_GRACE_S, HeldSessions, Link
 from .metrics import RealtimeMeter
+from .request_ids import REQUEST_ID, log_refused_socket
 from .websocket_auth import accepted_subprotocol, check_api_key
 
 router = APIRouter()
+log = logging.getLogger("aura_omni.server")
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024  # OpenAI: one client event carries at most 15 MiB (uvicorn closes at 16 MiB)
-POLICY_VIOLATION, TRY_AGAIN_LATER = 1008, 1013  # WebSocket close codes
+POLICY_VIOLATION, SERVICE_RESTART, TRY_AGAIN_LATER = 1008, 1012, 1013  # WebSocket close codes
 
 
 class SessionSlots:
@@ -65,6 +70,7 @@ def held_sessions(app) -> HeldSessions:
         deploy = app.state.server.runtime.deploy
         grace = deploy.duplex_session.disconnect_grace_s if deploy.duplex_session else DISCONNECT_GRACE_S
         held = app.state.realtime_held = HeldSessions(grace, app.state.server.metrics)
+        app.state.server.drain.held = held  # closed at the drain's start: none can be resumed
     return held
 
 
@@ -83,6 +89,7 @@ def duplex_mode(ws: WebSocket, session_mode: str) -> bool | None:
 
 async def refuse(ws: WebSocket, code: str, message: str, close_code: int = POLICY_VIOLATION) -> None:
     """A handshake error, flat as vLLM-Omni sends them, then close."""
+    log_refused_socket(ws.scope, close_code, code)
     with contextlib.suppress(Exception):
         await ws.send_text(json.dumps({"type": "error", "event_id": new_id("event"), "error": message, "code": code}))
         await ws.close(close_code, reason=code)
@@ -92,13 +99,14 @@ async def refuse(ws: WebSocket, code: str, message: str, close_code: int = POLIC
 @router.websocket("/v1/duplex")
 async def realtime(ws: WebSocket) -> None:
     state = ws.app.state.server
+    duplex = duplex_mode(ws, state.runtime.deploy.session_mode)
+    session_id = ws.scope[REQUEST_ID] = new_session_id(bool(duplex))  # the socket's X-Request-Id (request_ids.py)
     await ws.accept(subprotocol=accepted_subprotocol(ws))  # errors are events here, as vLLM-Omni's handshake sends
     try:
         check_api_key(ws, state.api_key)
     except APIError:
         return await refuse(ws, "invalid_api_key", "missing or incorrect API key: send `Authorization: Bearer <key>`, "
                             "`?api_key=<key>` or the subprotocol `openai-insecure-api-key.<key>`")
-    duplex = duplex_mode(ws, state.runtime.deploy.session_mode)
     if duplex is None:
         return await refuse(ws, "realtime_unavailable", "Realtime API is not available: this deployment runs "
                             "session_mode duplex (connect with ?duplex=1 or to /v1/duplex)")
@@ -107,19 +115,26 @@ async def realtime(ws: WebSocket) -> None:
         state.runtime.require(AURA, "/v1/realtime")
     except APIError as e:
         return await refuse(ws, e.code or "invalid_request", e.message)
+    except StageNotDeployedError as e:  # an event, as the other refusals: the socket is accepted already
+        return await refuse(ws, "stage_not_deployed", str(e))
+    if state.drain.draining:
+        return await refuse(ws, "draining", "the server is shutting down; connect again, and another instance (or "
+                            "this one restarted) will answer", SERVICE_RESTART)
     slots, held = session_slots(ws.app), held_sessions(ws.app)
     slot = Slot(ws, slots, held)
     if not duplex and not await slot.take():
         return
     builder = TurnBuilder(state.runtime, state.voices, state.media_policy())
+    # OpenAI's beta dialect: by its header, else by the shape of the first session.update (None)
+    beta = True if "realtime=v1" in ws.headers.get("openai-beta", "").replace(" ", "") else None
     session = RealtimeSession(state.runtime, builder, model=ws.query_params.get("model") or state.served_model_name,
-                              duplex=duplex, max_sessions=slots.limit, on_closed=slot.give_back,
-                              resumable=held.grace_s > 0)
+                              duplex=duplex, beta=beta, max_sessions=slots.limit, on_closed=slot.give_back,
+                              resumable=held.grace_s > 0, session_id=session_id)
     if not duplex:
         session.start()
     meter = RealtimeMeter(state.metrics, ws.url.path)
     try:
-        await serve_session(ws, session, meter, held, slot.take)
+        await serve_session(ws, session, meter, held, slot.take, state.drain.links)
     finally:
         meter.close()
 
@@ -142,6 +157,7 @@ class Slot:
         event = {"type": "error", "event_id": new_id("event"), "error": {
             "type": "rate_limit_error", "code": "resource_exhausted", "event_id": None,
             "message": f"duplex_session_capacity_exhausted: limit={self.slots.limit}"}}
+        log_refused_socket(self.ws.scope, TRY_AGAIN_LATER, "resource_exhausted")
         with contextlib.suppress(Exception):
             await self.ws.send_text(json.dumps(event))
             await self.ws.close(TRY_AGAIN_LATER, reason="resource_exhausted")
@@ -155,14 +171,17 @@ class Slot:
 
 
 async def serve_session(ws: WebSocket, session: RealtimeSession, meter: RealtimeMeter | None = None,
-                        held: HeldSessions | None = None, take_slot: Callable[[], Awaitable[bool]] | None = None
-                        ) -> None:
+                        held: HeldSessions | None = None, take_slot: Callable[[], Awaitable[bool]] | None = None,
+                        live: set | None = None) -> None:
     """Client events in, the session's events out, until the session closes or the socket does. A duplex session
     whose socket drops is held for `session.resume` (`held`) instead of closed; one not yet started takes its slot
-    (`take_slot`) at its first `session.update`, and the connection ends if there is none."""
+    (`take_slot`) at its first `session.update`, and the connection ends if there is none. `live`: the open
+    sockets' links, while open (a drain closes them, drain.py)."""
     link = Link(ws, session, meter)
     if held is not None:
         held.hold(link)
+    if live is not None:
+        live.add(link)
     try:
         while not link.session.closed:
             message = await ws.receive()
@@ -192,6 +211,8 @@ async def serve_session(ws: WebSocket, session: RealtimeSession, meter: Realtime
     except (WebSocketDisconnect, RuntimeError):  # RuntimeError: receive after another socket took the session
         pass
     finally:  # a replaced link's session is another socket's now
+        if live is not None:
+            live.discard(link)
         if not link.replaced and (held is None or not held.detach(link)):
             await link.session.close("client_disconnected")  # no-op after session.close; stops every stage otherwise
             await link.flush_and_close()

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..media.limits import Limits
-from ..pipeline.media_input import MediaPolicy
+from ..media.request_media import MediaPolicy
 from ..pipeline.runtime import Runtime
+from .drain import Drain
 from .errors import APIError
 from .metrics import ServerMetrics
 from .voice_library import VoiceLibrary
@@ -24,6 +25,7 @@ class ServerState:
     limits: Limits = field(default_factory=Limits)  # the same on every endpoint
     allowed_media_domains: tuple[str, ...] = ()  # hosts of http(s) media; none by default
     metrics: ServerMetrics | None = None  # GET /metrics; built over the runtime's stage stats when not given
+    drain: Drain = field(default_factory=Drain)  # SIGTERM: refuse new work, finish what runs, then stop
 
     def __post_init__(self):
         self.metrics = self.metrics or ServerMetrics(lambda: self.runtime.stage_stats(),
@@ -41,5 +43,6 @@ class ServerState:
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model not in self.model_names:
-            raise APIError(f"The model `{model}` does not exist; this server serves `{self.served_model_name}`",
+            served = ", ".join(f"`{name}`" for name in (self.served_model_name, *self.model_aliases))
+            raise APIError(f"The model `{model}` does not exist; this server serves {served}",
                            404, param="model", code="model_not_found")

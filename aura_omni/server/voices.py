@@ -16,11 +16,11 @@ import numpy as np
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
-from ..config import TALKER
+from ..deploy import TALKER
 from ..media.audio import AudioDecodeError
 from ..media.limits import MediaError
-from .errors import APIError, validation_error
-from ..pipeline.media_input import MediaPolicy, load_reference_audio
+from .errors import MISSING_FIELD, APIError, validation_error
+from ..media.request_media import MediaPolicy, load_reference_audio
 from ..stages.tts import TTSRequestError
 from .protocol import VOICE_NAME_PATTERN, VoiceCard, VoiceCreateRequest
 from .voice_library import RegisteredVoice, VoiceLibrary
@@ -63,7 +63,7 @@ async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.n
         upload = form.get("audio_sample") or form.get("ref_audio")
         fields = {k: v for k, v in form.items() if isinstance(v, str) and k in VoiceCreateRequest.model_fields}
         if upload is None:
-            raise APIError("audio_sample: required field is missing", param="audio_sample")
+            raise APIError("audio_sample: required field is missing", param="audio_sample", code=MISSING_FIELD)
         if isinstance(upload, str):
             fields["ref_audio"] = upload
             audio_bytes = None

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from ..media.wire_audio import G711, G711_RATE
-from ..pipeline.additional_information import AdditionalInformation
+from ..request.additional_information import AdditionalInformation
 from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
 from ..pipeline.processors import PipelineRequestError
 
@@ -83,6 +83,7 @@ class SessionConfig:
     voice: str | None = None  # what the Talker speaks with: a CustomVoice speaker or a registered voice
     voice_name: str | None = None  # the voice as the client named it (an alias resolves to `voice`), echoed
     speak: bool = True  # output modalities include audio
+    modalities: tuple[str, ...] | None = None  # output modalities as the client set them, echoed as sent
     input_audio_format: str = "pcm16"  # pcm16, g711_ulaw or g711_alaw (at 8 kHz), what an append holds by default
     input_sample_rate: int = OPENAI_INPUT_SAMPLE_RATE
     output_audio_format: str = "pcm16"  # pcm16 at 24 kHz, or G.711 at 8 kHz
@@ -133,6 +134,7 @@ class SessionConfig:
                 raise SessionConfigError("session.output_modalities", f"must be a list of 'text' and 'audio' "
                                          f"(got {modalities!r})")
             changes["speak"] = "audio" in modalities
+            changes["modalities"] = tuple(modalities)
         fmt_in = _input_format(audio_in.get("format"), session.get("input_audio_format"))
         if fmt_in is not None:
             changes["input_audio_format"], changes["input_sample_rate"] = fmt_in
@@ -165,18 +167,33 @@ class SessionConfig:
     def output_sample_rate(self) -> int:
         return G711_RATE if self.output_audio_format in G711 else TTS_SAMPLE_RATE
 
+    def input_format_json(self) -> dict:
+        return _ga_format(self.input_audio_format, self.input_sample_rate)
+
+    def output_format_json(self) -> dict:
+        return _ga_format(self.output_audio_format, self.output_sample_rate)
+
+    def turn_detection_json(self) -> dict | None:
+        return self.turn_detection.to_json() if self.turn_detection else None
+
+    def extra_body_json(self) -> dict:
+        return {**self.info, "auto_response": self.auto_response, "max_frames": self.max_frames,
+                "frame_filter_threshold": self.frame_filter_threshold,
+                "playback_commit_policy": self.playback_commit_policy,
+                **({"sampling_params_list": self.stage_sampling} if self.stage_sampling else {})}
+
     def to_json(self, session_id: str, model: str) -> dict:
-        """The effective session, in the GA nested shape with the beta flat fields beside it."""
-        modalities = ["text", "audio"] if self.speak else ["text"]
-        turn = self.turn_detection.to_json() if self.turn_detection else None
-        fmt_in = _ga_format(self.input_audio_format, self.input_sample_rate)
-        fmt_out = _ga_format(self.output_audio_format, self.output_sample_rate)
+        """The effective session in the GA nested shape with the beta flat fields beside it (the duplex dialect's;
+        an OpenAI session gets its own dialect's shape only, session/dialects/)."""
+        modalities = list(self.modalities) if self.modalities else ["text", "audio"] if self.speak else ["text"]
+        turn = self.turn_detection_json()
         return {
             "object": "realtime.session", "type": "realtime", "id": session_id, "model": model,
             "instructions": self.instructions or "",
             "output_modalities": modalities, "modalities": modalities,
-            "audio": {"input": {"format": fmt_in, "turn_detection": turn, "transcription": self.transcription},
-                      "output": {"format": fmt_out, "voice": self.voice_name or self.voice}},
+            "audio": {"input": {"format": self.input_format_json(), "turn_detection": turn,
+                                "transcription": self.transcription},
+                      "output": {"format": self.output_format_json(), "voice": self.voice_name or self.voice}},
             "voice": self.voice_name or self.voice, "input_audio_format": self.input_audio_format,
             "output_audio_format": self.output_audio_format,
             "input_sample_rate_hz": self.input_sample_rate, "output_sample_rate_hz": self.output_sample_rate,
@@ -184,11 +201,7 @@ class SessionConfig:
             "temperature": self.temperature,
             "max_output_tokens": self.max_output_tokens if self.max_output_tokens is not None else "inf",
             "max_response_output_tokens": self.max_output_tokens if self.max_output_tokens is not None else "inf",
-            "tools": [], "tool_choice": "none",
-            "extra_body": {**self.info, "auto_response": self.auto_response, "max_frames": self.max_frames,
-                           "frame_filter_threshold": self.frame_filter_threshold,
-                           "playback_commit_policy": self.playback_commit_policy,
-                           **({"sampling_params_list": self.stage_sampling} if self.stage_sampling else {})},
+            "tools": [], "tool_choice": "none", "extra_body": self.extra_body_json(),
         }
 
 

@@ -26,6 +26,8 @@ class Item:
     audio_ms: float = 0.0  # assistant: audio generated
     played_ms: float | None = None  # assistant: acknowledged / truncated playback; None = no word from the client
     done: bool = True  # assistant: its reply finished (completed or cancelled)
+    incomplete: bool = False  # assistant: its reply was cancelled before it ended
+    modality: str = "text"  # "audio": a user item of speech, or a spoken reply (its text is the transcript)
 
     def heard_text(self, policy: str) -> str:
         """The part of an assistant reply that counts as said."""
@@ -40,12 +42,6 @@ class Item:
         if cut < len(self.text) and not self.text[cut].isspace():
             head = head.rsplit(" ", 1)[0] if " " in head else ""
         return head.rstrip()
-
-    def to_json(self) -> dict:
-        part = ({"type": "input_text", "text": self.text} if self.role == "user"
-                else {"type": "audio", "transcript": self.text})
-        return {"id": self.id, "object": "realtime.item", "type": "message", "role": self.role,
-                "status": "completed" if self.done else "in_progress", "content": [part]}
 
 
 class History:
@@ -66,9 +62,6 @@ class History:
         if item is not None:
             self.items.remove(item)
         return item is not None
-
-    def last_id(self) -> str | None:
-        return self.items[-1].id if self.items else None
 
     @property
     def rounds(self) -> int:

@@ -37,7 +37,7 @@ from aura_omni.layers.device import download, upload_async
 from aura_omni.models.qwen3_tts.code2wav_graphs import Code2WavGraphs
 from aura_omni.models.qwen3_tts.codec_config import SAMPLES_PER_FRAME
 from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavSlots
-from aura_omni.stages.loop import StageOutput
+from aura_omni.stages.stage_engine import StageOutput
 
 
 @dataclass

@@ -84,7 +84,7 @@ class ThreadServer:
     models, so tests can look inside the stages (engines, KV blocks, loops) while requests run."""
 
     def __init__(self, deploy: Path, media_root: Path | None = None, model: str = "aura-tiny", **app_options):
-        from aura_omni.config import load_deploy_config
+        from aura_omni.deploy import load_deploy_config
         from aura_omni.server.app import create_app
 
         self.app = create_app(load_deploy_config(deploy), model, API_KEY, allowed_local_media_path=media_root,

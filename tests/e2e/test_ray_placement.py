@@ -29,7 +29,7 @@ ray = pytest.importorskip("ray")
 
 import aura_omni  # noqa: E402
 from aura_omni.bench.inputs import RECORDED_SPEECH  # noqa: E402
-from aura_omni.config import ASR, AURA, TALKER, load_deploy_config  # noqa: E402
+from aura_omni.deploy import ASR, AURA, TALKER, load_deploy_config  # noqa: E402
 from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID  # noqa: E402
 from aura_omni.pipeline.runtime import load_stage  # noqa: E402
 from aura_omni.placement import StageUnavailableError  # noqa: E402
@@ -207,7 +207,7 @@ def test_text_fed_while_spoken_reaches_its_replica_in_order(served):
 
 
 def test_a_stage_that_cannot_load_in_its_actor_stops_the_start_and_says_why(served, tmp_path):
-    from aura_omni.config import parse_deploy_config
+    from aura_omni.deploy import parse_deploy_config
     from aura_omni.pipeline.runtime import Runtime
 
     missing = str(tmp_path / "no-such-checkpoint")

@@ -296,7 +296,7 @@ BASE_BAD = [
     ("aac cannot stream", {"input": "hi", "voice": "x", "response_format": "aac", "stream_format": "audio"}, 400,
      "response_format", "streamed"),
     ("mp3 cannot stream", {"input": "hi", "voice": "x", "response_format": "mp3", "stream_format": "audio"}, 400,
-     "response_format", "streamed"),
+     "response_format", "response_format 'mp3' cannot be streamed"),
     ("speed", {"input": "hi", "voice": "x", "speed": 2.0, "ref_audio": "REF", "x_vector_only_mode": True}, 400,
      "speed", "1.0"),
     ("speed out of range", {"input": "hi", "voice": "x", "speed": 9}, 400, "speed", ""),

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from aura_omni.asr.service import AsrService
+from aura_omni.stages.asr.service import AsrService
 from aura_omni.media.asr_features import log_mel_spectrogram
 from tests.parity.asr_reference import hf_asr_inputs
 from aura_omni.testing.tiny_asr import write_tiny_asr

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from aura_omni.asr.transcript import Transcript
-from aura_omni.config import Stage
+from aura_omni.stages.asr.transcript import Transcript
+from aura_omni.deploy import Stage
 from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.media.vision_preprocess import VisionPreprocessConfig, preprocess_image, preprocess_video
 from aura_omni.models.qwen3 import DeepStack
 from aura_omni.models.qwen3_vl import AURA_STOP_TOKEN_IDS, Qwen3VLForCausalLM
 from aura_omni.models.tokenizer import load_tokenizer
-from aura_omni.pipeline.aura_stage import AuraPipelineStage
+from aura_omni.stages.aura.stage import AuraPipelineStage
 from aura_omni.pipeline.constants import DEFAULT_AURA_SYSTEM_PROMPT
 from aura_omni.pipeline.orchestrator import aura_prompt
 from aura_omni.pipeline.turn import TurnRequest

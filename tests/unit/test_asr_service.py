@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from aura_omni.asr.service import AsrService
-from aura_omni.asr.transcript import Transcript, UnsupportedLanguageError
+from aura_omni.stages.asr.service import AsrService
+from aura_omni.stages.asr.transcript import Transcript, UnsupportedLanguageError
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.media.audio import AudioDecodeError
 from aura_omni.models.loader import CheckpointError
@@ -166,8 +166,8 @@ def test_concurrent_transcriptions_share_the_engine_and_match_alone(svc):
 def test_pipeline_stage_returns_the_transcript_as_data(svc):
     import asyncio
 
-    from aura_omni.asr.stage import AsrPipelineStage
-    from aura_omni.asr.transcript import Transcript
+    from aura_omni.stages.asr.stage import AsrPipelineStage
+    from aura_omni.stages.asr.transcript import Transcript
 
     stage = AsrPipelineStage(svc)
     got = asyncio.run(stage.transcribe(tone(1), SR, request_id="r", language="English", sampling={"max_tokens": 3}))

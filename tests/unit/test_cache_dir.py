@@ -5,7 +5,7 @@ from pathlib import Path
 import yaml
 
 from aura_omni.cli import build_parser, serve_dirs
-from aura_omni.config import load_deploy_config, parse_deploy_config
+from aura_omni.deploy import load_deploy_config, parse_deploy_config
 from aura_omni.layers.cache_dir import default_cache_dir, resolve_cache_dir, use_compile_caches
 
 TTS_STAGES = [{"stage_id": 0, "model": "t"}, {"stage_id": 1, "model": "t"}]

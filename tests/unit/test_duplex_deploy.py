@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from aura_omni.config import ASR, AURA, CODE2WAV, TALKER, load_deploy_config
+from aura_omni.deploy import ASR, AURA, CODE2WAV, TALKER, load_deploy_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 CUSTOM_VOICE = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"

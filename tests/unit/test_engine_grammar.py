@@ -9,9 +9,10 @@ import jsonschema
 import pytest
 import torch
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.grammar import Grammar, GrammarCompiler, GrammarError
 from aura_omni.engine.llm_engine import LLMEngine
+from aura_omni.engine.model_runner import ModelRunner
 from aura_omni.engine.sampler import Sampler
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.models.qwen3_vl import Qwen3VLConfig, Qwen3VLForCausalLM
@@ -95,11 +96,23 @@ def test_json_schema_output_validates_whatever_the_weights(aura, tokenizer, comp
     assert outs[0][1] in ("stop", "length")
 
 
-def test_grammar_rows_run_under_async_scheduling(aura, tokenizer, compiler):
+def test_grammar_rows_run_ahead_under_async_scheduling(aura, tokenizer, compiler, monkeypatch):
+    """A constrained decode step is queued before the previous token is on the host (its matcher takes that token
+    after the forward is queued), and the output is the one synchronous steps give."""
     compiled = compiler.compile(Grammar.json_schema(SCHEMA))
-    (ids, reason), = run(aura, [SamplingParams(temperature=1, seed=3, max_tokens=60, grammar=compiled)], True)
-    assert reason == "stop"
-    jsonschema.validate(json.loads(text_of(tokenizer, ids)), SCHEMA)
+    requests = [SamplingParams(temperature=1, seed=3, max_tokens=60, grammar=compiled),
+                SamplingParams(temperature=0, max_tokens=60, grammar=compiled)]
+    queued_ahead = []
+    launch = ModelRunner.launch
+    monkeypatch.setattr(ModelRunner, "launch", lambda self, out, ahead=False, pending=None: (
+        queued_ahead.append(pending is not None), launch(self, out, ahead, pending))[1])
+    outs = run(aura, requests, async_scheduling=True)
+    assert sum(queued_ahead) > 10
+    monkeypatch.setattr(ModelRunner, "launch", launch)
+    assert outs == run(aura, requests)
+    for ids, reason in outs:
+        assert reason == "stop"
+        jsonschema.validate(json.loads(text_of(tokenizer, ids)), SCHEMA)
 
 
 def test_a_token_limit_inside_the_json_finishes_with_length(aura, compiler):

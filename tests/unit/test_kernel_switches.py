@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.layers import attention_backend, kernel_switches, pdl

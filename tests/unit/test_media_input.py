@@ -1,4 +1,4 @@
-"""Request media references (pipeline/media_input.py, server/voices.py, pipeline/turn_builder.py) without models: base64 vs
+"""Request media references (media/request_media.py, server/voices.py, request/turn_builder.py) without models: base64 vs
 server-local paths, byte and length caps before decoding, per-request image/video counts, and a registered
 voice deleted while a turn's media decodes."""
 
@@ -13,13 +13,13 @@ import pytest
 import soundfile as sf
 from PIL import Image
 
-from aura_omni.config import TALKER, parse_deploy_config
+from aura_omni.deploy import TALKER, parse_deploy_config
 from aura_omni.media.audio import AudioDecodeError
 from aura_omni.media.limits import LimitError, Limits, MediaError, MediaLimits
-from aura_omni.pipeline import turn_builder
-from aura_omni.pipeline.media_input import MediaPolicy, load_audio, load_image_input, read_local, source_bytes
+from aura_omni.request import turn_builder
+from aura_omni.media.request_media import MediaPolicy, load_audio, load_image_input, read_local, source_bytes
 from aura_omni.pipeline.processors import PipelineRequestError
-from aura_omni.pipeline.turn_builder import TurnBuilder, TurnSpec
+from aura_omni.request.turn_builder import TurnBuilder, TurnSpec
 from aura_omni.server.errors import APIError
 from aura_omni.server.voices import RegisteredVoice, VoiceLibrary, decode_ref_audio
 

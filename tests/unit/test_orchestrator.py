@@ -9,11 +9,11 @@ import asyncio
 import numpy as np
 import pytest
 
-from aura_omni.asr.transcript import Transcript
+from aura_omni.stages.asr.transcript import Transcript
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
 from aura_omni.pipeline.processors import PipelineRequestError
-from aura_omni.pipeline.prompt_tokens import PromptTurn
-from aura_omni.pipeline.stage_api import AuraDelta
+from aura_omni.stages.aura.prompt_tokens import PromptTurn
+from aura_omni.stages.aura.stage import AuraDelta
 from aura_omni.pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnRequest
 
 

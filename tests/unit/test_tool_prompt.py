@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from aura_omni.pipeline.processors import asr2aura
-from aura_omni.pipeline.prompt_tokens import PromptTokenizer
+from aura_omni.stages.aura.prompt_tokens import PromptTokenizer
 from aura_omni.server.chat import AudioTranscripts, turn_spec
 from aura_omni.server.chat_protocol import ChatCompletionRequest
 

@@ -10,7 +10,7 @@ from aura_omni.models.loader import CheckpointError
 from aura_omni.models.qwen3_vl import SILENT_TOKEN_ID, Qwen3VLConfig, Qwen3VLForCausalLM
 from tests.unit.aura_engine import engine_generate
 from aura_omni.pipeline.processors import asr2aura
-from aura_omni.pipeline.prompt_tokens import PromptTokenizer
+from aura_omni.stages.aura.prompt_tokens import PromptTokenizer
 from aura_omni.testing.tiny_vl import tiny_aura_config, write_tiny_aura
 
 

@@ -19,13 +19,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
-from ..config import Stage
+from ..deploy import Stage
 from ..media.audio import AudioDecodeError
 from ..media.limits import Limits, MediaError
-from ..stages.engine_config import SAMPLING_KEYS
+from ..stages.deploy_settings import SAMPLING_KEYS
 from ..stages.tts import TTSRequest, TTSRequestError
-from .constants import DEFAULT_CUSTOM_VOICE_SPEAKER
-from .processors import PipelineRequestError, normalize_speaker
+from ..pipeline.constants import DEFAULT_CUSTOM_VOICE_SPEAKER
+from ..pipeline.processors import PipelineRequestError, normalize_speaker
 
 TASK_ALIASES = {"base": "Base", "customvoice": "CustomVoice", "custom_voice": "CustomVoice",
                 "voicedesign": "VoiceDesign", "voice_design": "VoiceDesign"}
@@ -153,7 +153,8 @@ def check_tts(ask: TTSAsk, ctx: TalkerContext) -> TTSPlan:
         elif registered is None:
             got = f"{name!r} is not a registered voice" if name else "no voice was given"
             raise PipelineRequestError(
-                f"{ask.param('voice')}: a Base checkpoint clones a reference voice and {got}; send "
+                f"{ask.param('voice')}: a Base checkpoint clones a reference voice and {got} (preset speakers such "
+                f"as Vivian need a CustomVoice checkpoint, which this deployment does not serve); send "
                 f"{ask.param('ref_audio')} (with {ask.param('ref_text')}) or register a voice with "
                 f"POST /v1/audio/voices", param=ask.param("voice"), code="missing_reference")
         instruct = None

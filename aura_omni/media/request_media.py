@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..media.audio import SILENT_PEAK, AudioDecodeError, checked_samples, decode_audio
-from ..media.image import decode_base64, decode_image, media_bytes
-from ..media.limits import Limits, MediaError
-from ..media.video import decode_video
-from ..media.vision_preprocess import VisionInput, VisionPreprocessConfig, preprocess_image
+from .audio import SILENT_PEAK, AudioDecodeError, checked_samples, decode_audio
+from .image import decode_base64, decode_image, media_bytes
+from .limits import Limits, MediaError
+from .video import decode_video
+from .vision_preprocess import VisionInput, VisionPreprocessConfig, preprocess_image
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 MAX_REF_AUDIO_SECONDS = 60.0  # TTS reference audio: longer only slows the codec encoder; Qwen recommends a few seconds
