@@ -101,7 +101,7 @@ class FakeBuilder:
         info = spec.info or {}
         return TurnRequest(request_id, audio=spec.audio, text_parts=list(spec.text_parts), history=list(spec.history),
                            system_prompt=spec.system_prompt, is_speech=info.get("is_speech", True),
-                           speak=True if spec.speak is None else spec.speak, tts=object())
+                           speak=True if spec.speak is None else spec.speak, tts=object(), tool_use=spec.tool_use)
 
 
 class FakeRuntime:
@@ -187,7 +187,7 @@ def test_session_update_refuses_what_aura_cannot_do():
                            "unsupported_audio_format"),
                           ({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 44100}}}},
                            "unsupported_sample_rate"),
-                          ({"tools": [{"type": "function", "name": "f"}]}, "unsupported_tools"),
+                          ({"tools": [{"type": "mcp", "server_label": "x"}]}, "unsupported_tool"),
                           ({"turn_detection": {"threshold": 3}}, "invalid_value")):
         with pytest.raises(SessionConfigError) as e:
             SessionConfig().with_update(session)
