@@ -2,7 +2,7 @@
 
   aura-omni serve [MODEL] --omni --deploy-config PATH --served-model-name NAME [NAME ...] --trust-remote-code
                   --host H --port P --api-key KEY --device cpu --dtype auto --load-format {auto,dummy}
-                  --distributed-executor-backend ray --ray-address ADDRESS
+                  --distributed-executor-backend ray --ray-address ADDRESS --cache-dir DIR --voice-dir DIR
   aura-omni make-tiny DIR [--seed N]
   aura-omni bench serve --backend {speech,chat,realtime} --base-url URL --model NAME --max-concurrency N [N ...]
                   --num-prompts N --request-rate R --save-result --result-filename FILE --plot FILE
@@ -14,17 +14,21 @@ import argparse
 import dataclasses
 import faulthandler
 import logging
-import os
 import signal
 import sys
+from pathlib import Path
 
+from . import env
 from .media.limits import Limits
 
 log = logging.getLogger("aura_omni")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="aura-omni", description="Qwen3-ASR -> AURA -> Qwen3-TTS server")
+    parser.add_argument("--version", action="version", version=f"aura-omni {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible API")
@@ -39,18 +43,27 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--omni", action="store_true", help="accepted for vLLM-Omni compatibility (always on)")
     serve.add_argument("--trust-remote-code", action="store_true",
                        help="accepted for compatibility; code inside checkpoints is never executed")
-    serve.add_argument("--host", default="0.0.0.0")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--api-key", default=os.environ.get("AURA_OMNI_API_KEY"),
-                       help="require `Authorization: Bearer KEY` (default: $AURA_OMNI_API_KEY)")
+    serve.add_argument("--host", default="0.0.0.0",
+                       help="address to listen on (default: 0.0.0.0, every interface; 127.0.0.1 for this machine only)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
+    serve.add_argument("--api-key", default=env.current().api_key,
+                       help=f"require `Authorization: Bearer KEY` (default: ${env.API_KEY})")
     serve.add_argument("--device", default=None, help="run every stage here (cpu, cuda, cuda:1); default: stage `devices`")
-    serve.add_argument("--dtype", default=None, choices=["auto", "bfloat16", "float16", "float32"])
+    serve.add_argument("--dtype", default=None, choices=["auto", "bfloat16", "float16", "float32"],
+                       help="weights and activations of every stage (default: each stage's `dtype`, else auto: "
+                            "bfloat16 on GPU, float32 on CPU)")
     serve.add_argument("--load-format", default=None, choices=["auto", "dummy"],
                        help="dummy: full-size architecture with random weights (benchmarks without download)")
     serve.add_argument("--allowed-local-media-path", default=None,
                        help="folder below which requests may name server-local reference audio (off by default)")
     serve.add_argument("--allowed-media-domains", nargs="+", default=None, metavar="DOMAIN",
                        help="hosts whose http(s) image/video/audio URLs chat requests may use (off by default)")
+    serve.add_argument("--cache-dir", default=None, metavar="DIR",
+                       help="persistent compile caches and the default voice library (deploy key cache_dir; "
+                            "default $XDG_CACHE_HOME/aura-omni or ~/.cache/aura-omni)")
+    serve.add_argument("--voice-dir", default=None, metavar="DIR",
+                       help="registered voices, kept across restarts and shared by every server given the same "
+                            "directory (deploy key voice_dir; default CACHE_DIR/voices)")
     serve.add_argument("--request-timeout", type=float, default=300.0, metavar="SECONDS",
                        help="cancel a chat turn in every stage after this long (504); 0 = no limit")
     serve.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS",
@@ -62,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="an existing Ray cluster (`ray start --head`'s address; implies --distributed-executor-backend "
                             "ray); default: a local Ray instance")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--keep-alive-on-device-loss", action="store_true",
+                       help="when a stage's GPU fails, keep serving 503s (and /health) instead of exiting 1")
     limits = serve.add_argument_group("limits", "request limits (default: the deploy file's `limits:`, else built in)")
     for f in dataclasses.fields(Limits):
         limits.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=f.type, default=None, metavar="N",
@@ -81,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 def load_serve_config(args: argparse.Namespace):
     """The deploy config `serve` runs: the file (stage `model` wins over MODEL) or TTS-only from MODEL, with
     `--distributed-executor-backend` and `--ray-address` over the file's keys (checked like them)."""
-    from .config import load_deploy_config, parse_deploy_config, single_model_config
+    from .deploy import load_deploy_config, parse_deploy_config, single_model_config
 
     model = args.model or args.model_flag
     backend, ray_address = getattr(args, "distributed_executor_backend", None), getattr(args, "ray_address", None)
@@ -105,10 +120,19 @@ def serve_limits(args: argparse.Namespace, deploy) -> Limits:
     return Limits.from_values(deploy.limits, {f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
 
 
+def serve_dirs(args: argparse.Namespace, deploy) -> tuple[Path, Path]:
+    """(cache directory, voice directory): flags over the deploy file's `cache_dir` / `voice_dir` over defaults."""
+    from .layers.cache_dir import resolve_cache_dir, voice_dir_under
+
+    cache_dir = resolve_cache_dir(args.cache_dir or deploy.cache_dir)
+    voice_dir = args.voice_dir or deploy.voice_dir
+    return cache_dir, Path(voice_dir).expanduser().absolute() if voice_dir else voice_dir_under(cache_dir)
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .config import DeployConfigError
+    from .deploy import DeployConfigError
     from .models.loader import CheckpointError
     from .server.app import create_app
     from .server.drain import FORCED_STOP_S, DrainingServer
@@ -130,12 +154,22 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"aura-omni serve: {e}", file=sys.stderr)
         return 2
+    from .layers.cache_dir import use_compile_caches
+
+    cache_dir, voice_dir = serve_dirs(args, deploy)
+    try:
+        caches = use_compile_caches(cache_dir)  # before the first stage loads: its warm start compiles kernels
+    except OSError as e:
+        print(f"aura-omni serve: cache directory {cache_dir}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    log.info("cache directory %s (triton %s, inductor %s); voices in %s", cache_dir, *caches.values(), voice_dir)
     try:
         app = create_app(deploy, name, args.api_key, device=args.device, dtype=args.dtype, limits=limits,
+                         voice_dir=voice_dir,
                          load_format=args.load_format, allowed_local_media_path=args.allowed_local_media_path,
                          allowed_media_domains=args.allowed_media_domains,
                          request_timeout_s=args.request_timeout or None)
-    except (CheckpointError, RuntimeError, ValueError) as e:
+    except (CheckpointError, RuntimeError, ValueError, OSError) as e:  # OSError: e.g. an unwritable --voice-dir
         print(f"aura-omni serve: cannot start: {e}", file=sys.stderr)
         return 1
     log.info("serving %s (pipeline %s, stages %s) on http://%s:%d", name, deploy.pipeline,
@@ -150,10 +184,10 @@ def serve(args: argparse.Namespace) -> int:
     def device_lost(loop) -> None:
         """A stage's GPU failed (layers/device_loss.py): stop serving and exit 1, for a supervisor to restart us."""
         lost.append(loop.name)
-        if os.environ.get("AURA_OMNI_KEEP_ALIVE_ON_DEVICE_LOSS") != "1":
+        if not args.keep_alive_on_device_loss:
             server.should_exit = True  # open streams end; /health says 503 `device_lost` meanwhile
 
-    app.state.server.runtime.on_device_lost = device_lost
+    app.state.server.runtime.supervisor.on_device_lost = device_lost
     server.run()
     if lost:
         print(f"aura-omni serve: stopped: the GPU of stage {lost[0]} failed (see the log); start the server again",

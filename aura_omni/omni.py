@@ -33,14 +33,14 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 
 import numpy as np
 
-from .config import DeployConfig, load_deploy_config
+from .deploy import DeployConfig, load_deploy_config
 from .media.limits import Limits
 from .pipeline.constants import TTS_SAMPLE_RATE
-from .pipeline.media_input import MediaPolicy
+from .media.request_media import MediaPolicy
 from .pipeline.runtime import Runtime
 from .pipeline.tool_calls import ToolCall, response_format_schema, tool_use
 from .pipeline.turn import TurnEvent, collect_turn
-from .pipeline.turn_builder import TurnBuilder, TurnSpec
+from .request.turn_builder import TurnBuilder, TurnSpec
 from .session import RealtimeSession
 
 AURA_SAMPLING_OPTIONS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "min_tokens", "seed", "logit_bias",
@@ -104,7 +104,7 @@ class Omni:
         vision = [("image", _source(i)) for i in images] + [("video", _source(v)) for v in videos]
         return TurnSpec(audio=_source(audio) if audio is not None else None, vision=vision,
                         text_parts=[text] if text else [], speak=speak, info=info, aura_sampling=sampling,
-                        history=list(history or []), voice=options.get("voice"),
+                        history=list(history or []), voice=options.get("voice"), info_param="", voice_param="voice",
                         vision_params=[f"images[{i}]" for i in range(len(images))]
                         + [f"video[{i}]" for i in range(len(videos))],
                         tool_use=tool_use(options.get("tools"), options.get("tool_choice"),

@@ -16,8 +16,8 @@ import time
 import numpy as np
 import torch
 
-from aura_omni.asr.service import AsrService
-from aura_omni.engine.config import EngineConfig
+from aura_omni.stages.asr.service import AsrService
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 

@@ -31,14 +31,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from aura_omni.config import Stage
-from aura_omni.engine.config import EngineConfig
+from aura_omni.deploy import Stage
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.media.vision_preprocess import preprocess_video
 from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
 from aura_omni.models.tokenizer import load_tokenizer
-from aura_omni.pipeline.aura_stage import AuraPipelineStage
+from aura_omni.stages.aura.stage import AuraPipelineStage
 from aura_omni.pipeline.processors import asr2aura
 
 PRESET = Path(__file__).resolve().parents[1] / "aura_omni" / "presets" / "aurateam__AURA"

@@ -21,7 +21,7 @@ import time
 import torch
 from torch import nn
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.layers import pdl
@@ -130,7 +130,7 @@ def bench_talker(args, device: torch.device, dtype: torch.dtype) -> list[dict]:
     backbone decode (CUDA graph) + the frame decoder (codec head, code0 rules, 15 code-predictor steps,
     next-input embedding: one CUDA graph). Also the frame decoder alone (`predictor_ms`)."""
     from aura_omni.stages.talker import TalkerEngine
-    from aura_omni.models.qwen3_tts.config import TalkerConfig
+    from aura_omni.models.qwen3_tts.checkpoint_config import TalkerConfig
     from aura_omni.models.qwen3_tts.generate import TalkerInput
     from aura_omni.models.qwen3_tts.sampling import SamplingParams as TalkerSampling
     from aura_omni.models.qwen3_tts.talker import Talker

@@ -22,7 +22,7 @@ import time
 import numpy as np
 import soundfile as sf
 
-from aura_omni.config import ASR, AURA, CODE2WAV, TALKER, load_deploy_config
+from aura_omni.deploy import ASR, AURA, CODE2WAV, TALKER, load_deploy_config
 from aura_omni.omni import Omni
 from aura_omni.pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
 

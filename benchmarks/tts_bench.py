@@ -44,7 +44,7 @@ import torch
 
 from aura_omni.models.loader import init_dummy
 from aura_omni.models.qwen3_tts.codec_config import CodecConfig
-from aura_omni.models.qwen3_tts.config import Qwen3TTSConfig
+from aura_omni.models.qwen3_tts.checkpoint_config import Qwen3TTSConfig
 from aura_omni.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
 from aura_omni.models.qwen3_tts.talker import Talker
 from aura_omni.stages.tts import PRESETS_DIR, SAMPLE_RATE, SAMPLES_PER_FRAME, Qwen3TTS, TTSRequest

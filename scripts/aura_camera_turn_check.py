@@ -19,9 +19,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aura_omni.config import AURA, load_deploy_config  # noqa: E402
-from aura_omni.pipeline.aura_stage import AuraPipelineStage  # noqa: E402
-from aura_omni.pipeline.media_input import load_image_input, vision_configs  # noqa: E402
+from aura_omni.deploy import AURA, load_deploy_config  # noqa: E402
+from aura_omni.stages.aura.stage import AuraPipelineStage  # noqa: E402
+from aura_omni.media.request_media import load_image_input, vision_configs  # noqa: E402
 from aura_omni.pipeline.processors import asr2aura  # noqa: E402
 from aura_omni.session.frames import FrameWindow  # noqa: E402
 

@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.engine_bench import SHAPES, BenchLM  # noqa: E402
 
-from aura_omni.engine.config import EngineConfig  # noqa: E402
+from aura_omni.engine.engine_config import EngineConfig  # noqa: E402
 from aura_omni.engine.llm_engine import LLMEngine  # noqa: E402
 from aura_omni.engine.sampling_params import SamplingParams  # noqa: E402
 from aura_omni.layers import attention_backend  # noqa: E402

@@ -12,7 +12,7 @@ import logging
 import pstats
 import time
 
-from aura_omni.config import load_deploy_config
+from aura_omni.deploy import load_deploy_config
 from aura_omni.pipeline.runtime import Runtime
 
 

@@ -17,7 +17,7 @@
   (`RequestResult.commit`). Audio
   from `response.output_audio.delta` (GA) or `response.audio.delta` (beta), text from their transcript or text
   deltas (a server sending both names is counted once); the turn ends at `response.done`, or at `response.listen`
-  when the model chose to stay silent.
+  when the model chose to stay silent (in an OpenAI session: `response.done` with `aura_reason` `listen`).
 
 Times are seconds on time.perf_counter() from sending the request (or the commit). A request's failure (HTTP
 status, an in-band `error`, a dropped connection, the timeout) is recorded in its result, never raised.
@@ -419,6 +419,7 @@ class RealtimeBackend:
                 status = (event.get("response") or {}).get("status", "completed")
                 if status not in ("completed", "listening"):
                     raise RealtimeError(f"response.done with status {status!r}")
+                reply.result.silent |= (event.get("response") or {}).get("aura_reason") == "listen"  # OpenAI dialects
                 return
             elif kind == "error":
                 raise RealtimeError(f"error: {_error_message(event, 'server error')}")

@@ -317,6 +317,17 @@ def markdown_table(report: dict) -> str:
     return "\n".join(rows)
 
 
+def commit_summary(run: dict, turn_detection: str) -> str:
+    """When `input_audio_buffer.committed` came: under server VAD the server decided the turn was over (timed
+    from the phrase's end); in push to talk it acknowledges the client's commit (timed from sending it)."""
+    times = f"p50 / p95 {_ms(run['p50_commit_ms'])} / {_ms(run['p95_commit_ms'])} ms"
+    if turn_detection == "server_vad":
+        what = f"the server's VAD committed {times} after the phrase ended"
+    else:
+        what = f"the server acknowledged the client's commit {times} after it was sent"
+    return f"c={run['max_concurrency'] or 'inf'}: {what}"
+
+
 def main(args: argparse.Namespace) -> int:
     if args.ref_audio and not Path(args.ref_audio).is_file():
         print(f"aura-omni bench serve: --ref-audio {args.ref_audio}: no such file", file=sys.stderr)
@@ -353,8 +364,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"c={run['max_concurrency']}: {run['full_audio_throughput']:.2f} audio-s/s until the last request was "
                   f"sent (every slot busy)")
         if run["p50_commit_ms"] is not None:
-            print(f"c={run['max_concurrency'] or 'inf'}: the server's VAD committed p50 / p95 "
-                  f"{_ms(run['p50_commit_ms'])} / {_ms(run['p95_commit_ms'])} ms after the phrase ended")
+            print(commit_summary(run, args.turn_detection))
         for message, count in run["error_messages"].items():
             print(f"c={run['max_concurrency'] or 'inf'}: {count} x {message}")
         for line in breakdown.lines(run.get("server_breakdown") or {}, prefix=f"c={run['max_concurrency'] or 'inf'}: "):

@@ -20,7 +20,7 @@ import logging
 from typing import Any, Callable
 
 from aura_omni.engine.block_manager import BlockManager
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.detokenizer import IncrementalDetokenizer
 from aura_omni.engine.model_api import CausalLMAdapter, EngineModel, ModelAdapter
 from aura_omni.engine.model_runner import LaunchedStep, ModelRunner

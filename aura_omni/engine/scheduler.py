@@ -17,7 +17,7 @@ from itertools import chain
 from typing import Callable
 
 from aura_omni.engine.block_manager import BlockManager
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.sequence import Sequence, SequenceStatus
 
 

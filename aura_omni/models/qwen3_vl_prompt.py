@@ -1,7 +1,7 @@
 """Qwen3-VL prompt markers, and how a video's temporal groups are announced in the prompt.
 
 Layout of an AURA prompt (what vllm-omni's asr2aura and the Qwen3-VL chat template produce; the ids are built by
-pipeline/prompt_tokens.py):
+stages/aura/prompt_tokens.py):
   <|im_start|>system\n{system}<|im_end|>\n
   {history turns, same form}
   <|im_start|>user\n{vision items}{text}<|im_end|>\n<|im_start|>assistant\n

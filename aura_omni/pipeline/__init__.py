@@ -1,2 +1,2 @@
-"""The AURA Omni pipeline: stage input processors (pure functions), the orchestrator, the runtime that loads the
-deploy file's stages, and the request -> turn builder (TurnBuilder, media policy) shared by the server and Omni."""
+"""The AURA Omni pipeline, orchestration only: the orchestrator of a turn and what it needs of each stage, the
+processors between stages (pure functions), and the runtime that loads the deploy file's stages and warms them."""

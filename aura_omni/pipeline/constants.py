@@ -1,12 +1,8 @@
-"""Token ids and texts shared by the pipeline's stage edges (values from the Qwen vocabularies and vLLM-Omni's aura_omni)."""
+"""Token ids and texts shared by the pipeline's stage edges (values from the Qwen vocabularies and vLLM-Omni's aura_omni).
+AURA's own ids live with its stage (stages/aura/vocab.py); the edges use them from here too."""
 
-SILENT_TEXT = "<|silent|>"
-AURA_SILENT_TOKEN_ID = 151669  # <|silent|> in AURA's tokenizer (151669 is <|audio_start|> in Qwen3-ASR's)
-QWEN_IM_START_ID = 151644
-QWEN_IM_END_ID = 151645
-QWEN_ASSISTANT_ID = 77091
-QWEN_NEWLINE_ID = 198
-AURA_STOP_TOKEN_IDS = (AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID)
+from aura_omni.stages.aura.vocab import (AURA_SILENT_TOKEN_ID, AURA_STOP_TOKEN_IDS, QWEN_ASSISTANT_ID,  # noqa: F401
+                                         QWEN_IM_END_ID, QWEN_IM_START_ID, QWEN_NEWLINE_ID, SILENT_TEXT)
 
 # Qwen3-TTS assistant template around the spoken text: <|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n
 TTS_ASSISTANT_PREFIX_IDS = (QWEN_IM_START_ID, QWEN_ASSISTANT_ID, QWEN_NEWLINE_ID)

@@ -9,7 +9,7 @@ deviations noted inline where the upstream behaviour is a known bug.
 import re
 from typing import Sequence
 
-from aura_omni.asr.transcript import Transcript
+from aura_omni.stages.asr.transcript import Transcript
 from aura_omni.pipeline.constants import (
     DEFAULT_AURA_SYSTEM_PROMPT,
     QWEN_IM_END_ID,
@@ -19,7 +19,7 @@ from aura_omni.pipeline.constants import (
     TTS_ASSISTANT_PREFIX_IDS,
     TTS_ASSISTANT_SUFFIX_IDS,
 )
-from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTurn
+from aura_omni.stages.aura.prompt_tokens import AuraPrompt, PromptTurn
 from aura_omni.pipeline.tool_calls import system_with_tools
 
 
@@ -71,7 +71,7 @@ def asr2aura(
     tools: Sequence[dict] = (),
 ) -> AuraPrompt:
     """The AURA prompt for one user turn as structured ChatML turns (the merged upstream format; its ids are built by
-    pipeline/prompt_tokens.py, never by tokenising a rendered string).
+    stages/aura/prompt_tokens.py, never by tokenising a rendered string).
 
     transcript: ASR's result (None without audio). vision_items: "image"/"video" per media item in message order;
     one placeholder each (upstream emits one for all items, which mismatches the processor when there are several).

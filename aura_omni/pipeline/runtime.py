@@ -8,7 +8,6 @@ Endpoints ask `require(role)`; a role the deployment lacks answers a clear 400.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import time
 from pathlib import Path
@@ -16,8 +15,11 @@ from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
-from ..config import ASR, AURA, CODE2WAV, TALKER, DeployConfig, DeployConfigError, Stage
-from ..stages.loop import RESTART_DELAY_S
+from ..deploy import ASR, AURA, CODE2WAV, TALKER, DeployConfig, DeployConfigError, Stage
+from ..stages.asr.service import load_asr_stage
+from ..stages.aura.stage import load_aura_stage
+from ..stages.supervision import Supervisor
+from ..stages.tts import load_qwen3_tts_stage
 
 log = logging.getLogger("aura_omni.server")
 
@@ -34,21 +36,13 @@ class StageNotDeployedError(LookupError):
     """A request needs a stage this deployment lacks (the server answers 400 `stage_not_deployed`)."""
 
 
-# role -> "module:attribute" of a loader `(stage, device, dtype, load_format) -> model`. Code2Wav is
-# part of the Qwen3-TTS facade, so it has no loader of its own. Stage owners add one line here.
-STAGE_LOADERS: dict[str, str] = {
-    TALKER: "aura_omni.pipeline.runtime:load_qwen3_tts",
-    ASR: "aura_omni.asr.service:load_asr_stage",
-    AURA: "aura_omni.pipeline.aura_stage:load_aura_stage",
+# role -> its loader `(stage, device, dtype, load_format) -> model`. Code2Wav is part of the Qwen3-TTS facade, so it
+# has no loader of its own. Stage owners add one line here.
+STAGE_LOADERS: dict[str, Callable[..., Any]] = {
+    TALKER: load_qwen3_tts_stage,
+    ASR: load_asr_stage,
+    AURA: load_aura_stage,
 }
-
-
-def load_qwen3_tts(stage: Stage, device: str, dtype: Any, load_format: str):
-    from ..stages.engine_config import engine_config
-    from ..stages.tts import Qwen3TTS, default_engine_config
-
-    config = engine_config(stage, default_engine_config(device))  # the Talker's engine: TTS defaults + deploy fields
-    return Qwen3TTS.load(stage.model, device=device, dtype=dtype, load_format=load_format, engine_config=config)
 
 
 def device_spec(stage: Stage, override: str | None) -> str:
@@ -118,24 +112,12 @@ class Runtime:
         self.placement = placement  # None: stages in this process; else where they run (placement/ray_stages.py)
         self._pipeline = None
         self.request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # a turn past this is cancelled (504)
-        self.restart_delay_s = RESTART_DELAY_S
         self.turn_observer: Callable[[dict[str, float]], None] | None = None  # each turn's phases (server metrics)
-        # called once a loop went down on a GPU failure (`aura-omni serve` exits, so its supervisor starts a new one)
-        self.on_device_lost: Callable[[Any], None] | None = None
-        for loop in self.loops().values():  # the supervisor: a loop that dies is restarted over the same engine
-            loop.on_death = self._loop_died
-
-    def _loop_died(self, loop, cause: BaseException) -> None:
-        """On the dying loop's thread: its requests already failed (503); restart it after `restart_delay_s`, unless
-        the GPU failed (`loop.device_lost`): then `on_device_lost`, as no loop of this process can use it again."""
-        if loop.device_lost is not None:
-            log.critical("stage %s is down for good: %s; this process must be restarted", loop.name, cause)
-            if self.on_device_lost is not None:
-                self.on_device_lost(loop)
-            return
-        log.error("stage %s is down (%s); restarting it in %.1f s", loop.name, type(cause).__name__,
-                  self.restart_delay_s)
-        loop.restart_in(self.restart_delay_s)
+        # a loop that dies is restarted over the same engine; one whose GPU failed calls `supervisor.on_device_lost`
+        # (`aura-omni serve` exits, so its supervisor starts a new process)
+        self.supervisor = Supervisor()
+        for loop in self.loops().values():
+            self.supervisor.supervise(loop)
 
     @classmethod
     def load(cls, deploy: DeployConfig, *, device: str | None = None, dtype: str | None = None,
@@ -176,9 +158,9 @@ class Runtime:
     def pipeline(self):
         """The ASR -> AURA -> TTS orchestrator over the loaded stages, built on first use (chat, offline API)."""
         if self._pipeline is None:
-            from ..asr.stage import AsrPipelineStage
+            from ..stages.asr.stage import AsrPipelineStage
             from ..pipeline.orchestrator import AuraOmniPipeline
-            from ..pipeline.speech_stage import SpeechPipelineStage
+            from ..stages.speech_stage import SpeechPipelineStage
 
             asr, tts = self.models.get(ASR), self.models.get(TALKER)
             codec = self.deploy.codec_streaming()
@@ -188,7 +170,7 @@ class Runtime:
                 SpeechPipelineStage(tts, initial_chunk_frames=codec.first_window,
                                     chunk_frames=codec.codec_chunk_frames) if tts is not None else None,
                 default_timeout_s=self.request_timeout_s, stream_text_to_talker=self.deploy.async_chunk,
-                on_phases=self._turn_phases)
+                on_phases=self._turn_phases, turn_settings=self.deploy.turn)
         return self._pipeline
 
     def _turn_phases(self, phases: dict[str, float]) -> None:
@@ -249,8 +231,8 @@ class Runtime:
         return {name: loop.stats() for name, loop in self.loops().items()}
 
     def stage_latencies(self) -> dict[str, dict[str, Any]]:
-        """Per stage: its loop's queue and first-output latency histograms (stages/latency.py snapshots). Ray actors:
-        per replica (`aura/0`), as last polled."""
+        """Per stage: its loop's queue and first-output latency histograms (stages/loop_metrics.py snapshots). Ray
+        actors: per replica (`aura/0`), as last polled."""
         if self.placement is not None:
             return self.placement.stage_latencies()
         return {name: loop.latencies() for name, loop in self.loops().items()}
@@ -283,15 +265,19 @@ def load_stage(deploy: DeployConfig, stage: Stage, device: str, dtype: str | Non
     """One stage's model by its role's loader (Ray actors call this too); Code2Wav comes with the Talker."""
     role = deploy.role_of(stage)
     fmt = load_format or stage.load_format
-    module, _, attr = STAGE_LOADERS[role].partition(":")
-    loader: Callable = getattr(importlib.import_module(module), attr)
+    loader = STAGE_LOADERS[role]
     log.info("loading stage %d (%s) from %s on %s", stage.stage_id, role, stage.model, device)
     t0 = time.perf_counter()
     model = loader(stage, device, stage_dtype(stage, dtype, device), "auto" if fmt == "safetensors" else fmt)
     if role == TALKER and getattr(model, "code2wav_loop", None) is not None:
-        from ..stages.engine_config import code2wav_settings  # the Code2Wav stage's fields
+        from ..stages.deploy_settings import code2wav_settings  # the Code2Wav stage's fields
 
         model.configure_code2wav(**code2wav_settings(deploy.code2wav_of(stage), deploy.codec_streaming()))
+        if deploy.code2wav_of(stage).stall_s is not None:
+            model.code2wav_loop.stall_s = deploy.code2wav_of(stage).stall_s
+    for attr in ("loop", "talker_loop"):  # the stage's own loop (Code2Wav's is its own stage's, above)
+        if stage.stall_s is not None and (loop := getattr(model, attr, None)) is not None:
+            loop.stall_s = stage.stall_s
     # weights, KV cache and graph captures: what a restart costs, stage by stage (the warm start logs the rest)
     log.info("stage %d (%s) loaded in %.1f s", stage.stage_id, role, time.perf_counter() - t0)
     return model
@@ -301,7 +287,7 @@ async def warm_models(models: dict[str, Any], deploy: DeployConfig, all_graphs: 
     """Small requests through each given stage (pipeline/warmup.py); a Ray actor passes the one it hosts.
     `all_graphs`: every Code2Wav graph before this returns (else `Runtime.warm_after_ready` captures the rest)."""
     from ..pipeline.warmup import AURA_LAYOUTS, warm_up
-    from .media_input import load_image_input
+    from ..media.request_media import load_image_input
 
     aura, frames = models.get(AURA), []
     if aura is not None:  # 640x480 camera frames, the live path's vision layout; distinct, so none is a cache hit

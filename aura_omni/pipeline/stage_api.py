@@ -1,22 +1,12 @@
 """What the orchestrator needs from each stage. Stages run their models off the event loop."""
 
-from dataclasses import dataclass
-from typing import AsyncIterator, Protocol
+from typing import Any, AsyncIterator, Protocol
 
 import numpy as np
 
-from typing import Any
-
-from aura_omni.asr.transcript import Transcript
-from aura_omni.pipeline.prompt_tokens import AuraPrompt
-
-@dataclass
-class AuraDelta:
-    text: str  # new detokenised text (special tokens kept, e.g. <|silent|>)
-    token_ids: list[int]
-    finished: bool = False
-    finish_reason: str | None = None
-    prompt_tokens: int = 0
+from aura_omni.stages.asr.transcript import Transcript
+from aura_omni.stages.aura.prompt_tokens import AuraPrompt
+from aura_omni.stages.aura.stage import AuraDelta
 
 
 class AsrStage(Protocol):

@@ -8,7 +8,7 @@ session's requests stick to their AURA replica by, and the error of a replica th
 
 from contextvars import ContextVar
 
-from aura_omni.stages.loop import StageError
+from aura_omni.stages.stage_engine import StageError
 
 # The realtime session a request belongs to (RealtimeSession sets it in its response tasks): its AURA requests go to
 # one replica, whose prefix cache holds the session's history. None: any replica.

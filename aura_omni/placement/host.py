@@ -23,9 +23,9 @@ from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
-from aura_omni.config import ASR, AURA, TALKER
+from aura_omni.deploy import ASR, AURA, TALKER
 from aura_omni.models.qwen3_tts.text_stream import TextFeed
-from aura_omni.stages.loop import RESTART_DELAY_S
+from aura_omni.stages.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -68,20 +68,18 @@ class StageHost:
         self.warm_s = time.perf_counter() - t
         self.loops = {loop.name: loop for loop in (getattr(self.model, a, None) for a in LOOP_ATTRIBUTES)
                       if loop is not None}
+        supervisor = Supervisor(on_device_lost=self._device_lost)
         for loop in self.loops.values():
-            loop.on_death = self._loop_died
+            supervisor.supervise(loop)
         self.feeds: dict[str, _Feed] = {}  # streamed-text requests by id (their feeds may come before them)
         self.ended: collections.OrderedDict[str, None] = collections.OrderedDict()  # recent ones: late feeds dropped
 
-    def _loop_died(self, loop, cause: BaseException) -> None:
-        """On the dying loop's thread (its requests already failed): restart it after RESTART_DELAY_S; after a GPU
-        failure, end this process instead (Ray restarts the actor, up to its `max_restarts`)."""
-        if loop.device_lost is not None:
-            log.critical("stage %s: its GPU failed (%s); ending this actor's process for Ray to restart it",
-                         loop.name, cause)
-            threading.Timer(0.2, os._exit, args=(1,)).start()  # the failed requests' answers leave first
-            return
-        loop.restart_in(RESTART_DELAY_S)
+    @staticmethod
+    def _device_lost(loop) -> None:
+        """A loop's GPU failed (its requests already failed): end this process for Ray to restart the actor, up to
+        its `max_restarts`; a loop that died otherwise is restarted by the supervisor after RESTART_DELAY_S."""
+        log.critical("stage %s: its GPU failed; ending this actor's process for Ray to restart it", loop.name)
+        threading.Timer(0.2, os._exit, args=(1,)).start()  # the failed requests' answers leave first
 
     def inject_fault(self, loop: str, kind: str) -> None:
         """Tests only: `StageLoop.inject_fault` on one of this replica's loops."""

@@ -1,8 +1,8 @@
 """Stand-ins in the API process for the stage objects that live in Ray actors: the same async methods and attributes
 the runtime, the orchestrator, the server and realtime sessions use, carrying plain data to and from the replicas.
 
-    AsrProxy   ~ asr.service.AsrService          atranscribe, transcribe, languages, stats
-    AuraProxy  ~ pipeline.aura_stage.AuraPipelineStage   generate (streamed AuraDelta), prefill_prefix, stage,
+    AsrProxy   ~ stages.asr.service.AsrService   atranscribe, transcribe, languages, stats
+    AuraProxy  ~ stages.aura.stage.AuraPipelineStage   generate (streamed AuraDelta), prefill_prefix, stage,
                                                  model.config, stats
     TtsProxy   ~ stages.tts.Qwen3TTS             astream (text whole, or fed while spoken: feed_text), frames, validate,
                                                  create_voice_prompt, model_type, speakers, languages, text_tokens,

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from aura_omni.config import AURA, ASR, CODE2WAV, TALKER, DeployConfig, Stage
+from aura_omni.deploy import AURA, ASR, CODE2WAV, TALKER, DeployConfig, Stage
 from aura_omni.placement.host import StageHost
 from aura_omni.placement.proxies import AsrProxy, AuraProxy, TtsProxy
 from aura_omni.placement.replicas import Replica, ReplicaSet, StatsPoller

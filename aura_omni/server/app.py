@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import os
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
 from starlette.requests import HTTPConnection
 
-from .. import __version__
-from ..config import DeployConfig
+from .. import __version__, env
+from ..deploy import DeployConfig
 from ..layers import kernel_compiles
 from ..media.limits import Limits
 from ..pipeline.runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
@@ -24,6 +23,7 @@ from .health import main_model
 from .metrics import RequestMetrics
 from .request_ids import RequestIds
 from .state import ServerState
+from .voice_library import VoiceLibrary
 from .websocket_auth import check_api_key as check_key
 
 log = logging.getLogger("aura_omni.server")
@@ -43,7 +43,6 @@ ENDPOINT_MODULES = [
 ]
 OPEN_PATHS = {"/health", "/"}  # answered without an API key (and the page's assets, OPEN_PREFIX)
 OPEN_PREFIX = "/web/"
-ALLOWED_MEDIA_DOMAINS_ENV = "AURA_OMNI_ALLOWED_MEDIA_DOMAINS"  # comma-separated; remote media is off by default
 
 
 async def check_api_key(conn: HTTPConnection) -> None:
@@ -59,25 +58,28 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
                runtime: Runtime | None = None, device: str | None = None, dtype: str | None = None,
                load_format: str | None = None, allowed_local_media_path: str | Path | None = None,
                allowed_media_domains: list[str] | None = None,
-               request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S, limits: Limits | None = None) -> FastAPI:
+               request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S, limits: Limits | None = None,
+               voice_dir: str | Path | None = None) -> FastAPI:
     """Build the server; loads the deploy's stage models unless a ready `runtime` is given (tests).
     `served_model_name`: the name (or names, the first reported, as vLLM's) requests may send as `model`.
     `request_timeout_s`: a chat turn running longer is cancelled in every stage and answered 504 (None: no limit).
-    `limits`: default the deploy file's `limits:` section over the built-in defaults."""
+    `limits`: default the deploy file's `limits:` section over the built-in defaults.
+    `voice_dir`: where registered voices are kept and shared (`serve` passes its default); None: in memory only."""
+    voices = VoiceLibrary(voice_dir)  # before the stages load: an unusable directory fails the start at once
     if runtime is None:  # loaded and warmed here: /health answers only once every stage has served a request
         kernel_compiles.watch()  # Triton variants made after the warm start are stalls: logged, and in /metrics
         runtime = Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
         asyncio.run(runtime.warm_up())
         kernel_compiles.mark_ready()
-        log.info("start-up objects frozen out of garbage collection: %d", gc_pauses.freeze())
+        log.info("start-up objects frozen out of garbage collection: %d", gc_pauses.freeze(deploy_config.gc_freeze))
         gc_pauses.watch()  # a long collection stalls every stage at once: timed, in /metrics
     runtime.request_timeout_s = request_timeout_s
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name or [])
     names = names or [main_model(deploy_config)]
     if allowed_media_domains is None:
-        allowed_media_domains = [d for d in os.environ.get(ALLOWED_MEDIA_DOMAINS_ENV, "").split(",") if d.strip()]
+        allowed_media_domains = list(env.current().allowed_media_domains)  # none: remote media is off
     state = ServerState(runtime=runtime, served_model_name=names[0], model_aliases=tuple(names[1:]),
-                        api_key=api_key or None,
+                        api_key=api_key or None, voices=voices,
                         allowed_local_media_path=Path(allowed_local_media_path) if allowed_local_media_path else None,
                         limits=limits or Limits.from_values(deploy_config.limits),
                         allowed_media_domains=tuple(d.strip() for d in allowed_media_domains))

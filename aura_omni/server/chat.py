@@ -34,13 +34,13 @@ from typing import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from ..config import AURA, TALKER
+from ..deploy import AURA, TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encodable_formats, encode_audio, encode_stream_chunk
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.orchestrator import TurnTimeout
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, collect_turn
 from ..pipeline.tool_calls import CallDelta, assistant_text, tool_results_text, tool_use
-from ..pipeline.turn_builder import TurnBuilder, TurnSpec
+from ..request.turn_builder import TurnBuilder, TurnSpec
 from .chat_protocol import (AUDIO_FORMATS, AudioReply, AudioURLPart, ChatCompletion, ChatCompletionRequest, Choice,
                             ImageURLPart, InputAudioPart, NamedToolChoice, ReplyMessage, STREAM_AUDIO_FORMATS,
                             TextPart, Usage, VideoURLPart)

@@ -19,9 +19,9 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..config import SamplingParams as StageSamplingParams
+from ..deploy import SamplingParams as StageSamplingParams
 from ..engine.sampling_params import MAX_TOP_K, SEED_RANGE
-from ..pipeline.additional_information import AdditionalInformation
+from ..request.additional_information import AdditionalInformation
 from ..pipeline.tool_calls import response_format_schema
 from .protocol import MAX_PENALTY, MAX_TEMPERATURE
 

@@ -15,13 +15,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..pipeline.errors import (_TYPES, APIError, api_error, client_error, internal_error, stage_error,  # noqa: F401
+from ..request.errors import (_TYPES, APIError, api_error, client_error, internal_error, stage_error,  # noqa: F401
                               request_error_types)
 from ..pipeline.runtime import StageNotDeployedError
 from ..placement import StageUnavailableError
-from ..stages.loop import StageError
+from ..stages.stage_engine import StageError
 
 log = logging.getLogger("aura_omni.server")
+
+MISSING_FIELD = "missing_required_parameter"  # OpenAI's code for an absent required field, on every endpoint
 
 def error_body(message: str, status: int, *, param: str | None = None, code: str | None = None,
                type: str | None = None) -> dict:
@@ -72,7 +74,8 @@ def validation_error(exc: RequestValidationError) -> APIError:
         msg = "unknown field; check its spelling against the API reference"
     fields = {_field(tuple(e.get("loc", ()))) for e in errors}
     more = f" (and {len(fields) - 1} more)" if len(fields) > 1 else ""
-    return APIError(f"{field}: {msg}{more}" if field else f"{msg}{more}", param=field or None, code="invalid_value")
+    code = MISSING_FIELD if first.get("type") == "missing" else "invalid_value"
+    return APIError(f"{field}: {msg}{more}" if field else f"{msg}{more}", param=field or None, code=code)
 
 
 # Starlette's and FastAPI's own words, said so that a person knows what to send

@@ -20,7 +20,7 @@ from fastapi import WebSocket
 
 from ..session import RealtimeSession, ServerEvent
 from ..session.events import new_id
-from ..session.handler import ResumeRefused
+from ..session.errors import ResumeRefused
 from .metrics import RealtimeMeter, ServerMetrics
 
 log = logging.getLogger("aura_omni.server")
@@ -79,7 +79,7 @@ class Link:
     async def _send(self, event: ServerEvent) -> None:
         payload = event.to_json()
         if self.meter is not None:
-            self.meter.sent(payload)
+            self.meter.sent(payload, beta=self.session.dialect.name == "beta")
         await self.ws.send_text(json.dumps(payload))
 
 
@@ -170,6 +170,7 @@ class HeldSessions:
             await link.send_flat({"type": "session.resync_required", "session_id": session.id, "reason": str(e)})
             await self._end(session, "resync_required")
         else:
+            log.info("realtime session.resume of %s refused: %s: %s", session.id if session else "?", e.code, e)
             await link.send_flat({"type": "error", "error": str(e), "code": e.code})
 
     async def _expire(self, session: RealtimeSession, after_s: float) -> None:

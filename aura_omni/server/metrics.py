@@ -104,7 +104,7 @@ class StageCollector(Collector):
         yield from (f for f in (*gauges.values(), kv, *counters.values()) if f.samples)
 
 
-STAGE_LATENCIES = {  # stages/latency.py histogram -> metric labelled `stage`
+STAGE_LATENCIES = {  # stages/loop_metrics.py histogram -> metric labelled `stage`
     "queue": ("aura_omni:stage_queue_time_seconds", "Time a request waited in front of the stage's engine "
               "(submitted -> taken in between two steps)."),
     "input_wait": ("aura_omni:stage_input_wait_seconds", "Time a request waited for input it needs to start, after "
@@ -119,7 +119,7 @@ STAGE_LATENCIES = {  # stages/latency.py histogram -> metric labelled `stage`
 
 
 def _buckets(snap) -> list[tuple[str, int]]:
-    """A stages/latency.py snapshot's cumulative buckets as prometheus-client takes them."""
+    """A stages/loop_metrics.py snapshot's cumulative buckets as prometheus-client takes them."""
     return [("+Inf" if le == float("inf") else repr(le), n) for le, n in snap.buckets]
 
 
@@ -331,12 +331,14 @@ class RealtimeMeter:
     """One realtime session's metrics, read from the server events it sends (`sent(event.to_json())`).
 
     A response's clock starts when its commit is acknowledged (`input_audio_buffer.committed`; a response created
-    without one starts at `response.created`). Only the GA names are read: a server that also sends each delta
-    under its beta name is counted once. Counts the session as active until `close()`.
+    without one starts at `response.created`). The GA names are read, and the beta names only from a beta session
+    (`beta`): a duplex session sends each delta under both and is counted once. A silent turn is a completed
+    `response.done` with `aura_reason` `listen`. Counts the session as active until `close()`.
     """
 
     AUDIO = "response.output_audio.delta"
     TEXT = ("response.output_audio_transcript.delta", "response.output_text.delta")
+    BETA = {"response.audio.delta": AUDIO, "response.audio_transcript.delta": TEXT[0], "response.text.delta": TEXT[1]}
 
     def __init__(self, metrics: ServerMetrics, endpoint: str = "/v1/realtime", sample_rate: int = TTS_SAMPLE_RATE):
         self.metrics, self.endpoint, self.sample_rate = metrics, endpoint, sample_rate
@@ -345,9 +347,11 @@ class RealtimeMeter:
         self.open = True
         metrics.session_started()
 
-    def sent(self, event: dict, now: float | None = None) -> None:
+    def sent(self, event: dict, now: float | None = None, beta: bool = False) -> None:
         now = _clock(now)
         kind = event.get("type")
+        if beta:
+            kind = self.BETA.get(kind, kind)
         rid = event.get("response_id") or (event.get("response") or {}).get("id")
         if kind == "input_audio_buffer.committed":
             self.committed_at = now
@@ -363,10 +367,11 @@ class RealtimeMeter:
             timer.audio(audio_bytes / width / int(event.get("sample_rate_hz") or self.sample_rate), now)
         elif kind in self.TEXT:
             timer.text(now)
-        elif kind == "response.listen":
-            self.timers.pop(rid).silent(now)
         elif kind == "response.done":
-            if (event.get("response") or {}).get("status") == "completed":
+            response = event.get("response") or {}
+            if response.get("aura_reason") == "listen":
+                timer.silent(now)
+            elif response.get("status") == "completed":
                 timer.finish(now)
             self.timers.pop(rid)
 

@@ -83,8 +83,9 @@ class VoiceCreateRequest(_Body):
 
     name: str = Field(pattern=VOICE_NAME_PATTERN)
     ref_audio: str
-    ref_text: str | None = None
-    consent: str | None = None  # OpenAI form field; accepted and ignored
+    ref_text: str | None = Field(None, max_length=4096)
+    consent: str | None = Field(None, max_length=4096)  # OpenAI form field; accepted and ignored
+    speaker_description: str | None = Field(None, max_length=4096)  # vLLM-Omni form field: kept on the card
 
 
 class VoiceCard(BaseModel):
@@ -97,6 +98,7 @@ class VoiceCard(BaseModel):
     created_at: int = Field(default_factory=lambda: int(time.time()))
     ref_text: str | None = None
     x_vector_only_mode: bool | None = None
+    speaker_description: str | None = None
 
 
 class ModelCard(BaseModel):

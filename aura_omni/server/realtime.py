@@ -18,9 +18,9 @@ from typing import Awaitable, Callable
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from ..config import AURA
+from ..deploy import AURA
 from ..pipeline.runtime import StageNotDeployedError
-from ..pipeline.turn_builder import TurnBuilder
+from ..request.turn_builder import TurnBuilder
 from ..session import RealtimeSession
 from ..session.events import new_id
 from ..session.handler import new_session_id
@@ -123,8 +123,10 @@ async def realtime(ws: WebSocket) -> None:
     if not duplex and not await slot.take():
         return
     builder = TurnBuilder(state.runtime, state.voices, state.media_policy())
+    # OpenAI's beta dialect: by its header, else by the shape of the first session.update (None)
+    beta = True if "realtime=v1" in ws.headers.get("openai-beta", "").replace(" ", "") else None
     session = RealtimeSession(state.runtime, builder, model=ws.query_params.get("model") or state.served_model_name,
-                              duplex=duplex, max_sessions=slots.limit, on_closed=slot.give_back,
+                              duplex=duplex, beta=beta, max_sessions=slots.limit, on_closed=slot.give_back,
                               resumable=held.grace_s > 0, session_id=session_id)
     if not duplex:
         session.start()

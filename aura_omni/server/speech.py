@@ -20,14 +20,14 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from ..config import TALKER
+from ..deploy import TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk, media_type
-from ..pipeline.tts_request import TALKER_SAMPLING, TTSAsk, build_tts_request
+from ..request.tts_request import TALKER_SAMPLING, TTSAsk, build_tts_request
 from .disconnect import first_of_stream, unless_client_leaves
 from .errors import APIError, api_error, error_body, internal_error
 from .metrics import arrival
 from .protocol import SpeechRequest
-from ..pipeline.turn_builder import TurnBuilder
+from ..request.turn_builder import TurnBuilder
 
 log = logging.getLogger("aura_omni.server")
 router = APIRouter()
@@ -69,7 +69,7 @@ def check_response_format(req: SpeechRequest, streaming: bool) -> None:
     try:
         check_format(req.response_format, streaming=streaming)
     except UnsupportedFormatError as e:
-        raise APIError(f"response_format: {e}", param="response_format", code="unsupported_format") from None
+        raise APIError(str(e), param="response_format", code="unsupported_format") from None  # names the field
 
 
 async def speak_file(state, tts_req, req: SpeechRequest, path: str, since: float) -> tuple[bytes, int]:

@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from ..config import TALKER
+from ..deploy import TALKER
 from ..media.encode import media_type
 from .disconnect import unless_client_leaves
 from .errors import APIError, api_error, internal_error, validation_error

@@ -28,10 +28,10 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from ..config import TALKER
+from ..deploy import TALKER
 from ..media.encode import UnsupportedFormatError, check_format, encode_audio, encode_stream_chunk
 from ..pipeline.sentences import SentenceSplitter
-from .errors import APIError, api_error, internal_error, validation_error
+from .errors import MISSING_FIELD, APIError, api_error, internal_error, validation_error
 from .protocol import SpeechRequest
 from .speech import SAMPLE_RATE, speech_request, stream_windows
 from .websocket_auth import accept_with_key
@@ -170,6 +170,8 @@ class SpeechStreamSession:
 
     async def add_text(self, event: dict) -> None:
         text = event.get("text")
+        if text is None:
+            raise APIError("input.text: required field `text` is missing", code=MISSING_FIELD, param="text")
         if not isinstance(text, str):
             raise APIError("input.text: `text` must be a string", code="invalid_value", param="text")
         if self.request is None:

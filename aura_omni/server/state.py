@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..media.limits import Limits
-from ..pipeline.media_input import MediaPolicy
+from ..media.request_media import MediaPolicy
 from ..pipeline.runtime import Runtime
 from .drain import Drain
 from .errors import APIError
 from .metrics import ServerMetrics
-from .voices import VoiceRegistry
+from .voice_library import VoiceLibrary
 
 
 @dataclass
@@ -21,7 +21,7 @@ class ServerState:
     model_aliases: tuple[str, ...] = ()  # further --served-model-name values, accepted as `model` and listed
     api_key: str | None = None
     allowed_local_media_path: Path | None = None  # server-local reference audio only below this root
-    voices: VoiceRegistry = field(default_factory=VoiceRegistry)
+    voices: VoiceLibrary = field(default_factory=VoiceLibrary)  # in memory only unless given a directory
     limits: Limits = field(default_factory=Limits)  # the same on every endpoint
     allowed_media_domains: tuple[str, ...] = ()  # hosts of http(s) media; none by default
     metrics: ServerMetrics | None = None  # GET /metrics; built over the runtime's stage stats when not given
@@ -43,5 +43,6 @@ class ServerState:
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model not in self.model_names:
-            raise APIError(f"The model `{model}` does not exist; this server serves `{self.served_model_name}`",
+            served = ", ".join(f"`{name}`" for name in (self.served_model_name, *self.model_aliases))
+            raise APIError(f"The model `{model}` does not exist; this server serves {served}",
                            404, param="model", code="model_not_found")

@@ -15,11 +15,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 from starlette.datastructures import UploadFile
 
-from ..config import ASR
+from ..deploy import ASR
 from ..media.audio import AudioDecodeError, decode_audio
-from ..pipeline.additional_information import check_asr_context
+from ..request.additional_information import check_asr_context
 from .disconnect import unless_client_leaves
-from .errors import APIError
+from .errors import MISSING_FIELD, APIError
 from .protocol import MAX_TEMPERATURE  # OpenAI's range for this endpoint is 0..1; accept what chat accepts
 
 router = APIRouter()
@@ -57,7 +57,7 @@ async def create_transcription(request: Request):
     form = await request.form()
     upload = form.get("file")
     if not isinstance(upload, UploadFile):
-        raise APIError("file: required field is missing (an audio file upload)", param="file")
+        raise APIError("file: required field is missing (an audio file upload)", param="file", code=MISSING_FIELD)
     state.check_model(form.get("model") or None)
     response_format = (form.get("response_format") or "json").strip()
     if response_format not in RESPONSE_FORMATS:
@@ -84,7 +84,7 @@ async def create_transcription(request: Request):
         raise APIError(f"file: {e}", param="file", code="invalid_audio") from None
     duration = wav.shape[0] / sr
 
-    from ..asr.transcript import UnsupportedLanguageError
+    from ..stages.asr.transcript import UnsupportedLanguageError
     from ..engine.llm_engine import PromptTooLongError
 
     try:  # a client that leaves stops the transcription at the next engine step

@@ -10,28 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 import time
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
-from ..config import TALKER
+from ..deploy import TALKER
 from ..media.audio import AudioDecodeError
 from ..media.limits import MediaError
-from .errors import APIError, validation_error
-from ..pipeline.media_input import MediaPolicy, load_reference_audio
+from .errors import MISSING_FIELD, APIError, validation_error
+from ..media.request_media import MediaPolicy, load_reference_audio
+from ..stages.tts import TTSRequestError
 from .protocol import VOICE_NAME_PATTERN, VoiceCard, VoiceCreateRequest
+from .voice_library import RegisteredVoice, VoiceLibrary
 
-def _tts_error_types() -> tuple[type[Exception], ...]:
-    try:
-        from ..stages.tts import TTSRequestError
-    except ImportError:  # facade not built yet: nothing extra to map
-        return ()
-    return (TTSRequestError,)
+__all__ = ["RegisteredVoice", "VoiceLibrary", "decode_ref_audio", "router"]
 
 
 def decode_ref_audio(value: str | bytes, policy: MediaPolicy, param: str = "ref_audio") -> tuple[np.ndarray, int]:
@@ -41,36 +35,6 @@ def decode_ref_audio(value: str | bytes, policy: MediaPolicy, param: str = "ref_
         return load_reference_audio(value, policy)
     except (AudioDecodeError, MediaError) as e:
         raise APIError(f"{param}: {e}", param=param, code="invalid_audio") from None
-
-
-@dataclass
-class RegisteredVoice:
-    card: VoiceCard
-    prompt: Any  # the TTS facade's VoiceClonePrompt (x-vector, and ref codes in ICL mode)
-
-
-class VoiceRegistry:
-    """Cloned voices by lower-cased name; safe to use from the event loop and the model thread."""
-
-    def __init__(self):
-        self._voices: dict[str, RegisteredVoice] = {}
-        self._lock = threading.Lock()
-
-    def get(self, name: str) -> RegisteredVoice | None:
-        with self._lock:
-            return self._voices.get(name.lower())
-
-    def add(self, voice: RegisteredVoice) -> None:
-        with self._lock:
-            self._voices[voice.card.name.lower()] = voice
-
-    def remove(self, name: str) -> bool:
-        with self._lock:
-            return self._voices.pop(name.lower(), None) is not None
-
-    def cards(self) -> list[VoiceCard]:
-        with self._lock:
-            return [v.card for v in self._voices.values()]
 
 
 router = APIRouter()
@@ -89,8 +53,9 @@ async def list_voices(request: Request):
             "voices": [c.name for c in cards]}
 
 
-async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.ndarray, int]]:
-    """JSON `{name, ref_audio, ref_text}` or OpenAI's multipart form (`audio_sample` file)."""
+async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.ndarray, int], str]:
+    """(body, reference audio, the field it came in): JSON `{name, ref_audio, ref_text}`, or the multipart form of
+    OpenAI and vLLM-Omni (`audio_sample` file, `name`, `ref_text`, `consent`, `speaker_description`)."""
     state = request.app.state.server
     ctype = request.headers.get("content-type", "")
     if ctype.startswith("multipart/form-data") or ctype.startswith("application/x-www-form-urlencoded"):
@@ -98,7 +63,7 @@ async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.n
         upload = form.get("audio_sample") or form.get("ref_audio")
         fields = {k: v for k, v in form.items() if isinstance(v, str) and k in VoiceCreateRequest.model_fields}
         if upload is None:
-            raise APIError("audio_sample: required field is missing", param="audio_sample")
+            raise APIError("audio_sample: required field is missing", param="audio_sample", code=MISSING_FIELD)
         if isinstance(upload, str):
             fields["ref_audio"] = upload
             audio_bytes = None
@@ -110,8 +75,9 @@ async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.n
         except ValidationError as e:
             raise _as_api_error(e) from None
         if audio_bytes is None:
-            return body, await asyncio.to_thread(decode_ref_audio, body.ref_audio, state.media_policy())
-        return body, await asyncio.to_thread(decode_ref_audio, audio_bytes, state.media_policy(), "audio_sample")
+            return body, await asyncio.to_thread(decode_ref_audio, body.ref_audio, state.media_policy()), "ref_audio"
+        audio = await asyncio.to_thread(decode_ref_audio, audio_bytes, state.media_policy(), "audio_sample")
+        return body, audio, "audio_sample"
     try:
         payload = await request.json()
     except ValueError:
@@ -123,7 +89,7 @@ async def _create_body(request: Request) -> tuple[VoiceCreateRequest, tuple[np.n
         body = VoiceCreateRequest.model_validate(payload)
     except ValidationError as e:
         raise _as_api_error(e) from None
-    return body, await asyncio.to_thread(decode_ref_audio, body.ref_audio, state.media_policy())
+    return body, await asyncio.to_thread(decode_ref_audio, body.ref_audio, state.media_policy()), "ref_audio"
 
 
 def _as_api_error(e: ValidationError) -> APIError:
@@ -137,7 +103,8 @@ CREATE_SCHEMA = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": VoiceCreateRequest.model_json_schema()},
     "multipart/form-data": {"schema": {"type": "object", "required": ["name", "audio_sample"], "properties": {
         "name": {"type": "string"}, "audio_sample": {"type": "string", "format": "binary"},
-        "ref_text": {"type": "string"}, "consent": {"type": "string"}}}}}}}
+        "ref_text": {"type": "string"}, "consent": {"type": "string"},
+        "speaker_description": {"type": "string"}}}}}}}
 
 
 @router.post("/v1/audio/voices", openapi_extra=CREATE_SCHEMA)
@@ -148,7 +115,7 @@ async def create_voice(request: Request):
         raise APIError(f"ref_audio: voice cloning needs a Qwen3-TTS Base checkpoint; this deployment's TTS is "
                        f"{getattr(tts, 'model_type', '?')}: use its preset voices (GET /v1/audio/voices)",
                        param="ref_audio", code="unsupported_task_type")
-    body, (wav, sr) = await _create_body(request)
+    body, (wav, sr), audio_param = await _create_body(request)
     if body.name.lower() in {s.lower() for s in (tts.speakers or [])}:
         raise APIError(f"name: {body.name!r} is a built-in speaker; choose another name", 409, param="name",
                        code="voice_exists")
@@ -159,11 +126,16 @@ async def create_voice(request: Request):
     x_vector_only = ref_text is None  # without a transcript only the speaker embedding can be used
     try:
         prompt = await state.runtime.voice_prompt(wav, sr, ref_text, x_vector_only)
-    except _tts_error_types() as e:
-        raise APIError(f"ref_audio: {e}", param="ref_audio", code="invalid_audio") from None
+    except TTSRequestError as e:
+        raise APIError(f"{audio_param}: {e}", param=audio_param, code="invalid_audio") from None
     card = VoiceCard(id=body.name, name=body.name, type="audio_sample", ref_text=ref_text,
-                     x_vector_only_mode=x_vector_only, created_at=int(time.time()))
-    state.voices.add(RegisteredVoice(card=card, prompt=prompt))
+                     x_vector_only_mode=x_vector_only, created_at=int(time.time()),
+                     speaker_description=(body.speaker_description or "").strip() or None)
+    try:
+        await asyncio.to_thread(state.voices.add, RegisteredVoice(card=card, prompt=prompt))
+    except OSError as e:  # the server's disk, not the request: a 500 that says what failed
+        raise APIError(f"the voice library cannot store {body.name!r}: {e.strerror or e}", 500,
+                       code="voice_library_error", type="server_error") from None
     return card.model_dump(exclude_none=True)
 
 
@@ -171,7 +143,7 @@ async def create_voice(request: Request):
 async def delete_voice(voice_id: str, request: Request):
     state = request.app.state.server
     state.runtime.require(TALKER, "/v1/audio/voices")
-    if not re.match(VOICE_NAME_PATTERN, voice_id) or not state.voices.remove(voice_id):
+    if not re.match(VOICE_NAME_PATTERN, voice_id) or not await asyncio.to_thread(state.voices.remove, voice_id):
         raise APIError(f"voice_id: no registered voice named {voice_id!r}; GET /v1/audio/voices lists them", 404,
                        param="voice_id", code="voice_not_found")
     return {"id": voice_id, "deleted": True, "object": "audio.voice.deleted"}

@@ -4,7 +4,7 @@ A new session starts from its dialect's defaults (`SessionConfig.for_session`): 
 or vLLM-Omni duplex's (push-to-talk, 16 kHz input, `ack_only`). Only the fields a client sends change. OpenAI's
 values are served: `semantic_vad` is the server VAD with a silence wait set by its eagerness, and OpenAI voice names
 are aliases of Talker voices (`voice_aliases`). What this server cannot do is refused with the field's name (an input
-or output rate it does not serve, tools) rather than ignored; fields that change nothing here (tracing, noise
+or output rate it does not serve) rather than ignored; tools are checked as OpenAI checks them (session/tools.py); fields that change nothing here (tracing, noise
 reduction, input transcription model) are accepted and echoed.
 """
 
@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from ..media.wire_audio import G711, G711_RATE
-from ..pipeline.additional_information import AdditionalInformation
+from ..request.additional_information import AdditionalInformation
 from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
 from ..pipeline.processors import PipelineRequestError
+from .errors import ClientError
+from .tools import TOOL_KEYS, tool_settings
 
 INPUT_SAMPLE_RATES = (16000, 24000)  # pcm16 input the session resamples to ASR's 16 kHz
 OPENAI_INPUT_SAMPLE_RATE = 24000  # OpenAI Realtime's pcm16 is 24 kHz
@@ -83,6 +85,7 @@ class SessionConfig:
     voice: str | None = None  # what the Talker speaks with: a CustomVoice speaker or a registered voice
     voice_name: str | None = None  # the voice as the client named it (an alias resolves to `voice`), echoed
     speak: bool = True  # output modalities include audio
+    modalities: tuple[str, ...] | None = None  # output modalities as the client set them, echoed as sent
     input_audio_format: str = "pcm16"  # pcm16, g711_ulaw or g711_alaw (at 8 kHz), what an append holds by default
     input_sample_rate: int = OPENAI_INPUT_SAMPLE_RATE
     output_audio_format: str = "pcm16"  # pcm16 at 24 kHz, or G.711 at 8 kHz
@@ -97,6 +100,9 @@ class SessionConfig:
     playback_commit_policy: str = "commit_all_on_done"
     transcription: dict | None = None  # echoed; ASR always transcribes
     voice_aliases: Mapping[str, str | None] = field(default_factory=dict)  # session_voice_aliases()
+    tools: tuple[dict, ...] = ()  # flat realtime function tools (session/tools.py)
+    tool_choice: str | dict = "auto"
+    parallel_tool_calls: bool | None = None  # None: one call per reply
 
     @classmethod
     def for_session(cls, *, duplex: bool, speak: bool = True, voice_aliases: Mapping[str, str] | None = None,
@@ -111,9 +117,10 @@ class SessionConfig:
         return cls(speak=speak, input_sample_rate=OPENAI_INPUT_SAMPLE_RATE, turn_detection=TurnDetection(),
                    playback_commit_policy="commit_all_on_done", voice_aliases=aliases)
 
-    def with_update(self, session: Any) -> SessionConfig:
+    def with_update(self, session: Any, where: str = "session") -> SessionConfig:
+        """The settings after a session.update's `session` (or, `where` "response", one response.create's)."""
         if not isinstance(session, dict):
-            raise SessionConfigError("session", "must be an object")
+            raise SessionConfigError(where, "must be an object")
         audio = _obj(session.get("audio"), "session.audio")
         audio_in = _obj(audio.get("input"), "session.audio.input")
         audio_out = _obj(audio.get("output"), "session.audio.output")
@@ -133,6 +140,7 @@ class SessionConfig:
                 raise SessionConfigError("session.output_modalities", f"must be a list of 'text' and 'audio' "
                                          f"(got {modalities!r})")
             changes["speak"] = "audio" in modalities
+            changes["modalities"] = tuple(modalities)
         fmt_in = _input_format(audio_in.get("format"), session.get("input_audio_format"))
         if fmt_in is not None:
             changes["input_audio_format"], changes["input_sample_rate"] = fmt_in
@@ -151,8 +159,11 @@ class SessionConfig:
         if tokens is not None:
             changes["max_output_tokens"] = None if tokens == "inf" else int(
                 _number(tokens, "session.max_output_tokens", 1, math.inf, integer=True))
-        if session.get("tools"):
-            raise SessionConfigError("session.tools", "AURA has no tool calling; send no tools", "unsupported_tools")
+        if any(k in session for k in TOOL_KEYS):
+            try:
+                changes.update(tool_settings(session, self.tools, self.tool_choice, where))
+            except ClientError as e:
+                raise SessionConfigError(e.param, str(e).removeprefix(f"{e.param}: "), e.code) from None
         if "extra_body" in session:
             changes.update(_extra_body(session["extra_body"], self.info))
         return dataclasses.replace(self, **changes)
@@ -165,18 +176,33 @@ class SessionConfig:
     def output_sample_rate(self) -> int:
         return G711_RATE if self.output_audio_format in G711 else TTS_SAMPLE_RATE
 
+    def input_format_json(self) -> dict:
+        return _ga_format(self.input_audio_format, self.input_sample_rate)
+
+    def output_format_json(self) -> dict:
+        return _ga_format(self.output_audio_format, self.output_sample_rate)
+
+    def turn_detection_json(self) -> dict | None:
+        return self.turn_detection.to_json() if self.turn_detection else None
+
+    def extra_body_json(self) -> dict:
+        return {**self.info, "auto_response": self.auto_response, "max_frames": self.max_frames,
+                "frame_filter_threshold": self.frame_filter_threshold,
+                "playback_commit_policy": self.playback_commit_policy,
+                **({"sampling_params_list": self.stage_sampling} if self.stage_sampling else {})}
+
     def to_json(self, session_id: str, model: str) -> dict:
-        """The effective session, in the GA nested shape with the beta flat fields beside it."""
-        modalities = ["text", "audio"] if self.speak else ["text"]
-        turn = self.turn_detection.to_json() if self.turn_detection else None
-        fmt_in = _ga_format(self.input_audio_format, self.input_sample_rate)
-        fmt_out = _ga_format(self.output_audio_format, self.output_sample_rate)
+        """The effective session in the GA nested shape with the beta flat fields beside it (the duplex dialect's;
+        an OpenAI session gets its own dialect's shape only, session/dialects/)."""
+        modalities = list(self.modalities) if self.modalities else ["text", "audio"] if self.speak else ["text"]
+        turn = self.turn_detection_json()
         return {
             "object": "realtime.session", "type": "realtime", "id": session_id, "model": model,
             "instructions": self.instructions or "",
             "output_modalities": modalities, "modalities": modalities,
-            "audio": {"input": {"format": fmt_in, "turn_detection": turn, "transcription": self.transcription},
-                      "output": {"format": fmt_out, "voice": self.voice_name or self.voice}},
+            "audio": {"input": {"format": self.input_format_json(), "turn_detection": turn,
+                                "transcription": self.transcription},
+                      "output": {"format": self.output_format_json(), "voice": self.voice_name or self.voice}},
             "voice": self.voice_name or self.voice, "input_audio_format": self.input_audio_format,
             "output_audio_format": self.output_audio_format,
             "input_sample_rate_hz": self.input_sample_rate, "output_sample_rate_hz": self.output_sample_rate,
@@ -184,11 +210,7 @@ class SessionConfig:
             "temperature": self.temperature,
             "max_output_tokens": self.max_output_tokens if self.max_output_tokens is not None else "inf",
             "max_response_output_tokens": self.max_output_tokens if self.max_output_tokens is not None else "inf",
-            "tools": [], "tool_choice": "none",
-            "extra_body": {**self.info, "auto_response": self.auto_response, "max_frames": self.max_frames,
-                           "frame_filter_threshold": self.frame_filter_threshold,
-                           "playback_commit_policy": self.playback_commit_policy,
-                           **({"sampling_params_list": self.stage_sampling} if self.stage_sampling else {})},
+            "tools": list(self.tools), "tool_choice": self.tool_choice, "extra_body": self.extra_body_json(),
         }
 
 

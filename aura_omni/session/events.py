@@ -1,7 +1,7 @@
 """Server events of a realtime session as typed objects; `to_json()` is the wire form.
 
-Every event carries `event_id` (`event_<hex>`), and in duplex sessions a `server_event_seq`. Audio and transcript
-deltas are emitted under both the GA and the beta names (`GA_AND_BETA`) so old and new clients parse them.
+Every event carries `event_id` (`event_<hex>`), and in duplex sessions a `server_event_seq`. What an event is named
+and how it is shaped is the session's dialect's (session/dialects/).
 """
 
 from __future__ import annotations
@@ -12,17 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-# GA name -> beta name, for the events clients of either era must see (vLLM-Omni sends both)
-GA_AND_BETA = {
-    "response.output_audio.delta": "response.audio.delta",
-    "response.output_audio.done": "response.audio.done",
-    "response.output_audio_transcript.delta": "response.audio_transcript.delta",
-    "response.output_audio_transcript.done": "response.audio_transcript.done",
-    "response.output_text.delta": "response.text.delta",
-    "response.output_text.done": "response.text.done",
-}
-
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"

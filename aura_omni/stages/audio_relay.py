@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, FrameChunks
-from aura_omni.stages.loop import StageLoop, StageOutput
+from aura_omni.stages.stage_engine import StageOutput
+from aura_omni.stages.loop import StageLoop
 from aura_omni.stages.talker import frames_of
 
 

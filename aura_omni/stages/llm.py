@@ -1,19 +1,29 @@
 """An LLMEngine as a stage loop's engine: one RequestOutput per request and step.
 
-`prepare` turns a stage request into the engine's (prompt ids, SamplingParams, MultimodalPrompt, state) on the loop
-thread, so model work done there (an encoder, prompt embeddings) runs on the stage's stream; `on_add` attaches
+`prepare` turns a stage request into the engine's `EngineRequest` on the loop thread, so model work done there (an encoder, prompt embeddings) runs on the stage's stream; `on_add` attaches
 per-request model state (the Talker's) to the new sequence; `after_step` runs after every step and after an abort
 (what a finished or aborted request held is given back then: the Talker's frame-decoder slot).
 """
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.outputs import RequestOutput
-from aura_omni.stages.loop import StageError, StageOutput
+from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.engine.sequence import MultimodalPrompt
+from aura_omni.stages.stage_engine import StageError, StageOutput
 
-# (prompt token ids, sampling params, multimodal prompt or None, per-request state for on_add or None)
-Prepared = tuple
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """A request as the LLMEngine takes it."""
+
+    ids: list[int]  # prompt token ids
+    params: SamplingParams
+    mm: MultimodalPrompt | None = None  # embeddings, positions, DeepStack of a multimodal prompt
+    state: Any = None  # per-request model state for `on_add` (the Talker's)
 
 
 def numerical_fault(engine: LLMEngine, output: RequestOutput) -> StageError | None:
@@ -25,7 +35,7 @@ def numerical_fault(engine: LLMEngine, output: RequestOutput) -> StageError | No
 
 
 class LLMStageEngine:
-    def __init__(self, engine: LLMEngine, prepare: Callable[[Any], Prepared] | None = None, *,
+    def __init__(self, engine: LLMEngine, prepare: Callable[[Any], EngineRequest] | None = None, *,
                  on_add: Callable[[Any, Any], None] | None = None, after_step: Callable[[], None] | None = None):
         self.engine = engine
         self.prepare = prepare or (lambda request: request)
@@ -33,10 +43,10 @@ class LLMStageEngine:
         self.after_step = after_step
 
     def add(self, request_id: str, request: Any) -> None:
-        ids, params, mm, state = self.prepare(request)
-        seq = self.engine.add_request(request_id, ids, params, mm)
+        prepared = self.prepare(request)
+        seq = self.engine.add_request(request_id, prepared.ids, prepared.params, prepared.mm)
         if self.on_add is not None:
-            self.on_add(seq, state)
+            self.on_add(seq, prepared.state)
 
     def abort(self, request_id: str) -> None:
         self.engine.abort(request_id)

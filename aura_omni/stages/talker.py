@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
@@ -24,7 +24,7 @@ from aura_omni.models.qwen3_tts.generate import (FrameDecoder, TalkerInput, Talk
                                                 talker_inputs)
 from aura_omni.models.qwen3_tts.sampling import seed_key
 from aura_omni.models.qwen3_tts.talker import Talker
-from aura_omni.stages.latency import LatencyHistogram
+from aura_omni.stages.loop_metrics import LatencyHistogram
 from aura_omni.stages.llm import LLMStageEngine
 
 

@@ -20,10 +20,11 @@ import torch
 
 from aura_omni.models.loader import (PRESETS_DIR, CheckpointError, dummy_config_dir, init_dummy, iter_tensors, load_into,
                                     resolve_checkpoint)
-from aura_omni.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig
+from aura_omni.models.qwen3_tts.checkpoint_config import GenerationDefaults, Qwen3TTSConfig
 from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
 from aura_omni.models.tokenizer import wait_for_import
-from aura_omni.engine.config import EngineConfig
+from aura_omni.deploy import Stage
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import PromptTooLongError
 from aura_omni.models.qwen3_tts.generate import TalkerInput, TalkerPlan, talker_inputs
 from aura_omni.models.qwen3_tts.prompt import instruct_template, plan_prompt, ref_template, target_template
@@ -32,6 +33,7 @@ from aura_omni.models.qwen3_tts.talker import Talker
 from aura_omni.models.qwen3_tts.text_stream import StableTokens, TextFeed
 from aura_omni.stages.audio_relay import AudioRelay
 from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine, FrameChunks
+from aura_omni.stages.deploy_settings import engine_config
 from aura_omni.stages.loop import StageLoop
 from aura_omni.stages.talker import TalkerEngine, frames_of
 
@@ -167,7 +169,7 @@ class Qwen3TTS:
 
     def configure_code2wav(self, max_batch: int, windows: list[int], cuda_graphs: bool,
                            dtype: torch.dtype = torch.float32, batch_wait_s: float = 0.0) -> None:
-        """The deploy's Code2Wav stage (engine_config.code2wav_settings), before serving: its dtype, batch bound, batch
+        """The deploy's Code2Wav stage (deploy_settings.code2wav_settings), before serving: its dtype, batch bound, batch
         wait and CUDA graphs."""
         if self.code2wav is None:
             return
@@ -228,6 +230,9 @@ class Qwen3TTS:
             ref_codes = None if x_vector_only else self.codec_encoder.encode(wav, int(sr)).long().cpu()
         except ValueError as e:  # SpeakerAudioError / CodecInputError: unusable audio
             raise TTSRequestError(str(e)) from e
+        if not torch.isfinite(x_vector).all():  # would reach the Talker as NaN embeddings: a fault, not a voice
+            raise TTSRequestError("reference audio gives no usable speaker embedding; send a clear recording of the "
+                                  "voice, a few seconds long")
         return VoiceClonePrompt(ref_codes=ref_codes, x_vector=x_vector, ref_text=ref_text if not x_vector_only else None,
                                 x_vector_only=bool(x_vector_only))
 
@@ -493,3 +498,9 @@ def _load_speaker_encoder(ckpt: Path, config: Qwen3TTSConfig, device, dummy: boo
     else:
         load_into(enc, iter_tensors(ckpt, "speaker_encoder."), where=f"{ckpt} speaker_encoder")
     return enc.to(device).eval()  # fp32 like qwen-tts's reference runs; tiny next to the talker
+
+
+def load_qwen3_tts_stage(stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> Qwen3TTS:
+    """Runtime loader of a deploy file's Talker stage: TTS engine defaults under the deploy's fields."""
+    config = engine_config(stage, default_engine_config(device))
+    return Qwen3TTS.load(stage.model, device=device, dtype=dtype, load_format=load_format, engine_config=config)

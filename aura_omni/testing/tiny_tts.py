@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from aura_omni.models.qwen3_tts.config import Qwen3TTSConfig
+from aura_omni.models.qwen3_tts.checkpoint_config import Qwen3TTSConfig
 from aura_omni.models.qwen3_tts.talker import Talker
 from aura_omni.models.qwen_vocab import TTS_EXTRA_TOKENS, write_qwen_tokenizer
 

@@ -33,7 +33,7 @@ TINY_VISION_CONFIG = {
     "deepstack_visual_indexes": [1, 2, 3], "initializer_range": 0.02,
 }
 # Our own compact ChatML template with Qwen3-VL vision placeholders (for transformers users of the dir;
-# aura_omni builds prompts itself in pipeline/prompt_tokens.py).
+# aura_omni builds prompts itself in stages/aura/prompt_tokens.py).
 CHAT_TEMPLATE = (
     "{%- for m in messages -%}"
     "{{- '<|im_start|>' + m.role + '\\n' -}}"

@@ -40,7 +40,9 @@ class Server:
         self.proc = subprocess.Popen(
             _cli("serve", "--deploy-config", str(deploy), "--served-model-name", "tiny-tts", "--host", "127.0.0.1",
                  "--port", str(self.port), "--api-key", API_KEY, "--trust-remote-code", "--omni", *extra),
-            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            stdout=self._log, stderr=subprocess.STDOUT,
+            # a cache directory of its own (compile caches, voice library): no run sees another's voices
+            env={**os.environ, "OMP_NUM_THREADS": "1", "XDG_CACHE_HOME": str(log_path.parent / "cache")})
 
     def wait_ready(self) -> Server:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
@@ -82,7 +84,7 @@ class ThreadServer:
     models, so tests can look inside the stages (engines, KV blocks, loops) while requests run."""
 
     def __init__(self, deploy: Path, media_root: Path | None = None, model: str = "aura-tiny", **app_options):
-        from aura_omni.config import load_deploy_config
+        from aura_omni.deploy import load_deploy_config
         from aura_omni.server.app import create_app
 
         self.app = create_app(load_deploy_config(deploy), model, API_KEY, allowed_local_media_path=media_root,

@@ -26,7 +26,7 @@ from PIL import Image
 
 from aura_omni.media.encode import pcm16_to_float
 from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, TTS_ASSISTANT_PREFIX_IDS, TTS_ASSISTANT_SUFFIX_IDS
-from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTurn
+from aura_omni.stages.aura.prompt_tokens import AuraPrompt, PromptTurn
 from aura_omni.pipeline.stage_api import AuraDelta
 from serving import ThreadServer
 

@@ -255,7 +255,7 @@ def schemas(depth: int = 2):
 @pytest.fixture(scope="module")
 def aura_engine(tiny_dir):
     """The tiny AURA checkpoint under its own engine, with its grammar compiler (what the AURA stage builds)."""
-    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.engine_config import EngineConfig
     from aura_omni.engine.grammar import GrammarCompiler
     from aura_omni.engine.llm_engine import LLMEngine
     from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM

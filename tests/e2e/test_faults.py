@@ -221,7 +221,7 @@ def test_a_request_whose_values_go_nan_fails_alone_and_leaves_no_poisoned_prefix
 
 def test_a_dead_loop_answers_503_at_once_is_down_on_health_and_is_restarted(srv):
     talker, baseline = srv.runtime.loops()["talker"], footprint(srv)
-    srv.runtime.restart_delay_s = 1.0
+    srv.runtime.supervisor.restart_delay_s = 1.0
     speech = post_later(srv, "/v1/audio/speech", speech_body(stream=False))
     wait_until(lambda: footprint(srv)["talker"]["running"] == 1, 30)
     t0 = time.monotonic()
@@ -249,9 +249,9 @@ def test_a_gpu_failure_takes_the_stage_down_for_good_and_asks_for_a_new_process(
     the process would fail the same way), and `on_device_lost` is called: `aura-omni serve` then exits 1."""
     talker = srv.runtime.loops()["talker"]
     restarts = talker.counters.restarts
-    srv.runtime.restart_delay_s = 0.1
+    srv.runtime.supervisor.restart_delay_s = 0.1
     lost = []
-    srv.runtime.on_device_lost = lambda loop: lost.append(loop.name)
+    srv.runtime.supervisor.on_device_lost = lambda loop: lost.append(loop.name)
     speech = post_later(srv, "/v1/audio/speech", speech_body(stream=False))
     wait_until(lambda: footprint(srv)["talker"]["running"] == 1, 30)
     talker.inject_fault("device")
@@ -269,20 +269,18 @@ def test_a_gpu_failure_takes_the_stage_down_for_good_and_asks_for_a_new_process(
         refused = httpx.post(srv.url + "/v1/audio/speech", headers=AUTH, json=speech_body(stream=False), timeout=60)
         assert refused.status_code == 503
     finally:  # the fixture's server goes on for the tests after this one, as a new process would
-        srv.runtime.on_device_lost, talker.device_lost = None, None
+        srv.runtime.supervisor.on_device_lost, talker.device_lost = None, None
         talker.restart()
     wait_until(lambda: httpx.get(srv.url + "/health").status_code == 200, 10, step=0.05)
 
 
-def test_a_stalled_stage_is_reported_by_health_until_it_moves_again(srv, monkeypatch):
+def test_a_stalled_stage_is_reported_by_health_until_it_moves_again(srv):
     """A step (or an add, or a call) stuck past the stall limit (a kernel that never ends, on a GPU) makes /health
     say 503 `stalled` with the stage named, so a load balancer stops sending; once it moves on, health is back."""
-    from aura_omni.stages import loop as loop_module
-
-    monkeypatch.setattr(loop_module, "STALLED_S", 0.3)
-    monkeypatch.setattr(loop_module, "CPU_STALL_FACTOR", 1)
+    code2wav = srv.runtime.loops()["code2wav"]
+    stall_s, code2wav.stall_s = code2wav.stall_s, 0.3  # the deploy's `stall_s` of the stage
     release = threading.Event()
-    done = srv.runtime.loops()["code2wav"].call(lambda: release.wait(30))
+    done = code2wav.call(lambda: release.wait(30))
     try:
         wait_until(lambda: httpx.get(srv.url + "/health").status_code == 503, 5, step=0.05)
         health = httpx.get(srv.url + "/health").json()
@@ -290,6 +288,7 @@ def test_a_stalled_stage_is_reported_by_health_until_it_moves_again(srv, monkeyp
         assert health["stages"]["code2wav"]["stalled_in"] == "call" and health["stages"]["code2wav"]["stalled_s"] >= 0.3
     finally:
         release.set()
+        code2wav.stall_s = stall_s
     done.result(5)
     assert httpx.get(srv.url + "/health").json()["status"] == "ok"
 
@@ -314,7 +313,7 @@ def _session_update(frames: int) -> str:
 
 
 def test_a_dead_loop_mid_reply_is_an_error_event_and_the_session_carries_on(srv):
-    srv.runtime.restart_delay_s = 0.3
+    srv.runtime.supervisor.restart_delay_s = 0.3
 
     async def main():
         async with websockets.connect(srv.url.replace("http", "ws") + "/v1/realtime", additional_headers=AUTH) as ws:

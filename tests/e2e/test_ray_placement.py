@@ -29,7 +29,7 @@ ray = pytest.importorskip("ray")
 
 import aura_omni  # noqa: E402
 from aura_omni.bench.inputs import RECORDED_SPEECH  # noqa: E402
-from aura_omni.config import ASR, AURA, TALKER, load_deploy_config  # noqa: E402
+from aura_omni.deploy import ASR, AURA, TALKER, load_deploy_config  # noqa: E402
 from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID  # noqa: E402
 from aura_omni.pipeline.runtime import load_stage  # noqa: E402
 from aura_omni.placement import StageUnavailableError  # noqa: E402
@@ -166,7 +166,7 @@ def test_realtime_push_to_talk_turn_through_actors(served, monkeypatch):
         until = functools.partial(receive_until, ws)
         session_id = until("session.created")[-1]["session"]["id"]
         ws.send_json({"type": "session.update", "session": {
-            "voice": "vivian", "input_audio_format": "pcm16", "extra_body": {
+            "voice": "vivian", "input_audio_format": "pcm16", "turn_detection": None, "extra_body": {
                 "tts_max_new_tokens": FEW, "sampling_params_list": SPEAK}}})
         until("session.updated")
         ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(
@@ -207,7 +207,7 @@ def test_text_fed_while_spoken_reaches_its_replica_in_order(served):
 
 
 def test_a_stage_that_cannot_load_in_its_actor_stops_the_start_and_says_why(served, tmp_path):
-    from aura_omni.config import parse_deploy_config
+    from aura_omni.deploy import parse_deploy_config
     from aura_omni.pipeline.runtime import Runtime
 
     missing = str(tmp_path / "no-such-checkpoint")

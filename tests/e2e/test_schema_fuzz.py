@@ -14,7 +14,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from starlette.testclient import TestClient
 
-from aura_omni.config import load_deploy_config
+from aura_omni.deploy import load_deploy_config
 from aura_omni.media.limits import Limits
 from aura_omni.server.app import create_app
 

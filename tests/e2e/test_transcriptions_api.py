@@ -6,13 +6,14 @@ import socket
 import threading
 import time
 
+import httpx
 import numpy as np
 import openai
 import pytest
 import soundfile as sf
 import uvicorn
 
-from aura_omni.config import parse_deploy_config
+from aura_omni.deploy import parse_deploy_config
 from aura_omni.server.app import create_app
 from aura_omni.testing.tiny_asr import write_tiny_asr
 
@@ -25,9 +26,9 @@ def speechlike(seconds: float, sr: int, channels: int = 1) -> np.ndarray:
     return np.stack([wav, 0.5 * wav], 1) if channels == 2 else wav
 
 
-def encoded(wav: np.ndarray, sr: int, fmt: str) -> bytes:
+def encoded(wav: np.ndarray, sr: int, fmt: str, subtype: str | None = None) -> bytes:
     buf = io.BytesIO()
-    sf.write(buf, wav, sr, format=fmt)
+    sf.write(buf, wav, sr, format=fmt, subtype=subtype)
     return buf.getvalue()
 
 
@@ -78,13 +79,18 @@ def test_verbose_json_reports_forced_language_and_duration(client):
                                                      ("clip.webm", "webm", "libopus", 48000)])
 def test_phone_memos_and_browser_recordings_are_transcribed(client, name, container, codec, sr):
     """An iPhone voice memo (AAC in MP4) and a browser's MediaRecorder clip (Opus in WebM), which libsndfile cannot
-    read: decoded through PyAV, whole (verbose_json's duration), and transcribed."""
+    read: decoded through PyAV, whole (verbose_json's duration), and transcribed as the ASR stage transcribes the
+    same samples sent as a lossless float WAV."""
     pytest.importorskip("av")
+    from aura_omni.media.audio import decode_audio
     from aura_omni.media.encode import av_file
 
     data = av_file(speechlike(2.0, sr).astype(np.float32), sr, container, codec)
     out = client.audio.transcriptions.create(model=MODEL, file=(name, data), response_format="verbose_json")
-    assert isinstance(out.text, str) and out.duration == pytest.approx(2.0, abs=0.1)
+    assert out.duration == pytest.approx(2.0, abs=0.1)
+    samples, rate = decode_audio(data)  # what the server decodes the memo to, bit for bit
+    same = client.audio.transcriptions.create(model=MODEL, file=("same.wav", encoded(samples, rate, "WAV", "FLOAT")))
+    assert out.text and out.text == same.text
 
 
 def test_silence_is_an_empty_transcript(client):
@@ -104,6 +110,13 @@ def test_bad_requests_are_400_with_the_field(client, kwargs, param):
         client.audio.transcriptions.create(model=MODEL, **kwargs)
     assert e.value.status_code == 400 and e.value.body["param"] == param
 
+
+def test_a_form_without_the_file_is_a_missing_parameter(client):
+    """The code a missing JSON field gets on every other endpoint (unit/test_app_errors.py)."""
+    r = httpx.post(f"{client.base_url}audio/transcriptions", data={"model": MODEL},
+                   files={"unrelated": ("a.txt", b"x")}, timeout=30)
+    assert r.status_code == 400
+    assert (r.json()["error"]["param"], r.json()["error"]["code"]) == ("file", "missing_required_parameter")
 
 @pytest.mark.parametrize("prompt", ["<|audio_pad|>", "hot words " * 3000])
 def test_prompt_the_model_refuses_is_400(client, prompt):

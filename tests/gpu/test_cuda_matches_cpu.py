@@ -24,7 +24,7 @@ def tiny(tmp_path_factory):
 
 @pytest.mark.parametrize("enforce_eager", [True, False])
 def test_engine_greedy_tokens_match_cpu(enforce_eager):
-    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.engine_config import EngineConfig
     from aura_omni.engine.llm_engine import LLMEngine
     from aura_omni.engine.sampling_params import SamplingParams
     from tests.unit.engine_tiny_lm import prompts, tiny_lm
@@ -43,7 +43,7 @@ def test_engine_greedy_tokens_match_cpu(enforce_eager):
 def test_prefill_graphs_replay_prefix_cached_turns_like_eager_steps():
     """Prompts, prefix-cached continuations and chunks beside decodes through the captured prefill graphs (Triton
     paged prefill) give the eager steps' tokens."""
-    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.engine_config import EngineConfig
     from aura_omni.engine.llm_engine import LLMEngine
     from aura_omni.engine.sampling_params import SamplingParams
     from tests.unit.engine_tiny_lm import prompts, tiny_lm
@@ -73,7 +73,7 @@ def test_logit_bias_steers_every_token_through_the_gpu_step_paths(temperature):
     """A request's logit_bias holds on every CUDA path: eager steps, decode graphs (whose greedy pick is made in the
     graph) and prefill graphs over a cached prefix (a turn after its prefix prefill), greedy and sampled. A bench
     forces <|silent|> or words on random weights this way; on the H200 a realtime turn's bias seemed not to hold."""
-    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.engine_config import EngineConfig
     from aura_omni.engine.llm_engine import LLMEngine
     from aura_omni.engine.sampling_params import SamplingParams
     from tests.unit.engine_tiny_lm import prompts, tiny_lm
@@ -106,7 +106,7 @@ def test_patches_made_on_the_gpu_equal_the_host_ones():
 
 
 def test_aura_greedy_tokens_match_cpu(tiny):
-    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.engine_config import EngineConfig
     from aura_omni.engine.llm_engine import LLMEngine
     from aura_omni.engine.prompts import vl_request
     from aura_omni.engine.sampling_params import SamplingParams
@@ -139,7 +139,7 @@ def test_a_camera_turn_after_its_prefix_prefill_matches_cpu(tiny):
     """A realtime turn's shape on AURA: the prompt through a video window prefilled first (a one-token request whose
     blocks stay cached), then the turn (words after the window) served from that prefix. Its greedy tokens match the
     CPU's, and a logit_bias still decides every token."""
-    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.engine_config import EngineConfig
     from aura_omni.engine.llm_engine import LLMEngine
     from aura_omni.engine.prompts import vl_request
     from aura_omni.engine.sampling_params import SamplingParams
@@ -229,7 +229,7 @@ def _speech_like(seconds: float = 2.0) -> np.ndarray:
 
 
 def test_asr_transcript_tokens_match_cpu(tiny):
-    from aura_omni.asr.service import AsrService
+    from aura_omni.stages.asr.service import AsrService
 
     outs = {d: AsrService.from_pretrained(tiny["asr"], device=d, dtype=torch.float32).transcribe(
         [(_speech_like(), 16000)], max_new_tokens=16) for d in ("cpu", "cuda")}
@@ -239,7 +239,7 @@ def test_asr_transcript_tokens_match_cpu(tiny):
 def test_asr_does_not_wait_for_other_stages_work_on_the_gpu(tiny):
     """The ASR stage runs on its own stream: a transcription finishes while earlier work of the other stages (here a
     long spin on the default stream) is still running, with the same tokens."""
-    from aura_omni.asr.service import AsrService
+    from aura_omni.stages.asr.service import AsrService
 
     service = AsrService.from_pretrained(tiny["asr"], device="cuda", dtype=torch.float32)
     want = service.transcribe([(_speech_like(), 16000)], max_new_tokens=16)  # builds the engine, captures graphs
@@ -270,7 +270,7 @@ def test_tts_greedy_codes_and_audio_match_cpu(tiny):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_stages_on_the_second_gpu_match_cpu(tiny):
     """Deploy `devices: "1"`: graph capture, Triton launches and the Talker's frame graphs follow the stage's GPU."""
-    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.engine_config import EngineConfig
     from aura_omni.engine.llm_engine import LLMEngine
     from aura_omni.engine.sampling_params import SamplingParams
     from aura_omni.stages.tts import Qwen3TTS, TTSRequest
@@ -289,7 +289,7 @@ def test_stages_on_the_second_gpu_match_cpu(tiny):
 def test_stages_on_one_gpu_keep_their_own_kernel_switches():
     """A stage asking for plain torch and a CPU stage, started after a fast one, leave it its fused kernels; each
     engine steps with its own switches and all give the CPU's tokens."""
-    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.engine_config import EngineConfig
     from aura_omni.engine.llm_engine import LLMEngine
     from aura_omni.engine.sampling_params import SamplingParams
     from aura_omni.layers import attention_backend

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 SCRIPT = textwrap.dedent("""
     import torch
     from aura_omni.layers.device_loss import is_device_lost
-    from aura_omni.stages.loop import StageLoop, StageOutput, StageUnavailable
+    from aura_omni.stages.stage_engine import StageOutput, StageUnavailable
+    from aura_omni.stages.loop import StageLoop
 
     class OutOfRange:  # each step indexes past the end of a tensor, on the GPU
         def __init__(self):

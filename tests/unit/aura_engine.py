@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.prompts import vl_request
 from aura_omni.engine.sampling_params import SamplingParams

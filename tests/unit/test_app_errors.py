@@ -5,7 +5,7 @@ from fastapi import WebSocket
 from fastapi.testclient import TestClient
 from starlette.testclient import WebSocketDenialResponse
 
-from aura_omni.config import parse_deploy_config
+from aura_omni.deploy import parse_deploy_config
 from aura_omni.media.limits import Limits
 from aura_omni.server.app import create_app
 from aura_omni.server.drain import Drain
@@ -53,6 +53,26 @@ def test_auth_and_unknown_routes(asr_aura_only):
 def test_unknown_model_is_404(asr_aura_only):
     r = asr_aura_only.post("/v1/audio/speech", headers=AUTH, json={"model": "gpt-4o", "input": "hi", "voice": "x"})
     assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+
+
+def test_unknown_model_error_names_every_served_name():
+    deploy = parse_deploy_config({"pipeline": "aura_omni", "stages": [
+        {"stage_id": 0, "model": "asr"}, {"stage_id": 1, "model": "aura"}]}, "two.yaml")
+    client = TestClient(create_app(deploy, ["aura-omni-tiny", "aurateam/AURA", "qwen3-tts"], "k",
+                                   runtime=Runtime(deploy, {})))
+    r = client.post("/v1/chat/completions", headers=AUTH, json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 404
+    assert r.json()["error"]["message"].endswith("serves `aura-omni-tiny`, `aurateam/AURA`, `qwen3-tts`")
+
+
+def test_a_missing_field_has_the_same_code_on_every_endpoint(asr_aura_only):
+    """OpenAI's `missing_required_parameter`, the field in `param` (a multipart form's missing file: in
+    e2e/test_transcriptions_api.py)."""
+    chat = asr_aura_only.post("/v1/chat/completions", headers=AUTH, json={"model": "served"})
+    speech = asr_aura_only.post("/v1/audio/speech", headers=AUTH, json={"model": "served", "voice": "x"})
+    errors = [r.json()["error"] for r in (chat, speech)]
+    assert [(e["param"], e["code"]) for e in errors] == [
+        ("messages", "missing_required_parameter"), ("input", "missing_required_parameter")]
 
 
 # ---------------------------------------------------------------------------------------------- internal errors

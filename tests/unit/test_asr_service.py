@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from aura_omni.asr.service import AsrService
-from aura_omni.asr.transcript import Transcript, UnsupportedLanguageError
+from aura_omni.stages.asr.service import AsrService
+from aura_omni.stages.asr.transcript import Transcript, UnsupportedLanguageError
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.media.audio import AudioDecodeError
 from aura_omni.models.loader import CheckpointError
@@ -166,8 +166,8 @@ def test_concurrent_transcriptions_share_the_engine_and_match_alone(svc):
 def test_pipeline_stage_returns_the_transcript_as_data(svc):
     import asyncio
 
-    from aura_omni.asr.stage import AsrPipelineStage
-    from aura_omni.asr.transcript import Transcript
+    from aura_omni.stages.asr.stage import AsrPipelineStage
+    from aura_omni.stages.asr.transcript import Transcript
 
     stage = AsrPipelineStage(svc)
     got = asyncio.run(stage.transcribe(tone(1), SR, request_id="r", language="English", sampling={"max_tokens": 3}))
@@ -213,3 +213,19 @@ def test_requests_added_together_are_encoded_in_one_batch_and_match_alone(svc):
         svc.model.encode_audio = encode
     assert batches == [2]  # the two voiced clips in one encoder call; silence never reaches the model
     assert got == alone
+
+
+def test_a_stages_stall_limit_is_its_deploy_key(ckpt):
+    import torch
+
+    from aura_omni.deploy import parse_deploy_config
+    from aura_omni.pipeline.runtime import load_stage
+    from aura_omni.stages.supervision import default_stall_s
+
+    deploy = parse_deploy_config({"stages": [{"stage_id": 0, "model": str(ckpt), "devices": "cpu", "stall_s": 5}]})
+    service = load_stage(deploy, deploy.stages[0], "cpu", None, None)
+    try:
+        assert service.loop.stall_s == 5
+    finally:
+        service.close()
+    assert default_stall_s(torch.device("cpu")) == 600 and default_stall_s(torch.device("cuda", 0)) == 60

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from aura_omni.asr.split import split_long_audio
-from aura_omni.asr.transcript import (Transcript, UnsupportedLanguageError, join_texts, merge_languages,
+from aura_omni.stages.asr.split import split_long_audio
+from aura_omni.stages.asr.transcript import (Transcript, UnsupportedLanguageError, join_texts, merge_languages,
                                       normalize_language, parse_asr_output)
 
 

@@ -5,8 +5,8 @@ import asyncio
 import pytest
 import torch
 
-from aura_omni.config import Stage
-from aura_omni.pipeline.aura_stage import AuraPipelineStage, stop_prefix_len
+from aura_omni.deploy import Stage
+from aura_omni.stages.aura.stage import AuraPipelineStage, stop_prefix_len
 from aura_omni.pipeline.processors import asr2aura
 from aura_omni.testing.tiny_vl import write_tiny_aura
 
@@ -47,7 +47,7 @@ def test_a_prefix_prefilled_while_asr_runs_serves_the_turn_from_the_cache(stage,
     in the prefix cache: the turn's request then computes only what follows, and its reply is unchanged."""
     import numpy as np
 
-    from aura_omni.asr.transcript import Transcript
+    from aura_omni.stages.asr.transcript import Transcript
     from aura_omni.media.vision_preprocess import preprocess_image
 
     cached = AuraPipelineStage.load(Stage(stage_id=1, model=stage.stage.model, max_model_len=1024,

@@ -155,6 +155,15 @@ def test_under_server_vad_a_phrase_then_silence_go_out_and_the_clock_starts_wher
     assert run["p50_commit_ms"] < run["p50_ttfa_ms"]
 
 
+def test_the_commit_line_says_who_committed():
+    from aura_omni.bench.serve import commit_summary
+
+    run = {"max_concurrency": 4, "p50_commit_ms": 510.0, "p95_commit_ms": 620.0}
+    assert "the server's VAD committed p50 / p95 510" in commit_summary(run, "server_vad")
+    push_to_talk = commit_summary(run, "none")
+    assert "VAD" not in push_to_talk and "acknowledged the client's commit" in push_to_talk
+
+
 def test_a_silent_realtime_turn_is_a_success_without_audio():
     _, report = realtime_run("silent", "--num-prompts", "2")
     run = report["runs"][0]

@@ -9,13 +9,13 @@ import pytest
 import soundfile as sf
 from pydantic import ValidationError
 
-from aura_omni.config import parse_deploy_config
+from aura_omni.deploy import parse_deploy_config
 from aura_omni.media.audio import AudioDecodeError
 from aura_omni.media.limits import LimitError, MediaError
-from aura_omni.pipeline.media_input import MediaPolicy, load_audio, source_bytes
+from aura_omni.media.request_media import MediaPolicy, load_audio, source_bytes
 from aura_omni.pipeline.orchestrator import TurnTimeout
 from aura_omni.pipeline.processors import PipelineRequestError
-from aura_omni.pipeline.turn_builder import TurnBuilder
+from aura_omni.request.turn_builder import TurnBuilder
 from aura_omni.server import chat
 from aura_omni.server.chat import AudioTranscripts, client_errors, turn_spec
 from aura_omni.server.chat_protocol import ChatCompletionRequest

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from aura_omni.cli import build_parser, load_serve_config, main, serve_limits
-from aura_omni.config import CODE2WAV, TALKER, load_deploy_config, parse_deploy_config
+from aura_omni.deploy import CODE2WAV, TALKER, load_deploy_config, parse_deploy_config
 from aura_omni.testing.make_tiny import CHECKPOINTS, deploy_files
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -31,6 +31,24 @@ def test_serve_defaults_and_bad_choices():
     assert opened.allowed_media_domains == ["cdn.example.com", "img.example.org"]
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--load-format", "pt"])
+
+
+def test_version_is_the_package_version(capsys):
+    from aura_omni import __version__
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"aura-omni {__version__}"
+    pyproject = (CONFIGS.parent / "pyproject.toml").read_text()
+    assert f'version = "{__version__}"' in pyproject  # one version: the package's and the distribution's
+
+
+def test_serve_help_shows_what_host_port_and_dtype_mean(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default: 0.0.0.0, every interface" in text and "(default: 8000)" in text
+    assert "weights and activations of every stage" in text
 
 
 def test_limits_come_from_defaults_then_the_deploy_file_then_flags():

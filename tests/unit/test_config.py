@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aura_omni.config import (ASR, AURA, CODE2WAV, TALKER, DeployConfigError, load_deploy_config,
+from aura_omni.deploy import (ASR, AURA, CODE2WAV, TALKER, DeployConfigError, load_deploy_config,
                               parse_deploy_config)
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -155,7 +155,7 @@ def test_not_yaml_and_missing_file_are_clear(tmp_path):
 
 
 def test_stage_engine_settings_reach_the_engine_config():
-    from aura_omni.stages.engine_config import engine_config
+    from aura_omni.stages.deploy_settings import engine_config
 
     cfg = load_deploy_config(CONFIGS / "aura_omni.yaml")
     aura = engine_config(cfg.stage(AURA))
@@ -202,7 +202,7 @@ def test_connector_extras_this_build_would_ignore_are_refused(key, value, why):
 
 
 def test_every_upstream_connector_extra_is_honoured_or_refused():
-    from aura_omni.config import REFUSED_EXTRAS, ConnectorExtra
+    from aura_omni.deploy import REFUSED_EXTRAS, ConnectorExtra
 
     honoured = {"codec_chunk_frames", "initial_codec_chunk_frames", "codec_left_context_frames", "codec_streaming",
                 "codec_batch_wait_ms"}  # ours
@@ -268,7 +268,7 @@ def test_duplex_session_settings_are_recorded_for_the_realtime_endpoint():
 
 def test_talker_engine_gets_the_deploy_lengths_over_its_defaults():
     from aura_omni.stages.tts import default_engine_config
-    from aura_omni.stages.engine_config import engine_config
+    from aura_omni.stages.deploy_settings import engine_config
 
     cfg = load_deploy_config(CONFIGS / "aura_omni.yaml")
     talker = engine_config(cfg.stage(TALKER), default_engine_config("cpu"))
@@ -281,14 +281,14 @@ def test_talker_engine_gets_the_deploy_lengths_over_its_defaults():
 
 
 def test_a_full_batch_always_has_a_decode_graph():
-    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.engine_config import EngineConfig
 
     assert EngineConfig(max_num_seqs=40).graph_batch_sizes == [1, 2, 4, 8, 16, 24, 32, 40]
     assert EngineConfig(max_num_seqs=4).graph_batch_sizes == [1, 2, 4]
 
 
 def test_code2wav_engine_fields_bound_its_batched_decode():
-    from aura_omni.stages.engine_config import code2wav_max_batch
+    from aura_omni.stages.deploy_settings import code2wav_max_batch
 
     cfg = load_deploy_config(CONFIGS / "aura_omni.yaml")
     assert code2wav_max_batch(cfg.stage(CODE2WAV), cfg.codec_streaming()) == 8  # max_num_seqs; 65536 codes is more
@@ -297,7 +297,7 @@ def test_code2wav_engine_fields_bound_its_batched_decode():
 
 
 def test_code2wav_batch_wait_comes_from_the_connector_and_is_on_by_default():
-    from aura_omni.stages.engine_config import code2wav_settings
+    from aura_omni.stages.deploy_settings import code2wav_settings
 
     shipped = parse_deploy_config(_tts())
     assert code2wav_settings(shipped.stage(CODE2WAV), shipped.codec_streaming())["batch_wait_s"] == 0.25
@@ -307,9 +307,11 @@ def test_code2wav_batch_wait_comes_from_the_connector_and_is_on_by_default():
 
 
 def test_kernel_switches_reach_the_stage_engine_config(monkeypatch):
-    from aura_omni.stages.engine_config import engine_config
+    from aura_omni.stages.deploy_settings import engine_config
 
-    monkeypatch.setenv("AURA_OMNI_GEMV", "0")  # a process default for A/B runs: a stage's own setting wins
+    from aura_omni import env
+
+    monkeypatch.setattr(env, "_current", env.read({env.GEMV: "0"}))  # a process default for A/B runs: a stage's own wins
     cfg = parse_deploy_config(_aura() | {"stages": [dict(s, kernels={"gemv": True, "pdl": False, "prefill_graphs": False})
                                                     if s["stage_id"] == 1 else s for s in _aura()["stages"]]})
     aura, asr = engine_config(cfg.stage(AURA)), engine_config(cfg.stage(ASR))

@@ -6,7 +6,7 @@ need the host's token values (penalties, prompts beside decodes) read the queued
 import pytest
 from engine_tiny_lm import VOCAB, prompts, tiny_lm
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 

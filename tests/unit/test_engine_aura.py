@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.prompts import vl_request
 from aura_omni.engine.sampling_params import SamplingParams

@@ -4,7 +4,7 @@ import pytest
 import torch
 from engine_tiny_lm import VOCAB, prompts, tiny_lm, tiny_reference
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt

@@ -4,7 +4,7 @@ import pytest
 import torch
 from engine_tiny_lm import prompts, tiny_lm
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine, PromptTooLongError
 from aura_omni.engine.memory import KVBudgetError
 from aura_omni.engine.sampling_params import SamplingParams

@@ -6,11 +6,11 @@ import pytest
 import torch
 from engine_tiny_lm import prompts, tiny_lm
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
-from aura_omni.stages.llm import LLMStageEngine
-from aura_omni.stages.loop import StageError
+from aura_omni.stages.llm import EngineRequest, LLMStageEngine
+from aura_omni.stages.stage_engine import StageError
 
 POISON = 11  # the token whose embedding is NaN
 
@@ -65,7 +65,7 @@ def test_a_fault_at_decode_keeps_the_tokens_before_it(async_scheduling):
 
 def test_the_stage_caller_hears_a_stage_error():
     stage = LLMStageEngine(engine(False))
-    stage.add("r", ([1, 2, POISON, 4], SamplingParams(temperature=0, max_tokens=4), None, None))
+    stage.add("r", EngineRequest([1, 2, POISON, 4], SamplingParams(temperature=0, max_tokens=4)))
     (out,) = stage.step()
     assert out.finished and isinstance(out.item, StageError) and "not finite" in str(out.item)
     assert not stage.has_work()

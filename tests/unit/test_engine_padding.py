@@ -3,7 +3,7 @@
 import pytest
 from engine_tiny_lm import drive, prefix_waves, tiny_lm
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.model_runner import token_bucket
 from aura_omni.engine.sampling_params import SamplingParams

@@ -11,7 +11,7 @@ from engine_tiny_lm import drive, prefix_waves, tiny_lm
 from test_engine_aura import aura, image, image_prompt, run_all  # noqa: F401 - the module fixture
 from triton_env import DEVICE, needs_triton
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.prefill_graphs import graph_sizes
 from aura_omni.engine.prompts import vl_request

@@ -1,4 +1,4 @@
-"""Request media references (pipeline/media_input.py, server/voices.py, pipeline/turn_builder.py) without models: base64 vs
+"""Request media references (media/request_media.py, server/voices.py, request/turn_builder.py) without models: base64 vs
 server-local paths, byte and length caps before decoding, per-request image/video counts, and a registered
 voice deleted while a turn's media decodes."""
 
@@ -13,20 +13,21 @@ import pytest
 import soundfile as sf
 from PIL import Image
 
-from aura_omni.config import TALKER, parse_deploy_config
+from aura_omni.deploy import TALKER, parse_deploy_config
 from aura_omni.media.audio import AudioDecodeError
 from aura_omni.media.limits import LimitError, Limits, MediaError, MediaLimits
-from aura_omni.pipeline import turn_builder
-from aura_omni.pipeline.media_input import MediaPolicy, load_audio, load_image_input, read_local, source_bytes
+from aura_omni.request import turn_builder
+from aura_omni.media.request_media import MediaPolicy, load_audio, load_image_input, read_local, source_bytes
 from aura_omni.pipeline.processors import PipelineRequestError
-from aura_omni.pipeline.turn_builder import TurnBuilder, TurnSpec
+from aura_omni.request.turn_builder import TurnBuilder, TurnSpec
 from aura_omni.server.errors import APIError
-from aura_omni.server.voices import RegisteredVoice, VoiceRegistry, decode_ref_audio
+from aura_omni.server.voices import RegisteredVoice, VoiceLibrary, decode_ref_audio
 
 
 def audio_bytes(seconds: float, sr: int = 16000, fmt: str = "WAV") -> bytes:
+    """A quiet 220 Hz tone (a reference must not be digital silence)."""
     buf = io.BytesIO()
-    sf.write(buf, np.zeros(int(seconds * sr), np.float32), sr, format=fmt)
+    sf.write(buf, 0.1 * np.sin(2 * np.pi * 220 * np.arange(int(seconds * sr)) / sr).astype(np.float32), sr, format=fmt)
     return buf.getvalue()
 
 
@@ -142,7 +143,7 @@ def test_pixels_per_request_are_summed_after_resizing():
 
 
 def test_registered_voice_deleted_while_media_decodes(monkeypatch):
-    voices = VoiceRegistry()
+    voices = VoiceLibrary()
     voices.add(RegisteredVoice(card=types.SimpleNamespace(name="Mine"), prompt="the-prompt"))
     runtime = FakeRuntime(FakeTTS())
     decoded = []
@@ -157,3 +158,12 @@ def test_registered_voice_deleted_while_media_decodes(monkeypatch):
     turn = asyncio.run(TurnBuilder(runtime, voices).build(spec, "r"))
     assert decoded == ["audio"] and voices.get("mine") is None
     assert turn.tts.voice == "the-prompt"  # the voice checked up front is the one used
+
+
+def test_silent_reference_audio_is_refused():
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros(16000, np.float32), 16000, format="WAV")
+    with pytest.raises(APIError, match="reference audio is silent") as err:
+        decode_ref_audio(base64.b64encode(buf.getvalue()).decode(), MediaPolicy())
+    assert err.value.param == "ref_audio"
+    assert load_audio(base64.b64encode(buf.getvalue()).decode(), MediaPolicy())[0].max() == 0  # speech to transcribe

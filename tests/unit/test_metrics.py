@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from aura_omni.config import parse_deploy_config
+from aura_omni.deploy import parse_deploy_config
 from aura_omni.media.playback import PlaybackClock
 from aura_omni.server.app import create_app
 from aura_omni.server.metrics import RealtimeMeter, ServerMetrics
@@ -177,7 +177,7 @@ def test_realtime_meter_reads_a_session_from_the_events_it_sends():
         (1.40, {"type": "response.done", "response": {"id": "r1", "status": "completed"}}),
         (2.00, {"type": "input_audio_buffer.committed", "item_id": "item_2"}),
         (2.01, {"type": "response.created", "response": {"id": "r2", "status": "in_progress"}}),
-        (2.04, {"type": "response.listen", "response_id": "r2", "response": {"id": "r2", "status": "listening"}}),
+        (2.04, {"type": "response.done", "response": {"id": "r2", "status": "completed", "aura_reason": "listen"}}),
     ]:
         meter.sent(event, now=t)
     assert samples(m.render().decode())[("aura_omni:realtime_sessions_active", ())] == 1
@@ -194,6 +194,23 @@ def test_realtime_meter_reads_a_session_from_the_events_it_sends():
     assert got[("aura_omni:silent_decision_seconds_count", rt)] == 1
     assert got[("aura_omni:silent_decision_seconds_sum", rt)] == pytest.approx(0.04)
     assert meter.timers == {}
+
+
+def test_realtime_meter_reads_a_beta_session_by_its_beta_names():
+    m = ServerMetrics()
+    meter = RealtimeMeter(m)
+    delta = base64.b64encode(b"\0\0" * 2400).decode()
+    for t, event in [
+        (1.00, {"type": "response.created", "response": {"id": "r1", "status": "in_progress"}}),
+        (1.05, {"type": "response.audio_transcript.delta", "response_id": "r1", "delta": "Hi"}),
+        (1.10, {"type": "response.audio.delta", "response_id": "r1", "delta": delta}),
+        (1.20, {"type": "response.done", "response": {"id": "r1", "status": "completed"}}),
+    ]:
+        meter.sent(event, now=t, beta=True)
+    got = samples(m.render().decode())
+    rt = (("endpoint", "/v1/realtime"),)
+    assert got[("aura_omni:audio_seconds_total", rt)] == pytest.approx(0.1)
+    assert got[("aura_omni:first_text_seconds_sum", rt)] == pytest.approx(0.05)
 
 
 def test_realtime_meter_counts_g711_audio_at_a_byte_a_sample():

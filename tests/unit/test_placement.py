@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from aura_omni.cli import build_parser, load_serve_config
-from aura_omni.config import DeployConfigError, parse_deploy_config
+from aura_omni.deploy import DeployConfigError, parse_deploy_config
 from aura_omni.placement.replicas import Replica, ReplicaSet
 
 

@@ -10,8 +10,8 @@ from aura_omni.pipeline.processors import (
     strip_assistant_text,
     wrap_tts_token_ids,
 )
-from aura_omni.asr.transcript import Transcript
-from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTurn
+from aura_omni.stages.asr.transcript import Transcript
+from aura_omni.stages.aura.prompt_tokens import AuraPrompt, PromptTurn
 
 
 @pytest.mark.parametrize("raw, expect", [

@@ -8,7 +8,7 @@ from aura_omni.media.vision_preprocess import preprocess_image, preprocess_video
 from aura_omni.models.tokenizer import load_tokenizer
 from aura_omni.pipeline.processors import asr2aura
 from aura_omni.models.qwen_vocab import write_qwen_tokenizer
-from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTokenizer, PromptTurn
+from aura_omni.stages.aura.prompt_tokens import AuraPrompt, PromptTokenizer, PromptTurn
 
 # Qwen vocabulary ids (aura_omni_pipeline.md §3.1, §5): ChatML markers and the vision markers.
 IM_START, IM_END, NEWLINE, ASSISTANT = 151644, 151645, 198, 77091

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import io
 import time
 
@@ -18,13 +19,14 @@ from hypothesis import strategies as st
 import soundfile as sf
 from PIL import Image
 
-from aura_omni.asr.transcript import Transcript
+from aura_omni.deploy import TurnSettings
+from aura_omni.stages.asr.transcript import Transcript
 from aura_omni.bench.inputs import RECORDED_SPEECH
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline
 from aura_omni.pipeline.processors import PipelineRequestError
-from aura_omni.pipeline.stage_api import AuraDelta
+from aura_omni.stages.aura.stage import AuraDelta
 from aura_omni.pipeline.turn import TurnRequest
-from aura_omni.pipeline.media_input import MediaPolicy
+from aura_omni.media.request_media import MediaPolicy
 from aura_omni.session import RealtimeSession, SessionConfig, SessionConfigError
 from aura_omni.session.frames import FrameWindow, similarity
 from aura_omni.session.history import History, Item
@@ -99,7 +101,7 @@ class FakeBuilder:
         info = spec.info or {}
         return TurnRequest(request_id, audio=spec.audio, text_parts=list(spec.text_parts), history=list(spec.history),
                            system_prompt=spec.system_prompt, is_speech=info.get("is_speech", True),
-                           speak=True if spec.speak is None else spec.speak, tts=object())
+                           speak=True if spec.speak is None else spec.speak, tts=object(), tool_use=spec.tool_use)
 
 
 class FakeRuntime:
@@ -109,7 +111,8 @@ class FakeRuntime:
         self.models = {"qwen3_tts": None}  # a Talker is deployed: sessions speak by default
 
     async def transcribe(self, samples, sample_rate, **kw):
-        return "what is this"
+        """As `Runtime.transcribe`: one clip's Transcript."""
+        return Transcript("English", "what is this")
 
 
 def pcm_b64(seconds: float = 0.2, rate: int = 24000, amp: float = 0.2) -> str:
@@ -140,8 +143,12 @@ def drain(session: RealtimeSession) -> list:
     return out
 
 
-def new_session(runtime=None, duplex=False) -> RealtimeSession:
-    s = RealtimeSession(runtime or FakeRuntime(), FakeBuilder(), model="tiny", duplex=duplex)
+def new_session(runtime=None, duplex=False, beta=False, vad=False) -> RealtimeSession:
+    """A session in push-to-talk unless `vad` (OpenAI sessions start with server_vad; these tests commit themselves,
+    as a client that sent `turn_detection: null` does)."""
+    s = RealtimeSession(runtime or FakeRuntime(), FakeBuilder(), model="tiny", duplex=duplex, beta=beta)
+    if not vad:
+        s.config = dataclasses.replace(s.config, turn_detection=None)
     if not duplex:
         s.start()
     return s
@@ -180,7 +187,7 @@ def test_session_update_refuses_what_aura_cannot_do():
                            "unsupported_audio_format"),
                           ({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 44100}}}},
                            "unsupported_sample_rate"),
-                          ({"tools": [{"type": "function", "name": "f"}]}, "unsupported_tools"),
+                          ({"tools": [{"type": "mcp", "server_label": "x"}]}, "unsupported_tool"),
                           ({"turn_detection": {"threshold": 3}}, "invalid_value")):
         with pytest.raises(SessionConfigError) as e:
             SessionConfig().with_update(session)
@@ -302,14 +309,13 @@ async def test_push_to_talk_turn_follows_the_openai_sequence():
     await s.send("response.create")
     events = await until(s, "response.done")
     types = [e.type for e in events]
-    assert types[:4] == ["session.created", "conversation.item.added", "conversation.item.created",
-                         "input_audio_buffer.committed"]
+    assert types[:3] == ["session.created", "conversation.item.added", "input_audio_buffer.committed"]
     order = ["conversation.item.input_audio_transcription.completed", "response.created",
              "response.output_item.added", "response.content_part.added", "response.output_audio_transcript.delta",
              "response.output_audio.delta", "response.output_audio.done", "response.output_audio_transcript.done",
              "response.content_part.done", "response.output_item.done", "response.done"]
     assert [types.index(t) for t in order] == sorted(types.index(t) for t in order)
-    assert types.count("response.output_audio.delta") == types.count("response.audio.delta") > 0  # GA + beta
+    assert types.count("response.output_audio.delta") > 0 and "response.audio.delta" not in types  # GA only
     assert events[-1]["response"]["status"] == "completed"
     assert len({e.event_id for e in events}) == len(events)
     transcript = next(e for e in events if e.type == "response.output_audio_transcript.done")["transcript"]
@@ -352,13 +358,21 @@ async def test_a_phone_call_session_hears_and_speaks_g711_at_8_khz(fmt, ga_type)
 
 
 @pytest.mark.asyncio
-async def test_silent_reply_is_response_listen_without_audio():
-    s = new_session(FakeRuntime(aura=ScriptedAura(SILENT)))
+@pytest.mark.parametrize("duplex", [True, False])
+async def test_silent_reply_is_response_listen_without_audio(duplex):
+    """AURA's <|silent|>: no audio; duplex announces `response.listen`, an OpenAI session a completed response.done
+    with no output and AURA's reason `listen` beside OpenAI's fields."""
+    s = new_session(FakeRuntime(aura=ScriptedAura(SILENT)), duplex=duplex)
+    if duplex:
+        await s.send("session.update", session={})
     await s.send("input_audio_buffer.append", audio=pcm_b64())
     await s.send("input_audio_buffer.commit", create_response=True)
     events = await until(s, "response.done")
     types = [e.type for e in events]
-    assert "response.listen" in types and not any("audio" in t and "delta" in t for t in types)
+    assert ("response.listen" in types) == duplex and not any("audio" in t and "delta" in t for t in types)
+    done = events[-1]["response"]
+    assert done["status"] == "completed" and done["output"] == [] and done["aura_reason"] == "listen"
+    assert done["status_details"] == ({"type": "completed", "reason": "listen"} if duplex else None)
     # ASR ran inside the turn: its transcript still comes before response.created (vLLM-Omni's order)
     assert types.index("conversation.item.input_audio_transcription.completed") < types.index("response.created")
     assert s.history.turns("ack_only")[-1] == ("assistant", SILENT)
@@ -463,7 +477,9 @@ async def test_server_vad_barge_in_cancels_the_reply():
     events = await until(s, "input_audio_buffer.committed")
     types = [e.type for e in events]
     assert types.index("input_audio_buffer.speech_started") < types.index("response.done")
-    assert next(e for e in events if e.type == "response.done")["response"]["status_details"]["reason"] == "barge_in"
+    done = next(e for e in events if e.type == "response.done")["response"]
+    assert done["status_details"] == {"type": "cancelled", "reason": "turn_detected"}  # OpenAI's word for it
+    assert done["aura_reason"] == "barge_in" and done["output"][0]["status"] == "incomplete"
     assert "input_audio_buffer.speech_stopped" in types
 
 
@@ -486,7 +502,7 @@ class AheadRuntime(FakeRuntime):
     async def transcribe(self, samples, sample_rate, **kw):
         self.ahead.append(len(samples))
         await asyncio.sleep(0.02)
-        return f"heard {len(samples)} samples"
+        return Transcript("English", f"heard {len(samples)} samples")
 
 
 def vad_session(rt, probs) -> RealtimeSession:
@@ -534,8 +550,8 @@ async def test_speech_that_resumes_after_the_pause_is_transcribed_again_whole(mo
     assert rt.ahead == [(320 + 200) * 16, whole] and done["transcript"] == f"heard {whole} samples"
     assert rt.turn_asr == 0
 
-    monkeypatch.setenv("AURA_OMNI_TRANSCRIBE_AHEAD", "0")  # off: the turn transcribes after the commit
     rt = AheadRuntime()
+    rt.pipeline.turn_settings = TurnSettings(transcribe_ahead=False)  # off: the turn transcribes after the commit
     s = vad_session(rt, [0.9] * 10 + [0.0] * 20)
     s.config = s.config.with_update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(30))
@@ -623,11 +639,11 @@ async def test_response_create_overrides_apply_to_that_reply_only():
 async def test_a_frame_resent_with_every_chunk_is_decoded_once(monkeypatch):
     """Clients may attach their latest camera frame to every audio chunk: the same bytes are not decoded again, and
     the frame still counts as fresh for the next commit."""
-    import aura_omni.session.handler as handler
+    import aura_omni.session.camera as camera
 
     decoded = []
-    real = handler.decode_image
-    monkeypatch.setattr(handler, "decode_image", lambda data, limits: decoded.append(1) or real(data, limits))
+    real = camera.decode_image
+    monkeypatch.setattr(camera, "decode_image", lambda data, limits: decoded.append(1) or real(data, limits))
     s = new_session()
     red, blue = jpeg_b64((255, 0, 0)), jpeg_b64((0, 0, 255))
     for _ in range(5):
@@ -730,7 +746,7 @@ async def _prefilling_while_transcribing(log: list, go: asyncio.Event, heard: as
         async def transcribe(self, samples, sample_rate, **kw):
             await heard.wait()
             log.append("transcribed")
-            return "what is this"
+            return Transcript("English", "what is this")
 
     rt = SlowAsrRuntime(aura=_PrefillingAura(log, go))
     rt.models["aura"] = rt.aura
@@ -768,3 +784,104 @@ async def test_a_response_cancelled_while_transcribing_stops_its_prefix_prefill(
     await asyncio.sleep(0.05)
     assert "generate" not in log
     await s.close()
+
+
+# ------------------------------------------------------------------------------------------------ greeting, out of band
+
+@pytest.mark.asyncio
+async def test_response_create_with_nothing_new_greets_from_the_instructions():
+    """The bot speaks first (LiveKit's generate_reply(instructions=...), Pipecat's system-only context): a
+    response.create before any input answers from the history and the response's instructions."""
+    rt = FakeRuntime()
+    s = new_session(rt)
+    await s.send("response.create", response={"instructions": "Greet the user."})
+    events = await until(s, "response.done")
+    done = events[-1]["response"]
+    assert done["status"] == "completed" and done["output"][0]["content"][0]["type"] == "output_audio"
+    assert "Greet the user." in rt.aura.prompts[-1] and not any(e.type == "error" for e in events)
+    assert [i.role for i in s.history.items] == ["assistant"]  # the greeting is the conversation's first item
+
+
+@pytest.mark.asyncio
+async def test_a_duplex_session_keeps_refusing_a_response_with_nothing_to_answer():
+    s = new_session(duplex=True)
+    await s.send("session.update", session={})
+    await s.send("response.create")
+    assert (await until(s, "error"))[-1]["error"]["code"] == "response_create_without_input"  # vLLM-Omni's contract
+    assert not s.responses
+
+
+def user_text(text: str) -> dict:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+@pytest.mark.asyncio
+async def test_out_of_band_response_answers_its_own_input_and_leaves_the_conversation_alone():
+    rt = FakeRuntime()
+    s = new_session(rt)
+    await s.send("conversation.item.create", item=user_text("remember the apples"))
+    await until(s, "conversation.item.done")
+    await s.send("response.create", response={"conversation": "none", "metadata": {"topic": "classify"},
+                                               "input": [user_text("Classify: hello")]})
+    events = await until(s, "response.done")
+    types = [e.type for e in events]
+    assert "Classify: hello" in rt.aura.prompts[-1] and "remember the apples" not in rt.aura.prompts[-1]
+    assert not [t for t in types if t.startswith("conversation.")]  # its output is not a conversation item
+    assert "response.output_item.added" in types and events[-1]["response"]["metadata"] == {"topic": "classify"}
+    assert [p.item.text for p in s.pending] == ["remember the apples"]  # still waiting for the conversation's reply
+    assert [i.role for i in s.history.items] == ["user"]
+    await s.send("response.create")
+    await until(s, "response.done")
+    assert "remember the apples" in rt.aura.prompts[-1] and not s.pending
+    assert [i.role for i in s.history.items] == ["user", "assistant"]
+
+
+@pytest.mark.asyncio
+async def test_out_of_band_input_refers_to_conversation_items_and_keeps_earlier_items_as_history():
+    rt = FakeRuntime()
+    s = new_session(rt)
+    await s.send("conversation.item.create", item={**user_text("my name is Ada"), "id": "u1"})
+    await until(s, "conversation.item.done")
+    await s.send("response.create", response={"conversation": "none", "input": [
+        {"type": "item_reference", "id": "u1"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello Ada."}]},
+        user_text("What is my name?")]})
+    await until(s, "response.done")
+    prompt = rt.aura.prompts[-1]
+    assert prompt.index("my name is Ada") < prompt.index("Hello Ada.") < prompt.index("What is my name?")
+    await s.send("response.create", response={"conversation": "none", "input": [
+        {"type": "item_reference", "id": "nope"}]})
+    error = (await until(s, "error"))[-1]["error"]
+    assert (error["code"], error["param"]) == ("item_not_found", "response.input[0].id")
+    await s.send("response.create", response={"conversation": "elsewhere"})
+    assert (await until(s, "error"))[-1]["error"]["param"] == "response.conversation"
+
+
+@pytest.mark.asyncio
+async def test_every_error_event_is_logged_with_its_code_and_session(caplog):
+    s = new_session()
+    with caplog.at_level("INFO", logger="aura_omni.session"):
+        await s.send({"type": "input_audio_buffer.commit", "event_id": "c7"})
+        error = (await until(s, "error"))[-1]["error"]
+    assert error["code"] == "input_audio_buffer_commit_empty"  # OpenAI's code in an OpenAI session
+    record = next(r for r in caplog.records if "input_audio_buffer_commit_empty" in r.getMessage())
+    assert record.levelname == "INFO" and s.id in record.getMessage() and "c7" in record.getMessage()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("session, beta", [
+    ({"modalities": ["audio", "text"], "turn_detection": None}, True),  # the beta flat shape, without its header
+    ({"type": "realtime", "audio": {"input": {"turn_detection": None}}}, False),
+    ({"instructions": "Be brief.", "voice": "vivian"}, False),  # fields of either shape: GA stays
+])
+async def test_without_the_beta_header_the_first_session_update_picks_the_dialect(session, beta):
+    s = RealtimeSession(FakeRuntime(), FakeBuilder(), model="tiny", beta=None)  # the transport's, without a header
+    s.start()
+    await s.send("session.update", session=session)
+    s.config = dataclasses.replace(s.config, turn_detection=None)
+    await s.send("conversation.item.create", item=user_text("hi"))
+    await s.send("response.create")
+    types = {e.type for e in await until(s, "response.done")}
+    assert ("response.audio.delta" in types) == beta and ("response.output_audio.delta" in types) != beta
+    await s.send("session.update", session={"modalities": ["text"]})  # settled: a later update changes nothing
+    assert s.dialect.name == ("beta" if beta else "ga")

@@ -7,7 +7,7 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.testclient import WebSocketDisconnect
 
-from aura_omni.config import parse_deploy_config
+from aura_omni.deploy import parse_deploy_config
 from aura_omni.media.limits import Limits
 from aura_omni.pipeline.runtime import Runtime
 from aura_omni.placement import StageUnavailableError

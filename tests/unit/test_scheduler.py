@@ -1,7 +1,7 @@
 """Scheduler and block manager on plain data (no model): budgets, limits, preemption order, prefix blocks."""
 
 from aura_omni.engine.block_manager import BlockManager
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.scheduler import Scheduler
 from aura_omni.engine.sequence import Sequence, SequenceStatus

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from aura_omni.session.events import ServerEvent
-from aura_omni.session.handler import ResumeRefused
+from aura_omni.session.errors import ResumeRefused
 from aura_omni.session.journal import EVENT_OVERHEAD_BYTES, Journal
 
 

@@ -10,7 +10,7 @@ import soundfile as sf
 from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVad, ServerVad as OpenAIServerVad
 
 from aura_omni.bench.inputs import RECORDED_SPEECH
-from aura_omni.config import DeployConfigError, parse_deploy_config
+from aura_omni.deploy import DeployConfigError, parse_deploy_config
 from aura_omni.session.config import (EAGERNESS_SILENCE_MS, OPENAI_VOICE_ALIASES, SessionConfig, SessionConfigError,
                                       TurnDetection, session_voice_aliases)
 from aura_omni.session.vad import VAD_SAMPLE_RATE, WINDOW, ServerVad

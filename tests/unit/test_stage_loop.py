@@ -9,11 +9,12 @@ import pytest
 import torch
 from engine_tiny_lm import prompts, tiny_lm
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
-from aura_omni.stages.llm import LLMStageEngine
-from aura_omni.stages.loop import StageError, StageLoop, StageUnavailable
+from aura_omni.stages.llm import EngineRequest, LLMStageEngine
+from aura_omni.stages.stage_engine import StageError, StageUnavailable
+from aura_omni.stages.loop import StageLoop
 
 CFG = dict(max_model_len=48, block_size=4, num_kv_blocks=64, max_num_batched_tokens=64, max_num_seqs=8)
 PROMPT = prompts([6])[0]
@@ -26,7 +27,7 @@ def greedy(n: int) -> SamplingParams:
 @pytest.fixture
 def stage():
     eng = LLMEngine(tiny_lm(), EngineConfig(**CFG))
-    loop = StageLoop(LLMStageEngine(eng, lambda r: (*r, None, None)), name="lm")
+    loop = StageLoop(LLMStageEngine(eng, lambda r: EngineRequest(*r)), name="lm")
     yield eng, loop
     loop.close()
 
@@ -267,7 +268,7 @@ class _Countdown:
         return bool(self.left)
 
     def step(self):
-        from aura_omni.stages.loop import StageOutput
+        from aura_omni.stages.stage_engine import StageOutput
 
         outs = []
         for rid in list(self.left):
@@ -305,12 +306,9 @@ def test_a_step_wakes_the_callers_event_loop_once_for_all_its_requests():
     assert wakes <= 4  # one per step (3), not one per output (24)
 
 
-def test_work_that_runs_past_the_stall_limit_is_reported_with_its_stack(stage, monkeypatch, caplog):
-    from aura_omni.stages import loop as loop_module
-
+def test_work_that_runs_past_the_stall_limit_is_reported_with_its_stack(stage, caplog):
     _, loop = stage
-    monkeypatch.setattr(loop_module, "STALLED_S", 0.3)
-    monkeypatch.setattr(loop_module, "CPU_STALL_FACTOR", 1)
+    loop.stall_s = 0.3
     release = threading.Event()
 
     def blocked_in_the_engine():
@@ -359,7 +357,7 @@ def test_queue_and_first_output_latencies_are_observed_and_nothing_is_kept_per_r
 
     asyncio.run(asyncio.wait_for(bad_then_left(), timeout=60))
     loop.settle()
-    assert loop._submitted == {} and loop.latencies()["first_output"].count == 2
+    assert loop.latency.submitted == {} and loop.latencies()["first_output"].count == 2
 
 
 class _StuckOnce(_Countdown):
@@ -374,13 +372,9 @@ class _StuckOnce(_Countdown):
         return super().step()
 
 
-def test_a_stalled_loop_fails_its_requests_refuses_new_ones_and_recovers(monkeypatch):
-    from aura_omni.stages import loop as loop_module
-
-    monkeypatch.setattr(loop_module, "STALLED_S", 0.3)
-    monkeypatch.setattr(loop_module, "CPU_STALL_FACTOR", 1)
+def test_a_stalled_loop_fails_its_requests_refuses_new_ones_and_recovers():
     engine = _StuckOnce()
-    loop = StageLoop(engine, name="stuck")
+    loop = StageLoop(engine, name="stuck", stall_s=0.3)
     try:
         async def main():
             t0 = time.monotonic()
@@ -454,7 +448,7 @@ class _RecordingEngine:
         return bool(self.running)
 
     def step(self):
-        from aura_omni.stages.loop import StageOutput
+        from aura_omni.stages.stage_engine import StageOutput
 
         self.log.append(("step", tuple(self.running)))
         done, self.running = self.running, []

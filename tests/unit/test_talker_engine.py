@@ -174,7 +174,7 @@ def test_async_scheduling_gives_the_frames_of_waiting_for_every_step(tiny_tts, k
     """Queued steps (the next step launched before the last one's codes are back) with staggered arrivals, so new
     prompts share steps with decodes whose last frame is still pending, sampled and greedy requests, EOS and length
     stops: every request gets the tokens and frames of the synchronous engine, and no spare step leaks out."""
-    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.engine_config import EngineConfig
 
     ckpt = tiny_tts("custom_voice", with_codec=False)
     reqs = [req(**GREEDY, max_new_tokens=12), req(seed=1, max_new_tokens=12), req(seed=2, max_new_tokens=12),
@@ -220,12 +220,12 @@ def test_async_scheduling_gives_the_frames_of_waiting_for_every_step(tiny_tts, k
 
 
 def test_the_deploy_talker_stage_sizes_the_talker_engine(tiny_tts):
-    from aura_omni.config import Stage
-    from aura_omni.pipeline.runtime import load_qwen3_tts
+    from aura_omni.deploy import Stage
+    from aura_omni.stages.tts import load_qwen3_tts_stage
 
     ckpt = tiny_tts("custom_voice", with_codec=False)
     stage = Stage(stage_id=2, model=str(ckpt), max_model_len=96, max_num_batched_tokens=48, max_num_seqs=3,
                   kernels={"gemv": False})
-    config = load_qwen3_tts(stage, "cpu", torch.float32, "auto").engine.engine.config
+    config = load_qwen3_tts_stage(stage, "cpu", torch.float32, "auto").engine.engine.config
     assert (config.max_model_len, config.max_num_batched_tokens, config.max_num_seqs) == (96, 48, 3)
     assert config.cuda_graph_max_seq_len == 2048 and config.gemv is False  # TTS defaults under the deploy fields

@@ -194,7 +194,7 @@ def test_stable_tokens_of_pieces_join_into_the_whole_texts_ids(cv, text):
 
 def test_streams_fed_in_pieces_under_preemption_give_the_whole_texts_frames(tiny_tts):
     """A KV budget so tight that sequences are preempted and recomputed, waiting ones among them."""
-    from aura_omni.engine.config import EngineConfig
+    from aura_omni.engine.engine_config import EngineConfig
 
     ckpt = tiny_tts("custom_voice", with_codec=False)
     tts = Qwen3TTS.load(ckpt, engine_config=EngineConfig(max_model_len=64, block_size=4, num_kv_blocks=20,
@@ -224,7 +224,7 @@ def test_streams_fed_in_pieces_under_preemption_give_the_whole_texts_frames(tiny
 def test_speak_stream_speaks_the_audio_of_the_whole_text(base):
     """The speech stage end to end: text pieces cut anywhere (mid-word too), tokenised as they come, give the
     waveform of the whole text in streaming text mode."""
-    from aura_omni.pipeline.speech_stage import SpeechPipelineStage
+    from aura_omni.stages.speech_stage import SpeechPipelineStage
 
     stage = SpeechPipelineStage(base, initial_chunk_frames=1, chunk_frames=5)
     req = template(base, "xvector", max_new_tokens=25)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from aura_omni.models.qwen3_tts.config import GenerationDefaults, Qwen3TTSConfig, TTSConfigError
+from aura_omni.models.qwen3_tts.checkpoint_config import GenerationDefaults, Qwen3TTSConfig, TTSConfigError
 from aura_omni.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
 from aura_omni.models.qwen3_tts.talker import Talker
 from aura_omni.stages.tts import PRESETS_DIR

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from aura_omni.engine.config import EngineConfig
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.models.qwen3_tts.prompt import target_template
 from aura_omni.models.qwen3_tts.sampling import CODEC_EOS
 from aura_omni.stages.tts import Qwen3TTS, TTSRequest, TTSRequestError
@@ -176,7 +176,7 @@ def test_a_talker_failure_mid_stream_comes_after_the_audio_made_before_it(tiny_t
     stage's error, and neither stage keeps anything of the stream."""
     import asyncio
 
-    from aura_omni.stages.loop import StageError
+    from aura_omni.stages.stage_engine import StageError
 
     cv = Qwen3TTS.load(tiny_tts("custom_voice"))
     request = req(max_new_tokens=40, do_sample=False, subtalker_dosample=False)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from aura_omni.models.qwen3_tts.config import Qwen3TTSConfig
+from aura_omni.models.qwen3_tts.checkpoint_config import Qwen3TTSConfig
 from aura_omni.models.qwen3_tts.prompt import XVECTOR, RefFrame, plan_prompt
 from aura_omni.testing.tiny_tts import tiny_config
 

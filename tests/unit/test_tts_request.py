@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from aura_omni.config import SamplingParams, Stage, SubtalkerSamplingParams
+from aura_omni.deploy import SamplingParams, Stage, SubtalkerSamplingParams
 from aura_omni.media.limits import Limits
-from aura_omni.pipeline.additional_information import AdditionalInformation
+from aura_omni.request.additional_information import AdditionalInformation
 from aura_omni.pipeline.processors import PipelineRequestError
-from aura_omni.pipeline.tts_request import TalkerContext, TTSAsk, build_tts_request, check_tts, talker_token_cap
+from aura_omni.request.tts_request import TalkerContext, TTSAsk, build_tts_request, check_tts, talker_token_cap
 from aura_omni.server.protocol import SpeechRequest
 from aura_omni.server.speech import speech_ask
 from aura_omni.stages.talker_set import TalkerSet
@@ -136,6 +136,42 @@ def test_chat_errors_name_additional_information_keys():
     with pytest.raises(PipelineRequestError) as e:
         check_tts(AdditionalInformation.parse({}).tts_ask("nobody"), c)
     assert e.value.param == "audio.voice"
+
+
+def test_errors_name_the_keys_where_each_client_sent_them():
+    """A realtime session's keys sit in `session.extra_body` and its voice in `session.audio.output.voice`; `Omni`
+    takes them as keyword arguments."""
+    c, _ = ctx()
+    info = AdditionalInformation.parse({"tts_ref_audio": "AAAA"})
+    for prefix, voice_param, ref_text in (("session.extra_body", "session.audio.output.voice",
+                                           "session.extra_body.tts_ref_text"), ("", "voice", "tts_ref_text")):
+        with pytest.raises(PipelineRequestError) as e:
+            check_tts(info.tts_ask(None, prefix=prefix, voice_param=voice_param), c)
+        assert e.value.param == ref_text and "additional_information" not in str(e.value)
+        with pytest.raises(PipelineRequestError) as e:
+            check_tts(AdditionalInformation.parse({}).tts_ask("Vivian", prefix=prefix, voice_param=voice_param), c)
+        assert e.value.param == voice_param
+
+
+def test_a_preset_speaker_on_a_base_checkpoint_is_explained():
+    c, _ = ctx()
+    with pytest.raises(PipelineRequestError) as e:
+        check_tts(TTSAsk(voice="Vivian"), c)
+    assert e.value.code == "missing_reference"
+    assert "'Vivian' is not a registered voice" in str(e.value) and "preset speakers" in str(e.value)
+    assert "CustomVoice checkpoint" in str(e.value)
+
+
+def test_an_unknown_voice_beside_a_customvoice_talker_lists_its_presets():
+    """The demo's deployment (Base and CustomVoice Talkers): a name that is neither goes to Base and is refused with
+    the preset speakers named."""
+    c, _ = ctx()
+    both = FakeTTS("base")
+    both.task_types, both.speakers = ("Base", "CustomVoice"), ["vivian", "serena"]
+    c = dataclasses.replace(c, tts=both)
+    with pytest.raises(PipelineRequestError) as e:
+        check_tts(TTSAsk(voice="bob"), c)
+    assert "'bob' is neither a registered voice nor a preset speaker (serena, vivian)" in str(e.value)
 
 
 @pytest.mark.parametrize("info, param, words", [

@@ -3,7 +3,7 @@ import torch
 
 from aura_omni.media.vision_preprocess import preprocess_image, preprocess_video
 from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
-from aura_omni.pipeline.vision_cache import VisionEmbeddingCache
+from aura_omni.stages.aura.vision_cache import VisionEmbeddingCache
 from aura_omni.testing.tiny_vl import write_tiny_aura
 
 

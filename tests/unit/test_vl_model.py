@@ -10,7 +10,7 @@ from aura_omni.models.loader import CheckpointError
 from aura_omni.models.qwen3_vl import SILENT_TOKEN_ID, Qwen3VLConfig, Qwen3VLForCausalLM
 from tests.unit.aura_engine import engine_generate
 from aura_omni.pipeline.processors import asr2aura
-from aura_omni.pipeline.prompt_tokens import PromptTokenizer
+from aura_omni.stages.aura.prompt_tokens import PromptTokenizer
 from aura_omni.testing.tiny_vl import tiny_aura_config, write_tiny_aura
 
 
@@ -38,9 +38,11 @@ def test_tiny_checkpoint_has_the_real_layout(tiny_dir):
 
 def test_tiny_checkpoint_is_deterministic(tmp_path, tiny_dir):
     again = write_tiny_aura(tmp_path / "again", seed=0)
-    name = "model-00002-of-00002.safetensors"
-    a, b = load_file(str(tiny_dir / name)), load_file(str(again / name))
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    shards = sorted(p.name for p in tiny_dir.glob("*.safetensors"))
+    assert shards == sorted(p.name for p in again.glob("*.safetensors")) and len(shards) == 2
+    for name in shards:
+        a, b = load_file(str(tiny_dir / name)), load_file(str(again / name))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_missing_weight_is_a_checkpoint_error(tmp_path, tiny_dir):

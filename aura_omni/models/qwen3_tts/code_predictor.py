@@ -18,7 +18,7 @@ from torch import nn
 from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.layers.kv_cache import allocate_kv_cache
 from aura_omni.models.qwen3 import Qwen3Model
-from aura_omni.models.qwen3_tts.config import CodePredictorConfig
+from aura_omni.models.qwen3_tts.checkpoint_config import CodePredictorConfig
 
 # choose(group g in 1..15, logits [B, V]) -> codes [B]
 CodeChooser = Callable[[int, torch.Tensor], torch.Tensor]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from aura_omni.layers.device import upload_async
-from aura_omni.models.qwen3_tts.config import Qwen3TTSConfig
+from aura_omni.models.qwen3_tts.checkpoint_config import Qwen3TTSConfig
 
 XVECTOR = "xvector"  # codec item: the speaker embedding row (Base models)
 

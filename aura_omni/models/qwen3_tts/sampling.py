@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from aura_omni.models.qwen3_tts.config import GenerationDefaults
+from aura_omni.models.qwen3_tts.checkpoint_config import GenerationDefaults
 
 CODEC_EOS = 2150  # Qwen3-TTS talker codec stop id (talker_config.codec_eos_token_id)
 MIN_NEW_TOKENS = 2  # qwen-tts Qwen3TTSForConditionalGeneration.generate(min_new_tokens=2)

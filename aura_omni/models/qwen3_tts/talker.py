@@ -11,7 +11,7 @@ from torch import nn
 from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.models.qwen3 import Qwen3Model
 from aura_omni.models.qwen3_tts.code_predictor import CodePredictor
-from aura_omni.models.qwen3_tts.config import TalkerConfig
+from aura_omni.models.qwen3_tts.checkpoint_config import TalkerConfig
 
 
 class TextProjection(nn.Module):

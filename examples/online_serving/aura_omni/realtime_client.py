@@ -162,7 +162,8 @@ async def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--url", default="ws://127.0.0.1:8000", help="server base URL (ws:// or wss://)")
+    parser.add_argument("--url", default="ws://127.0.0.1:8091",
+                        help="server base URL (ws:// or wss://; default: where scripts/demo.sh serves)")
     parser.add_argument("--model", default=None, help="model name to send (default: the server's served name)")
     parser.add_argument("--api-key", default=os.environ.get("AURA_OMNI_API_KEY"),
                         help="API key (default: $AURA_OMNI_API_KEY)")

@@ -19,13 +19,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
-from ..config import Stage
+from ..deploy import Stage
 from ..media.audio import AudioDecodeError
 from ..media.limits import Limits, MediaError
-from ..stages.engine_config import SAMPLING_KEYS
+from ..stages.deploy_settings import SAMPLING_KEYS
 from ..stages.tts import TTSRequest, TTSRequestError
-from .constants import DEFAULT_CUSTOM_VOICE_SPEAKER
-from .processors import PipelineRequestError, normalize_speaker
+from ..pipeline.constants import DEFAULT_CUSTOM_VOICE_SPEAKER
+from ..pipeline.processors import PipelineRequestError, normalize_speaker
 
 TASK_ALIASES = {"base": "Base", "customvoice": "CustomVoice", "custom_voice": "CustomVoice",
                 "voicedesign": "VoiceDesign", "voice_design": "VoiceDesign"}
@@ -151,7 +151,14 @@ def check_tts(ask: TTSAsk, ctx: TalkerContext) -> TTSPlan:
                     code="missing_ref_text")
             reference = ask.ref_audio
         elif registered is None:
-            got = f"{name!r} is not a registered voice" if name else "no voice was given"
+            presets = sorted(ctx.tts.speakers or [])  # a CustomVoice Talker deployed beside this one
+            if not name:
+                got = "no voice was given"
+            elif presets:
+                got = f"{name!r} is neither a registered voice nor a preset speaker ({', '.join(presets)})"
+            else:
+                got = (f"{name!r} is not a registered voice (preset speakers such as Vivian need a CustomVoice "
+                       f"checkpoint, which this deployment does not serve)")
             raise PipelineRequestError(
                 f"{ask.param('voice')}: a Base checkpoint clones a reference voice and {got}; send "
                 f"{ask.param('ref_audio')} (with {ask.param('ref_text')}) or register a voice with "

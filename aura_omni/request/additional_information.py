@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .processors import PipelineRequestError
+from ..pipeline.processors import PipelineRequestError
 from .tts_request import TTSAsk
 
 PREFIX = "additional_information"
@@ -60,15 +60,18 @@ class AdditionalInformation(BaseModel):
                                        param=f"{PREFIX}.{key}") from None
 
     def tts_ask(self, voice: str | None = None, sampling: Mapping[str, Any] | None = None,
-                default_language: str | None = None) -> TTSAsk:
-        """The Talker request this turn asks for; `voice`: OpenAI's `audio.voice`, used when no tts_* names one."""
+                default_language: str | None = None, *, prefix: str = PREFIX,
+                voice_param: str = "audio.voice") -> TTSAsk:
+        """The Talker request this turn asks for; `voice`: OpenAI's `audio.voice`, used when no tts_* names one.
+        Errors name a key as the client sent it: under `prefix` ("" for keyword arguments), the voice as
+        `voice_param`."""
         voice_key = "tts_speaker" if self.tts_speaker else "tts_voice" if self.tts_voice else None
         params = {"task_type": "tts_task_type", "language": "tts_language", "instruct": "tts_instruct",
                   "ref_audio": "tts_ref_audio", "ref_text": "tts_ref_text", "x_vector_only": "tts_x_vector_only_mode",
                   "max_new_tokens": "tts_max_new_tokens", "voice": voice_key}
-        params = {k: f"{PREFIX}.{v}" for k, v in params.items() if v}
+        params = {k: f"{prefix}.{v}" if prefix else v for k, v in params.items() if v}
         if voice_key is None:
-            params["voice"] = "audio.voice"
+            params["voice"] = voice_param
         return TTSAsk(task_type=self.tts_task_type, language=self.tts_language or default_language,
                       voice=self.tts_speaker or self.tts_voice or voice, instruct=self.tts_instruct,
                       ref_audio=self.tts_ref_audio, ref_text=self.tts_ref_text,

@@ -1,4 +1,4 @@
-"""AURA (Qwen3-VL) as the pipeline's stage 1: prompt turns + vision inputs -> streamed reply deltas.
+"""AURA (Qwen3-VL) as the pipeline's AuraStage (pipeline/stage_api.py): prompt turns + vision inputs -> streamed reply deltas.
 
 Runs on the continuous-batching engine under the stage's loop (stages/loop.py), so concurrent turns share decode
 steps and a repeated system prompt / conversation history hits the prefix cache. The prompt is tokenised off the
@@ -8,11 +8,12 @@ event loop; the vision encoder and the prompt embeddings run on the loop thread 
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 import torch
 
-from aura_omni.config import Stage
+from aura_omni.deploy import Stage
 from aura_omni.engine.detokenizer import IncrementalDetokenizer
 from aura_omni.engine.grammar import GrammarCompiler, GrammarError
 from aura_omni.engine.llm_engine import LLMEngine
@@ -23,16 +24,40 @@ from aura_omni.media.vision_preprocess import VisionInput
 from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
 from aura_omni.models.tokenizer import load_tokenizer
 from aura_omni.models.vision_graphs import VisionGraphs
-from aura_omni.pipeline.constants import AURA_STOP_TOKEN_IDS, QWEN_IM_END_ID
-from aura_omni.pipeline.processors import PipelineRequestError
-from aura_omni.pipeline.prompt_tokens import AuraPrompt, PromptTokenizer
-from aura_omni.pipeline.stage_api import AuraDelta
-from aura_omni.pipeline.vision_cache import VisionEmbeddingCache
-from aura_omni.stages.engine_config import engine_config, sampling_params
-from aura_omni.stages.llm import LLMStageEngine
+from aura_omni.stages.aura.prompt_tokens import AuraPrompt, PromptTokenizer
+from aura_omni.stages.aura.vision_cache import VisionEmbeddingCache
+from aura_omni.stages.aura.vocab import AURA_STOP_TOKEN_IDS, QWEN_IM_END_ID
+from aura_omni.stages.deploy_settings import engine_config, sampling_params
+from aura_omni.stages.llm import EngineRequest, LLMStageEngine
 from aura_omni.stages.loop import StageLoop
 
 log = logging.getLogger(__name__)
+
+
+class AuraRequestError(ValueError):
+    """A request AURA cannot serve as asked (400): `param` names the request field at fault."""
+
+    def __init__(self, message: str, *, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class AuraRequest:
+    """What the AURA loop takes: prompt ids (vision placeholders expanded), the vision inputs they show, sampling."""
+
+    ids: list[int]
+    vision: list[VisionInput]
+    params: SamplingParams
+
+
+@dataclass
+class AuraDelta:
+    text: str  # new detokenised text (special tokens kept, e.g. <|silent|>)
+    token_ids: list[int]
+    finished: bool = False
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
 
 
 def stop_prefix_len(text: str, stops: list[str]) -> int:
@@ -101,15 +126,15 @@ class AuraPipelineStage:
             return 0
         ids = await asyncio.to_thread(self.prompt_ids, prompt, vision)
         end = len(ids) - ids[::-1].index(self.prompt_tokens.vision_end)
-        async for _ in self.loop.submit(request_id, (ids[:end], vision, SamplingParams(temperature=0.0, max_tokens=1))):
+        prefix = AuraRequest(ids[:end], vision, SamplingParams(temperature=0.0, max_tokens=1))
+        async for _ in self.loop.submit(request_id, prefix):
             pass
         return end
 
-    def _prepare(self, request):
-        """The loop's engine request from (ids, vision, params): the device work, on the stage's stream."""
-        ids, vision, params = request
-        ids, mm = self.embed_prompt(ids, vision)
-        return ids, params, mm, None
+    def _prepare(self, request: AuraRequest) -> EngineRequest:
+        """The engine's request: the vision encoder and the prompt embeddings, on the stage's stream."""
+        ids, mm = self.embed_prompt(request.ids, request.vision)
+        return EngineRequest(ids, request.params, mm)
 
     async def generate(self, prompt: AuraPrompt, vision: list[VisionInput], *, request_id: str,
                        sampling: dict | None = None) -> AsyncIterator[AuraDelta]:
@@ -118,13 +143,13 @@ class AuraPipelineStage:
             try:
                 params.grammar = await asyncio.to_thread(self.grammars.compile, sampling["grammar"])
             except GrammarError as e:
-                raise PipelineRequestError(f"this output constraint cannot be compiled: {e}", param=e.path) from None
+                raise AuraRequestError(f"this output constraint cannot be compiled: {e}", param=e.path) from None
         ids = await asyncio.to_thread(self.prompt_ids, prompt, vision)
         hidden_stops = [] if params.include_stop_str_in_output else params.stop
         detok = IncrementalDetokenizer(lambda x: self.tokenizer.decode(x, skip_special_tokens=False))
         pending: list[int] = []
         shown = ""
-        async for out in self.loop.submit(request_id, (ids, vision, params)):
+        async for out in self.loop.submit(request_id, AuraRequest(ids, vision, params)):
             pending += out.new_token_ids
             new = detok.add(out.new_token_ids)
             if out.finished:

@@ -16,7 +16,7 @@ ASR_TEXT_ID = 151704  # <asr_text>: separates "language X" from the transcript
 
 def load_asr_tokenizer(ckpt: str | Path):
     """The checkpoint's Qwen2 tokenizer (vocab.json + merges.txt + tokenizer_config.json)."""
-    from ..models.tokenizer import wait_for_import
+    from aura_omni.models.tokenizer import wait_for_import
 
     wait_for_import()
     from transformers import AutoTokenizer

@@ -15,18 +15,19 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..config import ASR, AURA, TALKER  # Code2Wav takes no sampling: its list entry is accepted, unused
+from ..deploy import ASR, AURA, TALKER  # Code2Wav takes no sampling: its list entry is accepted, unused
 from ..media.limits import LimitError, Limits
-from ..pipeline.additional_information import AdditionalInformation
+from .additional_information import AdditionalInformation
 from ..pipeline.constants import AURA_STOP_TOKEN_IDS, DEFAULT_TTS_LANGUAGE
 from ..pipeline.processors import PipelineRequestError
-from ..stages.engine_config import sampling_params
-from ..pipeline.tts_request import (TALKER_SAMPLING, TalkerContext, check_tts, finish_tts, sampling_field,
+from ..stages.deploy_settings import sampling_params
+from .tts_request import (TALKER_SAMPLING, TalkerContext, check_tts, finish_tts, sampling_field,
                                     talker_token_cap)
 from ..pipeline.tool_calls import TOOL_CALL_TOKEN_ID, ToolUse
 from ..pipeline.turn import TurnRequest
 from ..engine.grammar import Grammar, GrammarError
-from .media_input import MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input, load_reference_audio, load_video_input
+from ..media.request_media import (MEDIA_ERRORS, MediaPolicy, load_audio, load_image_input, load_reference_audio,
+                                   load_video_input)
 
 
 @dataclass
@@ -43,6 +44,8 @@ class TurnSpec:
     played: bool = True  # the reply's audio is played as it comes (streamed); False: taken whole (TTSRequest.played)
     info: dict = field(default_factory=dict)  # vLLM-Omni additional_information (AdditionalInformation keys)
     voice: str | None = None  # OpenAI audio.voice: a CustomVoice speaker or a registered voice
+    info_param: str = "additional_information"  # where the client put `info` ("" for keyword arguments)
+    voice_param: str = "audio.voice"  # where the client put `voice`
     stage_sampling: list[dict | None] | None = None  # sampling_params_list, one entry per stage in order
     aura_sampling: dict = field(default_factory=dict)  # explicit top-level OpenAI fields: win for AURA
     timeout_s: float | None = None
@@ -130,12 +133,13 @@ class TurnBuilder:
                                  f"sampling_params_list[{index}].max_tokens")
         return values
 
-    def tts_ask(self, info: AdditionalInformation, voice: str | None, entry: tuple[int, dict] | None):
+    def tts_ask(self, info: AdditionalInformation, spec: TurnSpec, entry: tuple[int, dict] | None):
         """The turn's Talker request as asked: additional_information, the Talker's sampling_params_list entry, the
         OpenAI `audio.voice`. The entry's max_tokens counts when tts_max_new_tokens is not given."""
         index, values = entry or (None, {})
-        ask = info.tts_ask(voice, {k: values[k] for k in TALKER_SAMPLING if k in values},
-                           default_language=DEFAULT_TTS_LANGUAGE)  # vLLM-Omni aura2tts speaks English by default
+        ask = info.tts_ask(spec.voice, {k: values[k] for k in TALKER_SAMPLING if k in values},
+                           default_language=DEFAULT_TTS_LANGUAGE,  # vLLM-Omni aura2tts speaks English by default
+                           prefix=spec.info_param, voice_param=spec.voice_param)
         if values.get("max_tokens") is not None:
             param = f"sampling_params_list[{index}].max_tokens"
             entry_ask = dataclasses.replace(ask, max_new_tokens=values["max_tokens"],
@@ -157,7 +161,7 @@ class TurnBuilder:
         ask = plan = talker = None
         if speak:  # cheap checks first: Base without a reference fails here, in milliseconds
             talker = self.talker_context()
-            ask = self.tts_ask(info, spec.voice, entries.get(TALKER))
+            ask = self.tts_ask(info, spec, entries.get(TALKER))
             plan = check_tts(ask, talker)
         try:
             self.limits.check_counts(sum(kind == "image" for kind, _ in spec.vision),

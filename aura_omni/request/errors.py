@@ -30,16 +30,17 @@ class APIError(Exception):
 @functools.cache
 def request_error_types() -> tuple[type[Exception], ...]:
     """Exceptions that mean "the request is wrong" wherever they are raised (400 with their message)."""
-    from ..asr.transcript import UnsupportedLanguageError
+    from ..stages.asr.transcript import UnsupportedLanguageError
     from ..engine.llm_engine import PromptTooLongError
     from ..media.audio import AudioDecodeError
     from ..media.encode import UnsupportedFormatError
     from ..media.limits import LimitError, MediaError
+    from ..stages.aura.stage import AuraRequestError
     from ..stages.tts import TTSRequestError
     from ..pipeline.processors import PipelineRequestError
 
-    return (PipelineRequestError, LimitError, MediaError, AudioDecodeError, TTSRequestError, PromptTooLongError,
-            UnsupportedLanguageError, UnsupportedFormatError)
+    return (PipelineRequestError, AuraRequestError, LimitError, MediaError, AudioDecodeError, TTSRequestError,
+            PromptTooLongError, UnsupportedLanguageError, UnsupportedFormatError)
 
 
 def client_error(exc: BaseException) -> APIError | None:
@@ -58,7 +59,7 @@ def client_error(exc: BaseException) -> APIError | None:
 def stage_error(exc: BaseException) -> APIError | None:
     """503 for a request a stage failed (stages/loop.py): its step raised (`stage_failed`, a `server_error`; the
     details are in the server log), or the stage is down or restarting (`service_unavailable`). Retrying is safe."""
-    from ..stages.loop import StageError, StageUnavailable
+    from ..stages.stage_engine import StageError, StageUnavailable
 
     if isinstance(exc, StageUnavailable):
         return APIError("a stage of this server is down and restarting; try again in a few seconds", 503,

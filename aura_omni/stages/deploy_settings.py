@@ -4,8 +4,8 @@ import dataclasses
 
 import torch
 
-from aura_omni.config import CODEC_NUM_QUANTIZERS, ConnectorExtra, SamplingParams as DeploySampling, Stage
-from aura_omni.engine.config import EngineConfig
+from aura_omni.deploy import CODEC_NUM_QUANTIZERS, ConnectorExtra, SamplingParams as DeploySampling, Stage
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.stages.code2wav import window_schedule
 

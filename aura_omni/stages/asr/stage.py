@@ -5,8 +5,8 @@ Returns the parsed `Transcript` (language, text; both "" for no speech): ASR's r
 
 import numpy as np
 
-from aura_omni.asr.service import AsrService
-from aura_omni.asr.transcript import Transcript
+from aura_omni.stages.asr.service import AsrService
+from aura_omni.stages.asr.transcript import Transcript
 
 # Sampling keys a deploy file / request may set for the ASR stage.
 _SAMPLING_KEYS = {"temperature": "temperature", "max_tokens": "max_new_tokens", "seed": "seed"}

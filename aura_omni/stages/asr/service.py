@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from aura_omni.asr.prompt import ASR_TEXT_ID, AsrPromptBuilder, load_asr_tokenizer
-from aura_omni.asr.split import MAX_ASR_INPUT_SECONDS, split_long_audio
-from aura_omni.asr.transcript import Transcript, join_texts, merge_languages, normalize_language, parse_asr_output
-from aura_omni.engine.config import EngineConfig
+from aura_omni.stages.asr.prompt import ASR_TEXT_ID, AsrPromptBuilder, load_asr_tokenizer
+from aura_omni.stages.asr.split import MAX_ASR_INPUT_SECONDS, split_long_audio
+from aura_omni.stages.asr.transcript import Transcript, join_texts, merge_languages, normalize_language, parse_asr_output
+from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.engine.sequence import MultimodalPrompt
@@ -24,9 +24,10 @@ from aura_omni.models.loader import resolve_checkpoint
 from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos
 from aura_omni.models.qwen3_asr_encoder import TOKENS_PER_CHUNK, num_audio_tokens
 from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
-from aura_omni.stages.engine_config import engine_config
+from aura_omni.stages.deploy_settings import engine_config
 from aura_omni.stages.llm import numerical_fault
-from aura_omni.stages.loop import StageLoop, StageOutput
+from aura_omni.stages.stage_engine import StageOutput
+from aura_omni.stages.loop import StageLoop
 
 SILENCE_PEAK = 1e-4  # |sample| below this everywhere (about -80 dBFS, 3 LSB of 16-bit): no speech, skip the model
 MAX_NEW_TOKENS = 256  # vllm-omni's stage 0 max_tokens
