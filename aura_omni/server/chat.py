@@ -66,9 +66,14 @@ class AudioTranscripts:
         self._items: OrderedDict[str, tuple[float, str]] = OrderedDict()
 
     def add(self, audio_id: str, transcript: str) -> None:
-        self._items[audio_id] = (time.time() + AUDIO_TTL_S, transcript)
-        while len(self._items) > MAX_REMEMBERED_AUDIO:
+        now = time.time()
+        self._items[audio_id] = (now + AUDIO_TTL_S, transcript)
+        # oldest first (one TTL for all): drop the expired ones too, not only those past the count
+        while len(self._items) > MAX_REMEMBERED_AUDIO or next(iter(self._items.values()))[0] <= now:
             self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def get(self, audio_id: str) -> str | None:
         item = self._items.get(audio_id)
