@@ -50,7 +50,8 @@ class Conversation:
         return ids[k - 1] if k > 0 else None
 
     def _asr(self, audio: np.ndarray):
-        """The transcription of a user item's audio (a coroutine), with the session's ASR settings as a turn has them."""
+        """The transcription of a user item's audio (a coroutine), with the session's ASR settings as a turn has
+        them."""
         info = self.config.info
         asr = (self.config.stage_sampling or [None])[0] or {}  # sampling_params_list's ASR entry, as in a turn
         return self.runtime.transcribe(audio, ASR_SAMPLE_RATE, language=info.get("asr_language"),
@@ -67,7 +68,7 @@ class Conversation:
             self.emit("conversation.item.input_audio_transcription.failed", item_id=p.item.id, content_index=0,
                       error={"type": "server_error", "code": "transcription_failed", "message": str(e)})
             return
-        self._transcribed(p, getattr(result, "text", result))
+        self._transcribed(p, result.text)
 
     def _transcribed(self, p: PendingInput, text: str) -> None:
         seconds = round(len(p.audio) / ASR_SAMPLE_RATE, 3) if p.audio is not None else 0.0

@@ -115,9 +115,9 @@ class RealtimeSession(InputBuffer, Camera, Conversation, Responses, ReplyStream,
         """OpenAI sessions exist from connect; duplex sessions from their first `session.update`."""
         if not self.started:
             self.started = True
-            self.emit("session.created", session=self._session_json(), **self._attachment())
+            self.emit("session.created", session=self._session_view(), **self._attachment())
 
-    def _session_json(self) -> SessionView:
+    def _session_view(self) -> SessionView:
         out = {"epoch": self.epoch, "playback": self._playback(None)}
         if self.duplex:
             out["capabilities"] = {
@@ -193,7 +193,7 @@ class RealtimeSession(InputBuffer, Camera, Conversation, Responses, ReplyStream,
             self.dialect = dialect("beta")  # a beta client without the OpenAI-Beta header: it is answered in beta
         self._updated = True
         self.start()
-        self.emit("session.updated", session=self._session_json())
+        self.emit("session.updated", session=self._session_view())
 
     async def _probe(self, config: SessionConfig) -> None:
         """Refuse a voice, TTS option or sampling value now rather than at the first turn."""

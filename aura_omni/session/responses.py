@@ -76,7 +76,10 @@ class Responses:
         given = opts.get("input")
         if given is not None and not isinstance(given, list):
             raise ClientError("invalid_value", "response.input must be a list of items", "response.input")
-        # with nothing new, AURA answers from the history, the instructions and the camera's frames (a greeting)
+        if self.duplex and given is None and not self.pending and not self.frames.frames:  # vLLM-Omni's refusal
+            raise ClientError("response_create_without_input", "nothing to answer: commit audio, create an item or "
+                              "send video_frames first")
+        # OpenAI: with nothing new, AURA answers from the history, the instructions and the camera's frames (a greeting)
         self._create_response(opts, out_of_band=conversation == "none",
                               given=self._response_input(given) if given is not None else None)
 
@@ -166,11 +169,8 @@ class Responses:
 
     def _response_view(self, resp: Response, status: str, reason: str | None = None, **fields) -> ResponseView:
         output = [item for item in resp.output if not item.silent]
-        modalities = (list(resp.config.modalities) if resp.config.modalities
-                      else ["audio"] if resp.speak and not self.dialect.name == "beta"
-                      else ["text", "audio"] if resp.speak else ["text"])
         return ResponseView(resp.id, status, resp.speak, output, reason, metadata=resp.metadata, epoch=resp.epoch,
-                            modalities=modalities, **fields)
+                            modalities=resp.config.modalities, **fields)
 
     async def _run(self, resp: Response, previous: list[Response]) -> None:
         session_key.set(self.id)  # this task's stage requests: its AURA replica holds the session's prefix cache

@@ -46,7 +46,8 @@ def session_pipeline(runtime) -> tuple[Any, _AuraWatch | None]:
     return AuraOmniPipeline(base.asr, watch, base.speech, sentence_min_chars=base.sentence_min_chars,
                             default_timeout_s=base.default_timeout_s, stream_text_to_talker=base.stream_text_to_talker,
                             talker_start_words=base.talker_start_words,
-                            max_utterance_chars=base.max_utterance_chars, on_phases=base.on_phases), watch
+                            max_utterance_chars=base.max_utterance_chars, on_phases=base.on_phases,
+                            turn_settings=base.turn_settings), watch
 
 
 class TurnRequests:

@@ -1,8 +1,9 @@
 """What the three wire dialects share: a session's events in, the dialect's events out.
 
 The session speaks one neutral vocabulary (`emit(name, **data)`): OpenAI GA event names, with domain objects where
-a dialect shapes them differently (an `Item`, a `ResponseView`, a `SessionView`). A dialect renders each into zero or more wire events: it renames, drops what it does not have, and
-shapes items, responses and the session as its clients parse them.
+a dialect shapes them differently (an `Item`, a `ResponseView`, a `SessionView`). A dialect renders each into zero
+or more wire events: it renames, drops what it does not have, and shapes items, responses and the session as its
+clients parse them.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class ResponseView:
     usage: dict | None = None
     metadata: dict | None = None
     epoch: int = 0
-    modalities: list[str] | None = None  # output modalities as the session has them
+    modalities: tuple[str, ...] | None = None  # output modalities as the client set them (None: the default)
 
 
 @dataclass
