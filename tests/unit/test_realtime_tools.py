@@ -230,3 +230,13 @@ async def test_a_duplex_session_sends_the_call_once_and_its_item_under_both_name
     await s.send("conversation.item.truncate", item_id=call_items[0]["item"]["id"], content_index=0, audio_end_ms=0)
     assert (await until(s, "error"))[-1]["error"]["param"] == "item_id"  # a call has no audio to cut
     await s.close()
+
+
+def test_a_call_cut_off_by_a_cancel_stays_out_of_the_prompt():
+    from aura_omni.session.history import FunctionCall, History, Item
+
+    h = History()
+    h.add(Item("u", "user", "Weather?"))
+    h.add(FunctionCall("c", call_id="call_1", name="get_weather", arguments='{"ci', incomplete=True))
+    h.add(Item("u2", "user", "Never mind."))
+    assert h.turns("commit_all_on_done") == [("user", "Weather?"), ("user", "Never mind.")]
