@@ -240,3 +240,38 @@ def test_a_call_cut_off_by_a_cancel_stays_out_of_the_prompt():
     h.add(FunctionCall("c", call_id="call_1", name="get_weather", arguments='{"ci', incomplete=True))
     h.add(Item("u2", "user", "Never mind."))
     assert h.turns("commit_all_on_done") == [("user", "Weather?"), ("user", "Never mind.")]
+
+
+@pytest.mark.asyncio
+async def test_response_input_may_hold_a_call_and_its_output():
+    rt, s = tool_session(reply="Sunny.")
+    call = {"type": "function_call", "call_id": "call_9", "name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    await s.send("response.create", response={"conversation": "none", "input": [
+        user_text("Weather in Oslo?"), call, {"type": "function_call_output", "call_id": "call_9", "output": "snow"}]})
+    assert (await until(s, "response.done"))[-1]["response"]["status"] == "completed"
+    prompt = rt.aura.prompts[-1]
+    assert prompt.endswith('<|im_start|>user\nWeather in Oslo?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n'
+                           '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>\n'
+                           '<|im_start|>user\n<tool_response>\nsnow\n</tool_response><|im_end|>\n'
+                           '<|im_start|>assistant\n')
+    assert s.history.items == []  # out of band: the conversation is untouched
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_duplex_session_answers_a_calls_output():
+    rt = FakeRuntime(speech=RecordingSpeech())
+    rt.aura.reply = CALL
+    s = new_session(rt, duplex=True)
+    await s.send("session.update", session={"tools": [WEATHER]})
+    await until(s, "session.updated")
+    await s.send("conversation.item.create", item=user_text("Weather in Paris?"))
+    await s.send("response.create")
+    call = (await until(s, "response.done"))[-1]["response"]["output"][0]
+    await s.send("conversation.item.create", item={"type": "function_call_output", "call_id": call["call_id"],
+                                                   "output": "sunny"})
+    rt.aura.reply = "It is sunny."
+    await s.send("response.create")  # no new user input, yet something to answer
+    done = (await until(s, "response.done"))[-1]["response"]
+    assert done["status"] == "completed" and rt.speech.said
+    await s.close()
