@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import SessionConfig
 from ..events import ServerEvent
-from ..history import Item
+from ..history import FunctionCall, FunctionCallOutput, Item
 
 # AURA's reasons a response ended -> OpenAI's status_details.reason (cancelled replies); completions have none
 OPENAI_CANCEL_REASONS = {"barge_in": "turn_detected"}  # every other cancel is the client's or the session's
@@ -77,6 +77,12 @@ class Dialect:
 
     # ------------------------------------------------------------------ shapes
     def item(self, item: Item) -> dict:
+        if isinstance(item, FunctionCall):  # the same shape in every dialect
+            return {"id": item.id, "object": "realtime.item", "type": "function_call", "status": self.item_status(item),
+                    "call_id": item.call_id, "name": item.name, "arguments": item.arguments}
+        if isinstance(item, FunctionCallOutput):
+            return {"id": item.id, "object": "realtime.item", "type": "function_call_output",
+                    "status": self.item_status(item), "call_id": item.call_id, "output": item.output}
         return {"id": item.id, "object": "realtime.item", "type": "message", "role": item.role,
                 "status": self.item_status(item), "content": [self.content(item)]}
 

@@ -27,7 +27,7 @@ class GA(Dialect):
                                 "transcription": c.transcription},
                       "output": {"format": c.output_format_json(), "voice": c.voice_name or c.voice}},
             "max_output_tokens": c.max_output_tokens if c.max_output_tokens is not None else "inf",
-            "tools": [], "tool_choice": "none", "extra_body": c.extra_body_json(), **view.extras}
+            "tools": list(c.tools), "tool_choice": c.tool_choice, "extra_body": c.extra_body_json(), **view.extras}
 
 
 def ga_modalities(modalities: tuple[str, ...] | None, speak: bool) -> list[str]:
