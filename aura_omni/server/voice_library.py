@@ -39,13 +39,28 @@ class RegisteredVoice:
     prompt: Any  # stages.tts.VoiceClonePrompt (x-vector, and ref codes in ICL mode)
 
 
-def _write_atomic(path: Path, write) -> None:
-    """`write(tmp_path)`, then rename over `path`: readers see the old file or the whole new one."""
+class VoiceExists(Exception):
+    """Another process registered a voice of this name meanwhile."""
+
+
+def _write_atomic(path: Path, write, exclusive: bool = False) -> None:
+    """`write(tmp_path)`, then rename over `path`: readers see the old file or the whole new one. `exclusive`: link
+    instead, which fails when `path` exists (VoiceExists), so of two processes creating one name only one wins;
+    a filesystem without hard links falls back to the rename."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        if exclusive:
+            try:
+                os.link(tmp, path)
+                return
+            except FileExistsError:
+                raise VoiceExists(path.stem) from None
+            except OSError:  # no hard links here (some network and FUSE filesystems)
+                if path.exists():
+                    raise VoiceExists(path.stem) from None
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -83,6 +98,7 @@ class VoiceLibrary:
             return self._voices.get(key)
 
     def add(self, voice: RegisteredVoice) -> None:
+        """Keep `voice` (in its directory too); VoiceExists when another process registered the name first."""
         key = voice.card.name.lower()
         if self.root is not None:
             self._write(key, voice)
@@ -118,7 +134,12 @@ class VoiceLibrary:
         tensor_name = f"{key}.{secrets.token_hex(6)}.safetensors"
         _write_atomic(self.root / tensor_name, lambda p: save_file(tensors, str(p), metadata={"format": str(FORMAT)}))
         meta = {"format": FORMAT, "tensors": tensor_name, "card": voice.card.model_dump(exclude_none=True)}
-        _write_atomic(self.root / f"{key}.json", lambda p: p.write_text(json.dumps(meta, indent=1), encoding="utf-8"))
+        try:
+            card_text = json.dumps(meta, indent=1)
+            _write_atomic(self.root / f"{key}.json", lambda p: p.write_text(card_text, encoding="utf-8"), exclusive=True)
+        except BaseException:
+            _unlink(self.root / tensor_name)  # no card names it
+            raise
 
     def _tensor_file(self, card: Path) -> str | None:
         try:

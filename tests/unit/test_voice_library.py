@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from aura_omni.server.protocol import VoiceCard
-from aura_omni.server.voice_library import RegisteredVoice, VoiceLibrary
+from aura_omni.server.voice_library import RegisteredVoice, VoiceExists, VoiceLibrary
 from aura_omni.stages.tts import VoiceClonePrompt
 
 
@@ -92,3 +92,12 @@ def test_unwritable_directory_fails_at_start(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(OSError):
         VoiceLibrary(tmp_path / "file" / "voices")
+
+
+def test_of_two_processes_registering_one_name_only_the_first_wins(tmp_path):
+    a, b = VoiceLibrary(tmp_path), VoiceLibrary(tmp_path)
+    a.add(_voice("same", seed=1))
+    with pytest.raises(VoiceExists):
+        b.add(_voice("Same", seed=2))  # b had not looked: the card's exclusive creation refuses it
+    assert _same(b.get("same"), _voice("same", seed=1))
+    assert len(list(tmp_path.glob("*.safetensors"))) == 1  # the loser's tensors are gone
