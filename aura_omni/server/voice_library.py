@@ -30,6 +30,7 @@ from .protocol import VoiceCard
 
 log = logging.getLogger(__name__)
 FORMAT = 1  # the JSON's `format`: bump when the layout changes
+CODE_GROUPS, CODEBOOK_SIZE = 16, 2048  # Qwen3-TTS-Tokenizer-12Hz: codes per frame, entries per codebook
 ORPHAN_AGE_S = 300.0  # tensors no card names, older than this, are a crash's leftovers: removed at start
 
 
@@ -72,6 +73,19 @@ def _unlink(path: Path) -> bool:
         return True
     except FileNotFoundError:
         return False
+
+
+def _check_tensors(x_vector, ref_codes, x_vector_only: bool | None) -> None:
+    """A voice file edited or damaged by hand must not reach a stage as a bad index or a NaN: refuse it here."""
+    if x_vector is None or x_vector.ndim != 1 or not x_vector.is_floating_point() or not x_vector.isfinite().all():
+        raise ValueError("x_vector must be finite floats of one dimension")
+    if ref_codes is None:
+        if not x_vector_only:
+            raise ValueError("an in-context voice needs ref_codes")
+        return
+    if (ref_codes.ndim != 2 or ref_codes.shape[1] != CODE_GROUPS or ref_codes.is_floating_point()
+            or (ref_codes.numel() and not 0 <= int(ref_codes.min()) <= int(ref_codes.max()) < CODEBOOK_SIZE)):
+        raise ValueError(f"ref_codes must be integer codes [frames, {CODE_GROUPS}] in [0, {CODEBOOK_SIZE})")
 
 
 class VoiceLibrary:
@@ -156,6 +170,7 @@ class VoiceLibrary:
         if card.name.lower() != card_path.stem:
             raise ValueError(f"card names {card.name!r}")
         tensors = load_file(str(self.root / self._tensor_file(card_path)))
+        _check_tensors(tensors.get("x_vector"), tensors.get("ref_codes"), card.x_vector_only_mode)
         prompt = VoiceClonePrompt(ref_codes=tensors.get("ref_codes"), x_vector=tensors["x_vector"],
                                   ref_text=card.ref_text, x_vector_only=bool(card.x_vector_only_mode))
         return RegisteredVoice(card=card, prompt=prompt)

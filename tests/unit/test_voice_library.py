@@ -101,3 +101,16 @@ def test_of_two_processes_registering_one_name_only_the_first_wins(tmp_path):
         b.add(_voice("Same", seed=2))  # b had not looked: the card's exclusive creation refuses it
     assert _same(b.get("same"), _voice("same", seed=1))
     assert len(list(tmp_path.glob("*.safetensors"))) == 1  # the loser's tensors are gone
+
+
+def test_voice_files_with_bad_tensors_are_skipped(tmp_path, caplog):
+    from safetensors.torch import save_file
+
+    lib = VoiceLibrary(tmp_path)
+    for name, tensors in {"outside": {"x_vector": torch.zeros(4), "ref_codes": torch.full((3, 16), 5000)},
+                          "nan": {"x_vector": torch.full((4,), float("nan"))},
+                          "flat": {"x_vector": torch.zeros(4), "ref_codes": torch.zeros(48, dtype=torch.long)}}.items():
+        lib.add(_voice(name, icl=True))
+        save_file(tensors, str(tmp_path / json.loads((tmp_path / f"{name}.json").read_text())["tensors"]))
+    assert VoiceLibrary(tmp_path).cards() == []
+    assert "ref_codes must be integer codes" in caplog.text and "x_vector must be finite" in caplog.text
