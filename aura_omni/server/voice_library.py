@@ -148,9 +148,10 @@ class VoiceLibrary:
         tensor_name = f"{key}.{secrets.token_hex(6)}.safetensors"
         _write_atomic(self.root / tensor_name, lambda p: save_file(tensors, str(p), metadata={"format": str(FORMAT)}))
         meta = {"format": FORMAT, "tensors": tensor_name, "card": voice.card.model_dump(exclude_none=True)}
+        card_text = json.dumps(meta, indent=1)
         try:
-            card_text = json.dumps(meta, indent=1)
-            _write_atomic(self.root / f"{key}.json", lambda p: p.write_text(card_text, encoding="utf-8"), exclusive=True)
+            _write_atomic(self.root / f"{key}.json", lambda p: p.write_text(card_text, encoding="utf-8"),
+                          exclusive=True)
         except BaseException:
             _unlink(self.root / tensor_name)  # no card names it
             raise
