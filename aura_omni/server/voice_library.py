@@ -31,6 +31,7 @@ from .protocol import VoiceCard
 log = logging.getLogger(__name__)
 FORMAT = 1  # the JSON's `format`: bump when the layout changes
 CODE_GROUPS, CODEBOOK_SIZE = 16, 2048  # Qwen3-TTS-Tokenizer-12Hz: codes per frame, entries per codebook
+FORCED_RESCAN_S = 0.2  # an unchanged directory is re-read on a miss at most this often
 ORPHAN_AGE_S = 300.0  # tensors no card names, older than this, are a crash's leftovers: removed at start
 
 
@@ -97,6 +98,7 @@ class VoiceLibrary:
         self._voices: dict[str, RegisteredVoice] = {}
         self._seen: dict[str, int] = {}  # key -> mtime_ns of the JSON it was loaded from
         self._dir_mtime = -1
+        self._scanned_at = -FORCED_RESCAN_S  # time.monotonic() of the last re-read
         self._lock = threading.Lock()
         if self.root is not None:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -114,10 +116,11 @@ class VoiceLibrary:
     def add(self, voice: RegisteredVoice) -> None:
         """Keep `voice` (in its directory too); VoiceExists when another process registered the name first."""
         key = voice.card.name.lower()
-        if self.root is not None:
-            self._write(key, voice)
+        stamp = self._write(key, voice) if self.root is not None else None
         with self._lock:
             self._voices[key] = voice
+            if stamp is not None:
+                self._seen[key] = stamp  # its own card: not read back from the directory
 
     def remove(self, name: str) -> bool:
         key = name.lower()
@@ -140,7 +143,8 @@ class VoiceLibrary:
             return [v.card for v in self._voices.values()]
 
     # ------------------------------------------------------------------ files
-    def _write(self, key: str, voice: RegisteredVoice) -> None:
+    def _write(self, key: str, voice: RegisteredVoice) -> int:
+        """The voice's files; returns its card's mtime_ns."""
         prompt = voice.prompt
         tensors = {"x_vector": prompt.x_vector.detach().float().cpu().contiguous()}
         if prompt.ref_codes is not None:
@@ -155,6 +159,7 @@ class VoiceLibrary:
         except BaseException:
             _unlink(self.root / tensor_name)  # no card names it
             raise
+        return (self.root / f"{key}.json").stat().st_mtime_ns
 
     def _tensor_file(self, card: Path) -> str | None:
         try:
@@ -178,16 +183,19 @@ class VoiceLibrary:
 
     def _rescan(self, force: bool = False) -> None:
         """Bring the in-memory voices up to the directory (under the lock): new and rewritten cards are loaded, cards
-        gone are dropped. A no-op when memory only, or when the directory has not changed and `force` is unset."""
+        gone are dropped. A no-op when memory only, or when the directory has not changed and `force` is unset. A
+        forced re-read (a miss, a listing) of an unchanged directory happens at most every FORCED_RESCAN_S: the
+        mtime tick is coarse, but a stream of unknown names must not list the directory for each."""
         if self.root is None:
             return
         try:
             mtime = self.root.stat().st_mtime_ns
         except OSError:
             return
-        if mtime == self._dir_mtime and not force:
+        now = time.monotonic()
+        if mtime == self._dir_mtime and (not force or now - self._scanned_at < FORCED_RESCAN_S):
             return
-        self._dir_mtime = mtime
+        self._dir_mtime, self._scanned_at = mtime, now
         on_disk: dict[str, int] = {}
         for entry in os.scandir(self.root):
             if entry.name.endswith(".json") and not entry.name.startswith("."):

@@ -114,3 +114,11 @@ def test_voice_files_with_bad_tensors_are_skipped(tmp_path, caplog):
         save_file(tensors, str(tmp_path / json.loads((tmp_path / f"{name}.json").read_text())["tensors"]))
     assert VoiceLibrary(tmp_path).cards() == []
     assert "ref_codes must be integer codes" in caplog.text and "x_vector must be finite" in caplog.text
+
+
+def test_a_library_does_not_read_back_its_own_voices(tmp_path, monkeypatch):
+    lib = VoiceLibrary(tmp_path)
+    voice = _voice("own")
+    lib.add(voice)
+    monkeypatch.setattr(lib, "_read", lambda path: pytest.fail(f"read back {path.name}"))
+    assert lib.get("own") is voice and [c.name for c in lib.cards()] == ["own"]
