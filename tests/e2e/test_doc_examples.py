@@ -149,6 +149,17 @@ def test_every_marker_is_known_and_every_doc_has_been_read():
     assert any(b.doc.name == "README.md" for b in BLOCKS) and len({b.doc for b in BLOCKS}) > 3
 
 
+def test_a_failing_example_fails_and_a_wrong_serve_flag_is_caught(tmp_path, monkeypatch):
+    """The harness itself: a shell block's first failing command fails it (set -e), a python block's exception too,
+    and a serve block with a flag `serve` does not know."""
+    for language, code in (("bash", "true\nfalse\ntrue\n"), ("python", "raise SystemExit(3)\n")):
+        with pytest.raises(AssertionError, match="failed"):
+            run_block(Block(REPO / "README.md", 1, language, code), DEMO_PORT, tmp_path)
+    with pytest.raises(SystemExit):
+        check_serve_commands(Block(REPO / "README.md", 1, "bash", "aura-omni serve --deploy-confg x.yaml\n", "serve"),
+                             tmp_path, monkeypatch)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
 def test_doc_example(block: Block, request, monkeypatch):
