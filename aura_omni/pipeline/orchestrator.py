@@ -3,8 +3,8 @@
 With async_chunk, AURA's text streams into the Talker as it is produced (one Talker request per utterance, whose
 text grows while it speaks: it starts after the first word), or sentence by sentence where the speech stage cannot
 take streamed text; each utterance's audio leaves as the Code2Wav stream produces it, so the first audio is out
-long before the reply ends. The consumer sees one ordered event stream (transcript, text deltas, audio chunks,
-done). Closing that stream (client gone) or a timeout cancels every stage's work for the request.
+long before the reply ends. The consumer sees one ordered event stream (transcript, text deltas, the text done,
+audio chunks, done). Closing that stream (client gone) or a timeout cancels every stage's work for the request.
 """
 
 import asyncio
@@ -26,8 +26,8 @@ from aura_omni.stages.aura.prompt_tokens import AuraPrompt
 from aura_omni.pipeline.sentences import DEFAULT_MAX_UTTERANCE_CHARS, DEFAULT_START_WORDS, SentenceSplitter, Utterances
 from aura_omni.pipeline.stage_api import AsrStage, AuraStage, SpeechStage
 from aura_omni.pipeline.tool_calls import ReplyStream
-from aura_omni.pipeline.turn import (AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnEvent, TurnRequest,
-                                     TurnTimeline)
+from aura_omni.pipeline.turn import (AudioChunk, TextDelta, TextDone, TranscriptReady, TurnDone, TurnEvent,
+                                     TurnRequest, TurnTimeline)
 
 
 class TurnTimeout(TimeoutError):
@@ -190,6 +190,8 @@ class AuraOmniPipeline:
                     events.put_nowait(call)
                 said = reply.content
             silent = is_effectively_silent(said) and not (reply is not None and reply.calls)
+            text = "" if silent else strip_assistant_text(said)
+            events.put_nowait(TextDone(text, silent))  # AURA is done; the speech may go on
             if streamed:  # ends the open utterance (a silent reply never opened one)
                 utterance = self._feed_utterances(utterances.finish(said), utterance, sentences)
             if req.speak and not silent and not streamed and strip_assistant_text(said):
@@ -208,7 +210,6 @@ class AuraOmniPipeline:
             if speaker is not None:  # stopped, and its failure (if AURA failed too) retrieved rather than orphaned
                 speaker.cancel()
                 await asyncio.gather(speaker, return_exceptions=True)
-        text = "" if silent else strip_assistant_text(said)
         calls = reply.calls if reply is not None else []
         if calls and finish_reason == "stop":
             finish_reason = "tool_calls"

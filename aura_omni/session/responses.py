@@ -34,7 +34,7 @@ class Response:
     inputs: list[PendingInput]
     item: Item | None = None  # the assistant item, once AURA says something
     task: asyncio.Task | None = None
-    aura_final: asyncio.Event = field(default_factory=asyncio.Event)
+    aura_final: asyncio.Event = field(default_factory=asyncio.Event)  # its text is whole (the turn's TextDone)
     cancelled: bool = False
     started: bool = False  # response.created sent
     text: str = ""
@@ -111,8 +111,6 @@ class Responses:
                         context=context)
         if given is None and not out_of_band:
             self.pending = []
-        if self._watch is not None:
-            self._watch.final[f"{resp.id}-aura"] = resp.aura_final
         previous = list(self.responses)
         self.responses.append(resp)
         resp.task = asyncio.create_task(self._run(resp, previous))
@@ -156,8 +154,6 @@ class Responses:
             resp.item.text, resp.item.audio_ms = resp.text, resp.audio_ms
         if resp in self.responses:
             self.responses.remove(resp)
-        if self._watch is not None:
-            self._watch.final.pop(f"{resp.id}-aura", None)
         resp.aura_final.set()
 
     def _response_view(self, resp: Response, status: str, reason: str | None = None, **fields) -> ResponseView:

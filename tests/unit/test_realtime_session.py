@@ -414,6 +414,22 @@ async def test_new_commit_overlaps_the_draining_reply():
 
 
 @pytest.mark.asyncio
+async def test_a_reply_is_final_for_the_next_one_when_its_turn_says_the_text_is_done():
+    """The session runs the runtime's own orchestrator, its stages unwrapped: a response's text is final at its turn's
+    TextDone, once AURA has ended and while the reply is still spoken."""
+    rt = FakeRuntime(speech=ScriptedSpeech(chunks=30, step_s=0.01))
+    s = new_session(rt)
+    assert s.pipeline is rt.pipeline and s.pipeline.aura is rt.aura
+    await s.send("input_audio_buffer.append", audio=pcm_b64())
+    await s.send("input_audio_buffer.commit", create_response=True)
+    resp = s.responses[0]
+    await asyncio.wait_for(resp.aura_final.wait(), 5)
+    assert rt.aura.running == 0 and rt.speech.running == 1 and resp in s.responses
+    await until(s, "response.done")
+    await s.close()
+
+
+@pytest.mark.asyncio
 async def test_history_counts_only_what_was_played_in_duplex():
     s = new_session(duplex=True)
     await s.send("session.update", session={"instructions": "Be brief."})
