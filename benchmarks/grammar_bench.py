@@ -7,9 +7,9 @@
 Random weights (like `--load-format dummy`) with AURA's real vocabulary (the grammar's token masks are over the
 151,936 Qwen3-VL ids; the tokenizer comes from `--tokenizer`, the tiny AURA checkpoint by default). Each row runs
 `--batch` requests with a `--context`-token prompt through the real engine, then times `--steps` decode steps:
-`plain` (no grammar, the engine's default async scheduling), `plain_sync` (no grammar, steps read back one by one:
-what a grammar row makes the engine do) and `grammar` (every request under the schema below, which never lets the
-reply end early). The overhead is grammar / plain - 1. Prints one JSON object per row, then the overhead.
+`plain` (no grammar, the engine's default async scheduling), `plain_sync` (no grammar, steps read back one by one)
+and `grammar_<schema>` (every request under one of the schemas below, none of which lets the reply end early). The
+overhead is grammar / plain - 1. Prints one JSON object, then the overhead per schema.
 """
 
 import argparse
@@ -30,12 +30,21 @@ from aura_omni.engine.llm_engine import LLMEngine  # noqa: E402
 from aura_omni.engine.sampling_params import SamplingParams  # noqa: E402
 
 IM_END = 151645  # Qwen <|im_end|>: where a finished grammar lets the reply stop
-# objects with short fields: the mask changes at every key, number and string end (structure and text alike)
-SCHEMA = {"type": "array", "minItems": 100000, "items": {
-    "type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
-                                     "qty": {"type": "integer", "minimum": 0, "maximum": 999},
-                                     "ok": {"type": "boolean"}},
-    "required": ["name", "qty", "ok"], "additionalProperties": False}}
+# Each schema wraps its objects in an array that never ends, so every timed step is constrained.
+SCHEMAS = {
+    # a function's arguments as agents declare them: free strings, an enum, numbers, a list
+    "tool": {"type": "array", "minItems": 100000, "items": {
+        "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]},
+                                         "days": {"type": "integer"}, "tags": {"type": "array",
+                                                                               "items": {"type": "string"}}},
+        "required": ["city", "unit", "days", "tags"], "additionalProperties": False}},
+    # strings with a length bound: llguidance walks the whole vocabulary for their masks (its slow path)
+    "bounded": {"type": "array", "minItems": 100000, "items": {
+        "type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                         "qty": {"type": "integer", "minimum": 0, "maximum": 999},
+                                         "ok": {"type": "boolean"}},
+        "required": ["name", "qty", "ok"], "additionalProperties": False}},
+}
 
 
 def step_ms(model, args, grammar, sync_steps: bool, device: torch.device) -> float:
@@ -74,6 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--eager", action="store_true", help="no CUDA graphs")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default=None, help="default bfloat16 on CUDA, float32 on CPU")
+    ap.add_argument("--schema", default="tool,bounded", help=f"comma-separated, of {sorted(SCHEMAS)}")
     ap.add_argument("--tokenizer", default=os.path.join(os.environ.get("AURA_OMNI_TINY_DIR", "/work/tiny"), "aura"))
     args = ap.parse_args(argv)
     args.context = args.context or (16 if args.tiny else 512)
@@ -87,18 +97,23 @@ def main(argv: list[str] | None = None) -> dict:
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     compiler = GrammarCompiler(tokenizer, VOCAB, [IM_END])
-    t0 = time.perf_counter()
-    compiled = compiler.compile(Grammar.json_schema(SCHEMA))
-    compile_ms = (time.perf_counter() - t0) * 1e3  # includes building the vocabulary's token trie, once a process
-    rows = {"plain": step_ms(model, args, None, False, device), "plain_sync": step_ms(model, args, None, True, device),
-            "grammar": step_ms(model, args, compiled, False, device)}
+    rows = {"plain": step_ms(model, args, None, False, device), "plain_sync": step_ms(model, args, None, True, device)}
+    compile_ms = {}
+    for name in args.schema.split(","):
+        t0 = time.perf_counter()
+        compiled = compiler.compile(Grammar.json_schema(SCHEMAS[name]))
+        compile_ms[name] = round((time.perf_counter() - t0) * 1e3, 1)  # the first includes the vocabulary's trie
+        rows[f"grammar_{name}"] = step_ms(model, args, compiled, False, device)
     out = dict(model="tiny" if args.tiny else args.model, batch=args.batch, context=args.context, steps=args.steps,
                temperature=args.temperature, device=str(device), dtype=str(dtype).removeprefix("torch."),
-               **{f"{k}_step_ms": round(v, 3) for k, v in rows.items()},
-               overhead=round(rows["grammar"] / rows["plain"] - 1, 4), first_compile_ms=round(compile_ms, 1))
+               **{f"{k}_step_ms": round(v, 3) for k, v in rows.items()}, compile_ms=compile_ms,
+               overhead={k.removeprefix("grammar_"): round(v / rows["plain"] - 1, 4)
+                         for k, v in rows.items() if k.startswith("grammar_")})
     print(json.dumps(out), flush=True)
-    print(f"grammar overhead per decode step at batch {args.batch}: {out['overhead'] * 100:.1f}% "
-          f"({rows['grammar']:.3f} ms vs {rows['plain']:.3f} ms; {rows['plain_sync']:.3f} ms without async scheduling)")
+    for name, overhead in out["overhead"].items():
+        print(f"grammar overhead per decode step at batch {args.batch}, {name} schema: {overhead * 100:.1f}% "
+              f"({rows['grammar_' + name]:.3f} ms vs {rows['plain']:.3f} ms; {rows['plain_sync']:.3f} ms without "
+              "async scheduling)")
     return out
 
 
