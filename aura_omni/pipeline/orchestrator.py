@@ -134,14 +134,11 @@ class AuraOmniPipeline:
         timeline = TurnTimeline()
         transcript = None
         if req.audio is not None:
-            samples, sr = req.audio
             if session_key.get() is None:  # the prefix prefill and the turn's request go to one AURA replica (Ray)
                 session_key.set(req.request_id)
             ahead = asyncio.create_task(self.prepare_aura(req))
             try:
-                transcript = await self.asr.transcribe(samples, sr, request_id=f"{req.request_id}-asr",
-                                                       language=req.asr_language, context=req.asr_context,
-                                                       sampling=req.asr_sampling)
+                transcript = await self.transcribe(req)
             finally:
                 await settle(ahead, cancel=transcript is None)
             events.put_nowait(TranscriptReady(transcript.text, transcript.language))
@@ -219,6 +216,16 @@ class AuraOmniPipeline:
                                    audio_seconds=audio_seconds, finish_reason=finish_reason))
         if self.on_phases is not None:
             self.on_phases(timeline.phases())
+
+    async def transcribe(self, req: TurnRequest) -> Transcript:
+        """The request's speech as ASR hears it, under the request's ASR options (language, context, the ASR stage's
+        sampling, seed included): the one way into ASR, for a turn and for a realtime session's transcriptions (at a
+        commit, or ahead of it in the VAD's silence)."""
+        if self.asr is None:
+            raise PipelineRequestError("this deployment has no ASR stage; send text instead of audio")
+        samples, sr = req.audio
+        return await self.asr.transcribe(samples, sr, request_id=f"{req.request_id}-asr", language=req.asr_language,
+                                         context=req.asr_context, sampling=req.asr_sampling)
 
     async def prepare_aura(self, req: TurnRequest) -> None:
         """AURA's share of a turn that needs no words, done while ASR runs (here, or a realtime session's own

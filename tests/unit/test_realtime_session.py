@@ -24,7 +24,7 @@ from aura_omni.bench.inputs import RECORDED_SPEECH
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline
 from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.stages.aura.stage import AuraDelta
-from aura_omni.pipeline.turn import TurnRequest
+from aura_omni.pipeline.turn import TurnRequest, collect_turn
 from aura_omni.media.request_media import MediaPolicy
 from aura_omni.session import RealtimeSession, SessionConfig, SessionConfigError
 from aura_omni.session.frames import FrameWindow, similarity
@@ -108,9 +108,6 @@ class FakeRuntime:
         self.aura, self.speech = aura or ScriptedAura(), speech or ScriptedSpeech()
         self.pipeline = AuraOmniPipeline(ScriptedAsr(), self.aura, self.speech, sentence_min_chars=5)
         self.models = {"qwen3_tts": None}  # a Talker is deployed: sessions speak by default
-
-    async def transcribe(self, samples, sample_rate, **kw):
-        return "what is this"
 
 
 def pcm_b64(seconds: float = 0.2, rate: int = 24000, amp: float = 0.2) -> str:
@@ -497,26 +494,57 @@ async def test_server_vad_barge_in_cancels_the_reply():
     assert "input_audio_buffer.speech_stopped" in types
 
 
+@pytest.mark.asyncio
+async def test_a_commit_the_session_transcribes_gets_the_asr_options_a_turn_gets_seed_included():
+    """A commit with no response is transcribed by the session, through the pipeline's ASR, with the options the
+    turn's own ASR gets from the same settings (the real TurnBuilder): sampling_params_list's ASR entry with its
+    seed, extra_body's asr_language and asr_context."""
+    from aura_omni.deploy import parse_deploy_config
+    from aura_omni.request.turn_builder import TurnBuilder, TurnSpec
+
+    asked = []
+
+    class RecordingAsr(ScriptedAsr):
+        async def transcribe(self, samples, sample_rate, *, request_id, **kw):
+            asked.append(kw)
+            return await super().transcribe(samples, sample_rate, request_id=request_id, **kw)
+
+    rt = FakeRuntime()
+    rt.pipeline.asr = RecordingAsr()
+    rt.deploy = parse_deploy_config({"pipeline": "aura_omni", "stages": [
+        {"stage_id": i, "model": m} for i, m in enumerate(["asr", "aura", "tts", "tts"])]})
+    builder = TurnBuilder(rt)
+    s = RealtimeSession(rt, builder, model="tiny")
+    extra = {"sampling_params_list": [{"temperature": 0.7, "max_tokens": 9, "seed": 1234}],
+             "asr_language": "English", "asr_context": "names: Ada"}
+    s.config = dataclasses.replace(s.config.with_update({"extra_body": extra}), turn_detection=None)
+    s.start()
+    await s.send("input_audio_buffer.append", audio=pcm_b64())
+    await s.send("input_audio_buffer.commit", create_response=False)
+    await until(s, "conversation.item.input_audio_transcription.completed")
+    turn = await builder.build(TurnSpec(audio=(np.zeros(1600, np.float32), 16000), info=s.config.info,
+                                        stage_sampling=s.config.stage_sampling, speak=False), "r1")
+    await collect_turn(rt.pipeline.turn(turn))  # a turn's own ASR, from the same settings
+    assert asked[0] == asked[1] == {"language": "English", "context": "names: Ada",
+                                    "sampling": {"temperature": 0.7, "max_tokens": 9, "seed": 1234}}
+    await s.close()
+
+
 class AheadRuntime(FakeRuntime):
-    """Records each transcription ahead (its audio's length) and counts the turns' own ASR runs."""
+    """Records every transcription the pipeline's ASR runs (its audio's length): ahead of a commit or a turn's own."""
 
     def __init__(self):
         super().__init__()
-        self.ahead: list[int] = []
-        self.turn_asr = 0
-        asr = self.pipeline.asr
-        original = asr.transcribe
+        self.heard: list[int] = []
+        heard = self.heard
 
-        async def counted(*a, **kw):
-            self.turn_asr += 1
-            return await original(*a, **kw)
+        class RecordingAsr(ScriptedAsr):
+            async def transcribe(self, samples, sample_rate, **kw):
+                heard.append(len(samples))
+                await asyncio.sleep(0.02)
+                return Transcript("English", f"heard {len(samples)} samples")
 
-        asr.transcribe = counted
-
-    async def transcribe(self, samples, sample_rate, **kw):
-        self.ahead.append(len(samples))
-        await asyncio.sleep(0.02)
-        return f"heard {len(samples)} samples"
+        self.pipeline.asr = RecordingAsr()
 
 
 def vad_session(rt, probs) -> RealtimeSession:
@@ -538,15 +566,18 @@ async def test_server_vad_transcribes_the_speech_in_its_silence_window_and_the_t
     s = vad_session(rt, [0.9] * 10 + [0.0] * 20)
     s.config = s.config.with_update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(17))  # speech and 224 ms of silence: paused
-    await asyncio.sleep(0.005)  # the transcription's task starts
-    assert rt.ahead == [(320 + 200) * 16] and "input_audio_buffer.committed" not in [e.type for e in drain(s)]
+    for _ in range(100):  # the transcription's task starts
+        if rt.heard:
+            break
+        await asyncio.sleep(0.005)
+    assert rt.heard == [(320 + 200) * 16] and "input_audio_buffer.committed" not in [e.type for e in drain(s)]
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(13))  # on to 512 ms of silence: the commit
     events = await until(s, "response.done")
     types = [e.type for e in events]
     assert types.index("input_audio_buffer.committed") < types.index(
         "conversation.item.input_audio_transcription.completed") < types.index("response.created")
     done = next(e for e in events if e.type == "conversation.item.input_audio_transcription.completed")
-    assert done["transcript"] == f"heard {520 * 16} samples" and rt.ahead == [520 * 16] and rt.turn_asr == 0
+    assert done["transcript"] == f"heard {520 * 16} samples" and rt.heard == [520 * 16]  # none by the turn
     assert f"heard {520 * 16} samples" in rt.aura.prompts[-1]
 
 
@@ -556,21 +587,26 @@ async def test_speech_that_resumes_after_the_pause_is_transcribed_again_whole(mo
     s = vad_session(rt, [0.9] * 10 + [0.0] * 8 + [0.9] * 5 + [0.0] * 20)
     s.config = s.config.with_update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(18))  # speech and 256 ms of silence: paused
-    await asyncio.sleep(0.005)
+    for _ in range(100):
+        if rt.heard:
+            break
+        await asyncio.sleep(0.005)
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(25))  # the user goes on, then stops
     events = await until(s, "response.done")
     done = next(e for e in events if e.type == "conversation.item.input_audio_transcription.completed")
     whole = (736 + 200) * 16  # up to the second speech's end and its pad
-    assert rt.ahead == [(320 + 200) * 16, whole] and done["transcript"] == f"heard {whole} samples"
-    assert rt.turn_asr == 0
+    assert rt.heard == [(320 + 200) * 16, whole] and done["transcript"] == f"heard {whole} samples"
 
     monkeypatch.setenv("AURA_OMNI_TRANSCRIBE_AHEAD", "0")  # off: the turn transcribes after the commit
     rt = AheadRuntime()
     s = vad_session(rt, [0.9] * 10 + [0.0] * 20)
     s.config = s.config.with_update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(30))
-    await until(s, "response.done")
-    assert rt.ahead == [] and rt.turn_asr == 1
+    events = await until(s, "response.done")
+    types = [e.type for e in events]
+    assert rt.heard == [520 * 16]  # the turn's own, after the commit
+    assert types.index("input_audio_buffer.committed") < types.index(
+        "conversation.item.input_audio_transcription.completed")
 
 
 @pytest.mark.asyncio
@@ -756,13 +792,14 @@ async def _until_logged(log: list, entry) -> None:
 async def _prefilling_while_transcribing(log: list, go: asyncio.Event, heard: asyncio.Event) -> RealtimeSession:
     """A session whose commit (then response.create, with a frame) is still being transcribed (until `heard`), its
     prefix prefill started and held open (until `go`)."""
-    class SlowAsrRuntime(FakeRuntime):
+    class SlowAsr(ScriptedAsr):
         async def transcribe(self, samples, sample_rate, **kw):
             await heard.wait()
             log.append("transcribed")
-            return "what is this"
+            return Transcript("English", "what is this")
 
-    rt = SlowAsrRuntime(aura=_PrefillingAura(log, go))
+    rt = FakeRuntime(aura=_PrefillingAura(log, go))
+    rt.pipeline.asr = SlowAsr()
     rt.models["aura"] = rt.aura
     s = new_session(rt)
     await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64()])
