@@ -14,7 +14,7 @@ import numpy as np
 
 from aura_omni.engine.grammar import Grammar
 from aura_omni.pipeline.processors import asr2aura
-from aura_omni.stages.code2wav import ESSENTIAL_BUCKET
+from aura_omni.stages.code2wav import ESSENTIAL_BUCKET, ESSENTIAL_WINDOW
 
 log = logging.getLogger(__name__)
 SR_ASR, SR_TTS = 16000, 24000
@@ -62,18 +62,18 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
         if talker.code2wav is None:
             continue
         t = time.perf_counter()
+        loop = talker.code2wav_loop  # every window length at every batch bucket, or only a lone stream's short ones
+        captured = 0               # (the server captures the rest once it is ready: `capture_after_ready`)
+        essential = {} if all_graphs else {"max_bucket": ESSENTIAL_BUCKET, "max_window": ESSENTIAL_WINDOW}
+        while await asyncio.wrap_future(loop.call(partial(loop.engine.capture_next_graph, **essential))):
+            captured += 1
+        if captured:
+            took[f"code2wav_graphs:{talker.model_type}"] = time.perf_counter() - t
+        t = time.perf_counter()
         async for _ in talker.astream(_tts_request(talker, initial_chunk_frames + chunk_frames), initial_chunk_frames,
                                       chunk_frames, request_id=f"warmup-tts{k}"):
             pass
         took[f"tts:{talker.model_type}"] = time.perf_counter() - t
-        t = time.perf_counter()
-        loop = talker.code2wav_loop  # every window length at every batch bucket, or only a lone stream's (the
-        captured = 0               # server captures the rest once it is ready: `capture_after_ready`)
-        up_to = None if all_graphs else ESSENTIAL_BUCKET
-        while await asyncio.wrap_future(loop.call(partial(loop.engine.capture_next_graph, up_to))):
-            captured += 1
-        if captured:
-            took[f"code2wav_graphs:{talker.model_type}"] = time.perf_counter() - t
         if burst if burst is not None else talker.talker_loop.device.type == "cuda":
             t = time.perf_counter()
             await _burst(talker, initial_chunk_frames, chunk_frames, f"warmup-burst{k}")

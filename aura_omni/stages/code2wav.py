@@ -104,7 +104,9 @@ PLAYBACK_MARGIN_S = 0.15
 SECONDS_PER_FRAME = 1 / 12.5  # of audio: 12.5 codec frames a second
 
 
-ESSENTIAL_BUCKET = 1  # graphs captured before the server is ready: one stream's every window length
+# graphs captured before the server is ready: one stream's windows of 1 and 2 frames, which any window decodes as
+# pieces of (cuDNN times each graph's convolutions as it is captured: seconds for all lengths)
+ESSENTIAL_BUCKET, ESSENTIAL_WINDOW = 1, 2
 
 
 def slot_capacity(max_batch: int) -> int:
@@ -136,13 +138,15 @@ class Code2WavStageEngine:
         self.graphs = (Code2WavGraphs(self.slots, windows, max_batch)
                        if cuda_graphs and self.device.type == "cuda" else None)
 
-    def capture_next_graph(self, max_bucket: int | None = None, when_idle: bool = False) -> bool:
-        """Capture one graph not captured yet, of a bucket up to `max_bucket`; False when there is none, or with
-        `when_idle` while a stream is open (a capture holds the loop for about a second). The warm start captures a
-        lone stream's graphs (`ESSENTIAL_BUCKET`) before the server is ready, the rest after it."""
+    def capture_next_graph(self, max_bucket: int | None = None, when_idle: bool = False,
+                           max_window: int | None = None) -> bool:
+        """Capture one graph not captured yet, of a bucket up to `max_bucket` and a window up to `max_window`; False
+        when there is none, or with `when_idle` while a stream is open (a capture holds the loop for about a second).
+        The warm start captures a lone stream's short windows (`ESSENTIAL_BUCKET`, `ESSENTIAL_WINDOW`) before the
+        server is ready, the rest after it."""
         if self.graphs is None or when_idle and (self._pending or self.slots.in_use):
             return False
-        return self.graphs.capture_next(max_bucket)
+        return self.graphs.capture_next(max_bucket, max_window)
 
     def graphs_missing(self) -> int:
         return len(self.graphs.missing()) if self.graphs is not None else 0

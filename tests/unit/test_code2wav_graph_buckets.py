@@ -45,3 +45,21 @@ def test_a_batch_whose_bucket_is_captured_replays_it_once():
     g, calls = _graphs({(1, 4), (2, 4), (4, 4)}, later=True)
     g.decode([1, 2, 3], torch.zeros(3, 4, 16, dtype=torch.long))
     assert calls == [("replay", 4, [1, 2, 3])]
+
+
+def test_before_the_background_captures_a_window_decodes_as_pieces_a_lone_stream_holds():
+    g, calls = _graphs({(1, 1), (1, 2)}, later=True)
+    assert g.missing(max_bucket=1, max_window=2) == []
+    out = g.decode([7], torch.zeros(1, 4, 16, dtype=torch.long))
+    assert out.shape == (1, 4 * 1920)
+    assert calls == [("replay", 1, [7]), ("replay", 1, [7])]  # 4 frames = 2 + 2, no capture on the request's path
+    calls.clear()
+    g.decode([7, 8], torch.zeros(2, 3, 16, dtype=torch.long))  # 3 = 2 + 1, the two streams in turns
+    assert calls == [("replay", 1, [7]), ("replay", 1, [8]), ("replay", 1, [7]), ("replay", 1, [8])]
+
+
+def test_once_every_graph_is_captured_a_window_is_one_replay():
+    captured = {(b, n) for b in batch_buckets(8) for n in (1, 2, 4)}
+    g, calls = _graphs(captured, later=False)
+    g.decode([7], torch.zeros(1, 4, 16, dtype=torch.long))
+    assert calls == [("replay", 1, [7])]

@@ -51,10 +51,10 @@ class Code2WavGraphs:
     def __len__(self) -> int:
         return len(self._graphs)
 
-    def pieces(self, frames: int) -> list[int]:
-        """Captured lengths that add up to `frames`, largest first."""
+    def pieces(self, frames: int, windows: list[int] | None = None) -> list[int]:
+        """Lengths of `windows` (default: every captured length) that add up to `frames`, largest first."""
         out, left = [], frames
-        for w in reversed(self.windows):
+        for w in reversed(windows or self.windows):
             while left >= w:
                 out.append(w)
                 left -= w
@@ -64,9 +64,10 @@ class Code2WavGraphs:
         return batch <= self.buckets[-1] and frames > 0
 
     def decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
-        """Like `Code2WavSlots.decode` for a covered shape: codes [B, n, 16] -> [B, n * 1920]."""
+        """Like `Code2WavSlots.decode` for a covered shape: codes [B, n, 16] -> [B, n * 1920]. While graphs are
+        captured `later`, only lengths a lone stream's graphs hold are used (the rest come in the background)."""
         out, at = [], 0
-        for n in self.pieces(codes.shape[1]):
+        for n in self.pieces(codes.shape[1], self._ready_windows() if self.later else None):
             out.append(self._replay_rows(slots, codes[:, at:at + n]))
             at += n
         return out[0] if len(out) == 1 else torch.cat(out, dim=1)
@@ -104,16 +105,21 @@ class Code2WavGraphs:
         while self.capture_next():
             pass
 
-    def missing(self, max_bucket: int | None = None) -> list[tuple[int, int]]:
+    def missing(self, max_bucket: int | None = None, max_window: int | None = None) -> list[tuple[int, int]]:
         """(bucket, window) pairs not captured yet, smallest bucket first: whatever is captured at a time, every
         smaller bucket is, so a batch can always go through a captured one in turns (`_replay_rows`)."""
         return [(b, n) for b in self.buckets for n in self.windows
-                if (b, n) not in self._graphs and (max_bucket is None or b <= max_bucket)]
+                if (b, n) not in self._graphs and (max_bucket is None or b <= max_bucket)
+                and (max_window is None or n <= max_window)]
 
-    def capture_next(self, max_bucket: int | None = None) -> bool:
-        """One graph not captured yet (of a bucket up to `max_bucket`); False when there is none. Captured one loop
-        call at a time, each well under the stall watchdog's limit."""
-        missing = self.missing(max_bucket)
+    def _ready_windows(self) -> list[int]:
+        """Window lengths a lone stream's graph holds (1 is always among them once the warm start ran)."""
+        return [n for n in self.windows if (self.buckets[0], n) in self._graphs] or self.windows
+
+    def capture_next(self, max_bucket: int | None = None, max_window: int | None = None) -> bool:
+        """One graph not captured yet (of a bucket up to `max_bucket`, a window up to `max_window`); False when there
+        is none. Captured one loop call at a time, each well under the stall watchdog's limit."""
+        missing = self.missing(max_bucket, max_window)
         if missing:
             self._capture(*missing[0])
         self.later = bool(self.missing()) and (self.later or max_bucket is not None)
