@@ -112,6 +112,7 @@ class Runtime:
         self.placement = placement  # None: stages in this process; else where they run (placement/ray_stages.py)
         self._pipeline = None
         self.request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # a turn past this is cancelled (504)
+        self.turn_observer: Callable[[dict[str, float]], None] | None = None  # each turn's phases (server metrics)
         # a loop that dies is restarted over the same engine; one whose GPU failed calls `supervisor.on_device_lost`
         # (`aura-omni serve` exits, so its supervisor starts a new process)
         self.supervisor = Supervisor()
