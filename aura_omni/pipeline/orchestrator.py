@@ -227,13 +227,20 @@ class AuraOmniPipeline:
         return await self.asr.transcribe(samples, sr, request_id=f"{req.request_id}-asr", language=req.asr_language,
                                          context=req.asr_context, sampling=req.asr_sampling)
 
+    async def encode_vision(self, vision: list) -> None:
+        """AURA's vision encoder over `vision`, into the stage's vision cache (where the stage can), ahead of the
+        request that shows it: a realtime session's camera window as it arrives. Its failures are that request's to
+        report."""
+        await settle(prefetch_vision(self.aura, vision))
+
     async def prepare_aura(self, req: TurnRequest) -> None:
-        """AURA's share of a turn that needs no words, done while ASR runs (here, or a realtime session's own
-        transcription): the vision encoded, then the prompt through this turn's vision prefilled into the prefix
-        cache (`prefill_prefix`, where the stage can). The turn's request then prefills only its words: on the path
+        """AURA's share of a turn that needs no words, done while they are still being made (this turn's ASR, a
+        realtime session's transcription, or the user still speaking with the camera on): the vision encoded, then the
+        prompt through this turn's vision prefilled into the prefix cache (`prefill_prefix`, where the stage can). The
+        one entry to AURA's prefills ahead of a turn. The turn's request then prefills only its words: on the path
         from transcript to first token, or to a silent decision, the vision tokens cost nothing. Its failures are the
         turn's request's to report."""
-        await settle(prefetch_vision(self.aura, req.vision))
+        await self.encode_vision(req.vision)
         prefill = getattr(self.aura, "prefill_prefix", None)
         if prefill is not None and turn_vision(req) and os.environ.get("AURA_OMNI_PREFIX_PREFILL", "1") != "0":
             await prefill(aura_prompt(req, None), req.vision, request_id=f"{req.request_id}-aura-prefix")

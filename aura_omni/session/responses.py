@@ -174,7 +174,7 @@ class Responses:
                 await self._cancel(old, "new_response")
             transcribing = [p.transcription for p in resp.inputs if p.transcription is not None]
             early = (asyncio.create_task(self._prepare_aura(resp)) if any(not t.done() for t in transcribing)
-                     and hasattr(self.pipeline, "prepare_aura") else None)
+                     else None)
             try:
                 await asyncio.gather(*transcribing, return_exceptions=True)
             except BaseException:

@@ -837,6 +837,52 @@ async def test_a_response_cancelled_while_transcribing_stops_its_prefix_prefill(
     await s.close()
 
 
+@pytest.mark.asyncio
+async def test_every_prefill_ahead_of_a_turn_enters_through_the_pipelines_prepare_aura():
+    """The camera's prefill while the user speaks, the turn's own beside its ASR, and a response's while the session
+    transcribes its commit: each is one call of the pipeline's `prepare_aura`, the only way to AURA's prefills."""
+    log, go, heard = [], asyncio.Event(), asyncio.Event()
+    go.set()
+    heard.set()
+
+    class GatedAsr(ScriptedAsr):
+        async def transcribe(self, samples, sample_rate, **kw):
+            await heard.wait()
+            return await super().transcribe(samples, sample_rate, **kw)
+
+    rt = FakeRuntime(aura=_PrefillingAura(log, go))
+    rt.models["aura"] = rt.aura
+    rt.pipeline.asr = GatedAsr()
+    entries = []
+    prepare = rt.pipeline.prepare_aura
+
+    async def entry(req):
+        entries.append(req.request_id)
+        await prepare(req)
+
+    rt.pipeline.prepare_aura = entry
+    s = new_session(rt)
+    prefills = lambda: [e for e in log if isinstance(e, tuple)]  # noqa: E731 - the AURA stage's prefills
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64()])  # the camera's, ahead
+    await _until_logged(log, "prefill ended")
+    await s.send("input_audio_buffer.commit", create_response=True)  # the turn's own, beside its ASR
+    await until(s, "response.done")
+    assert len(entries) == len(prefills()) == 2
+    heard.clear()
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64((0, 0, 255))],
+                 is_speech=False)  # a new window, only encoded: nobody speaks
+    await s.send("input_audio_buffer.commit", is_speech=True)  # transcribed by the session, held until `heard`
+    await s.send("response.create")
+    for _ in range(500):
+        if len(entries) == 3:
+            break
+        await asyncio.sleep(0.01)
+    heard.set()
+    await until(s, "response.done")
+    assert len(entries) == len(prefills()) == 3 and "generate" in log
+    await s.close()
+
+
 # ------------------------------------------------------------------------------------------------ greeting, out of band
 
 @pytest.mark.asyncio
