@@ -14,11 +14,11 @@ import argparse
 import dataclasses
 import faulthandler
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
 
+from . import env
 from .media.limits import Limits
 
 log = logging.getLogger("aura_omni")
@@ -46,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="0.0.0.0",
                        help="address to listen on (default: 0.0.0.0, every interface; 127.0.0.1 for this machine only)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
-    serve.add_argument("--api-key", default=os.environ.get("AURA_OMNI_API_KEY"),
-                       help="require `Authorization: Bearer KEY` (default: $AURA_OMNI_API_KEY)")
+    serve.add_argument("--api-key", default=env.current().api_key,
+                       help=f"require `Authorization: Bearer KEY` (default: ${env.API_KEY})")
     serve.add_argument("--device", default=None, help="run every stage here (cpu, cuda, cuda:1); default: stage `devices`")
     serve.add_argument("--dtype", default=None, choices=["auto", "bfloat16", "float16", "float32"],
                        help="weights and activations of every stage (default: each stage's `dtype`, else auto: "
@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="an existing Ray cluster (`ray start --head`'s address; implies --distributed-executor-backend "
                             "ray); default: a local Ray instance")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--keep-alive-on-device-loss", action="store_true",
+                       help="when a stage's GPU fails, keep serving 503s (and /health) instead of exiting 1")
     limits = serve.add_argument_group("limits", "request limits (default: the deploy file's `limits:`, else built in)")
     for f in dataclasses.fields(Limits):
         limits.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=f.type, default=None, metavar="N",
@@ -182,7 +184,7 @@ def serve(args: argparse.Namespace) -> int:
     def device_lost(loop) -> None:
         """A stage's GPU failed (layers/device_loss.py): stop serving and exit 1, for a supervisor to restart us."""
         lost.append(loop.name)
-        if os.environ.get("AURA_OMNI_KEEP_ALIVE_ON_DEVICE_LOSS") != "1":
+        if not args.keep_alive_on_device_loss:
             server.should_exit = True  # open streams end; /health says 503 `device_lost` meanwhile
 
     app.state.server.runtime.supervisor.on_device_lost = device_lost

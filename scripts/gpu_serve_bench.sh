@@ -18,11 +18,9 @@
 # tts_spread: the `tts` server at c = 32 64 with each request's length drawn from [63, 189] frames
 #        (--random-range-ratio 0.5; 512 requests, so the last ones, running with fewer beside them, weigh less):
 #        requests no longer end together, so new ones no longer arrive in waves (the steady state); then the fixed lengths again on the same, now warm, server (a first-server effect or not)
-# tts_gc_off: tts_load with the start-up objects left in the garbage collector's sight (AURA_OMNI_GC_FREEZE=0, as
+# tts_gc_off: tts_load with the start-up objects left in the garbage collector's sight (deploy `gc_freeze: false`, as
 #        before session 12's end): run first on a fresh machine, whether the first server's one stall of ~300-500 ms
 #        (sessions 11 and 12) is a full collection (server/gc_pauses.py logs any pause over 50 ms)
-# tts_pageable: the load of tts_spread with Code2Wav's samples copied to the host by `.cpu()` (pageable memory, the
-#        driver's synchronous staged copy), not into pinned memory waited on with an event (AURA_OMNI_PINNED_DOWNLOAD=0)
 # tts_no_wait: the load of tts_spread with Code2Wav's batch wait off (`codec_batch_wait_ms: 0`: a step as soon as a
 #        window waits; shipped: 250 ms); run `tts_spread` in the same call for the baseline (machines differ by up to ~10%)
 # tts_first2: tts_load with a first Code2Wav window of 2 frames (160 ms of audio) instead of 1: a stream's second
@@ -38,8 +36,8 @@
 #        Ray tarball in .whl (scripts/build_ray_trimmed.sh).
 # live_vad: realtime turns ended by the server's VAD (a recorded phrase, then silence; the clock starts where the
 #        phrase ends, so 500 ms of it is the VAD's silence): the silent decision at c = 1, turns at c = 1 8, then the
-#        turns again with AURA_OMNI_TRANSCRIBE_AHEAD=0 (the speech transcribed after the commit, not in the silence)
-# live_off: the silent decision and 8 paced sessions of `live` with AURA_OMNI_PREFIX_PREFILL=0 (a turn's prompt is
+#        turns again with `turn: {transcribe_ahead: false}` (the speech transcribed after the commit, not in the silence)
+# live_off: the silent decision and 8 paced sessions of `live` with `turn: {prefix_prefill: false}` (a turn's prompt is
 #        not prefilled while its ASR runs): the A/B of that change. `live live_off` fits one call.
 # profile: configs/qwen3_tts.yaml at c=${PROFILE_C:-64} (20 waves of requests; about 40 s at 64) with py-spy
 #        sampling the server: which thread holds the interpreter lock (--gil, 15 s) and where every thread stands
@@ -50,7 +48,7 @@
 #        so they outlive this call (a call lasts at most 10 minutes); output in /tmp/soak. `soak_wait` (the next call,
 #        within the machine's 30 s idle grace) waits for the report and copies it to $OUT.
 # soak_probe: the soak in the foreground for ${PROBE_MINUTES:-7} minutes with a 15 s stall limit
-#        (AURA_OMNI_STALLED_S); at the first stall every thread's stack (SIGUSR1) goes to serve_probe.log and it stops.
+#        (each stage's `stall_s`); at the first stall every thread's stack (SIGUSR1) goes to serve_probe.log and it stops.
 # Each bench run also prints the server's account of it from /metrics: turn phases and per-stage waits
 # (aura_omni/bench/breakdown.py).
 set -uo pipefail
@@ -153,9 +151,12 @@ tts_load_run() {  # tts_load_run NAME MODEL [ARGS]: c = 32 64, 256 requests each
     --num-warmups 2 --save-detailed "${@:3}"
   burst "$OUT/$1.json"
 }
+edited_config() {  # edited_config DEPLOY PYTHON OUT: the deploy file as the statement(s) on `d` change it
+  python3 -c "import yaml; d = yaml.safe_load(open('$1')); $2
+yaml.safe_dump(d, open('$3', 'w'))"
+}
 edited_tts_config() {  # edited_tts_config PYTHON OUT: configs/qwen3_tts.yaml as the statement(s) on `d` change it
-  python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); $1
-yaml.safe_dump(d, open('$2', 'w'))"
+  edited_config configs/qwen3_tts.yaml "$1" "$2"
 }
 tts_ab() {  # tts_ab NAME PYTHON [VAR=VALUE...]: configs/qwen3_tts.yaml as the statement(s) on `d` change it, served
   # with these variables, under the load of tts_spread (spread lengths, then the fixed ones): an A/B needs the
@@ -199,11 +200,11 @@ for s in ${*:-tts turns live}; do
                 --max-concurrency 1 --num-prompts 16 --num-warmups 2
               tts_load_run tts_load qwen3-tts
               stop ;;
-    tts_gc_off) AURA_OMNI_GC_FREEZE=0 serve configs/qwen3_tts.yaml qwen3-tts-gc-off || continue
+    tts_gc_off) edited_tts_config "d['gc_freeze'] = False" /tmp/qwen3_tts_gc_off.yaml || continue
+                serve /tmp/qwen3_tts_gc_off.yaml qwen3-tts-gc-off || continue
                 tts_load_run tts_load_gc_off qwen3-tts-gc-off
                 stop ;;
     tts_no_wait) tts_ab no_wait "$EXTRA['codec_batch_wait_ms'] = 0" ;;
-    tts_pageable) tts_ab pageable pass AURA_OMNI_PINNED_DOWNLOAD=0 ;;  # Code2Wav's samples by `.cpu()`, not pinned
     tts_spread) tts_ab "" pass ;;  # lengths drawn from [63, 189] frames, then the fixed ones again on this warm server
     tts_first2) tts_variant first2 "$FIRST2" ;;
     tts_first2_c2w8) tts_variant first2_c2w8 "$FIRST2; d['stages'][1]['max_num_batched_tokens'] = 3200" ;;
@@ -236,16 +237,16 @@ for s in ${*:-tts turns live}; do
             --num-frames 2 --frame-size 640x480 --max-tokens 40 --ignore-eos --num-warmups 2 --max-concurrency 1 8 \
             --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
           stop
-          export AURA_OMNI_TRANSCRIBE_AHEAD=0  # the A/B: the speech transcribed after the VAD's commit
-          serve configs/aura_omni_duplex_8.yaml aura || { unset AURA_OMNI_TRANSCRIBE_AHEAD; continue; }
-          unset AURA_OMNI_TRANSCRIBE_AHEAD
+          # the A/B: the speech transcribed after the VAD's commit
+          edited_config configs/aura_omni_duplex_8.yaml "d['turn'] = {'transcribe_ahead': False}" /tmp/aura_vad_off.yaml \
+            && serve /tmp/aura_vad_off.yaml aura || continue
           bench live_vad_off_realtime --backend realtime --model aura --voice Vivian --turn-detection server_vad \
             --num-frames 2 --frame-size 640x480 --max-tokens 40 --ignore-eos --num-warmups 2 --max-concurrency 1 8 \
             --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
           stop ;;
-    live_off) export AURA_OMNI_PREFIX_PREFILL=0  # the A/B of live: no prompt prefilled while ASR runs
-              serve configs/aura_omni_duplex_8.yaml aura || { unset AURA_OMNI_PREFIX_PREFILL; continue; }
-              unset AURA_OMNI_PREFIX_PREFILL
+    live_off) # the A/B of live: no prompt prefilled while ASR runs
+              edited_config configs/aura_omni_duplex_8.yaml "d['turn'] = {'prefix_prefill': False}" /tmp/aura_off.yaml \
+                && serve /tmp/aura_off.yaml aura || continue
               bench live_off_silent --backend realtime --model aura ${TURN% --ignore-eos} --num-warmups 1 \
                 --max-concurrency 1 --num-prompts 8 \
                 --extra-body '{"sampling_params_list": [{"max_tokens": 12}, {"logit_bias": {"151669": 100}}], "tts_max_new_tokens": 41}' --save-detailed
@@ -291,7 +292,8 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
             echo \$? > /tmp/soak/done" > /dev/null 2>&1 < /dev/null &
           echo "=== soak started at $(date +%T) for ${SOAK_MINUTES:-10} min" ;;
     soak_probe)  # the soak in the foreground for up to 7 minutes; at a stall, every thread's stack (SIGUSR1) and out
-          AURA_OMNI_STALLED_S=15 python3 -m aura_omni.cli serve --deploy-config configs/aura_omni.yaml \
+          edited_config configs/aura_omni.yaml "[s.update(stall_s=15) for s in d['stages']]" /tmp/aura_probe.yaml || continue
+          python3 -m aura_omni.cli serve --deploy-config /tmp/aura_probe.yaml \
             --load-format dummy --served-model-name aura --port 8091 > "$OUT/serve_probe.log" 2>&1 &
           SERVER=$!
           wait_ready || { tail -n 30 "$OUT/serve_probe.log"; continue; }

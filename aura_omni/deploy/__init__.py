@@ -3,8 +3,8 @@
 
 from aura_omni.deploy.schema import (
     ASR, AURA, TALKER, CODE2WAV, STAGE_ROLES, PIPELINE_LAYOUTS, DeployConfigError, SamplingParams,
-    SubtalkerSamplingParams, ConnectorExtra, Connector, Kernels, Stage, StageOverride, Platform, DuplexSession,
-    DeployConfig,
+    SubtalkerSamplingParams, ConnectorExtra, Connector, Kernels, Stage, StageOverride, Platform, TurnSettings,
+    DuplexSession, DeployConfig,
 )
 from aura_omni.deploy.refusals import (
     CODEC_NUM_QUANTIZERS, CODEC_ATTENTION_WINDOW, TALKER_MIN_TOKENS, TALKER_STOP_IDS, PLATFORMS, IN_PROCESS,

@@ -104,14 +104,15 @@ class Connector(_Strict):
 
 
 class Kernels(_Strict):
-    """Our extension: per-stage kernel switches (None: the process default, `AURA_OMNI_<NAME>` env, on). Each kernel is
+    """Our extension: per-stage kernel switches (None: the process default, from the environment: aura_omni/env.py;
+    on). Each kernel is
     still used only where its self-check passed on the stage's device (layers/attention_backend.py)."""
 
     fast_attention: bool | None = None  # flash / Triton attention and fused layers; off: plain torch
-    gemv: bool | None = None  # one-row Triton GEMVs (AURA_OMNI_GEMV)
-    pdl: bool | None = None  # programmatic dependent launch of our Triton kernels (AURA_OMNI_PDL)
-    prefill_graphs: bool | None = None  # CUDA graphs of short prefill steps (AURA_OMNI_PREFILL_GRAPHS)
-    stage_stream: bool | None = None  # a CUDA stream of the stage's own; asr only (AURA_OMNI_STAGE_STREAMS)
+    gemv: bool | None = None  # one-row Triton GEMVs
+    pdl: bool | None = None  # programmatic dependent launch of our Triton kernels
+    prefill_graphs: bool | None = None  # CUDA graphs of short prefill steps
+    stage_stream: bool | None = None  # a CUDA stream of the stage's own; asr only
 
 
 class Stage(_Strict):
@@ -134,6 +135,9 @@ class Stage(_Strict):
     default_sampling_params: SamplingParams = Field(default_factory=SamplingParams)
     subtalker_sampling_params: SubtalkerSamplingParams | None = None
     kernels: Kernels = Field(default_factory=Kernels)
+    # one step, add or call of the stage's loop running longer: stalled (/health 503, its requests fail); None: 60 s
+    # on a GPU, ten times that on the CPU, where a real model's long prefill step can take minutes
+    stall_s: float | None = Field(None, gt=0)
     num_replicas: int = Field(1, ge=1)  # copies of the stage, each a Ray actor (distributed_executor_backend: ray)
     input_connectors: dict[str, str] = Field(default_factory=dict)
     output_connectors: dict[str, str] = Field(default_factory=dict)
@@ -163,11 +167,20 @@ class StageOverride(_Strict):
     default_sampling_params: SamplingParams | None = None
     subtalker_sampling_params: SubtalkerSamplingParams | None = None
     kernels: Kernels | None = None
+    stall_s: float | None = Field(None, gt=0)
     num_replicas: int | None = Field(None, ge=1)
 
 
 class Platform(_Strict):
     stages: list[StageOverride] = Field(default_factory=list)
+
+
+class TurnSettings(_Strict):
+    """Our extension: how a turn runs. Each is on by default; off is the baseline of an A/B run (docs/benchmarks.md)."""
+
+    prefix_prefill: bool = True  # a turn's prompt through its vision prefilled into AURA's prefix cache while ASR runs
+    stream_talker_text: bool = True  # with async_chunk: AURA's text streamed into the Talker (False: by sentence)
+    transcribe_ahead: bool = True  # server VAD: the speech transcribed in the silence before the commit
 
 
 class DuplexSession(_Strict):
@@ -178,6 +191,8 @@ class DuplexSession(_Strict):
 class DeployConfig(_Strict):
     pipeline: Literal["aura_omni", "qwen3_tts"] = "aura_omni"
     async_chunk: bool = False
+    turn: TurnSettings = Field(default_factory=TurnSettings)
+    gc_freeze: bool = True  # start-up objects frozen out of garbage collection once warm (server/gc_pauses.py)
     session_mode: Literal["turn", "duplex"] = "turn"
     duplex_session: DuplexSession | None = None
     connectors: dict[str, Connector] = Field(default_factory=dict)

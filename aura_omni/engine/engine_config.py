@@ -2,10 +2,8 @@
 
 from dataclasses import dataclass, field
 
-from aura_omni.layers.device import STAGE_STREAMS_ENV
-from aura_omni.layers.kernel_switches import KernelSwitches, env_default
-
-PREFILL_GRAPHS_ENV = "AURA_OMNI_PREFILL_GRAPHS"  # process default of `prefill_graphs` ("0": off, A/B benchmarks)
+from aura_omni import env
+from aura_omni.layers.kernel_switches import KernelSwitches
 
 
 @dataclass
@@ -24,12 +22,12 @@ class EngineConfig:
     enforce_eager: bool = False  # no CUDA graphs
     cuda_graph_batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 24, 32, 48, 64])
     cuda_graph_max_seq_len: int | None = None  # decode graphs gather up to this context; None = max_model_len
-    # Kernel switches of this stage (deploy `kernels:`); None: the process default, on unless AURA_OMNI_<NAME>=0.
+    # Kernel switches of this stage (deploy `kernels:`); None: the process default (aura_omni/env.py), on.
     fast_attention: bool = True  # flash / Triton attention and fused layers on CUDA (each checked against torch first)
-    gemv: bool | None = None  # one-row Triton GEMVs (AURA_OMNI_GEMV)
-    pdl: bool | None = None  # programmatic dependent launch of the Triton kernels (AURA_OMNI_PDL)
-    prefill_graphs: bool | None = None  # graphs of short prefill steps, see prefill_graph_tokens (AURA_OMNI_PREFILL_GRAPHS)
-    stage_stream: bool | None = None  # a CUDA stream of the stage's own, for stages that opt in (AURA_OMNI_STAGE_STREAMS)
+    gemv: bool | None = None  # one-row Triton GEMVs
+    pdl: bool | None = None  # programmatic dependent launch of the Triton kernels
+    prefill_graphs: bool | None = None  # graphs of short prefill steps, see prefill_graph_tokens
+    stage_stream: bool | None = None  # a CUDA stream of the stage's own, for stages that opt in
     # Eager (prefill) steps padded to a few token counts: cuBLAS plans each new GEMM row count on the host
     # (~1 ms per weight shape on the H200), so an unpadded prefill pays that on almost every request.
     # None = on for CUDA. The padding rows form a dummy sequence whose K/V go to the scratch page.
@@ -55,11 +53,11 @@ class EngineConfig:
 
     @property
     def use_prefill_graphs(self) -> bool:
-        return env_default(PREFILL_GRAPHS_ENV) if self.prefill_graphs is None else self.prefill_graphs
+        return env.current().prefill_graphs if self.prefill_graphs is None else self.prefill_graphs
 
     @property
     def use_stage_stream(self) -> bool:
-        return env_default(STAGE_STREAMS_ENV) if self.stage_stream is None else self.stage_stream
+        return env.current().stage_streams if self.stage_stream is None else self.stage_stream
 
     def __post_init__(self):
         checks = [

@@ -154,7 +154,7 @@ class ModelRunner:
     def _prefill_graphs(self, name: str) -> PrefillGraphs | None:
         """Graphs for steps of up to `prefill_graph_tokens` tokens: on CUDA where the Triton paged prefill passed its
         check (None = 512); elsewhere only when set, run eagerly over the same static buffers (tests). Off for a stage
-        with `prefill_graphs` off (process default: `AURA_OMNI_PREFILL_GRAPHS=0`, A/B benchmarks)."""
+        with `prefill_graphs` off (or by the process default, aura_omni/env.py: A/B benchmarks)."""
         limit, cuda = self.config.prefill_graph_tokens, self.device.type == "cuda"
         if not self.config.use_prefill_graphs:
             return None

@@ -46,7 +46,6 @@ _FLASH_DTYPES = (torch.float16, torch.bfloat16)
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_layers", "gemv", "triton_prefill",
             "short_attention")
-GEMV_ENV = kernel_switches.GEMV_ENV
 _passed: dict[tuple[torch.device, torch.dtype], dict[str, bool]] = {}  # the kernels that passed on (device, dtype)
 _native_gqa: set[tuple[torch.device, torch.dtype]] = set()  # where flash takes unexpanded GQA heads (_probe_native_gqa)
 _selected: dict[tuple, dict[str, bool]] = {}  # (device, dtype, GEMVs checked) -> outcome; checks run once

@@ -13,20 +13,17 @@ ops do not need this.
 
 `stage_stream` / `on_stream`: a CUDA stream of a stage's own, for a stage whose inputs and outputs cross on the host
 (the ASR stage: audio in, token ids out), so its kernels neither queue behind the other stages' on a shared GPU nor
-race them. Per stage (EngineConfig.stage_stream, deploy `kernels.stage_stream`); `AURA_OMNI_STAGE_STREAMS=0` is the
-process default that keeps every stage on the default stream (A/B benchmarks).
+race them. Per stage (EngineConfig.stage_stream, deploy `kernels.stage_stream`); the process default (aura_omni/env.py)
+can keep every stage on the default stream (A/B benchmarks).
 """
 
 import contextlib
 import functools
-import os
 import threading
 
 import numpy as np
 import torch
 
-STAGE_STREAMS_ENV = "AURA_OMNI_STAGE_STREAMS"
-PINNED_DOWNLOAD = os.environ.get("AURA_OMNI_PINNED_DOWNLOAD", "1") != "0"  # 0: `.cpu()`, the A/B benchmark's baseline
 
 
 def on_device(device: torch.device):
@@ -120,7 +117,7 @@ def download(t: torch.Tensor) -> np.ndarray:
     caching pinned allocator and the thread waits on an event. The array is a view of that block, which stays taken
     while any slice of the array lives: copy out what is kept, so the block goes back to the allocator at once (a
     new pinned allocation synchronises the whole device)."""
-    if t.device.type != "cuda" or not PINNED_DOWNLOAD:
+    if t.device.type != "cuda":
         return t.cpu().numpy()
     host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
     host.copy_(t, non_blocking=True)

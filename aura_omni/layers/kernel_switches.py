@@ -5,21 +5,14 @@ Model code that launches kernels has no handle on its stage, so a stage's switch
 engine's runner enters its stage's `KernelSwitches` around everything it runs (start-up checks, warm-ups and graph
 capture, every step), and so does other stage work (AURA's vision encoder). Two stages, each on its own threads, keep
 their own switches, and a graph keeps the choice made when it was captured. Outside any stage the process default
-applies: every kernel on, unless `AURA_OMNI_GEMV=0` / `AURA_OMNI_PDL=0` (A/B runs).
+applies: every kernel on, unless the environment turns one off (aura_omni/env.py: A/B runs).
 """
 
 import contextlib
-import os
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-GEMV_ENV = "AURA_OMNI_GEMV"  # "0": cuBLAS + separate norm/SiLU kernels at small M
-PDL_ENV = "AURA_OMNI_PDL"  # "0": Triton kernels launched without programmatic dependent launch
-
-
-def env_default(name: str) -> bool:
-    """A process-wide default switch: on unless the variable is "0"."""
-    return os.environ.get(name, "1") != "0"
+from aura_omni import env
 
 
 @dataclass(frozen=True)
@@ -31,8 +24,8 @@ class KernelSwitches:
     @classmethod
     def resolve(cls, fast_attention: bool = True, gemv: bool | None = None, pdl: bool | None = None) -> "KernelSwitches":
         """None: the process default."""
-        return cls(fast_attention, env_default(GEMV_ENV) if gemv is None else gemv,
-                   env_default(PDL_ENV) if pdl is None else pdl)
+        process = env.current()
+        return cls(fast_attention, process.gemv if gemv is None else gemv, process.pdl if pdl is None else pdl)
 
 
 _current: ContextVar[KernelSwitches | None] = ContextVar("aura_omni_kernel_switches", default=None)

@@ -15,7 +15,7 @@ Every kernel launched with PDL must obey, or it races:
 
 Kernels take a `PDL: tl.constexpr`, start with `begin(PDL)` (or its two steps around their early work) and are
 launched with `**flags(device)`. Off on CPU (the interpreter), before sm_90, and for a stage whose switches say so
-(`kernels.pdl` in the deploy file; process default `AURA_OMNI_PDL=0`, A/B benchmarks: layers/kernel_switches.py).
+(`kernels.pdl` in the deploy file; or the process default, aura_omni/env.py: A/B benchmarks: layers/kernel_switches.py).
 """
 
 import functools
@@ -25,7 +25,6 @@ import torch
 
 from aura_omni.layers import kernel_switches
 
-ENV = kernel_switches.PDL_ENV
 
 try:
     import triton

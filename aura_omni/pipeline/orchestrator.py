@@ -8,10 +8,10 @@ audio chunks, done). Closing that stream (client gone) or a timeout cancels ever
 """
 
 import asyncio
-import os
 import time
 from typing import AsyncIterator, Callable
 
+from aura_omni.deploy import TurnSettings
 from aura_omni.stages.asr.transcript import Transcript
 from aura_omni.placement import session_key
 from aura_omni.pipeline.constants import SILENT_TEXT, TTS_SAMPLE_RATE
@@ -71,12 +71,15 @@ class AuraOmniPipeline:
                  *, sentence_min_chars: int = 30, default_timeout_s: float | None = 300.0,
                  stream_text_to_talker: bool = True, talker_start_words: int = DEFAULT_START_WORDS,
                  max_utterance_chars: int = DEFAULT_MAX_UTTERANCE_CHARS,
-                 on_phases: Callable[[dict[str, float]], None] | None = None):
+                 on_phases: Callable[[dict[str, float]], None] | None = None,
+                 turn_settings: TurnSettings | None = None):
         self.asr, self.aura, self.speech = asr, aura, speech
         self.on_phases = on_phases  # called with each finished turn's TurnTimeline.phases() (the server's metrics)
         # deploy `async_chunk`: AURA's text streams into the Talker while AURA decodes (True: as it comes where the
         # speech stage takes streamed text, else sentence by sentence), or the whole reply once AURA has finished
         self.stream_text_to_talker = stream_text_to_talker
+        # deploy `turn:`: prefix_prefill, stream_talker_text, transcribe_ahead
+        self.turn_settings = turn_settings or TurnSettings()
         self.talker_start_words, self.max_utterance_chars = talker_start_words, max_utterance_chars
         self.sentence_min_chars = sentence_min_chars
         self.default_timeout_s = default_timeout_s
@@ -242,7 +245,7 @@ class AuraOmniPipeline:
         turn's request's to report."""
         await self.encode_vision(req.vision)
         prefill = getattr(self.aura, "prefill_prefix", None)
-        if prefill is not None and turn_vision(req) and os.environ.get("AURA_OMNI_PREFIX_PREFILL", "1") != "0":
+        if prefill is not None and turn_vision(req) and self.turn_settings.prefix_prefill:
             await prefill(aura_prompt(req, None), req.vision, request_id=f"{req.request_id}-aura-prefix")
 
     @staticmethod
@@ -254,7 +257,7 @@ class AuraOmniPipeline:
         return strip_assistant_text(raw).replace(SILENT_TEXT, "")
 
     def _speech_streams_text(self, req: TurnRequest) -> bool:
-        if os.environ.get("AURA_OMNI_STREAM_TALKER_TEXT", "1") == "0":  # A/B runs: sentence by sentence
+        if not self.turn_settings.stream_talker_text:  # A/B runs: sentence by sentence
             return False
         streams_text = getattr(self.speech, "streams_text", None)
         return streams_text is not None and streams_text(req.tts)

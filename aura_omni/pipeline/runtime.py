@@ -170,7 +170,7 @@ class Runtime:
                 SpeechPipelineStage(tts, initial_chunk_frames=codec.first_window,
                                     chunk_frames=codec.codec_chunk_frames) if tts is not None else None,
                 default_timeout_s=self.request_timeout_s, stream_text_to_talker=self.deploy.async_chunk,
-                on_phases=self._turn_phases)
+                on_phases=self._turn_phases, turn_settings=self.deploy.turn)
         return self._pipeline
 
     def _turn_phases(self, phases: dict[str, float]) -> None:
@@ -273,6 +273,11 @@ def load_stage(deploy: DeployConfig, stage: Stage, device: str, dtype: str | Non
         from ..stages.deploy_settings import code2wav_settings  # the Code2Wav stage's fields
 
         model.configure_code2wav(**code2wav_settings(deploy.code2wav_of(stage), deploy.codec_streaming()))
+        if deploy.code2wav_of(stage).stall_s is not None:
+            model.code2wav_loop.stall_s = deploy.code2wav_of(stage).stall_s
+    for attr in ("loop", "talker_loop"):  # the stage's own loop (Code2Wav's is its own stage's, above)
+        if stage.stall_s is not None and (loop := getattr(model, attr, None)) is not None:
+            loop.stall_s = stage.stall_s
     # weights, KV cache and graph captures: what a restart costs, stage by stage (the warm start logs the rest)
     log.info("stage %d (%s) loaded in %.1f s", stage.stage_id, role, time.perf_counter() - t0)
     return model

@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import os
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
 from starlette.requests import HTTPConnection
 
-from .. import __version__
+from .. import __version__, env
 from ..deploy import DeployConfig
 from ..layers import kernel_compiles
 from ..media.limits import Limits
@@ -44,7 +43,6 @@ ENDPOINT_MODULES = [
 ]
 OPEN_PATHS = {"/health", "/"}  # answered without an API key (and the page's assets, OPEN_PREFIX)
 OPEN_PREFIX = "/web/"
-ALLOWED_MEDIA_DOMAINS_ENV = "AURA_OMNI_ALLOWED_MEDIA_DOMAINS"  # comma-separated; remote media is off by default
 
 
 async def check_api_key(conn: HTTPConnection) -> None:
@@ -73,13 +71,13 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
         runtime = Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
         asyncio.run(runtime.warm_up())
         kernel_compiles.mark_ready()
-        log.info("start-up objects frozen out of garbage collection: %d", gc_pauses.freeze())
+        log.info("start-up objects frozen out of garbage collection: %d", gc_pauses.freeze(deploy_config.gc_freeze))
         gc_pauses.watch()  # a long collection stalls every stage at once: timed, in /metrics
     runtime.request_timeout_s = request_timeout_s
     names = [served_model_name] if isinstance(served_model_name, str) else list(served_model_name or [])
     names = names or [main_model(deploy_config)]
     if allowed_media_domains is None:
-        allowed_media_domains = [d for d in os.environ.get(ALLOWED_MEDIA_DOMAINS_ENV, "").split(",") if d.strip()]
+        allowed_media_domains = list(env.current().allowed_media_domains)  # none: remote media is off
     state = ServerState(runtime=runtime, served_model_name=names[0], model_aliases=tuple(names[1:]),
                         api_key=api_key or None, voices=voices,
                         allowed_local_media_path=Path(allowed_local_media_path) if allowed_local_media_path else None,

@@ -6,19 +6,17 @@ Python objects, tokenizers) and live as long as the process. So, once the warm s
 - `freeze()` moves them out of the collector's sight (`gc.freeze`, what long-running Python servers do);
 - `watch()` times every collection (`aura_omni:gc_pause_seconds` by generation), and logs one over LONG_PAUSE_S as a
   warning: a stall of every stage at once, which no stage's own metrics show.
-`AURA_OMNI_GC_FREEZE=0` leaves them in (A/B runs).
+The deploy key `gc_freeze: false` leaves them in (A/B runs).
 """
 
 import gc
 import logging
-import os
 import time
 
 from ..stages.loop_metrics import LatencyHistogram, LatencySnapshot
 
 log = logging.getLogger(__name__)
 LONG_PAUSE_S = 0.05
-FREEZE_ENV = "AURA_OMNI_GC_FREEZE"
 _pauses = {generation: LatencyHistogram() for generation in range(3)}
 _started: list[float] = []
 
@@ -40,9 +38,10 @@ def watch() -> None:
         gc.callbacks.append(_on_collection)
 
 
-def freeze() -> int:
-    """Collect once, then leave every object alive now out of later collections; how many were frozen."""
-    if os.environ.get(FREEZE_ENV, "1") == "0":
+def freeze(enabled: bool = True) -> int:
+    """Collect once, then leave every object alive now out of later collections; how many were frozen. `enabled`:
+    the deploy's `gc_freeze` (off: the A/B run's baseline, nothing frozen)."""
+    if not enabled:
         return 0
     gc.collect()
     gc.freeze()

@@ -21,7 +21,7 @@ def main_model(deploy: DeployConfig) -> str:
 async def health(request: Request):
     """Each stage loop's published counters; 503 while a stage loop is down (`device_lost` names those whose GPU
     failed: they stay down until the process is restarted), or stalled (one step, or one request's admission,
-    running past a minute: stages/loop.py STALLED_S), or while the server drains before it stops (drain.py). Reads,
+    running past its `stall_s`: stages/supervision.py), or while the server drains before it stops (drain.py). Reads,
     never waits: no engine lock."""
     state = request.app.state.server
     stages = state.runtime.stage_stats()

@@ -83,8 +83,8 @@ class Conversation:
             raise ClientError("invalid_item", "item must be an object", param)
         role = item.get("role", "user")
         if item.get("type", "message") != "message" or role not in ("user", "assistant", "system"):
-            raise ClientError("invalid_item", "only message items with role user, assistant or system are "
-                              "supported (AURA has no function calls)", f"{param}.type")
+            raise ClientError("invalid_item", "an item is a message with role user, assistant or system, a "
+                              "function_call or a function_call_output", f"{param}.type")
         texts, images, audio, spoken = [], [], None, False
         for k, part in enumerate(item.get("content") or []):
             kind = part.get("type") if isinstance(part, dict) else None
@@ -121,7 +121,9 @@ class Conversation:
         return samples if samples.size else None
 
     async def _item_create(self, event: dict) -> None:
-        p = self._message(event.get("item"))
+        item = event.get("item")
+        calls = isinstance(item, dict) and item.get("type") in ("function_call", "function_call_output")
+        p = PendingInput(self._function_item(item)) if calls else self._message(item)  # session/tools.py
         new = p.item
         if self.history.get(new.id) is not None:
             raise ClientError("duplicate_item_id", f"item {new.id!r} already exists", "item.id")

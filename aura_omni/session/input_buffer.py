@@ -20,7 +20,6 @@ from .errors import ClientError
 from .events import new_id
 from .history import Item
 from .transcribe_ahead import TranscribeAhead
-from .transcribe_ahead import enabled as transcribe_ahead_enabled
 from .vad import ServerVad
 
 
@@ -125,7 +124,7 @@ class InputBuffer:
                     for resp in list(self.responses):
                         await self._cancel(resp, "barge_in")
             elif ev.kind == "pause":  # the commit's audio is known now, unless the user speaks again
-                if transcribe_ahead_enabled() and self._buffer_speech is not False:
+                if self.pipeline.turn_settings.transcribe_ahead and self._buffer_speech is not False:
                     self.ahead.start(padded, self._asr(self._audio_until(padded)))
             else:
                 self.emit("input_audio_buffer.speech_stopped", audio_end_ms=pos * 1000 // ASR_SAMPLE_RATE,

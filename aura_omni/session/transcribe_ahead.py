@@ -6,20 +6,13 @@ commit will take is known, unless the user speaks again: its transcription start
 the rest of the silence to finish. At the commit the turn takes that transcript instead of running the ASR from its
 commit (about 40 ms on an H200, 100 ms with 8 sessions committing together); speech that resumes cancels it. The
 transcript is the one the commit would have made: the same audio, the same ASR request.
-`AURA_OMNI_TRANSCRIBE_AHEAD=0` turns it off (A/B runs).
+The deploy key `turn: {transcribe_ahead: false}` turns it off (A/B runs).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Coroutine
-
-ENV = "AURA_OMNI_TRANSCRIBE_AHEAD"
-
-
-def enabled() -> bool:
-    return os.environ.get(ENV, "1") != "0"
 
 
 class TranscribeAhead:

@@ -213,3 +213,19 @@ def test_requests_added_together_are_encoded_in_one_batch_and_match_alone(svc):
         svc.model.encode_audio = encode
     assert batches == [2]  # the two voiced clips in one encoder call; silence never reaches the model
     assert got == alone
+
+
+def test_a_stages_stall_limit_is_its_deploy_key(ckpt):
+    import torch
+
+    from aura_omni.deploy import parse_deploy_config
+    from aura_omni.pipeline.runtime import load_stage
+    from aura_omni.stages.supervision import default_stall_s
+
+    deploy = parse_deploy_config({"stages": [{"stage_id": 0, "model": str(ckpt), "devices": "cpu", "stall_s": 5}]})
+    service = load_stage(deploy, deploy.stages[0], "cpu", None, None)
+    try:
+        assert service.loop.stall_s == 5
+    finally:
+        service.close()
+    assert default_stall_s(torch.device("cpu")) == 600 and default_stall_s(torch.device("cuda", 0)) == 60

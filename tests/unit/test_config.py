@@ -309,7 +309,9 @@ def test_code2wav_batch_wait_comes_from_the_connector_and_is_on_by_default():
 def test_kernel_switches_reach_the_stage_engine_config(monkeypatch):
     from aura_omni.stages.deploy_settings import engine_config
 
-    monkeypatch.setenv("AURA_OMNI_GEMV", "0")  # a process default for A/B runs: a stage's own setting wins
+    from aura_omni import env
+
+    monkeypatch.setattr(env, "_current", env.read({env.GEMV: "0"}))  # a process default for A/B runs: a stage's own wins
     cfg = parse_deploy_config(_aura() | {"stages": [dict(s, kernels={"gemv": True, "pdl": False, "prefill_graphs": False})
                                                     if s["stage_id"] == 1 else s for s in _aura()["stages"]]})
     aura, asr = engine_config(cfg.stage(AURA)), engine_config(cfg.stage(ASR))

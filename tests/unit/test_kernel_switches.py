@@ -35,8 +35,9 @@ def test_each_thread_keeps_the_switches_it_entered():
 
 
 def test_the_environment_is_only_the_default(monkeypatch):
-    monkeypatch.setenv(kernel_switches.GEMV_ENV, "0")
-    monkeypatch.setenv(kernel_switches.PDL_ENV, "0")
+    from aura_omni import env
+
+    monkeypatch.setattr(env, "_current", env.read({env.GEMV: "0", env.PDL: "0"}))
     assert KernelSwitches.resolve() == KernelSwitches(gemv=False, pdl=False)
     assert KernelSwitches.resolve(gemv=True, pdl=True) == KernelSwitches()
     with kernel_switches.using(KernelSwitches(pdl=True)):

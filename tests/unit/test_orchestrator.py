@@ -9,6 +9,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from aura_omni.deploy import TurnSettings
 from aura_omni.stages.asr.transcript import Transcript
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
 from aura_omni.pipeline.processors import PipelineRequestError
@@ -308,7 +309,7 @@ class PrefillingAura(ScriptedAura):
             yield d
 
 
-def test_the_prompt_through_the_turns_vision_is_prefilled_while_asr_transcribes(monkeypatch):
+def test_the_prompt_through_the_turns_vision_is_prefilled_while_asr_transcribes():
     """AURA prefills the prompt as known before the transcript (the user turn's vision, no words yet) after encoding
     the vision and before the turn's own request; not for a turn whose vision is all in its history, nor when
     switched off for A/B runs."""
@@ -336,7 +337,7 @@ def test_the_prompt_through_the_turns_vision_is_prefilled_while_asr_transcribes(
     assert timeline == ["prefetch", "asr end", "generate"]
 
     timeline.clear()
-    monkeypatch.setenv("AURA_OMNI_PREFIX_PREFILL", "0")
+    pipeline.turn_settings = TurnSettings(prefix_prefill=False)
     _run(pipeline, TurnRequest("r-off", audio=(np.zeros(16000), 16000), vision=[image], speak=False))
     assert timeline == ["prefetch", "asr end", "generate"]
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import soundfile as sf
 from PIL import Image
 
+from aura_omni.deploy import TurnSettings
 from aura_omni.stages.asr.transcript import Transcript
 from aura_omni.bench.inputs import RECORDED_SPEECH
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline
@@ -100,7 +101,7 @@ class FakeBuilder:
         info = spec.info or {}
         return TurnRequest(request_id, audio=spec.audio, text_parts=list(spec.text_parts), history=list(spec.history),
                            system_prompt=spec.system_prompt, is_speech=info.get("is_speech", True),
-                           speak=True if spec.speak is None else spec.speak, tts=object())
+                           speak=True if spec.speak is None else spec.speak, tts=object(), tool_use=spec.tool_use)
 
 
 class FakeRuntime:
@@ -182,7 +183,7 @@ def test_session_update_refuses_what_aura_cannot_do():
                            "unsupported_audio_format"),
                           ({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 44100}}}},
                            "unsupported_sample_rate"),
-                          ({"tools": [{"type": "function", "name": "f"}]}, "unsupported_tools"),
+                          ({"tools": [{"type": "mcp", "server_label": "x"}]}, "unsupported_tool"),
                           ({"turn_detection": {"threshold": 3}}, "invalid_value")):
         with pytest.raises(SessionConfigError) as e:
             SessionConfig().with_update(session)
@@ -597,8 +598,8 @@ async def test_speech_that_resumes_after_the_pause_is_transcribed_again_whole(mo
     whole = (736 + 200) * 16  # up to the second speech's end and its pad
     assert rt.heard == [(320 + 200) * 16, whole] and done["transcript"] == f"heard {whole} samples"
 
-    monkeypatch.setenv("AURA_OMNI_TRANSCRIBE_AHEAD", "0")  # off: the turn transcribes after the commit
     rt = AheadRuntime()
+    rt.pipeline.turn_settings = TurnSettings(transcribe_ahead=False)  # off: the turn transcribes after the commit
     s = vad_session(rt, [0.9] * 10 + [0.0] * 20)
     s.config = s.config.with_update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(30))
@@ -899,6 +900,15 @@ async def test_response_create_with_nothing_new_greets_from_the_instructions():
     assert [i.role for i in s.history.items] == ["assistant"]  # the greeting is the conversation's first item
 
 
+@pytest.mark.asyncio
+async def test_a_duplex_session_keeps_refusing_a_response_with_nothing_to_answer():
+    s = new_session(duplex=True)
+    await s.send("session.update", session={})
+    await s.send("response.create")
+    assert (await until(s, "error"))[-1]["error"]["code"] == "response_create_without_input"  # vLLM-Omni's contract
+    assert not s.responses
+
+
 def user_text(text: str) -> dict:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
@@ -954,3 +964,22 @@ async def test_every_error_event_is_logged_with_its_code_and_session(caplog):
     assert error["code"] == "input_audio_buffer_commit_empty"  # OpenAI's code in an OpenAI session
     record = next(r for r in caplog.records if "input_audio_buffer_commit_empty" in r.getMessage())
     assert record.levelname == "INFO" and s.id in record.getMessage() and "c7" in record.getMessage()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("session, beta", [
+    ({"modalities": ["audio", "text"], "turn_detection": None}, True),  # the beta flat shape, without its header
+    ({"type": "realtime", "audio": {"input": {"turn_detection": None}}}, False),
+    ({"instructions": "Be brief.", "voice": "vivian"}, False),  # fields of either shape: GA stays
+])
+async def test_without_the_beta_header_the_first_session_update_picks_the_dialect(session, beta):
+    s = RealtimeSession(FakeRuntime(), FakeBuilder(), model="tiny", beta=None)  # the transport's, without a header
+    s.start()
+    await s.send("session.update", session=session)
+    s.config = dataclasses.replace(s.config, turn_detection=None)
+    await s.send("conversation.item.create", item=user_text("hi"))
+    await s.send("response.create")
+    types = {e.type for e in await until(s, "response.done")}
+    assert ("response.audio.delta" in types) == beta and ("response.output_audio.delta" in types) != beta
+    await s.send("session.update", session={"modalities": ["text"]})  # settled: a later update changes nothing
+    assert s.dialect.name == ("beta" if beta else "ga")
