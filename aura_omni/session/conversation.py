@@ -53,7 +53,7 @@ class Conversation:
         """The transcript of a user item's audio: the pipeline's ASR under the options a turn of this session has
         (extra_body's asr_language, asr_context, sampling_params_list's ASR entry), read by the same builder."""
         spec = self._spec(self.config, [], [], audio, history=[])
-        spec.speak = False  # the ASR's options only: no TTS template (a cloned voice's prompt) is made
+        spec.speak, spec.tool_use = False, None  # the ASR's options only: no TTS template, no tool grammar is made
         return await self.pipeline.transcribe(await self.builder.build(spec, new_id("transcription")))
 
     async def _transcribe(self, p: PendingInput, ahead: asyncio.Task | None = None) -> None:
