@@ -9,7 +9,7 @@ audio chunks, done). Closing that stream (client gone) or a timeout cancels ever
 
 import asyncio
 import time
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 from aura_omni.deploy import TurnSettings
 from aura_omni.stages.asr.transcript import Transcript
@@ -28,6 +28,9 @@ from aura_omni.pipeline.stage_api import AsrStage, AuraStage, SpeechStage
 from aura_omni.pipeline.tool_calls import ReplyStream
 from aura_omni.pipeline.turn import (AudioChunk, TextDelta, TextDone, TranscriptReady, TurnDone, TurnEvent,
                                      TurnRequest, TurnTimeline)
+
+
+T = TypeVar("T")
 
 
 class TurnTimeout(TimeoutError):
@@ -139,11 +142,7 @@ class AuraOmniPipeline:
         if req.audio is not None:
             if session_key.get() is None:  # the prefix prefill and the turn's request go to one AURA replica (Ray)
                 session_key.set(req.request_id)
-            ahead = asyncio.create_task(self.prepare_aura(req))
-            try:
-                transcript = await self.transcribe(req)
-            finally:
-                await settle(ahead, cancel=transcript is None)
+            transcript = await self.beside_aura(self.transcribe(req), req)
             events.put_nowait(TranscriptReady(transcript.text, transcript.language))
             timeline.mark("asr")
         prompt = aura_prompt(req, transcript)
@@ -235,6 +234,21 @@ class AuraOmniPipeline:
         request that shows it: a realtime session's camera window as it arrives. Its failures are that request's to
         report."""
         await settle(prefetch_vision(self.aura, vision))
+
+    async def beside_aura(self, words: Awaitable[T], prefix: TurnRequest | Callable[[], Awaitable[TurnRequest]]) -> T:
+        """`words` (a turn's transcription, the session's of its items) awaited while AURA prepares the prompt up to
+        them (`prepare_aura` of `prefix`, a request or the coroutine that builds it); the preparation is stopped if
+        the words fail or are cancelled, else awaited, so the turn's request finds its prefix cached."""
+        async def prepare() -> None:
+            await self.prepare_aura(prefix if isinstance(prefix, TurnRequest) else await prefix())
+
+        ahead, heard = asyncio.create_task(prepare()), False
+        try:
+            result = await words
+            heard = True
+            return result
+        finally:
+            await settle(ahead, cancel=not heard)
 
     async def prepare_aura(self, req: TurnRequest) -> None:
         """AURA's share of a turn that needs no words, done while they are still being made (this turn's ASR, a

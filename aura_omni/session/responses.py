@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..media.wire_audio import OutputStream
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..request.errors import api_error, internal_error
-from ..pipeline.orchestrator import TurnTimeout, settle
+from ..pipeline.orchestrator import TurnTimeout
 from ..placement import session_key
 from .config import SessionConfig
 from .conversation import PendingInput
@@ -177,14 +177,9 @@ class Responses:
             for old in draining[:-1]:  # at most one reply drains while this one runs
                 await self._cancel(old, "new_response")
             transcribing = [p.transcription for p in resp.inputs if p.transcription is not None]
-            early = (asyncio.create_task(self._prepare_aura(resp)) if any(not t.done() for t in transcribing)
-                     else None)
-            try:
-                await asyncio.gather(*transcribing, return_exceptions=True)
-            except BaseException:
-                await settle(early, cancel=True)
-                raise
-            await settle(early)
+            if any(not t.done() for t in transcribing):  # AURA prefills the prompt up to the words meanwhile
+                await self.pipeline.beside_aura(asyncio.gather(*transcribing, return_exceptions=True),
+                                                lambda: self._turn_request(resp, words=False))
             req = await self._turn_request(resp)
             if req.audio is None:  # with audio, after its transcript (vLLM-Omni's order)
                 self._created(resp)

@@ -34,11 +34,6 @@ class TurnRequests:
                         info_param="session.extra_body", voice_param="session.audio.output.voice",
                         tool_use=session_tool_use(config))
 
-    async def _prepare_aura(self, resp: Response) -> None:
-        """While the turn's speech is still being transcribed (a commit, then response.create): the prompt as known
-        without its words goes to the pipeline's `prepare_aura`, as the pipeline's own ASR path does."""
-        await self.pipeline.prepare_aura(await self._turn_request(resp, words=False))
-
     async def _turn_request(self, resp: Response, words: bool = True):
         """The turn's request; `words=False`: without its words (audio, texts) or speech, the same prompt up to them."""
         return await self._request(resp.config, resp.inputs, resp.id, words, resp.item_id, history=resp.context)
