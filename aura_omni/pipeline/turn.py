@@ -95,7 +95,8 @@ class TurnDone:
     tool_calls: list = field(default_factory=list)  # pipeline.tool_calls.ToolCall, in call order
 
 
-TurnEvent = TranscriptReady | TextDelta | TextDone | AudioChunk | TurnDone  # and pipeline.tool_calls.CallDelta with tools
+# and pipeline.tool_calls.CallDelta with tools
+TurnEvent = TranscriptReady | TextDelta | TextDone | AudioChunk | TurnDone
 
 
 @dataclass
