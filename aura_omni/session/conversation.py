@@ -16,7 +16,7 @@ from ..media.wire_audio import WIDTHS, decode
 from ..pipeline.constants import ASR_SAMPLE_RATE
 from .errors import ClientError
 from .events import new_id
-from .history import History, Item
+from .history import FunctionCall, History, Item
 
 
 @dataclass
@@ -157,7 +157,7 @@ class Conversation:
 
     async def _item_truncate(self, event: dict) -> None:
         item = self._item(event)
-        if item.role != "assistant":
+        if item.role != "assistant" or isinstance(item, FunctionCall):
             raise ClientError("invalid_item", "only assistant audio can be truncated", "item_id")
         end = event.get("audio_end_ms")
         if isinstance(end, bool) or not isinstance(end, (int, float)) or end < 0:
