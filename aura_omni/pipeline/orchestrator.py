@@ -221,8 +221,8 @@ class AuraOmniPipeline:
 
     async def transcribe(self, req: TurnRequest) -> Transcript:
         """The request's speech as ASR hears it, under the request's ASR options (language, context, the ASR stage's
-        sampling, seed included): the one way into ASR, for a turn and for a realtime session's transcriptions (at a
-        commit, or ahead of it in the VAD's silence)."""
+        sampling, seed included): the one way into ASR, for a turn, a realtime session's transcriptions (at a commit,
+        or ahead of it in the VAD's silence) and /v1/audio/transcriptions."""
         if self.asr is None:
             raise PipelineRequestError("this deployment has no ASR stage; send text instead of audio")
         samples, sr = req.audio
