@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..media.wire_audio import OutputStream
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..request.errors import api_error, internal_error
-from ..pipeline.orchestrator import TurnTimeout, settle
+from ..pipeline.orchestrator import TurnTimeout
 from ..placement import session_key
 from .config import SessionConfig
 from .conversation import PendingInput
@@ -36,7 +36,7 @@ class Response:
     item: Item | None = None  # the assistant item, once AURA says something
     output: list[Item] = field(default_factory=list)  # its output items in order: the assistant item, its calls
     task: asyncio.Task | None = None
-    aura_final: asyncio.Event = field(default_factory=asyncio.Event)
+    aura_final: asyncio.Event = field(default_factory=asyncio.Event)  # its text is whole (the turn's TextDone)
     cancelled: bool = False
     started: bool = False  # response.created sent
     text: str = ""
@@ -122,8 +122,6 @@ class Responses:
                         context=context)
         if given is None and not out_of_band:
             self.pending = []
-        if self._watch is not None:
-            self._watch.final[f"{resp.id}-aura"] = resp.aura_final
         previous = list(self.responses)
         self.responses.append(resp)
         resp.task = asyncio.create_task(self._run(resp, previous))
@@ -169,8 +167,6 @@ class Responses:
             item.done = True
         if resp in self.responses:
             self.responses.remove(resp)
-        if self._watch is not None:
-            self._watch.final.pop(f"{resp.id}-aura", None)
         resp.aura_final.set()
 
     def _response_view(self, resp: Response, status: str, reason: str | None = None, **fields) -> ResponseView:
@@ -187,14 +183,9 @@ class Responses:
             for old in draining[:-1]:  # at most one reply drains while this one runs
                 await self._cancel(old, "new_response")
             transcribing = [p.transcription for p in resp.inputs if p.transcription is not None]
-            early = (asyncio.create_task(self._prepare_aura(resp)) if any(not t.done() for t in transcribing)
-                     and hasattr(self.pipeline, "prepare_aura") else None)
-            try:
-                await asyncio.gather(*transcribing, return_exceptions=True)
-            except BaseException:
-                await settle(early, cancel=True)
-                raise
-            await settle(early)
+            if any(not t.done() for t in transcribing):  # AURA prefills the prompt up to the words meanwhile
+                await self.pipeline.beside_aura(asyncio.gather(*transcribing, return_exceptions=True),
+                                                lambda: self._turn_request(resp, words=False))
             req = await self._turn_request(resp)
             if req.audio is None:  # with audio, after its transcript (vLLM-Omni's order)
                 self._created(resp)
