@@ -339,17 +339,6 @@ class Code2Wav(nn.Module):
             return self.pre_conv.conv.weight.new_zeros(0)
         return self.forward(codes[None], state)[0]
 
-    @torch.inference_mode()
-    def decode_stream_batch(self, states: list[Code2WavStream], codes: torch.Tensor) -> torch.Tensor:
-        """Next n frames of B requests at once: codes [B, n, 16] -> [B, n * 1920]; each state advances."""
-        codes = self.check_codes(codes, batched=True)
-        if codes.shape[0] != len(states):
-            raise CodecInputError(f"{codes.shape[0]} rows of codes for {len(states)} streams")
-        batched = Code2WavStream.stack(states)
-        wav = self.forward(codes, batched)
-        batched.unstack_into(states)
-        return wav
-
     # -- whole utterances -----------------------------------------------------------------------
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor, chunk_frames: int = REFERENCE_CHUNK_FRAMES,
@@ -357,17 +346,6 @@ class Code2Wav(nn.Module):
         """codes [T, 16] -> waveform [T * 1920], windowed like qwen-tts (identical to one pass for T <= 300)."""
         codes = self.check_codes(codes, batched=False)
         return self._chunked(codes[None], chunk_frames, left_context_frames)[0]
-
-    @torch.inference_mode()
-    def decode_batch(self, codes: torch.Tensor, chunk_frames: int = REFERENCE_CHUNK_FRAMES,
-                     left_context_frames: int = REFERENCE_LEFT_CONTEXT_FRAMES) -> list[torch.Tensor]:
-        """codes [B, T, 16] right-padded with -1 -> one waveform per row, cut to its frames with code0 > -1."""
-        if codes.dim() != 3:
-            raise CodecInputError(f"batched codes must be [B, T, {NUM_CODE_GROUPS}], got {tuple(codes.shape)}")
-        lengths = (codes[..., 0] > -1).sum(1) * self.samples_per_frame
-        codes = self.check_codes(codes.clamp(min=0), batched=True)
-        wav = self._chunked(codes, chunk_frames, left_context_frames)
-        return [w[:int(n)] for w, n in zip(wav, lengths)]
 
     def _chunked(self, codes: torch.Tensor, chunk: int, left: int) -> torch.Tensor:
         out, start, total = [], 0, codes.shape[1]
