@@ -22,6 +22,7 @@ class AudioDecodeError(ValueError):
 DEFAULT_MAX_AUDIO_SECONDS = 20 * 60.0  # callers pass their own limit (e.g. 60 s for TTS reference audio)
 MAX_AUDIO_CHANNELS = 8  # 7.1 surround; more is no speech recording
 MAX_AUDIO_SAMPLE_RATE = 192_000
+SILENT_PEAK = 1.0 / 32768  # a peak below one 16-bit step: digital silence, no voice to clone
 _BLOCK_FRAMES = 1 << 16
 # What libsndfile cannot read and ffmpeg (PyAV, the `video` extra) decodes here: phones' m4a/mp4 (AAC), bare AAC
 # (ADTS) and browsers' WebM (Opus). Other containers ffmpeg knows are not opened: less untrusted parsing.
@@ -115,6 +116,17 @@ def _decode_with_av(data: bytes, max_seconds: float, max_sample_rate: int) -> tu
     if n == 0:
         raise AudioDecodeError("audio has no samples")
     return np.concatenate(parts).astype(np.float32, copy=False), sr
+
+
+def checked_samples(wav: np.ndarray) -> np.ndarray:
+    """Decoded float samples as the stages take them: finite (NaN or infinity is refused) and within [-1, 1]. A float
+    file or a pcm_f32le stream can hold any float32; past full scale is clipping, as any playback would, and keeps
+    an absurd level (1e30) from overflowing the features into infinities inside a stage."""
+    if not np.isfinite(wav).all():
+        raise AudioDecodeError("audio contains NaN or infinite samples")
+    if wav.size and float(np.abs(wav).max()) > 1.0:
+        wav = np.clip(wav, -1.0, 1.0)
+    return wav
 
 
 def resample(wav: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:

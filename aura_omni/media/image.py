@@ -19,11 +19,21 @@ IMAGE_FORMATS = ("JPEG", "PNG", "WEBP")
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?)(?P<b64>;base64)?,(?P<data>.*)$", re.S)
 
 
-def decode_data_url(url: str) -> bytes:
-    """`data:<mime>;base64,<payload>` -> bytes."""
+# media types a data URL of each kind may declare (by the part before the "/"); `application/...` (octet-stream,
+# ogg, mp4) and none are always taken, the bytes decide. Video files take images (ffmpeg reads a GIF or PNG as frames).
+DECLARED_KINDS = {"image": ("image",), "video": ("video", "image"), "audio": ("audio", "video")}
+
+
+def decode_data_url(url: str, kind: str = "image") -> bytes:
+    """`data:<mime>;base64,<payload>` -> bytes; a declared type of another kind (`data:audio/wav` as an image) is
+    refused, so the error names the mix-up instead of a decoder's confusion."""
     m = _DATA_URL.match(url)
     if m is None or not m.group("b64"):
         raise MediaError("expected a base64 data URL (data:<type>;base64,<payload>)")
+    major = (m.group("mime") or "").split("/")[0].lower()
+    if major in ("image", "audio", "video", "text") and major not in DECLARED_KINDS.get(kind, (major,)):
+        raise MediaError(f"a data:{m.group('mime')} URL is not {'an' if kind[0] in 'aeiou' else 'a'} {kind}; "
+                         f"send {kind} data (data:{DECLARED_KINDS[kind][0]}/...)")
     return decode_base64(m.group("data"))
 
 
@@ -88,7 +98,7 @@ def media_bytes(source: str | bytes, kind: str, limits: MediaLimits, allowed_dom
     elif not isinstance(source, str) or not source:
         raise MediaError(f"{kind} must be a data URL, an allowed http(s) URL or base64 text")
     elif source.startswith("data:"):
-        data = decode_data_url(source)
+        data = decode_data_url(source, kind)
     elif source.startswith(("http://", "https://")):
         data = fetch_remote(source, allowed_domains, max_bytes)
     else:

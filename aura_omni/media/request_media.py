@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .audio import AudioDecodeError, decode_audio
+from .audio import SILENT_PEAK, AudioDecodeError, checked_samples, decode_audio
 from .image import decode_base64, decode_image, media_bytes
 from .limits import Limits, MediaError
 from .video import decode_video
@@ -95,8 +95,7 @@ def load_audio(source: str | bytes | tuple[np.ndarray, int], policy: MediaPolicy
             raise AudioDecodeError(f"audio must be non-empty mono samples with a positive rate (got {wav.shape}, {sr})")
     else:
         wav, sr = decode_audio(source_bytes(source, "audio", policy), max_seconds, policy.limits.max_audio_sample_rate)
-    if not np.isfinite(wav).all():
-        raise AudioDecodeError("audio contains NaN or infinite samples")
+    wav = checked_samples(wav)
     if len(wav) / sr > max_seconds:
         raise AudioDecodeError(f"audio is {len(wav) / sr:.0f} s; at most {max_seconds:.0f} s: send a shorter clip")
     return wav, int(sr)
@@ -107,8 +106,11 @@ def load_reference_audio(source, policy: MediaPolicy) -> tuple[np.ndarray, int]:
     `load_audio` takes, at most `max_ref_audio_seconds` long (checked from the header, before decoding)."""
     if isinstance(source, str) and not source.strip():
         raise AudioDecodeError("reference audio is empty; send base64 audio or a data URL")
-    return load_audio(source.strip() if isinstance(source, str) else source, policy,
-                      policy.limits.max_ref_audio_seconds)
+    wav, sr = load_audio(source.strip() if isinstance(source, str) else source, policy,
+                         policy.limits.max_ref_audio_seconds)
+    if float(np.abs(wav).max()) < SILENT_PEAK:
+        raise AudioDecodeError("reference audio is silent; send a recording of the voice, a few seconds long")
+    return wav, sr
 
 
 @functools.lru_cache(maxsize=8)

@@ -71,7 +71,13 @@ def decode_video(data: bytes, limits: MediaLimits = MediaLimits(), fps: float = 
         with av.open(io.BytesIO(data)) as container:
             for i, frame in enumerate(container.decode(video=0)):
                 if i in want:
-                    kept[i] = frame.to_ndarray(format="rgb24")
+                    # a stream may change size midway: each frame is checked, and all must match to stack
+                    limits.check_pixels(frame.height, frame.width, "video frame")
+                    rgb = frame.to_ndarray(format="rgb24")
+                    if kept and rgb.shape != (first := next(iter(kept.values()))).shape:
+                        raise MediaError(f"the video changes frame size midway ({first.shape[1]}x{first.shape[0]}, "
+                                         f"then {frame.width}x{frame.height}); send frames of one size")
+                    kept[i] = rgb
                 if i >= wanted[-1]:
                     break
     except MediaError:

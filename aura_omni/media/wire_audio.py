@@ -10,6 +10,7 @@ Input is resampled to ASR's 16 kHz by the session; output, made at 24 kHz, is re
 import numpy as np
 import soxr
 
+from .audio import checked_samples
 from .encode import to_pcm16
 
 G711_RATE = 8000
@@ -61,11 +62,11 @@ def alaw_encode(pcm: np.ndarray) -> np.ndarray:
 
 
 def decode(raw: bytes, fmt: str) -> np.ndarray:
-    """Bytes of whole samples in `fmt` (a key of WIDTHS) -> float32 samples in [-1, 1]."""
+    """Bytes of whole samples in `fmt` (a key of WIDTHS) -> float32 samples in [-1, 1] (AudioDecodeError: NaN)."""
     if fmt in _DECODE:
         return _DECODE[fmt][np.frombuffer(raw, np.uint8)].astype(np.float32) / 32768.0
-    if fmt == "pcm_f32le":
-        return np.frombuffer(raw, "<f4").astype(np.float32)
+    if fmt == "pcm_f32le":  # any float32 may arrive: NaN is refused, past full scale clipped
+        return checked_samples(np.frombuffer(raw, "<f4").astype(np.float32))
     return np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0
 
 

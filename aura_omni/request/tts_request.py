@@ -151,10 +151,16 @@ def check_tts(ask: TTSAsk, ctx: TalkerContext) -> TTSPlan:
                     code="missing_ref_text")
             reference = ask.ref_audio
         elif registered is None:
-            got = f"{name!r} is not a registered voice" if name else "no voice was given"
+            presets = sorted(ctx.tts.speakers or [])  # a CustomVoice Talker deployed beside this one
+            if not name:
+                got = "no voice was given"
+            elif presets:
+                got = f"{name!r} is neither a registered voice nor a preset speaker ({', '.join(presets)})"
+            else:
+                got = (f"{name!r} is not a registered voice (preset speakers such as Vivian need a CustomVoice "
+                       f"checkpoint, which this deployment does not serve)")
             raise PipelineRequestError(
-                f"{ask.param('voice')}: a Base checkpoint clones a reference voice and {got} (preset speakers such "
-                f"as Vivian need a CustomVoice checkpoint, which this deployment does not serve); send "
+                f"{ask.param('voice')}: a Base checkpoint clones a reference voice and {got}; send "
                 f"{ask.param('ref_audio')} (with {ask.param('ref_text')}) or register a voice with "
                 f"POST /v1/audio/voices", param=ask.param("voice"), code="missing_reference")
         instruct = None

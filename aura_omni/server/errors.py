@@ -89,49 +89,40 @@ _PLAIN_HTTP_DETAILS = {
 }
 
 
-def answered(request: Request, err: APIError) -> JSONResponse:
-    """The error's answer; a client's error (4xx) is logged at INFO with its code and the request it answers."""
-    if err.status < 500:
-        log.info("%s %s: %d %s: %s", request.method, request.url.path, err.status, err.code or err.type, err.message)
-    return error_response(err)
-
-
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError):
-        return answered(request, exc)
+    async def _api_error(_: Request, exc: APIError):
+        return error_response(exc)
 
     @app.exception_handler(StageNotDeployedError)
-    async def _stage_not_deployed(request: Request, exc: StageNotDeployedError):
-        return answered(request, APIError(str(exc), 400, code="stage_not_deployed"))
+    async def _stage_not_deployed(_: Request, exc: StageNotDeployedError):
+        return error_response(APIError(str(exc), 400, code="stage_not_deployed"))
 
     @app.exception_handler(StageUnavailableError)
-    async def _stage_unavailable(request: Request, exc: StageUnavailableError):
-        return answered(request, APIError(str(exc), 503, code=exc.code))
+    async def _stage_unavailable(_: Request, exc: StageUnavailableError):
+        return error_response(APIError(str(exc), 503, code=exc.code))
 
     @app.exception_handler(StageError)  # here, not under `Exception`: Starlette re-raises what that one answers
-    async def _stage_failed(request: Request, exc: StageError):
-        return answered(request, stage_error(exc))
+    async def _stage_failed(_: Request, exc: StageError):
+        return error_response(stage_error(exc))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError):
-        return answered(request, validation_error(exc))
+    async def _validation(_: Request, exc: RequestValidationError):
+        return error_response(validation_error(exc))
 
     @app.exception_handler(json.JSONDecodeError)
-    async def _bad_json(request: Request, exc: json.JSONDecodeError):
-        return answered(request, APIError(f"request body is not valid JSON ({exc.msg})", code="invalid_json"))
+    async def _bad_json(_: Request, exc: json.JSONDecodeError):
+        return error_response(APIError(f"request body is not valid JSON ({exc.msg})", code="invalid_json"))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException):
+    async def _http(_: Request, exc: StarletteHTTPException):
         message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         message = _PLAIN_HTTP_DETAILS.get((exc.status_code, message), message)
-        if exc.status_code < 500:
-            log.info("%s %s: %d: %s", request.method, request.url.path, exc.status_code, message)
         return JSONResponse(error_body(message, exc.status_code), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
-    async def _request_error(request: Request, exc: Exception):
-        return answered(request, client_error(exc))
+    async def _request_error(_: Request, exc: Exception):
+        return error_response(client_error(exc))
 
     for error_type in request_error_types():  # handled here, not re-raised to the server's error log
         app.add_exception_handler(error_type, _request_error)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 from typing import Awaitable, Callable
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
@@ -32,7 +31,6 @@ from .request_ids import REQUEST_ID, log_refused_socket
 from .websocket_auth import accepted_subprotocol, check_api_key
 
 router = APIRouter()
-log = logging.getLogger("aura_omni.server")
 
 MAX_EVENT_BYTES = 15 * 1024 * 1024  # OpenAI: one client event carries at most 15 MiB (uvicorn closes at 16 MiB)
 POLICY_VIOLATION, SERVICE_RESTART, TRY_AGAIN_LATER = 1008, 1012, 1013  # WebSocket close codes

@@ -1,7 +1,9 @@
 """Realtime sessions: one state machine (`RealtimeSession`) behind `WS /v1/realtime` and `Omni.session()`.
 
 The session turns client events (OpenAI Realtime names, plus vLLM-Omni's duplex extensions) into pipeline
-turns and typed server events. It never imports the HTTP server; transports only move JSON.
+turns and typed server events, in one wire dialect per session (`dialects/`: OpenAI GA, OpenAI beta, duplex).
+`handler.py` dispatches each client event to the room that holds its state (input buffer, camera, conversation,
+responses, resume). It never imports the HTTP server; transports only move JSON.
 """
 
 from .config import SessionConfig, SessionConfigError

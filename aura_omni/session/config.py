@@ -4,7 +4,7 @@ A new session starts from its dialect's defaults (`SessionConfig.for_session`): 
 or vLLM-Omni duplex's (push-to-talk, 16 kHz input, `ack_only`). Only the fields a client sends change. OpenAI's
 values are served: `semantic_vad` is the server VAD with a silence wait set by its eagerness, and OpenAI voice names
 are aliases of Talker voices (`voice_aliases`). What this server cannot do is refused with the field's name (an input
-or output rate it does not serve, tools) rather than ignored; fields that change nothing here (tracing, noise
+or output rate it does not serve) rather than ignored; tools are checked as OpenAI checks them (session/tools.py); fields that change nothing here (tracing, noise
 reduction, input transcription model) are accepted and echoed.
 """
 
@@ -19,6 +19,8 @@ from ..media.wire_audio import G711, G711_RATE
 from ..request.additional_information import AdditionalInformation
 from ..pipeline.constants import ASR_SAMPLE_RATE, TTS_SAMPLE_RATE
 from ..pipeline.processors import PipelineRequestError
+from .errors import ClientError
+from .tools import TOOL_KEYS, tool_settings
 
 INPUT_SAMPLE_RATES = (16000, 24000)  # pcm16 input the session resamples to ASR's 16 kHz
 OPENAI_INPUT_SAMPLE_RATE = 24000  # OpenAI Realtime's pcm16 is 24 kHz
@@ -98,6 +100,9 @@ class SessionConfig:
     playback_commit_policy: str = "commit_all_on_done"
     transcription: dict | None = None  # echoed; ASR always transcribes
     voice_aliases: Mapping[str, str | None] = field(default_factory=dict)  # session_voice_aliases()
+    tools: tuple[dict, ...] = ()  # flat realtime function tools (session/tools.py)
+    tool_choice: str | dict = "auto"
+    parallel_tool_calls: bool | None = None  # None: one call per reply
 
     @classmethod
     def for_session(cls, *, duplex: bool, speak: bool = True, voice_aliases: Mapping[str, str] | None = None,
@@ -112,9 +117,10 @@ class SessionConfig:
         return cls(speak=speak, input_sample_rate=OPENAI_INPUT_SAMPLE_RATE, turn_detection=TurnDetection(),
                    playback_commit_policy="commit_all_on_done", voice_aliases=aliases)
 
-    def with_update(self, session: Any) -> SessionConfig:
+    def with_update(self, session: Any, where: str = "session") -> SessionConfig:
+        """The settings after a session.update's `session` (or, `where` "response", one response.create's)."""
         if not isinstance(session, dict):
-            raise SessionConfigError("session", "must be an object")
+            raise SessionConfigError(where, "must be an object")
         audio = _obj(session.get("audio"), "session.audio")
         audio_in = _obj(audio.get("input"), "session.audio.input")
         audio_out = _obj(audio.get("output"), "session.audio.output")
@@ -153,8 +159,11 @@ class SessionConfig:
         if tokens is not None:
             changes["max_output_tokens"] = None if tokens == "inf" else int(
                 _number(tokens, "session.max_output_tokens", 1, math.inf, integer=True))
-        if session.get("tools"):
-            raise SessionConfigError("session.tools", "AURA has no tool calling; send no tools", "unsupported_tools")
+        if any(k in session for k in TOOL_KEYS):
+            try:
+                changes.update(tool_settings(session, self.tools, self.tool_choice, where))
+            except ClientError as e:
+                raise SessionConfigError(e.param, str(e).removeprefix(f"{e.param}: "), e.code) from None
         if "extra_body" in session:
             changes.update(_extra_body(session["extra_body"], self.info))
         return dataclasses.replace(self, **changes)
@@ -201,7 +210,7 @@ class SessionConfig:
             "temperature": self.temperature,
             "max_output_tokens": self.max_output_tokens if self.max_output_tokens is not None else "inf",
             "max_response_output_tokens": self.max_output_tokens if self.max_output_tokens is not None else "inf",
-            "tools": [], "tool_choice": "none", "extra_body": self.extra_body_json(),
+            "tools": list(self.tools), "tool_choice": self.tool_choice, "extra_body": self.extra_body_json(),
         }
 
 

@@ -50,7 +50,8 @@ class Conversation:
         return ids[k - 1] if k > 0 else None
 
     def _asr(self, audio: np.ndarray):
-        """The transcription of a user item's audio (a coroutine), with the session's ASR settings as a turn has them."""
+        """The transcription of a user item's audio (a coroutine), with the session's ASR settings as a turn has
+        them."""
         info = self.config.info
         asr = (self.config.stage_sampling or [None])[0] or {}  # sampling_params_list's ASR entry, as in a turn
         return self.runtime.transcribe(audio, ASR_SAMPLE_RATE, language=info.get("asr_language"),
@@ -67,7 +68,7 @@ class Conversation:
             self.emit("conversation.item.input_audio_transcription.failed", item_id=p.item.id, content_index=0,
                       error={"type": "server_error", "code": "transcription_failed", "message": str(e)})
             return
-        self._transcribed(p, getattr(result, "text", result))
+        self._transcribed(p, result.text)
 
     def _transcribed(self, p: PendingInput, text: str) -> None:
         seconds = round(len(p.audio) / ASR_SAMPLE_RATE, 3) if p.audio is not None else 0.0
@@ -84,8 +85,8 @@ class Conversation:
             raise ClientError("invalid_item", "item must be an object", param)
         role = item.get("role", "user")
         if item.get("type", "message") != "message" or role not in ("user", "assistant", "system"):
-            raise ClientError("invalid_item", "only message items with role user, assistant or system are "
-                              "supported (AURA has no function calls)", f"{param}.type")
+            raise ClientError("invalid_item", "an item is a message with role user, assistant or system, a "
+                              "function_call or a function_call_output", f"{param}.type")
         texts, images, audio, spoken = [], [], None, False
         for k, part in enumerate(item.get("content") or []):
             kind = part.get("type") if isinstance(part, dict) else None
@@ -122,7 +123,9 @@ class Conversation:
         return samples if samples.size else None
 
     async def _item_create(self, event: dict) -> None:
-        p = self._message(event.get("item"))
+        item = event.get("item")
+        calls = isinstance(item, dict) and item.get("type") in ("function_call", "function_call_output")
+        p = PendingInput(self._function_item(item)) if calls else self._message(item)  # session/tools.py
         new = p.item
         if self.history.get(new.id) is not None:
             raise ClientError("duplicate_item_id", f"item {new.id!r} already exists", "item.id")

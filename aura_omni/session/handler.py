@@ -2,7 +2,7 @@
 
 Rooms: the input buffer and VAD (`input_buffer.py`), the camera (`camera.py`), the conversation's items and history
 (`conversation.py`), the responses (`responses.py`) and their output (`reply_stream.py`), the turn request
-(`turn_request.py`), resume (`resume.py`). Events leave in the session's one wire dialect (`dialects/`: OpenAI GA,
+(`turn_request.py`), function calls (`tools.py`), resume (`resume.py`). Events leave in the session's one wire dialect (`dialects/`: OpenAI GA,
 OpenAI beta, vLLM-Omni duplex). Bad client input is answered with an `error` event; the session carries on.
 """
 
@@ -27,6 +27,7 @@ from .input_buffer import InputBuffer
 from .reply_stream import ReplyStream
 from .responses import Response, Responses
 from .resume import Resume
+from .tools import FunctionCalls, session_param
 from .turn_request import TurnRequests, session_pipeline
 
 log = logging.getLogger("aura_omni.session")
@@ -38,7 +39,7 @@ def new_session_id(duplex: bool) -> str:
     return f"duplex-{uuid.uuid4().hex}" if duplex else new_id("sess")
 
 
-class RealtimeSession(InputBuffer, Camera, Conversation, Responses, ReplyStream, TurnRequests, Resume):
+class RealtimeSession(InputBuffer, Camera, Conversation, Responses, ReplyStream, FunctionCalls, TurnRequests, Resume):
     """Feed client events with `handle(event)`; read server events with `next_event()` / `async for`."""
 
     def __init__(self, runtime, builder: TurnBuilder, *, model: str, duplex: bool = False,
@@ -114,9 +115,9 @@ class RealtimeSession(InputBuffer, Camera, Conversation, Responses, ReplyStream,
         """OpenAI sessions exist from connect; duplex sessions from their first `session.update`."""
         if not self.started:
             self.started = True
-            self.emit("session.created", session=self._session_json(), **self._attachment())
+            self.emit("session.created", session=self._session_view(), **self._attachment())
 
-    def _session_json(self) -> SessionView:
+    def _session_view(self) -> SessionView:
         out = {"epoch": self.epoch, "playback": self._playback(None)}
         if self.duplex:
             out["capabilities"] = {
@@ -192,7 +193,7 @@ class RealtimeSession(InputBuffer, Camera, Conversation, Responses, ReplyStream,
             self.dialect = dialect("beta")  # a beta client without the OpenAI-Beta header: it is answered in beta
         self._updated = True
         self.start()
-        self.emit("session.updated", session=self._session_json())
+        self.emit("session.updated", session=self._session_view())
 
     async def _probe(self, config: SessionConfig) -> None:
         """Refuse a voice, TTS option or sampling value now rather than at the first turn."""
@@ -201,7 +202,9 @@ class RealtimeSession(InputBuffer, Camera, Conversation, Responses, ReplyStream,
         except Exception as e:
             if (err := client_error(e)) is None:  # ours, not the session's: a server_error event, never invalid_event
                 raise RuntimeError("building the probe turn failed") from e
-            raise ClientError("invalid_session_config", err.message, err.param or "session") from None
+            param = session_param(err.param)  # a tool's schema: named as the session holds it
+            raise ClientError("invalid_session_config", err.message.replace(err.param or "", param or ""),
+                              param or "session") from None
 
     async def _heartbeat(self, event: dict) -> None:
         self.emit("session.heartbeat_ack", session_id=self.id)

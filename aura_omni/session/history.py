@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..pipeline.constants import SILENT_TEXT
+from ..pipeline.tool_calls import assistant_text, tool_results_text
 
 MAX_ROUNDS = 45  # vLLM-Omni aura video stream max_rounds
 NUM_ROUNDS_KEEP = 30  # vLLM-Omni aura video stream num_rounds_keep
@@ -44,6 +45,25 @@ class Item:
         return head.rstrip()
 
 
+@dataclass
+class FunctionCall(Item):
+    """A call AURA made (a `function_call` item): in the prompt it is the `<tool_call>` block of its assistant turn."""
+
+    role: str = "assistant"
+    name: str = ""
+    call_id: str = ""
+    arguments: str = ""  # JSON text, as AURA wrote it
+
+
+@dataclass
+class FunctionCallOutput(Item):
+    """The client's result of a call (a `function_call_output` item): a `<tool_response>` block of a user turn."""
+
+    role: str = "tool"
+    call_id: str = ""
+    output: str = ""
+
+
 class History:
     def __init__(self, max_rounds: int = MAX_ROUNDS, keep_rounds: int = NUM_ROUNDS_KEEP):
         self.max_rounds, self.keep_rounds = max_rounds, keep_rounds
@@ -74,12 +94,44 @@ class History:
         del self.items[:users[-self.keep_rounds]]
 
     def turns(self, policy: str, exclude: set[str] = frozenset()) -> list[tuple[str, str]]:
-        """(role, text) for AURA's prompt; assistant turns nobody heard are left out."""
-        out = []
+        """(role, text) for AURA's prompt; assistant turns nobody heard are left out. As the checkpoint's chat template
+        renders a conversation with tools: a reply's calls follow its content in one assistant turn, and consecutive
+        call outputs are one user turn of `<tool_response>` blocks."""
+        out, calls, results, content = [], [], [], None
+
+        def flush() -> None:
+            nonlocal content
+            if calls:
+                out.append(("assistant", assistant_text(content or "", calls)))
+            elif content:
+                out.append(("assistant", content))
+            if results:
+                out.append(("user", tool_results_text(results)))
+            calls.clear(), results.clear()
+            content = None
+
         for item in self.items:
             if item.id in exclude:
                 continue
-            text = item.heard_text(policy) if item.role == "assistant" else item.text
-            if text:
-                out.append((item.role, text))
+            if isinstance(item, FunctionCall):
+                if results:
+                    flush()
+                calls.append((item.name, item.arguments))
+            elif isinstance(item, FunctionCallOutput):
+                if not results:
+                    flush()
+                results.append(item.output)
+            else:
+                flush()
+                text = item.heard_text(policy) if item.role == "assistant" else item.text
+                if item.role == "assistant":
+                    content = text  # its calls, if it made any, join its turn
+                elif text:
+                    out.append((item.role, text))
+        flush()
         return out
+
+    def ends_in_results(self, exclude: set[str] = frozenset()) -> bool:
+        """Whether the last item (outside `exclude`) is a call's output: the next reply answers the results."""
+        last = next((i for i in reversed(self.items) if i.id not in exclude), None)
+        return isinstance(last, FunctionCallOutput)

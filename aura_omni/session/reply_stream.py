@@ -10,6 +10,7 @@ import numpy as np
 
 from ..media.wire_audio import OutputStream
 from ..pipeline.constants import TTS_SAMPLE_RATE
+from ..pipeline.tool_calls import CallDelta
 from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
 from .history import Item
 from .responses import Response
@@ -28,18 +29,27 @@ class ReplyStream:
         if resp.item is not None:
             return
         resp.item = Item(resp.item_id, "assistant", done=False, modality="audio" if resp.speak else "text")
+        resp.output.append(resp.item)
         if not resp.out_of_band:
             self.history.add(resp.item)
             self._emit_for(resp, "conversation.item.added", previous_item_id=self._previous(resp.item), item=resp.item)
-        self._emit_for(resp, "response.output_item.added", response_id=resp.id, output_index=0, item=resp.item)
+        self._emit_for(resp, "response.output_item.added", response_id=resp.id, output_index=self._index(resp),
+                       item=resp.item)
         # a content part event's part is `audio` / `text` in every dialect (GA names only the item's content anew)
         part = {"type": "audio", "transcript": ""} if resp.speak else {"type": "text", "text": ""}
         self._emit_for(resp, "response.content_part.added", response_id=resp.id, item_id=resp.item_id,
-                       output_index=0, content_index=0, part=part)
+                       output_index=self._index(resp), content_index=0, part=part)
+
+    @staticmethod
+    def _index(resp: Response) -> int:
+        """The assistant item's output_index: 0 unless a call of the reply came before its first words."""
+        return resp.output.index(resp.item) if resp.item in resp.output else 0
+
+    def _where(self, resp: Response) -> dict:
+        return dict(response_id=resp.id, item_id=resp.item_id, output_index=self._index(resp), content_index=0)
 
     async def _stream(self, resp: Response, req) -> TurnDone:
         done = None
-        where = dict(response_id=resp.id, item_id=resp.item_id, output_index=0, content_index=0)
         events = self.pipeline.turn(req)
         try:
             async for ev in events:
@@ -52,19 +62,21 @@ class ReplyStream:
                     self._created(resp)
                     continue
                 self._created(resp)
-                if isinstance(ev, TextDelta):
+                if isinstance(ev, CallDelta):  # a call of the reply: its own item (session/tools.py), never spoken
+                    self._call_delta(resp, ev)
+                elif isinstance(ev, TextDelta):
                     self._start_item(resp)
                     resp.text += ev.text
                     name = "response.output_audio_transcript.delta" if resp.speak else "response.output_text.delta"
-                    self._emit_for(resp, name, **where, delta=ev.text)
+                    self._emit_for(resp, name, **self._where(resp), delta=ev.text)
                 elif isinstance(ev, AudioChunk):
                     self._start_item(resp)
                     resp.wire = resp.wire or OutputStream(resp.config.output_audio_format, TTS_SAMPLE_RATE)
                     resp.samples += len(ev.samples)
-                    self._audio_delta(resp, where, resp.wire.encode(ev.samples))
+                    self._audio_delta(resp, self._where(resp), resp.wire.encode(ev.samples))
                 elif isinstance(ev, TurnDone):
                     if resp.wire is not None:  # the resampler's last milliseconds
-                        self._audio_delta(resp, where, resp.wire.encode(np.zeros(0, np.float32), last=True))
+                        self._audio_delta(resp, self._where(resp), resp.wire.encode(np.zeros(0, np.float32), last=True))
                     done = ev
         finally:
             await events.aclose()
@@ -90,7 +102,7 @@ class ReplyStream:
             "metadata": {"model_listen": True, "listen_source": "aura_silent", **(resp.metadata or {})}})
 
     def _complete(self, resp: Response, done: TurnDone) -> None:
-        where = dict(response_id=resp.id, item_id=resp.item_id, output_index=0, content_index=0)
+        where = self._where(resp)
         resp.item.text = done.text
         if resp.speak:
             self._emit_for(resp, "response.output_audio.done", **where)
@@ -100,6 +112,7 @@ class ReplyStream:
             self._emit_for(resp, "response.output_text.done", **where, text=done.text)
             part = {"type": "text", "text": done.text}
         self._emit_for(resp, "response.content_part.done", **where, part=part)
-        self._emit_for(resp, "response.output_item.done", response_id=resp.id, output_index=0, item=resp.item)
+        self._emit_for(resp, "response.output_item.done", response_id=resp.id, output_index=where["output_index"],
+                       item=resp.item)
         if not resp.out_of_band:
             self._emit_for(resp, "conversation.item.done", item=resp.item)

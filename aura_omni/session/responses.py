@@ -20,9 +20,10 @@ from .dialects import ResponseView
 from .errors import ClientError
 from .events import new_id
 from .history import Item
+from .tools import TOOL_KEYS
 
 RESPONSE_OPTIONS = ("instructions", "output_modalities", "modalities", "voice", "audio", "temperature",
-                    "max_output_tokens", "max_response_output_tokens")  # response.create may set these for one reply
+                    "max_output_tokens", "max_response_output_tokens", *TOOL_KEYS)  # response.create may set these for one reply
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Response:
     metadata: dict | None
     inputs: list[PendingInput]
     item: Item | None = None  # the assistant item, once AURA says something
+    output: list[Item] = field(default_factory=list)  # its output items in order: the assistant item, its calls
     task: asyncio.Task | None = None
     aura_final: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled: bool = False
@@ -74,7 +76,10 @@ class Responses:
         given = opts.get("input")
         if given is not None and not isinstance(given, list):
             raise ClientError("invalid_value", "response.input must be a list of items", "response.input")
-        # with nothing new, AURA answers from the history, the instructions and the camera's frames (a greeting)
+        if self.duplex and given is None and not self.pending and not self.frames.frames:  # vLLM-Omni's refusal
+            raise ClientError("response_create_without_input", "nothing to answer: commit audio, create an item or "
+                              "send video_frames first")
+        # OpenAI: with nothing new, AURA answers from the history, the instructions and the camera's frames (a greeting)
         self._create_response(opts, out_of_band=conversation == "none",
                               given=self._response_input(given) if given is not None else None)
 
@@ -105,7 +110,7 @@ class Responses:
         """A response to the pending inputs, or (`given`) to response.input's; an out-of-band one leaves the pending
         inputs for the conversation's next reply and its own output out of the conversation."""
         opts = opts or {}
-        config = self.config.with_update({k: v for k, v in opts.items() if k in RESPONSE_OPTIONS})
+        config = self.config.with_update({k: v for k, v in opts.items() if k in RESPONSE_OPTIONS}, "response")
         context, inputs = given if given is not None else (None, [] if out_of_band else self.pending)
         resp = Response(new_id("resp"), self.epoch, config, opts.get("metadata"), inputs, out_of_band=out_of_band,
                         context=context)
@@ -145,15 +150,17 @@ class Responses:
             resp.task.cancel()  # again if a wait_for inside swallowed it (its result arrived in the same tick)
             await asyncio.wait({resp.task}, timeout=0.01)
         self._finish(resp)
-        if resp.item is not None and not resp.item.silent:
-            resp.item.incomplete = True
+        for item in resp.output:
+            if not item.silent:
+                item.incomplete = True
         if announce and resp.started:
             self.emit("response.done", response=self._response_view(resp, "cancelled", reason))
 
     def _finish(self, resp: Response) -> None:
         if resp.item is not None:
-            resp.item.done = True
             resp.item.text, resp.item.audio_ms = resp.text, resp.audio_ms
+        for item in resp.output:
+            item.done = True
         if resp in self.responses:
             self.responses.remove(resp)
         if self._watch is not None:
@@ -161,12 +168,9 @@ class Responses:
         resp.aura_final.set()
 
     def _response_view(self, resp: Response, status: str, reason: str | None = None, **fields) -> ResponseView:
-        output = [resp.item] if resp.item is not None and not resp.item.silent else []
-        modalities = (list(resp.config.modalities) if resp.config.modalities
-                      else ["audio"] if resp.speak and not self.dialect.name == "beta"
-                      else ["text", "audio"] if resp.speak else ["text"])
+        output = [item for item in resp.output if not item.silent]
         return ResponseView(resp.id, status, resp.speak, output, reason, metadata=resp.metadata, epoch=resp.epoch,
-                            modalities=modalities, **fields)
+                            modalities=resp.config.modalities, **fields)
 
     async def _run(self, resp: Response, previous: list[Response]) -> None:
         session_key.set(self.id)  # this task's stage requests: its AURA replica holds the session's prefix cache
@@ -209,12 +213,14 @@ class Responses:
         self._finish(resp)
         if resp.cancelled:
             return
-        if done.silent or resp.item is None:
+        if done.silent or resp.item is None and not done.tool_calls:
             self._listen(resp)
-        else:
+        elif resp.item is not None:
             self._complete(resp, done)
+        if done.tool_calls:
+            self._calls_done(resp, done.tool_calls)
         self.emit("response.done", response=self._response_view(
-            resp, "completed", "listen" if resp.item.silent else "completed",
+            resp, "completed", "listen" if resp.item is not None and resp.item.silent else "completed",
             usage={"input_tokens": done.prompt_tokens, "output_tokens": done.completion_tokens,
                    "total_tokens": done.prompt_tokens + done.completion_tokens}))
         self.emit("rate_limits.updated", rate_limits=[])

@@ -60,7 +60,7 @@ class Resume:
         self.resume_token = secrets.token_urlsafe(24)
         self.attached = True
         resumed = ServerEvent("session.resumed", {"session_id": self.id,
-                                                  "session": self.dialect.session(self._session_json()),
+                                                  "session": self.dialect.session(self._session_view()),
                                                   **self._attachment()})
         self._put(resumed, queue=False)  # sent first, before the replay
         return resumed, replay

@@ -14,6 +14,7 @@ from ..pipeline.orchestrator import AuraOmniPipeline
 from ..request.turn_builder import TurnSpec
 from .config import SessionConfig
 from .responses import Response
+from .tools import session_tool_use
 
 
 class _AuraWatch:
@@ -68,7 +69,8 @@ class TurnRequests:
                         history=history if history is not None else self.history.turns(
                             config.playback_commit_policy, exclude), speak=config.speak, info=info,
                         voice=config.voice, stage_sampling=config.stage_sampling, aura_sampling=sampling,
-                        info_param="session.extra_body", voice_param="session.audio.output.voice")
+                        info_param="session.extra_body", voice_param="session.audio.output.voice",
+                        tool_use=session_tool_use(config))
 
     async def _prepare_aura(self, resp: Response) -> None:
         """While the turn's speech is still being transcribed (a commit, then response.create): the prompt as known
@@ -87,6 +89,10 @@ class TurnRequests:
         texts = [p.item.text for p in inputs if p.item.text and p.audio is None]
         images = [url for p in inputs for url in p.images]
         exclude = {p.item.id for p in inputs} | ({reply_item_id} if reply_item_id else set())
+        if history is None and not texts and audio is None and self.history.ends_in_results(exclude):
+            # the calls' outputs are this turn's user message, as in a chat request ending in tool results
+            history = self.history.turns(config.playback_commit_policy, exclude)
+            texts = [history.pop()[1]]
         spec = self._spec(config, texts if words else [], images, audio if words else None, exclude, history)
         if not words:
             spec.speak = False  # no TTS template (a cloned voice's prompt) for a prompt prefix

@@ -230,6 +230,9 @@ class Qwen3TTS:
             ref_codes = None if x_vector_only else self.codec_encoder.encode(wav, int(sr)).long().cpu()
         except ValueError as e:  # SpeakerAudioError / CodecInputError: unusable audio
             raise TTSRequestError(str(e)) from e
+        if not torch.isfinite(x_vector).all():  # would reach the Talker as NaN embeddings: a fault, not a voice
+            raise TTSRequestError("reference audio gives no usable speaker embedding; send a clear recording of the "
+                                  "voice, a few seconds long")
         return VoiceClonePrompt(ref_codes=ref_codes, x_vector=x_vector, ref_text=ref_text if not x_vector_only else None,
                                 x_vector_only=bool(x_vector_only))
 

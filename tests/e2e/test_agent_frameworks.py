@@ -96,6 +96,11 @@ def test_openai_agents_sdk_realtime_runner(server, speech_file):
 
 
 @pytest.mark.slow
+def test_openai_agents_sdk_function_tool_forced_over_realtime(server, speech_file):
+    run_client("agents_sdk_tools.py", server, speech_file)
+
+
+@pytest.mark.slow
 def test_pipecat_openai_realtime_llm_service(server, speech_file):
     run_client("pipecat_realtime.py", server, speech_file)
 
@@ -103,3 +108,8 @@ def test_pipecat_openai_realtime_llm_service(server, speech_file):
 @pytest.mark.slow
 def test_livekit_agents_realtime_model_session(server, speech_file):
     run_client("livekit_realtime.py", server, speech_file)
+
+
+@pytest.mark.slow
+def test_livekit_agents_function_tool_forced_over_realtime(server, speech_file):
+    run_client("livekit_tools.py", server, speech_file)

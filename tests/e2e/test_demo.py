@@ -11,6 +11,8 @@ import pytest
 import soundfile as sf
 from serving import API_KEY
 
+from aura_omni.stages.aura.vocab import AURA_SILENT_TOKEN_ID
+
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
@@ -49,10 +51,16 @@ def test_a_preset_speaker_and_a_cloned_voice_are_served_side_by_side(demo, ref_w
 
 
 def test_a_chat_turn_speaks_with_a_preset_voice(demo):
+    """<|silent|> banned, so the random-weight AURA answers, and the CustomVoice Talker speaks it."""
+    before = httpx.get(demo.url + "/health").json()["stages"]["talker:custom_voice"]["steps"]
     r = httpx.post(demo.url + "/v1/chat/completions", headers=AUTH, timeout=120, json={
         "model": "tiny-tts", "modalities": ["text", "audio"], "audio": {"voice": "vivian", "format": "wav"},
-        "max_tokens": 6, "ignore_eos": True, "additional_information": {"tts_max_new_tokens": 6},
+        "max_tokens": 6, "ignore_eos": True, "logit_bias": {str(AURA_SILENT_TOKEN_ID): -100},
+        "additional_information": {"tts_max_new_tokens": 6},
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]})
     assert r.status_code == 200, r.text
     message = r.json()["choices"][0]["message"]
-    assert message["silent"] or seconds(base64.b64decode(message["audio"]["data"])) > 0
+    assert not message["silent"] and message["content"]
+    assert seconds(base64.b64decode(message["audio"]["data"])) > 0
+    after = httpx.get(demo.url + "/health").json()["stages"]["talker:custom_voice"]["steps"]
+    assert after > before  # the preset voice's Talker spoke it

@@ -65,7 +65,8 @@ def demo(tiny_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("doc-examples")
     input_files(folder, tiny_dir)
     port = free_port()
-    env = {**example_env(port), "TINY": str(tiny_dir)}
+    # a cache directory of its own: the voices its examples register are gone with the folder
+    env = {**example_env(port), "TINY": str(tiny_dir), "XDG_CACHE_HOME": str(folder / "cache")}
     log = open(folder / "demo.log", "wb")
     proc = subprocess.Popen(["bash", "-c", demo_command()], cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -166,7 +166,7 @@ def test_realtime_push_to_talk_turn_through_actors(served, monkeypatch):
         until = functools.partial(receive_until, ws)
         session_id = until("session.created")[-1]["session"]["id"]
         ws.send_json({"type": "session.update", "session": {
-            "voice": "vivian", "input_audio_format": "pcm16", "extra_body": {
+            "voice": "vivian", "input_audio_format": "pcm16", "turn_detection": None, "extra_body": {
                 "tts_max_new_tokens": FEW, "sampling_params_list": SPEAK}}})
         until("session.updated")
         ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(

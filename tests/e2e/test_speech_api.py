@@ -73,10 +73,28 @@ def test_base_icl_clone_with_transcript(client, ref_audio_b64):
     _assert_audio(wav)
 
 
+def _other_speaker_b64() -> str:
+    """A second voice: a higher, buzzier pulse train than conftest's reference (another x-vector)."""
+    t = np.arange(16000) / 16000
+    wav = 0.3 * np.sign(np.sin(2 * np.pi * 230 * t)) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t) ** 2)
+    buf = io.BytesIO()
+    sf.write(buf, wav.astype(np.float32), 16000, format="WAV")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
 def test_base_x_vector_only_clone(client, ref_audio_b64):
-    wav, _ = _decode(client.audio.speech.create(model="tiny-tts", input="Speaker embedding only.", voice="alloy",
-                                                extra_body=_xvec(ref_audio_b64), response_format="wav").content)
-    _assert_audio(wav)
+    """The speaker embedding alone steers the voice: the same reference and seed give the same audio, another
+    speaker's reference (same text, same seed) other audio."""
+    def speak(ref: str) -> bytes:
+        return client.audio.speech.create(model="tiny-tts", input="Speaker embedding only.", voice="alloy",
+                                          extra_body=_xvec(ref), response_format="wav").content
+
+    first = speak(ref_audio_b64)
+    _assert_audio(_decode(first)[0])
+    assert speak(ref_audio_b64) == first
+    other = speak(_other_speaker_b64())
+    _assert_audio(_decode(other)[0])
+    assert other != first
 
 
 def test_reference_from_allowed_server_local_path(base_server, media_root, ref_wav_bytes):

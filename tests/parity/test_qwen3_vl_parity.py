@@ -29,7 +29,7 @@ from aura_omni.testing.tiny_vl import write_tiny_aura
 from tests.unit.aura_engine import engine_generate
 
 pytestmark = pytest.mark.parity
-GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_vl_video_golden.npz"
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_vl_video_golden.npz"  # committed; scripts/make_video_golden.py
 NEW_TOKENS = 6
 
 # Upstream id vectors (aura_omni_pipeline.md §3.1 and §5: Qwen vocabulary ids, AURA's added <|silent|>).
@@ -231,7 +231,6 @@ def _from_codes(codes: np.ndarray) -> torch.Tensor:
     return (torch.from_numpy(codes).float() / 255 - 0.5) / 0.5
 
 
-@pytest.mark.skipif(not GOLDEN.exists(), reason="golden file not generated (scripts/make_video_golden.py)")
 def test_video_preprocessing_matches_torchvision_golden():
     golden = np.load(GOLDEN)
     cases = [k[: -len("_frames")] for k in golden.files if k.endswith("_frames")]
@@ -245,7 +244,6 @@ def test_video_preprocessing_matches_torchvision_golden():
         assert np.allclose(ours.timestamps, golden[f"{case}_timestamps"]), case
 
 
-@pytest.mark.skipif(not GOLDEN.exists(), reason="golden file not generated (scripts/make_video_golden.py)")
 def test_image_preprocessing_default_matches_torchvision_golden():
     golden = np.load(GOLDEN)
     for case in [k[len("image_"): -len("_rgb")] for k in golden.files if k.endswith("_rgb")]:

@@ -3,6 +3,7 @@ collection's pause is timed by generation; a long one is logged (it stalls every
 
 import gc
 import logging
+import weakref
 
 import pytest
 
@@ -30,12 +31,26 @@ def test_collections_are_timed_by_generation_and_a_long_one_is_warned(watched, m
     assert "garbage collection of generation 1 held every thread" in caplog.text
 
 
+class _Node:
+    def __init__(self):
+        self.me = self  # a reference cycle: only the collector frees it
+
+
 def test_freeze_leaves_the_objects_alive_now_out_of_later_collections():
+    """Garbage of the start-up is collected first (not frozen with the rest); what is alive then is no longer among
+    the objects a collection examines, while objects made later still are."""
+    cycle = weakref.ref(_Node())  # unreachable already, freed only by a collection
     try:
         kept = [[] for _ in range(1000)]  # lists are tracked by the collector
-        assert gc_pauses.freeze() >= len(kept) and gc.get_freeze_count() > 0
+        assert gc_pauses.freeze() >= len(kept) and gc.get_freeze_count() >= len(kept)
+        assert cycle() is None
+        examined = {id(o) for o in gc.get_objects()}
+        assert not any(id(k) in examined for k in kept)
+        later = []
+        assert id(later) in {id(o) for o in gc.get_objects()}
     finally:
         gc.unfreeze()
+    assert id(kept[0]) in {id(o) for o in gc.get_objects()}  # unfrozen: examined again
 
 
 def test_freeze_can_be_turned_off_for_an_a_b_run():

@@ -81,3 +81,17 @@ def test_containers_outside_the_short_list_are_not_opened():
     pytest.importorskip("av")
     with pytest.raises(AudioDecodeError, match="cannot decode audio"):  # MPEG-TS: ffmpeg could, we do not
         decode_audio(av_file(tone(0.5), 24000, "mpegts", "aac"))
+
+
+def test_samples_are_finite_and_within_full_scale():
+    from aura_omni.media.audio import checked_samples
+    from aura_omni.media.wire_audio import decode
+
+    assert checked_samples(np.array([0.5, 1e30, -3.0], np.float32)).tolist() == [0.5, 1.0, -1.0]
+    assert checked_samples(np.zeros(0, np.float32)).size == 0
+    for bad in (np.nan, np.inf):
+        with pytest.raises(AudioDecodeError, match="NaN or infinite"):
+            checked_samples(np.array([0.0, bad], np.float32))
+        with pytest.raises(AudioDecodeError, match="NaN or infinite"):  # the realtime wire's float format
+            decode(np.array([0.0, bad], "<f4").tobytes(), "pcm_f32le")
+    assert decode(np.array([2.0, -0.25], "<f4").tobytes(), "pcm_f32le").tolist() == [1.0, -0.25]

@@ -113,3 +113,17 @@ def test_remote_redirects_are_checked_against_the_allowlist_on_every_hop(redirec
         load_image(f"http://localhost:{port}/to?http://127.0.0.1:{port}/img", allowed_domains=allowed)
     with pytest.raises(MediaError, match="not allowed"):  # nor a redirect to another scheme
         load_image(f"http://localhost:{port}/to?file:///etc/passwd", allowed_domains=allowed)
+
+
+def test_data_url_of_another_kind_is_refused_naming_the_mix_up():
+    png = io.BytesIO()
+    Image.new("RGB", (2, 2)).save(png, "PNG")
+    payload = base64.b64encode(png.getvalue()).decode()
+    with pytest.raises(MediaError, match="a data:audio/wav URL is not an image"):
+        load_image("data:audio/wav;base64," + payload)
+    with pytest.raises(MediaError, match="is not an audio"):
+        media_bytes("data:image/png;base64," + payload, "audio", MediaLimits())
+    # the bytes decide when the type says nothing of the kind
+    for mime in ("application/octet-stream", "image/x-anything", ""):
+        assert load_image(f"data:{mime};base64," + payload).shape == (2, 2, 3)
+    assert media_bytes("data:image/gif;base64," + payload, "video", MediaLimits()) == png.getvalue()

@@ -25,8 +25,9 @@ from aura_omni.server.voices import RegisteredVoice, VoiceLibrary, decode_ref_au
 
 
 def audio_bytes(seconds: float, sr: int = 16000, fmt: str = "WAV") -> bytes:
+    """A quiet 220 Hz tone (a reference must not be digital silence)."""
     buf = io.BytesIO()
-    sf.write(buf, np.zeros(int(seconds * sr), np.float32), sr, format=fmt)
+    sf.write(buf, 0.1 * np.sin(2 * np.pi * 220 * np.arange(int(seconds * sr)) / sr).astype(np.float32), sr, format=fmt)
     return buf.getvalue()
 
 
@@ -157,3 +158,12 @@ def test_registered_voice_deleted_while_media_decodes(monkeypatch):
     turn = asyncio.run(TurnBuilder(runtime, voices).build(spec, "r"))
     assert decoded == ["audio"] and voices.get("mine") is None
     assert turn.tts.voice == "the-prompt"  # the voice checked up front is the one used
+
+
+def test_silent_reference_audio_is_refused():
+    buf = io.BytesIO()
+    sf.write(buf, np.zeros(16000, np.float32), 16000, format="WAV")
+    with pytest.raises(APIError, match="reference audio is silent") as err:
+        decode_ref_audio(base64.b64encode(buf.getvalue()).decode(), MediaPolicy())
+    assert err.value.param == "ref_audio"
+    assert load_audio(base64.b64encode(buf.getvalue()).decode(), MediaPolicy())[0].max() == 0  # speech to transcribe

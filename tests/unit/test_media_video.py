@@ -62,3 +62,9 @@ def test_realtime_frames_errors():
         clip_from_frames([np.zeros((64, 64, 3), np.uint8), np.zeros((32, 64, 3), np.uint8)])
     with pytest.raises(MediaError, match="over the limit"):
         clip_from_frames([np.zeros((8, 8, 3), np.uint8)] * 3, limits=MediaLimits(max_frames=2))
+
+
+def test_a_stream_that_changes_frame_size_is_refused():
+    data = encode_clip(4, 4, "mpegts", "mpeg2video", (16, 16)) + encode_clip(4, 4, "mpegts", "mpeg2video", (32, 24))
+    with pytest.raises(MediaError, match=r"changes frame size midway \(16x16, then 32x24\)"):
+        decode_video(data, fps=4.0)

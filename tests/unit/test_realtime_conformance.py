@@ -1,8 +1,9 @@
 """Conformance: scripted sessions in both OpenAI dialects, every server event checked against the `openai` package's
 own pydantic models of that dialect (`openai.types.realtime` for GA, `openai.types.beta.realtime` for beta).
 
-The script covers a spoken turn, a silent turn, a greeting, a text turn cancelled mid-reply, a barge-in under the
-server VAD, an out-of-band reply, item create / retrieve / truncate / delete, and refused events. An event of the
+The script covers a spoken turn, a silent turn, a greeting, a text-only reply, a text turn cancelled mid-reply, a
+barge-in under the server VAD, an out-of-band reply, a tool turn (a call, its output, the spoken answer), item
+create / retrieve / truncate / delete, and refused events. An event of the
 other dialect, or of no OpenAI dialect, is a violation too. The session runs in process over scripted stages
 (test_realtime_session.py), so the events checked are the wire JSON the transport sends (`event.to_json()`).
 """
@@ -98,6 +99,14 @@ async def script(dialect: str) -> list[dict]:
     await step("response.done")
     await step("rate_limits.updated")
 
+    # a text-only reply, to a spoken item created whole
+    await s.send("conversation.item.create", item={"type": "message", "role": "user", "content": [
+        {"type": "input_audio", "audio": pcm_b64()}]})
+    await s.send("response.create", response={"output_modalities": ["text"]})
+    text_reply = (await step("response.done"))[-1]["response"]
+    assert text_reply["output"][0]["content"][0]["type"] == ("output_text" if dialect == "ga" else "text")
+    await step("rate_limits.updated")
+
     # a text turn cancelled while it speaks
     rt.speech.chunks, rt.speech.step_s = 200, 0.01
     await s.send("conversation.item.create", item=user_text("Tell me a story."))
@@ -130,6 +139,26 @@ async def script(dialect: str) -> list[dict]:
     await step("response.done")
     await step("rate_limits.updated")
 
+    # a tool turn: AURA calls a function, the client sends its output, AURA answers
+    weather = {"type": "function", "name": "get_weather", "description": "Forecast for a city.",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    await s.send("session.update", session={**({"type": "realtime"} if dialect == "ga" else {}), "tools": [weather],
+                                            "tool_choice": "auto"})
+    await step("session.updated")
+    rt.aura.reply = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    await s.send("conversation.item.create", item=user_text("Weather in Paris?"))
+    await s.send("response.create", response={"tool_choice": {"type": "function", "name": "get_weather"}})
+    call = (await step("response.done"))[-1]["response"]["output"][0]
+    assert call["type"] == "function_call"
+    await step("rate_limits.updated")
+    await s.send("conversation.item.create", item={"type": "function_call_output", "call_id": call["call_id"],
+                                                   "output": '{"forecast": "sunny"}'})
+    await step("conversation.item.added" if dialect == "ga" else "conversation.item.created")
+    rt.aura.reply = "It is sunny in Paris."
+    await s.send("response.create")
+    await step("response.done")
+    await step("rate_limits.updated")
+
     # items
     await s.send("conversation.item.create", item={**user_text("an item"), "id": "item_x"})
     await step("conversation.item.added" if dialect == "ga" else "conversation.item.created")
@@ -143,7 +172,8 @@ async def script(dialect: str) -> list[dict]:
     # refusals
     for event in ({"type": "no.such.event"}, {"type": "input_audio_buffer.append", "audio": "%%%"},
                   {"type": "input_audio_buffer.commit"}, {"type": "conversation.item.retrieve", "item_id": "nope"},
-                  {"type": "response.cancel"}, {"type": "session.update", "session": {"temperature": "hot"}}):
+                  {"type": "response.cancel"}, {"type": "session.update", "session": {"temperature": "hot"}},
+                  {"type": "session.update", "session": {"tool_choice": {"type": "function", "name": "nope"}}}):
         await s.send({**event, "event_id": "client_1"})
         await step("error")
     await asyncio.sleep(0.05)
@@ -157,8 +187,10 @@ async def script(dialect: str) -> list[dict]:
 async def test_every_event_of_a_scripted_session_is_its_dialects_own(dialect):
     events = await script(dialect)
     kinds = {e["type"] for e in events}
-    assert {"response.done", "error", "conversation.item.retrieved", "input_audio_buffer.speech_started"} <= kinds
+    assert {"response.done", "error", "conversation.item.retrieved", "input_audio_buffer.speech_started",
+            "response.function_call_arguments.delta", "response.function_call_arguments.done"} <= kinds
     assert ("response.output_audio.delta" if dialect == "ga" else "response.audio.delta") in kinds
+    assert ("response.output_text.delta" if dialect == "ga" else "response.text.delta") in kinds
     found = violations(dialect, events)
     assert not found, f"{len(found)} violations of the {dialect} dialect:\n" + "\n".join(sorted(set(found)))
 

@@ -50,7 +50,7 @@ def test_item_shapes(name, spoken, typed, reply, cancelled):
 
 def test_status_details_say_openais_reasons_and_keep_auras():
     def done(name, status, reason):
-        return dialect(name).response(ResponseView("r", status, True, reason=reason, modalities=["audio"]))
+        return dialect(name).response(ResponseView("r", status, True, reason=reason))
 
     assert done("ga", "completed", "completed")["status_details"] is None
     assert done("ga", "completed", "listen")["aura_reason"] == "listen"

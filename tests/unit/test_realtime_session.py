@@ -110,7 +110,7 @@ class FakeBuilder:
         info = spec.info or {}
         return TurnRequest(request_id, audio=spec.audio, text_parts=list(spec.text_parts), history=list(spec.history),
                            system_prompt=spec.system_prompt, is_speech=info.get("is_speech", True),
-                           speak=True if spec.speak is None else spec.speak, tts=object())
+                           speak=True if spec.speak is None else spec.speak, tts=object(), tool_use=spec.tool_use)
 
 
 class FakeRuntime:
@@ -120,7 +120,8 @@ class FakeRuntime:
         self.models = {"qwen3_tts": None}  # a Talker is deployed: sessions speak by default
 
     async def transcribe(self, samples, sample_rate, **kw):
-        return "what is this"
+        """As `Runtime.transcribe`: one clip's Transcript."""
+        return Transcript("English", "what is this")
 
 
 def pcm_b64(seconds: float = 0.2, rate: int = 24000, amp: float = 0.2) -> str:
@@ -195,7 +196,7 @@ def test_session_update_refuses_what_aura_cannot_do():
                            "unsupported_audio_format"),
                           ({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 44100}}}},
                            "unsupported_sample_rate"),
-                          ({"tools": [{"type": "function", "name": "f"}]}, "unsupported_tools"),
+                          ({"tools": [{"type": "mcp", "server_label": "x"}]}, "unsupported_tool"),
                           ({"turn_detection": {"threshold": 3}}, "invalid_value")):
         with pytest.raises(SessionConfigError) as e:
             SessionConfig().with_update(session)
@@ -510,7 +511,7 @@ class AheadRuntime(FakeRuntime):
     async def transcribe(self, samples, sample_rate, **kw):
         self.ahead.append(len(samples))
         await asyncio.sleep(0.02)
-        return f"heard {len(samples)} samples"
+        return Transcript("English", f"heard {len(samples)} samples")
 
 
 def vad_session(rt, probs) -> RealtimeSession:
@@ -754,7 +755,7 @@ async def _prefilling_while_transcribing(log: list, go: asyncio.Event, heard: as
         async def transcribe(self, samples, sample_rate, **kw):
             await heard.wait()
             log.append("transcribed")
-            return "what is this"
+            return Transcript("English", "what is this")
 
     rt = SlowAsrRuntime(aura=_PrefillingAura(log, go))
     rt.models["aura"] = rt.aura
@@ -808,6 +809,15 @@ async def test_response_create_with_nothing_new_greets_from_the_instructions():
     assert done["status"] == "completed" and done["output"][0]["content"][0]["type"] == "output_audio"
     assert "Greet the user." in rt.aura.prompts[-1] and not any(e.type == "error" for e in events)
     assert [i.role for i in s.history.items] == ["assistant"]  # the greeting is the conversation's first item
+
+
+@pytest.mark.asyncio
+async def test_a_duplex_session_keeps_refusing_a_response_with_nothing_to_answer():
+    s = new_session(duplex=True)
+    await s.send("session.update", session={})
+    await s.send("response.create")
+    assert (await until(s, "error"))[-1]["error"]["code"] == "response_create_without_input"  # vLLM-Omni's contract
+    assert not s.responses
 
 
 def user_text(text: str) -> dict:
@@ -865,3 +875,22 @@ async def test_every_error_event_is_logged_with_its_code_and_session(caplog):
     assert error["code"] == "input_audio_buffer_commit_empty"  # OpenAI's code in an OpenAI session
     record = next(r for r in caplog.records if "input_audio_buffer_commit_empty" in r.getMessage())
     assert record.levelname == "INFO" and s.id in record.getMessage() and "c7" in record.getMessage()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("session, beta", [
+    ({"modalities": ["audio", "text"], "turn_detection": None}, True),  # the beta flat shape, without its header
+    ({"type": "realtime", "audio": {"input": {"turn_detection": None}}}, False),
+    ({"instructions": "Be brief.", "voice": "vivian"}, False),  # fields of either shape: GA stays
+])
+async def test_without_the_beta_header_the_first_session_update_picks_the_dialect(session, beta):
+    s = RealtimeSession(FakeRuntime(), FakeBuilder(), model="tiny", beta=None)  # the transport's, without a header
+    s.start()
+    await s.send("session.update", session=session)
+    s.config = dataclasses.replace(s.config, turn_detection=None)
+    await s.send("conversation.item.create", item=user_text("hi"))
+    await s.send("response.create")
+    types = {e.type for e in await until(s, "response.done")}
+    assert ("response.audio.delta" in types) == beta and ("response.output_audio.delta" in types) != beta
+    await s.send("session.update", session={"modalities": ["text"]})  # settled: a later update changes nothing
+    assert s.dialect.name == ("beta" if beta else "ga")

@@ -8,7 +8,6 @@ carries; for string contents without `<think>` the two render the same text.
 
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from aura_omni.stages.aura.prompt_tokens import PromptTokenizer
 from aura_omni.server.chat import AudioTranscripts, turn_spec
 from aura_omni.server.chat_protocol import ChatCompletionRequest
 
-TINY = Path(os.environ.get("AURA_OMNI_TINY_DIR", "/work/tiny")) / "aura"
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city (°C).",
@@ -62,11 +60,11 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    if not (TINY / "vocab.json").exists():
-        pytest.skip(f"no tiny AURA checkpoint in {TINY} (aura-omni make-tiny)")
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(TINY))
+    from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(str(dummy_tokenizer_dir("aura")))  # the tiny checkpoint's: AURA's vocabulary
 
 
 @pytest.fixture(scope="module")

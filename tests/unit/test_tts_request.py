@@ -162,6 +162,18 @@ def test_a_preset_speaker_on_a_base_checkpoint_is_explained():
     assert "CustomVoice checkpoint" in str(e.value)
 
 
+def test_an_unknown_voice_beside_a_customvoice_talker_lists_its_presets():
+    """The demo's deployment (Base and CustomVoice Talkers): a name that is neither goes to Base and is refused with
+    the preset speakers named."""
+    c, _ = ctx()
+    both = FakeTTS("base")
+    both.task_types, both.speakers = ("Base", "CustomVoice"), ["vivian", "serena"]
+    c = dataclasses.replace(c, tts=both)
+    with pytest.raises(PipelineRequestError) as e:
+        check_tts(TTSAsk(voice="bob"), c)
+    assert "'bob' is neither a registered voice nor a preset speaker (serena, vivian)" in str(e.value)
+
+
 @pytest.mark.parametrize("info, param, words", [
     ({"tts_refaudio": "A"}, "additional_information.tts_refaudio", "unknown option"),
     ({"tts_max_new_tokens": "many"}, "additional_information.tts_max_new_tokens", "integer"),

@@ -38,9 +38,11 @@ def test_tiny_checkpoint_has_the_real_layout(tiny_dir):
 
 def test_tiny_checkpoint_is_deterministic(tmp_path, tiny_dir):
     again = write_tiny_aura(tmp_path / "again", seed=0)
-    name = "model-00002-of-00002.safetensors"
-    a, b = load_file(str(tiny_dir / name)), load_file(str(again / name))
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    shards = sorted(p.name for p in tiny_dir.glob("*.safetensors"))
+    assert shards == sorted(p.name for p in again.glob("*.safetensors")) and len(shards) == 2
+    for name in shards:
+        a, b = load_file(str(tiny_dir / name)), load_file(str(again / name))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_missing_weight_is_a_checkpoint_error(tmp_path, tiny_dir):

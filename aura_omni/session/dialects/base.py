@@ -1,8 +1,9 @@
 """What the three wire dialects share: a session's events in, the dialect's events out.
 
 The session speaks one neutral vocabulary (`emit(name, **data)`): OpenAI GA event names, with domain objects where
-a dialect shapes them differently (an `Item`, a `ResponseView`, a `SessionView`). A dialect renders each into zero or more wire events: it renames, drops what it does not have, and
-shapes items, responses and the session as its clients parse them.
+a dialect shapes them differently (an `Item`, a `ResponseView`, a `SessionView`). A dialect renders each into zero
+or more wire events: it renames, drops what it does not have, and shapes items, responses and the session as its
+clients parse them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from ..config import SessionConfig
 from ..events import ServerEvent
-from ..history import Item
+from ..history import FunctionCall, FunctionCallOutput, Item
 
 # AURA's reasons a response ended -> OpenAI's status_details.reason (cancelled replies); completions have none
 OPENAI_CANCEL_REASONS = {"barge_in": "turn_detected"}  # every other cancel is the client's or the session's
@@ -34,7 +35,7 @@ class ResponseView:
     usage: dict | None = None
     metadata: dict | None = None
     epoch: int = 0
-    modalities: list[str] | None = None  # output modalities as the session has them
+    modalities: tuple[str, ...] | None = None  # output modalities as the client set them (None: the default)
 
 
 @dataclass
@@ -76,6 +77,12 @@ class Dialect:
 
     # ------------------------------------------------------------------ shapes
     def item(self, item: Item) -> dict:
+        if isinstance(item, FunctionCall):  # the same shape in every dialect
+            return {"id": item.id, "object": "realtime.item", "type": "function_call", "status": self.item_status(item),
+                    "call_id": item.call_id, "name": item.name, "arguments": item.arguments}
+        if isinstance(item, FunctionCallOutput):
+            return {"id": item.id, "object": "realtime.item", "type": "function_call_output",
+                    "status": self.item_status(item), "call_id": item.call_id, "output": item.output}
         return {"id": item.id, "object": "realtime.item", "type": "message", "role": item.role,
                 "status": self.item_status(item), "content": [self.content(item)]}
 

@@ -27,21 +27,23 @@ class Beta(Dialect):
     parts = {"output_audio": "audio", "output_text": "text"}
 
     def response(self, view: ResponseView) -> dict:
-        return {**super().response(view), "modalities": view.modalities}
+        return {**super().response(view), "modalities": beta_modalities(view.modalities, view.speak)}
 
     def session(self, view: SessionView) -> dict:
         c = view.config
         return {
-            "object": "realtime.session", "id": view.id, "model": view.model, "modalities": beta_modalities(c),
-            "instructions": c.instructions or "", "voice": c.voice_name or c.voice,
+            "object": "realtime.session", "id": view.id, "model": view.model,
+            "modalities": beta_modalities(c.modalities, c.speak), "instructions": c.instructions or "",
+            "voice": c.voice_name or c.voice,
             "input_audio_format": c.input_audio_format, "output_audio_format": c.output_audio_format,
             "input_audio_transcription": c.transcription, "turn_detection": c.turn_detection_json(),
-            "tools": [], "tool_choice": "none", "temperature": c.temperature,
+            "tools": list(c.tools), "tool_choice": c.tool_choice, "temperature": c.temperature,
             "max_response_output_tokens": c.max_output_tokens if c.max_output_tokens is not None else "inf",
             "extra_body": c.extra_body_json(), **view.extras}
 
 
-def beta_modalities(config) -> list[str]:
-    if config.modalities:
-        return list(config.modalities)
-    return ["text", "audio"] if config.speak else ["text"]
+def beta_modalities(modalities: tuple[str, ...] | None, speak: bool) -> list[str]:
+    """Beta replies in text, or in text and audio; as the client set it, if it did."""
+    if modalities:
+        return list(modalities)
+    return ["text", "audio"] if speak else ["text"]
