@@ -595,7 +595,7 @@ async def test_realtime_client_example_saves_the_reply(server, tmp_path):
     out = tmp_path / "reply.wav"
     help_text = " ".join(subprocess.run([sys.executable, str(example), "--help"], capture_output=True,
                                         text=True).stdout.split())
-    assert "default: ws://127.0.0.1:8000" in help_text and "default: reply.wav" in help_text
+    assert "default: ws://127.0.0.1:8091" in help_text and "default: reply.wav" in help_text
     run = await asyncio.to_thread(subprocess.run, [sys.executable, str(example), "--url", server.url.replace("http", "ws"), "--api-key",
                           API_KEY, "--audio", str(SPEECH_WAV), "--image", str(image), "--duplex",
                           "--extra-body", json.dumps(SPEAK), "--output", str(out)],
