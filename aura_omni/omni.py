@@ -113,7 +113,7 @@ class Omni:
 
     async def astream(self, audio=None, images=None, video=None, text: str | None = None, speak: bool = True,
                       history: Sequence[tuple[str, str]] = (), **options) -> AsyncIterator[TurnEvent]:
-        """Events of one turn: TranscriptReady, TextDelta, AudioChunk (as produced), TurnDone."""
+        """Events of one turn: TranscriptReady, TextDelta, TextDone, AudioChunk (as produced), TurnDone."""
         spec = self._spec(audio, images, video, text, speak, history, options)
         async with contextlib.aclosing(self._turn(spec)) as events:
             async for ev in events:  # closing this generator closes the turn's at once: every stage stops

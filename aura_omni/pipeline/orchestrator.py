@@ -3,13 +3,13 @@
 With async_chunk, AURA's text streams into the Talker as it is produced (one Talker request per utterance, whose
 text grows while it speaks: it starts after the first word), or sentence by sentence where the speech stage cannot
 take streamed text; each utterance's audio leaves as the Code2Wav stream produces it, so the first audio is out
-long before the reply ends. The consumer sees one ordered event stream (transcript, text deltas, audio chunks,
-done). Closing that stream (client gone) or a timeout cancels every stage's work for the request.
+long before the reply ends. The consumer sees one ordered event stream (transcript, text deltas, the text done,
+audio chunks, done). Closing that stream (client gone) or a timeout cancels every stage's work for the request.
 """
 
 import asyncio
 import time
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 from aura_omni.deploy import TurnSettings
 from aura_omni.stages.asr.transcript import Transcript
@@ -26,8 +26,11 @@ from aura_omni.stages.aura.prompt_tokens import AuraPrompt
 from aura_omni.pipeline.sentences import DEFAULT_MAX_UTTERANCE_CHARS, DEFAULT_START_WORDS, SentenceSplitter, Utterances
 from aura_omni.pipeline.stage_api import AsrStage, AuraStage, SpeechStage
 from aura_omni.pipeline.tool_calls import ReplyStream
-from aura_omni.pipeline.turn import (AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnEvent, TurnRequest,
-                                     TurnTimeline)
+from aura_omni.pipeline.turn import (AudioChunk, TextDelta, TextDone, TranscriptReady, TurnDone, TurnEvent,
+                                     TurnRequest, TurnTimeline)
+
+
+T = TypeVar("T")
 
 
 class TurnTimeout(TimeoutError):
@@ -137,16 +140,9 @@ class AuraOmniPipeline:
         timeline = TurnTimeline()
         transcript = None
         if req.audio is not None:
-            samples, sr = req.audio
             if session_key.get() is None:  # the prefix prefill and the turn's request go to one AURA replica (Ray)
                 session_key.set(req.request_id)
-            ahead = asyncio.create_task(self.prepare_aura(req))
-            try:
-                transcript = await self.asr.transcribe(samples, sr, request_id=f"{req.request_id}-asr",
-                                                       language=req.asr_language, context=req.asr_context,
-                                                       sampling=req.asr_sampling)
-            finally:
-                await settle(ahead, cancel=transcript is None)
+            transcript = await self.beside_aura(self.transcribe(req), req)
             events.put_nowait(TranscriptReady(transcript.text, transcript.language))
             timeline.mark("asr")
         prompt = aura_prompt(req, transcript)
@@ -193,6 +189,8 @@ class AuraOmniPipeline:
                     events.put_nowait(call)
                 said = reply.content
             silent = is_effectively_silent(said) and not (reply is not None and reply.calls)
+            text = "" if silent else strip_assistant_text(said)
+            events.put_nowait(TextDone(text, silent))  # AURA is done; the speech may go on
             if streamed:  # ends the open utterance (a silent reply never opened one)
                 utterance = self._feed_utterances(utterances.finish(said), utterance, sentences)
             if req.speak and not silent and not streamed and strip_assistant_text(said):
@@ -211,7 +209,6 @@ class AuraOmniPipeline:
             if speaker is not None:  # stopped, and its failure (if AURA failed too) retrieved rather than orphaned
                 speaker.cancel()
                 await asyncio.gather(speaker, return_exceptions=True)
-        text = "" if silent else strip_assistant_text(said)
         calls = reply.calls if reply is not None else []
         if calls and finish_reason == "stop":
             finish_reason = "tool_calls"
@@ -222,13 +219,45 @@ class AuraOmniPipeline:
         if self.on_phases is not None:
             self.on_phases(timeline.phases())
 
+    async def transcribe(self, req: TurnRequest) -> Transcript:
+        """The request's speech as ASR hears it, under the request's ASR options (language, context, the ASR stage's
+        sampling, seed included): the one way into ASR, for a turn, a realtime session's transcriptions (at a commit,
+        or ahead of it in the VAD's silence) and /v1/audio/transcriptions."""
+        if self.asr is None:
+            raise PipelineRequestError("this deployment has no ASR stage; send text instead of audio")
+        samples, sr = req.audio
+        return await self.asr.transcribe(samples, sr, request_id=f"{req.request_id}-asr", language=req.asr_language,
+                                         context=req.asr_context, sampling=req.asr_sampling)
+
+    async def encode_vision(self, vision: list) -> None:
+        """AURA's vision encoder over `vision`, into the stage's vision cache (where the stage can), ahead of the
+        request that shows it: a realtime session's camera window as it arrives. Its failures are that request's to
+        report."""
+        await settle(prefetch_vision(self.aura, vision))
+
+    async def beside_aura(self, words: Awaitable[T], prefix: TurnRequest | Callable[[], Awaitable[TurnRequest]]) -> T:
+        """`words` (a turn's transcription, the session's of its items) awaited while AURA prepares the prompt up to
+        them (`prepare_aura` of `prefix`, a request or the coroutine that builds it); the preparation is stopped if
+        the words fail or are cancelled, else awaited, so the turn's request finds its prefix cached."""
+        async def prepare() -> None:
+            await self.prepare_aura(prefix if isinstance(prefix, TurnRequest) else await prefix())
+
+        ahead, heard = asyncio.create_task(prepare()), False
+        try:
+            result = await words
+            heard = True
+            return result
+        finally:
+            await settle(ahead, cancel=not heard)
+
     async def prepare_aura(self, req: TurnRequest) -> None:
-        """AURA's share of a turn that needs no words, done while ASR runs (here, or a realtime session's own
-        transcription): the vision encoded, then the prompt through this turn's vision prefilled into the prefix
-        cache (`prefill_prefix`, where the stage can). The turn's request then prefills only its words: on the path
+        """AURA's share of a turn that needs no words, done while they are still being made (this turn's ASR, a
+        realtime session's transcription, or the user still speaking with the camera on): the vision encoded, then the
+        prompt through this turn's vision prefilled into the prefix cache (`prefill_prefix`, where the stage can). The
+        one entry to AURA's prefills ahead of a turn. The turn's request then prefills only its words: on the path
         from transcript to first token, or to a silent decision, the vision tokens cost nothing. Its failures are the
         turn's request's to report."""
-        await settle(prefetch_vision(self.aura, req.vision))
+        await self.encode_vision(req.vision)
         prefill = getattr(self.aura, "prefill_prefix", None)
         if prefill is not None and turn_vision(req) and self.turn_settings.prefix_prefill:
             await prefill(aura_prompt(req, None), req.vision, request_id=f"{req.request_id}-aura-prefix")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -20,6 +21,7 @@ from ..stages.asr.service import load_asr_stage
 from ..stages.aura.stage import load_aura_stage
 from ..stages.supervision import Supervisor
 from ..stages.tts import load_qwen3_tts_stage
+from .turn import TurnRequest
 
 log = logging.getLogger("aura_omni.server")
 
@@ -192,9 +194,11 @@ class Runtime:
 
     async def transcribe(self, samples, sample_rate: int, *, language: str | None = None, context: str | None = None,
                          temperature: float = 0.0, max_new_tokens: int | None = None):
-        """One clip's Transcript; cancelling the awaiting task aborts its ASR work."""
-        return (await self.models[ASR].atranscribe([(samples, sample_rate)], language=language, context=context,
-                                                   temperature=temperature, max_new_tokens=max_new_tokens))[0]
+        """One clip's Transcript (/v1/audio/transcriptions), through the pipeline's one way into ASR; cancelling the
+        awaiting task aborts its ASR work."""
+        req = TurnRequest(f"transcription-{uuid.uuid4().hex}", audio=(samples, sample_rate), asr_language=language,
+                          asr_context=context, asr_sampling={"temperature": temperature, "max_tokens": max_new_tokens})
+        return await self.pipeline.transcribe(req)
 
     async def voice_prompt(self, wav, sample_rate: int, ref_text: str | None, x_vector_only: bool):
         """A cloned voice (x-vector, and reference codes for in-context cloning) from reference audio."""

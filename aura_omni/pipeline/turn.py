@@ -68,6 +68,15 @@ class TextDelta:
 
 
 @dataclass
+class TextDone:
+    """AURA's reply is whole (its speech may still be playing out): its text as the client sees it ("" when silent).
+    Comes after the last TextDelta and before TurnDone; a realtime session starts its next reply from here."""
+
+    text: str
+    silent: bool
+
+
+@dataclass
 class AudioChunk:
     samples: np.ndarray  # float32 mono at 24 kHz
 
@@ -86,7 +95,8 @@ class TurnDone:
     tool_calls: list = field(default_factory=list)  # pipeline.tool_calls.ToolCall, in call order
 
 
-TurnEvent = TranscriptReady | TextDelta | AudioChunk | TurnDone  # and pipeline.tool_calls.CallDelta with tools
+# and pipeline.tool_calls.CallDelta with tools
+TurnEvent = TranscriptReady | TextDelta | TextDone | AudioChunk | TurnDone
 
 
 @dataclass

@@ -23,7 +23,7 @@ from .errors import MISSING_FIELD, APIError, validation_error
 from ..media.request_media import MediaPolicy, load_reference_audio
 from ..stages.tts import TTSRequestError
 from .protocol import VOICE_NAME_PATTERN, VoiceCard, VoiceCreateRequest
-from .voice_library import RegisteredVoice, VoiceLibrary
+from .voice_library import RegisteredVoice, VoiceExists, VoiceLibrary
 
 __all__ = ["RegisteredVoice", "VoiceLibrary", "decode_ref_audio", "router"]
 
@@ -133,6 +133,9 @@ async def create_voice(request: Request):
                      speaker_description=(body.speaker_description or "").strip() or None)
     try:
         await asyncio.to_thread(state.voices.add, RegisteredVoice(card=card, prompt=prompt))
+    except VoiceExists:  # another server on the same voice directory registered the name meanwhile
+        raise APIError(f"name: a voice named {body.name!r} is already registered (DELETE it first)", 409,
+                       param="name", code="voice_exists") from None
     except OSError as e:  # the server's disk, not the request: a 500 that says what failed
         raise APIError(f"the voice library cannot store {body.name!r}: {e.strerror or e}", 500,
                        code="voice_library_error", type="server_error") from None

@@ -12,7 +12,7 @@ from ..deploy import AURA
 from ..media.image import decode_base64, decode_data_url, decode_image
 from ..media.limits import MediaError
 from ..media.request_media import vision_configs
-from ..pipeline.orchestrator import prefetch_vision, settle
+from ..pipeline.orchestrator import settle
 from ..placement import session_key
 from .errors import ClientError
 from .events import new_id
@@ -88,20 +88,20 @@ class Camera:
                 made.set_result(vision)
         if vision is None:
             return
-        prepare = getattr(self.pipeline, "prepare_aura", None)
-        if prepare is not None and (self.vad.speaking if self.vad is not None else self._buffer_speech):
-            await settle(self._prefill_ahead(prepare, vision))  # encodes the window, then prefills through it
+        if self.vad.speaking if self.vad is not None else self._buffer_speech:
+            await settle(self._prefill_ahead(vision))  # encodes the window, then prefills through it
         else:
-            await settle(prefetch_vision(self.runtime.models.get(AURA), [vision]))
+            await self.pipeline.encode_vision([vision])
 
-    async def _prefill_ahead(self, prepare, vision) -> None:
+    async def _prefill_ahead(self, vision) -> None:
         """The user is speaking with this camera window: AURA prefills the prompt through it now, before the commit:
         the prefix the next response's `_turn_request(resp, words=False)` builds from the pending inputs (unless the
         response brings overrides of its own: then the cache just misses). At the commit AURA then prefills only the
         turn's words, and 8 sessions committing together no longer queue 8 windows' prefills beside their
         transcriptions. A window that changes before the commit costs one more prefill (about its encoding's cost)."""
         session_key.set(self.id)  # the session's AURA replica (Ray) keeps its prefix cache
-        await prepare(await self._request(self.config, list(self.pending), new_id("ahead"), False, vision=vision))
+        await self.pipeline.prepare_aura(await self._request(self.config, list(self.pending), new_id("ahead"), False,
+                                                             vision=vision))
 
     async def _make_clip_input(self, clip):
         aura = self.runtime.models.get(AURA)

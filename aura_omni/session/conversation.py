@@ -16,7 +16,7 @@ from ..media.wire_audio import WIDTHS, decode
 from ..pipeline.constants import ASR_SAMPLE_RATE
 from .errors import ClientError
 from .events import new_id
-from .history import History, Item
+from .history import FunctionCall, History, Item
 
 
 @dataclass
@@ -49,14 +49,12 @@ class Conversation:
         k = ids.index(item.id) if item.id in ids else len(ids)
         return ids[k - 1] if k > 0 else None
 
-    def _asr(self, audio: np.ndarray):
-        """The transcription of a user item's audio (a coroutine), with the session's ASR settings as a turn has
-        them."""
-        info = self.config.info
-        asr = (self.config.stage_sampling or [None])[0] or {}  # sampling_params_list's ASR entry, as in a turn
-        return self.runtime.transcribe(audio, ASR_SAMPLE_RATE, language=info.get("asr_language"),
-                                       context=info.get("asr_context"), temperature=asr.get("temperature") or 0.0,
-                                       max_new_tokens=asr.get("max_tokens"))
+    async def _asr(self, audio: np.ndarray):
+        """The transcript of a user item's audio: the pipeline's ASR under the options a turn of this session has
+        (extra_body's asr_language, asr_context, sampling_params_list's ASR entry), read by the same builder."""
+        spec = self._spec(self.config, [], [], audio, history=[])
+        spec.speak, spec.tool_use = False, None  # the ASR's options only: no TTS template, no tool grammar is made
+        return await self.pipeline.transcribe(await self.builder.build(spec, new_id("transcription")))
 
     async def _transcribe(self, p: PendingInput, ahead: asyncio.Task | None = None) -> None:
         """The item's transcript (`ahead`: the one started in the VAD's silence window), then its events."""
@@ -159,7 +157,7 @@ class Conversation:
 
     async def _item_truncate(self, event: dict) -> None:
         item = self._item(event)
-        if item.role != "assistant":
+        if item.role != "assistant" or isinstance(item, FunctionCall):
             raise ClientError("invalid_item", "only assistant audio can be truncated", "item_id")
         end = event.get("audio_end_ms")
         if isinstance(end, bool) or not isinstance(end, (int, float)) or end < 0:

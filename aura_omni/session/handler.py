@@ -28,7 +28,7 @@ from .reply_stream import ReplyStream
 from .responses import Response, Responses
 from .resume import Resume
 from .tools import FunctionCalls, session_param
-from .turn_request import TurnRequests, session_pipeline
+from .turn_request import TurnRequests
 
 log = logging.getLogger("aura_omni.session")
 
@@ -58,7 +58,7 @@ class RealtimeSession(InputBuffer, Camera, Conversation, Responses, ReplyStream,
             duplex=duplex, speak=TALKER in runtime.models,  # text-only deployments answer in text
             voice_aliases=getattr(getattr(runtime, "deploy", None), "voice_aliases", None),
             speakers=getattr(talker, "speakers", None))
-        self.pipeline, self._watch = session_pipeline(runtime)
+        self.pipeline = runtime.pipeline  # every turn's entry: ASR, AURA's prefills, the turn itself
         self._events: asyncio.Queue[ServerEvent] = asyncio.Queue()
         self._seq = itertools.count(1)
         self.started = False

@@ -114,6 +114,8 @@ class History:
             if item.id in exclude:
                 continue
             if isinstance(item, FunctionCall):
+                if item.incomplete:  # cut off by a cancel: no client ran it, and its JSON may be unfinished
+                    continue
                 if results:
                     flush()
                 calls.append((item.name, item.arguments))

@@ -11,7 +11,7 @@ import numpy as np
 from ..media.wire_audio import OutputStream
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.tool_calls import CallDelta
-from ..pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone
+from ..pipeline.turn import AudioChunk, TextDelta, TextDone, TranscriptReady, TurnDone
 from .history import Item
 from .responses import Response
 
@@ -60,6 +60,9 @@ class ReplyStream:
                     if p is not None and self.history.get(p.item.id) is p.item:  # a conversation's item
                         self._transcribed(p, ev.text)
                     self._created(resp)
+                    continue
+                if isinstance(ev, TextDone):  # overlapped input: the next response may start while this one speaks
+                    resp.aura_final.set()
                     continue
                 self._created(resp)
                 if isinstance(ev, CallDelta):  # a call of the reply: its own item (session/tools.py), never spoken

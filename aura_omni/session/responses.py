@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from ..media.wire_audio import OutputStream
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..request.errors import api_error, internal_error
-from ..pipeline.orchestrator import TurnTimeout, settle
+from ..pipeline.orchestrator import TurnTimeout
 from ..placement import session_key
 from .config import SessionConfig
 from .conversation import PendingInput
 from .dialects import ResponseView
 from .errors import ClientError
 from .events import new_id
-from .history import Item
+from .history import History, Item
 from .tools import TOOL_KEYS
 
 RESPONSE_OPTIONS = ("instructions", "output_modalities", "modalities", "voice", "audio", "temperature",
@@ -36,7 +36,7 @@ class Response:
     item: Item | None = None  # the assistant item, once AURA says something
     output: list[Item] = field(default_factory=list)  # its output items in order: the assistant item, its calls
     task: asyncio.Task | None = None
-    aura_final: asyncio.Event = field(default_factory=asyncio.Event)
+    aura_final: asyncio.Event = field(default_factory=asyncio.Event)  # its text is whole (the turn's TextDone)
     cancelled: bool = False
     started: bool = False  # response.created sent
     text: str = ""
@@ -76,7 +76,8 @@ class Responses:
         given = opts.get("input")
         if given is not None and not isinstance(given, list):
             raise ClientError("invalid_value", "response.input must be a list of items", "response.input")
-        if self.duplex and given is None and not self.pending and not self.frames.frames:  # vLLM-Omni's refusal
+        if (self.duplex and given is None and not self.pending and not self.frames.frames  # vLLM-Omni's refusal
+                and not self.history.ends_in_results()):  # a call's output is something to answer
             raise ClientError("response_create_without_input", "nothing to answer: commit audio, create an item or "
                               "send video_frames first")
         # OpenAI: with nothing new, AURA answers from the history, the instructions and the camera's frames (a greeting)
@@ -85,7 +86,8 @@ class Responses:
 
     def _response_input(self, entries: list) -> tuple[list[tuple[str, str]], list[PendingInput]]:
         """response.input: a context of its own (OpenAI: instead of the conversation). Its trailing user items are
-        the turn; the items before them are AURA's history. `item_reference` names an item of the conversation."""
+        the turn; the items before them are AURA's history. `item_reference` names an item of the conversation.
+        Ending in call outputs, the outputs are the turn."""
         items = []
         for k, entry in enumerate(entries):
             param = f"response.input[{k}]"
@@ -95,15 +97,19 @@ class Responses:
                     raise ClientError("item_not_found", f"no item with id {entry.get('id')!r} in this session",
                                       f"{param}.id")
                 items.append(PendingInput(ref))
+            elif isinstance(entry, dict) and entry.get("type") in ("function_call", "function_call_output"):
+                items.append(PendingInput(self._function_item(entry, param)))  # session/tools.py
             else:
                 items.append(self._message(entry, param))
         first = len(items)
         while first and items[first - 1].item.role == "user":
             first -= 1
-        policy = self.config.playback_commit_policy
-        context = [(p.item.role, p.item.heard_text(policy) if p.item.role == "assistant" else p.item.text)
-                   for p in items[:first]]
-        return [turn for turn in context if turn[1]], items[first:]
+        context = History()  # response.input's own items, rendered as the conversation's are (calls included)
+        context.items = [p.item for p in items[:first]]
+        turns = context.turns(self.config.playback_commit_policy)
+        if first == len(items) and context.ends_in_results():  # the calls' outputs are the turn, as in chat
+            return turns[:-1], [PendingInput(Item(new_id("item"), "user", turns[-1][1]))]
+        return turns, items[first:]
 
     def _create_response(self, opts: dict | None, *, out_of_band: bool = False,
                          given: tuple[list, list[PendingInput]] | None = None) -> Response:
@@ -116,8 +122,6 @@ class Responses:
                         context=context)
         if given is None and not out_of_band:
             self.pending = []
-        if self._watch is not None:
-            self._watch.final[f"{resp.id}-aura"] = resp.aura_final
         previous = list(self.responses)
         self.responses.append(resp)
         resp.task = asyncio.create_task(self._run(resp, previous))
@@ -163,8 +167,6 @@ class Responses:
             item.done = True
         if resp in self.responses:
             self.responses.remove(resp)
-        if self._watch is not None:
-            self._watch.final.pop(f"{resp.id}-aura", None)
         resp.aura_final.set()
 
     def _response_view(self, resp: Response, status: str, reason: str | None = None, **fields) -> ResponseView:
@@ -181,14 +183,9 @@ class Responses:
             for old in draining[:-1]:  # at most one reply drains while this one runs
                 await self._cancel(old, "new_response")
             transcribing = [p.transcription for p in resp.inputs if p.transcription is not None]
-            early = (asyncio.create_task(self._prepare_aura(resp)) if any(not t.done() for t in transcribing)
-                     and hasattr(self.pipeline, "prepare_aura") else None)
-            try:
-                await asyncio.gather(*transcribing, return_exceptions=True)
-            except BaseException:
-                await settle(early, cancel=True)
-                raise
-            await settle(early)
+            if any(not t.done() for t in transcribing):  # AURA prefills the prompt up to the words meanwhile
+                await self.pipeline.beside_aura(asyncio.gather(*transcribing, return_exceptions=True),
+                                                lambda: self._turn_request(resp, words=False))
             req = await self._turn_request(resp)
             if req.audio is None:  # with audio, after its transcript (vLLM-Omni's order)
                 self._created(resp)

@@ -61,7 +61,10 @@ def check_tools(value: Any, param: str) -> tuple[dict, ...]:
 
 
 def check_tool_choice(value: Any, tools: tuple[dict, ...], param: str) -> str | dict:
-    """`auto`, `none`, `required`, or `{"type": "function", "name"}` naming one of `tools`."""
+    """`auto`, `none`, `required`, or `{"type": "function", "name"}` naming one of `tools` (beta: the name alone)."""
+    names = [t["name"] for t in tools]
+    if isinstance(value, str) and value not in CHOICES and value in names:
+        value = {"type": "function", "name": value}
     if isinstance(value, str):
         if value not in CHOICES:
             raise _refused(param, f"must be auto, none, required or {{\"type\": \"function\", \"name\": "
@@ -72,7 +75,6 @@ def check_tool_choice(value: Any, tools: tuple[dict, ...], param: str) -> str | 
     if not isinstance(value, dict) or value.get("type", "function") != "function":
         raise _refused(param, "must be auto, none, required or {\"type\": \"function\", \"name\": ...}")
     name = value.get("name")
-    names = [t["name"] for t in tools]
     if name not in names:
         raise _refused(f"{param}.name", f"{name!r} is not among the tools "
                                  f"({', '.join(names) or 'none were sent'})", "unknown_tool")
@@ -103,6 +105,11 @@ def session_tool_use(config) -> ToolUse | None:
         return tool_use(config.tools, config.tool_choice, config.parallel_tool_calls is True)
     except PipelineRequestError as e:  # checked at update; kept as a client error should that ever slip
         raise ClientError("invalid_value", str(e), f"session.{e.param}") from None
+
+
+def beta_tool_choice(choice: str | dict) -> str:
+    """The beta session's `tool_choice`, a string: a named function is its name."""
+    return choice["name"] if isinstance(choice, dict) else choice
 
 
 def session_param(param: str | None) -> str | None:

@@ -1,53 +1,15 @@
 """A response's pipeline request: the session's settings, AURA's history and the turn's inputs (audio, texts, images)
-made into a TurnSpec and built; the camera window added as AURA's vision input. Also the session's orchestrator, with
-AURA watched so that a response knows when its text is final (overlapped input)."""
+made into a TurnSpec and built; the camera window added as AURA's vision input."""
 
 from __future__ import annotations
-
-import asyncio
-from typing import Any
 
 import numpy as np
 
 from ..pipeline.constants import ASR_SAMPLE_RATE
-from ..pipeline.orchestrator import AuraOmniPipeline
 from ..request.turn_builder import TurnSpec
 from .config import SessionConfig
 from .responses import Response
 from .tools import session_tool_use
-
-
-class _AuraWatch:
-    """AURA stage wrapper: marks a response's text final when AURA's generation ends (TTS may still drain)."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.final: dict[str, asyncio.Event] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    async def generate(self, prompt, vision, *, request_id: str, sampling: dict | None = None):
-        try:
-            async for delta in self.inner.generate(prompt, vision, request_id=request_id, sampling=sampling):
-                yield delta
-        finally:
-            event = self.final.pop(request_id, None)
-            if event is not None:
-                event.set()
-
-
-def session_pipeline(runtime) -> tuple[Any, _AuraWatch | None]:
-    """The runtime's orchestrator over the same stages, with AURA watched for text finality."""
-    base = runtime.pipeline
-    if not isinstance(base, AuraOmniPipeline) or base.aura is None:  # another orchestrator: replies end at TurnDone
-        return base, None
-    watch = _AuraWatch(base.aura)
-    return AuraOmniPipeline(base.asr, watch, base.speech, sentence_min_chars=base.sentence_min_chars,
-                            default_timeout_s=base.default_timeout_s, stream_text_to_talker=base.stream_text_to_talker,
-                            talker_start_words=base.talker_start_words,
-                            max_utterance_chars=base.max_utterance_chars, on_phases=base.on_phases,
-                            turn_settings=base.turn_settings), watch
 
 
 class TurnRequests:
@@ -71,11 +33,6 @@ class TurnRequests:
                         voice=config.voice, stage_sampling=config.stage_sampling, aura_sampling=sampling,
                         info_param="session.extra_body", voice_param="session.audio.output.voice",
                         tool_use=session_tool_use(config))
-
-    async def _prepare_aura(self, resp: Response) -> None:
-        """While the turn's speech is still being transcribed (a commit, then response.create): the prompt as known
-        without its words goes to the pipeline's `prepare_aura`, as the pipeline's own ASR path does."""
-        await self.pipeline.prepare_aura(await self._turn_request(resp, words=False))
 
     async def _turn_request(self, resp: Response, words: bool = True):
         """The turn's request; `words=False`: without its words (audio, texts) or speech, the same prompt up to them."""

@@ -1,6 +1,7 @@
 """The voice-agent frameworks, unmodified, against a real `aura-omni serve` (tiny four-stage deploy on CPU): the OpenAI
 Agents SDK, Pipecat, LiveKit Agents and the plain `openai` SDK in both dialects, each pointed at the server's URL as
-its docs say.
+its docs say; and function calling, a tool forced by `tool_choice` and run by the framework itself (the Agents SDK's
+`@function_tool`, LiveKit's `function_tool`).
 
 Their pins collide with the project's (openai-agents: websockets<17, pipecat-ai: protobuf<7), so they live in their
 own venv (scripts/install_framework_venvs.sh, constraints-frameworks.txt) and each scenario is a script of

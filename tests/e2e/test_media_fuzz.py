@@ -152,10 +152,14 @@ def wire_audio(draw) -> dict:
     n = draw(st.sampled_from([0, 1, 2, 7, 1600, 8000]))
     level = draw(st.sampled_from(["speech", "zero", "clipped", "huge", "nan", "inf"]))
     rng = np.random.default_rng(draw(st.integers(0, 3)))
-    x = {"zero": np.zeros(n), "clipped": np.where(np.arange(n) % 14 < 7, 1.0, -1.0), "huge": rng.standard_normal(n) * 1e30,
-         "nan": np.full(n, np.nan), "inf": np.full(n, np.inf)}.get(level, rng.standard_normal(n) * 0.3)
+    x = {"zero": np.zeros(n), "clipped": np.where(np.arange(n) % 14 < 7, 1.0, -1.0),
+         "huge": rng.standard_normal(n) * 1e30, "nan": np.full(n, np.nan),
+         "inf": np.full(n, np.inf)}.get(level, rng.standard_normal(n) * 0.3)
     fmt = draw(st.sampled_from(["pcm16", "pcm_f32le"]))
-    raw = (np.clip(np.nan_to_num(x), -1, 1) * 32767).astype("<i2").tobytes() if fmt == "pcm16" else x.astype("<f4").tobytes()
+    if fmt == "pcm16":
+        raw = (np.clip(np.nan_to_num(x), -1, 1) * 32767).astype("<i2").tobytes()
+    else:
+        raw = x.astype("<f4").tobytes()
     event = {"type": "input_audio_buffer.append", "audio": _b64(raw), "format": fmt}
     if (rate := draw(st.sampled_from([None, 16000, 24000, 8000, 1, 384000]))) is not None:
         event["sample_rate_hz"] = rate

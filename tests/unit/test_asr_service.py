@@ -176,6 +176,24 @@ def test_pipeline_stage_returns_the_transcript_as_data(svc):
     assert asyncio.run(stage.transcribe(np.zeros(SR, dtype=np.float32), SR, request_id="s")) == Transcript("", "")
 
 
+def test_the_pipelines_transcription_takes_the_requests_asr_options_seed_included(svc):
+    """`AuraOmniPipeline.transcribe`, the one way into ASR (a turn's own, a realtime session's): the request's language
+    and its ASR sampling, seed included, reach the engine: sampled at temperature 1, the seed makes it the same
+    transcript as the service's with that seed."""
+    import asyncio
+
+    from aura_omni.pipeline.orchestrator import AuraOmniPipeline
+    from aura_omni.pipeline.turn import TurnRequest
+    from aura_omni.stages.asr.stage import AsrPipelineStage
+
+    pipeline = AuraOmniPipeline(AsrPipelineStage(svc), None, None)
+    sampling = {"temperature": 1.0, "max_tokens": 6, "seed": 3}
+    req = TurnRequest("t", audio=(tone(1), SR), asr_language="English", asr_sampling=sampling)
+    got = [asyncio.run(pipeline.transcribe(req)) for _ in range(2)]
+    want = svc.transcribe([(tone(1), SR)], language="English", max_new_tokens=6, temperature=1.0, seed=3)[0]
+    assert got == [want, want]
+
+
 def test_a_cancelled_transcription_is_aborted_and_frees_its_blocks(svc):
     """The awaiting task is cancelled (the client left) while its pieces decode: the loop aborts them."""
     import asyncio

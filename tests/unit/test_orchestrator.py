@@ -15,7 +15,7 @@ from aura_omni.pipeline.orchestrator import AuraOmniPipeline, TurnTimeout
 from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.stages.aura.prompt_tokens import PromptTurn
 from aura_omni.stages.aura.stage import AuraDelta
-from aura_omni.pipeline.turn import AudioChunk, TextDelta, TranscriptReady, TurnDone, TurnRequest
+from aura_omni.pipeline.turn import AudioChunk, TextDelta, TextDone, TranscriptReady, TurnDone, TurnRequest
 
 
 class ScriptedAsr:
@@ -82,6 +82,23 @@ def test_silent_reply_skips_tts_and_hides_marker():
     assert speech.requests == []
     assert not [e for e in events if isinstance(e, (TextDelta, AudioChunk))]
     assert events[-1].silent and events[-1].text == "" and events[-1].raw_text == "<|silent|>"
+
+
+def test_text_done_says_the_reply_is_whole_while_its_speech_is_still_to_come():
+    """One TextDone, after the last TextDelta and before the speech of the reply's end: AURA has finished, the Talker
+    has not (a realtime session starts its next reply from here)."""
+    events = _run(AuraOmniPipeline(None, ScriptedAura(["Hi ", "there."]), ScriptedSpeech(delay=0.01)),
+                  TurnRequest("t1", tts=TTS))
+    kinds = [type(e).__name__ for e in events]
+    done = kinds.index("TextDone")
+    assert kinds.count("TextDone") == 1 and done > len(kinds) - 1 - kinds[::-1].index("TextDelta")
+    assert events[done] == TextDone("Hi there.", silent=False)
+    assert kinds[done + 1:] == ["AudioChunk", "AudioChunk", "TurnDone"]
+
+
+def test_a_silent_reply_is_done_with_no_text():
+    events = _run(AuraOmniPipeline(None, ScriptedAura(["<|silent|>"]), ScriptedSpeech()), TurnRequest("t2", tts=TTS))
+    assert [e for e in events if isinstance(e, TextDone)] == [TextDone("", silent=True)]
 
 
 def test_first_sentence_is_spoken_while_aura_still_decodes():

@@ -26,7 +26,7 @@ from aura_omni.bench.inputs import RECORDED_SPEECH
 from aura_omni.pipeline.orchestrator import AuraOmniPipeline
 from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.stages.aura.stage import AuraDelta
-from aura_omni.pipeline.turn import TurnRequest
+from aura_omni.pipeline.turn import TurnRequest, collect_turn
 from aura_omni.media.request_media import MediaPolicy
 from aura_omni.session import RealtimeSession, SessionConfig, SessionConfigError
 from aura_omni.session.frames import FrameWindow, similarity
@@ -118,10 +118,6 @@ class FakeRuntime:
         self.aura, self.speech = aura or ScriptedAura(), speech or ScriptedSpeech()
         self.pipeline = AuraOmniPipeline(ScriptedAsr(), self.aura, self.speech, sentence_min_chars=5)
         self.models = {"qwen3_tts": None}  # a Talker is deployed: sessions speak by default
-
-    async def transcribe(self, samples, sample_rate, **kw):
-        """As `Runtime.transcribe`: one clip's Transcript."""
-        return Transcript("English", "what is this")
 
 
 def pcm_b64(seconds: float = 0.2, rate: int = 24000, amp: float = 0.2) -> str:
@@ -425,6 +421,22 @@ async def test_new_commit_overlaps_the_draining_reply():
 
 
 @pytest.mark.asyncio
+async def test_a_reply_is_final_for_the_next_one_when_its_turn_says_the_text_is_done():
+    """The session runs the runtime's own orchestrator, its stages unwrapped: a response's text is final at its turn's
+    TextDone, once AURA has ended and while the reply is still spoken."""
+    rt = FakeRuntime(speech=ScriptedSpeech(chunks=30, step_s=0.01))
+    s = new_session(rt)
+    assert s.pipeline is rt.pipeline and s.pipeline.aura is rt.aura
+    await s.send("input_audio_buffer.append", audio=pcm_b64())
+    await s.send("input_audio_buffer.commit", create_response=True)
+    resp = s.responses[0]
+    await asyncio.wait_for(resp.aura_final.wait(), 5)
+    assert rt.aura.running == 0 and rt.speech.running == 1 and resp in s.responses
+    await until(s, "response.done")
+    await s.close()
+
+
+@pytest.mark.asyncio
 async def test_history_counts_only_what_was_played_in_duplex():
     s = new_session(duplex=True)
     await s.send("session.update", session={"instructions": "Be brief."})
@@ -492,26 +504,57 @@ async def test_server_vad_barge_in_cancels_the_reply():
     assert "input_audio_buffer.speech_stopped" in types
 
 
+@pytest.mark.asyncio
+async def test_a_commit_the_session_transcribes_gets_the_asr_options_a_turn_gets_seed_included():
+    """A commit with no response is transcribed by the session, through the pipeline's ASR, with the options the
+    turn's own ASR gets from the same settings (the real TurnBuilder): sampling_params_list's ASR entry with its
+    seed, extra_body's asr_language and asr_context."""
+    from aura_omni.deploy import parse_deploy_config
+    from aura_omni.request.turn_builder import TurnBuilder, TurnSpec
+
+    asked = []
+
+    class RecordingAsr(ScriptedAsr):
+        async def transcribe(self, samples, sample_rate, *, request_id, **kw):
+            asked.append(kw)
+            return await super().transcribe(samples, sample_rate, request_id=request_id, **kw)
+
+    rt = FakeRuntime()
+    rt.pipeline.asr = RecordingAsr()
+    rt.deploy = parse_deploy_config({"pipeline": "aura_omni", "stages": [
+        {"stage_id": i, "model": m} for i, m in enumerate(["asr", "aura", "tts", "tts"])]})
+    builder = TurnBuilder(rt)
+    s = RealtimeSession(rt, builder, model="tiny")
+    extra = {"sampling_params_list": [{"temperature": 0.7, "max_tokens": 9, "seed": 1234}],
+             "asr_language": "English", "asr_context": "names: Ada"}
+    s.config = dataclasses.replace(s.config.with_update({"extra_body": extra}), turn_detection=None)
+    s.start()
+    await s.send("input_audio_buffer.append", audio=pcm_b64())
+    await s.send("input_audio_buffer.commit", create_response=False)
+    await until(s, "conversation.item.input_audio_transcription.completed")
+    turn = await builder.build(TurnSpec(audio=(np.zeros(1600, np.float32), 16000), info=s.config.info,
+                                        stage_sampling=s.config.stage_sampling, speak=False), "r1")
+    await collect_turn(rt.pipeline.turn(turn))  # a turn's own ASR, from the same settings
+    assert asked[0] == asked[1] == {"language": "English", "context": "names: Ada",
+                                    "sampling": {"temperature": 0.7, "max_tokens": 9, "seed": 1234}}
+    await s.close()
+
+
 class AheadRuntime(FakeRuntime):
-    """Records each transcription ahead (its audio's length) and counts the turns' own ASR runs."""
+    """Records every transcription the pipeline's ASR runs (its audio's length): ahead of a commit or a turn's own."""
 
     def __init__(self):
         super().__init__()
-        self.ahead: list[int] = []
-        self.turn_asr = 0
-        asr = self.pipeline.asr
-        original = asr.transcribe
+        self.heard: list[int] = []
+        heard = self.heard
 
-        async def counted(*a, **kw):
-            self.turn_asr += 1
-            return await original(*a, **kw)
+        class RecordingAsr(ScriptedAsr):
+            async def transcribe(self, samples, sample_rate, **kw):
+                heard.append(len(samples))
+                await asyncio.sleep(0.02)
+                return Transcript("English", f"heard {len(samples)} samples")
 
-        asr.transcribe = counted
-
-    async def transcribe(self, samples, sample_rate, **kw):
-        self.ahead.append(len(samples))
-        await asyncio.sleep(0.02)
-        return Transcript("English", f"heard {len(samples)} samples")
+        self.pipeline.asr = RecordingAsr()
 
 
 def vad_session(rt, probs) -> RealtimeSession:
@@ -533,15 +576,18 @@ async def test_server_vad_transcribes_the_speech_in_its_silence_window_and_the_t
     s = vad_session(rt, [0.9] * 10 + [0.0] * 20)
     s.config = s.config.with_update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(17))  # speech and 224 ms of silence: paused
-    await asyncio.sleep(0.005)  # the transcription's task starts
-    assert rt.ahead == [(320 + 200) * 16] and "input_audio_buffer.committed" not in [e.type for e in drain(s)]
+    for _ in range(100):  # the transcription's task starts
+        if rt.heard:
+            break
+        await asyncio.sleep(0.005)
+    assert rt.heard == [(320 + 200) * 16] and "input_audio_buffer.committed" not in [e.type for e in drain(s)]
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(13))  # on to 512 ms of silence: the commit
     events = await until(s, "response.done")
     types = [e.type for e in events]
     assert types.index("input_audio_buffer.committed") < types.index(
         "conversation.item.input_audio_transcription.completed") < types.index("response.created")
     done = next(e for e in events if e.type == "conversation.item.input_audio_transcription.completed")
-    assert done["transcript"] == f"heard {520 * 16} samples" and rt.ahead == [520 * 16] and rt.turn_asr == 0
+    assert done["transcript"] == f"heard {520 * 16} samples" and rt.heard == [520 * 16]  # none by the turn
     assert f"heard {520 * 16} samples" in rt.aura.prompts[-1]
 
 
@@ -551,21 +597,26 @@ async def test_speech_that_resumes_after_the_pause_is_transcribed_again_whole(mo
     s = vad_session(rt, [0.9] * 10 + [0.0] * 8 + [0.9] * 5 + [0.0] * 20)
     s.config = s.config.with_update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(18))  # speech and 256 ms of silence: paused
-    await asyncio.sleep(0.005)
+    for _ in range(100):
+        if rt.heard:
+            break
+        await asyncio.sleep(0.005)
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(25))  # the user goes on, then stops
     events = await until(s, "response.done")
     done = next(e for e in events if e.type == "conversation.item.input_audio_transcription.completed")
     whole = (736 + 200) * 16  # up to the second speech's end and its pad
-    assert rt.ahead == [(320 + 200) * 16, whole] and done["transcript"] == f"heard {whole} samples"
-    assert rt.turn_asr == 0
+    assert rt.heard == [(320 + 200) * 16, whole] and done["transcript"] == f"heard {whole} samples"
 
     rt = AheadRuntime()
     rt.pipeline.turn_settings = TurnSettings(transcribe_ahead=False)  # off: the turn transcribes after the commit
     s = vad_session(rt, [0.9] * 10 + [0.0] * 20)
     s.config = s.config.with_update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}})
     await s.send("input_audio_buffer.append", audio=pcm16k_b64(30))
-    await until(s, "response.done")
-    assert rt.ahead == [] and rt.turn_asr == 1
+    events = await until(s, "response.done")
+    types = [e.type for e in events]
+    assert rt.heard == [520 * 16]  # the turn's own, after the commit
+    assert types.index("input_audio_buffer.committed") < types.index(
+        "conversation.item.input_audio_transcription.completed")
 
 
 @pytest.mark.asyncio
@@ -751,13 +802,14 @@ async def _until_logged(log: list, entry) -> None:
 async def _prefilling_while_transcribing(log: list, go: asyncio.Event, heard: asyncio.Event) -> RealtimeSession:
     """A session whose commit (then response.create, with a frame) is still being transcribed (until `heard`), its
     prefix prefill started and held open (until `go`)."""
-    class SlowAsrRuntime(FakeRuntime):
+    class SlowAsr(ScriptedAsr):
         async def transcribe(self, samples, sample_rate, **kw):
             await heard.wait()
             log.append("transcribed")
             return Transcript("English", "what is this")
 
-    rt = SlowAsrRuntime(aura=_PrefillingAura(log, go))
+    rt = FakeRuntime(aura=_PrefillingAura(log, go))
+    rt.pipeline.asr = SlowAsr()
     rt.models["aura"] = rt.aura
     s = new_session(rt)
     await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64()])
@@ -792,6 +844,52 @@ async def test_a_response_cancelled_while_transcribing_stops_its_prefix_prefill(
     heard.set()
     await asyncio.sleep(0.05)
     assert "generate" not in log
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_every_prefill_ahead_of_a_turn_enters_through_the_pipelines_prepare_aura():
+    """The camera's prefill while the user speaks, the turn's own beside its ASR, and a response's while the session
+    transcribes its commit: each is one call of the pipeline's `prepare_aura`, the only way to AURA's prefills."""
+    log, go, heard = [], asyncio.Event(), asyncio.Event()
+    go.set()
+    heard.set()
+
+    class GatedAsr(ScriptedAsr):
+        async def transcribe(self, samples, sample_rate, **kw):
+            await heard.wait()
+            return await super().transcribe(samples, sample_rate, **kw)
+
+    rt = FakeRuntime(aura=_PrefillingAura(log, go))
+    rt.models["aura"] = rt.aura
+    rt.pipeline.asr = GatedAsr()
+    entries = []
+    prepare = rt.pipeline.prepare_aura
+
+    async def entry(req):
+        entries.append(req.request_id)
+        await prepare(req)
+
+    rt.pipeline.prepare_aura = entry
+    s = new_session(rt)
+    prefills = lambda: [e for e in log if isinstance(e, tuple)]  # noqa: E731 - the AURA stage's prefills
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64()])  # the camera's, ahead
+    await _until_logged(log, "prefill ended")
+    await s.send("input_audio_buffer.commit", create_response=True)  # the turn's own, beside its ASR
+    await until(s, "response.done")
+    assert len(entries) == len(prefills()) == 2
+    heard.clear()
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[jpeg_b64((0, 0, 255))],
+                 is_speech=False)  # a new window, only encoded: nobody speaks
+    await s.send("input_audio_buffer.commit", is_speech=True)  # transcribed by the session, held until `heard`
+    await s.send("response.create")
+    for _ in range(500):
+        if len(entries) == 3:
+            break
+        await asyncio.sleep(0.01)
+    heard.set()
+    await until(s, "response.done")
+    assert len(entries) == len(prefills()) == 3 and "generate" in log
     await s.close()
 
 

@@ -200,3 +200,78 @@ async def test_client_function_items_are_checked_and_kept():
     got = (await until(s, "conversation.item.retrieved"))[-1]["item"]
     assert (got["type"], got["call_id"], got["arguments"]) == ("function_call", "c1", '{"city": "Oslo"}')
     await s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_beta_client_may_name_the_function_alone_and_gets_the_name_back():
+    rt, s = tool_session(beta=True)
+    await s.send("session.update", session={"tools": [WEATHER], "tool_choice": "get_weather"})
+    assert (await until(s, "session.updated"))[-1]["session"]["tool_choice"] == "get_weather"
+    assert s.config.tool_choice == {"type": "function", "name": "get_weather"}
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_duplex_session_sends_the_call_once_and_its_item_under_both_names():
+    rt = FakeRuntime(speech=RecordingSpeech())
+    rt.aura.reply = CALL
+    s = new_session(rt, duplex=True)
+    await s.send("session.update", session={"tools": [WEATHER]})
+    await until(s, "session.updated")
+    await s.send("conversation.item.create", item=user_text("Weather in Paris?"))
+    await s.send("response.create")
+    events = await until(s, "response.done")
+    kinds = [e.type for e in events]
+    assert kinds.count("response.function_call_arguments.done") == 1
+    call_items = [e for e in events if e.type in ("conversation.item.added", "conversation.item.created")
+                  and e["item"]["type"] == "function_call"]
+    assert sorted(e.type for e in call_items) == ["conversation.item.added", "conversation.item.created"]
+    assert events[-1]["response"]["output"][0]["type"] == "function_call" and rt.speech.said == []
+    await s.send("conversation.item.truncate", item_id=call_items[0]["item"]["id"], content_index=0, audio_end_ms=0)
+    assert (await until(s, "error"))[-1]["error"]["param"] == "item_id"  # a call has no audio to cut
+    await s.close()
+
+
+def test_a_call_cut_off_by_a_cancel_stays_out_of_the_prompt():
+    from aura_omni.session.history import FunctionCall, History, Item
+
+    h = History()
+    h.add(Item("u", "user", "Weather?"))
+    h.add(FunctionCall("c", call_id="call_1", name="get_weather", arguments='{"ci', incomplete=True))
+    h.add(Item("u2", "user", "Never mind."))
+    assert h.turns("commit_all_on_done") == [("user", "Weather?"), ("user", "Never mind.")]
+
+
+@pytest.mark.asyncio
+async def test_response_input_may_hold_a_call_and_its_output():
+    rt, s = tool_session(reply="Sunny.")
+    call = {"type": "function_call", "call_id": "call_9", "name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    await s.send("response.create", response={"conversation": "none", "input": [
+        user_text("Weather in Oslo?"), call, {"type": "function_call_output", "call_id": "call_9", "output": "snow"}]})
+    assert (await until(s, "response.done"))[-1]["response"]["status"] == "completed"
+    prompt = rt.aura.prompts[-1]
+    assert prompt.endswith('<|im_start|>user\nWeather in Oslo?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n'
+                           '{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>\n'
+                           '<|im_start|>user\n<tool_response>\nsnow\n</tool_response><|im_end|>\n'
+                           '<|im_start|>assistant\n')
+    assert s.history.items == []  # out of band: the conversation is untouched
+    await s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_duplex_session_answers_a_calls_output():
+    rt = FakeRuntime(speech=RecordingSpeech())
+    rt.aura.reply = CALL
+    s = new_session(rt, duplex=True)
+    await s.send("session.update", session={"tools": [WEATHER]})
+    await until(s, "session.updated")
+    await s.send("conversation.item.create", item=user_text("Weather in Paris?"))
+    await s.send("response.create")
+    call = (await until(s, "response.done"))[-1]["response"]["output"][0]
+    await s.send("conversation.item.create", item={"type": "function_call_output", "call_id": call["call_id"],
+                                                   "output": "sunny"})
+    rt.aura.reply = "It is sunny."
+    await s.send("response.create")  # no new user input, yet something to answer
+    done = (await until(s, "response.done"))[-1]["response"]
+    assert done["status"] == "completed" and rt.speech.said
+    await s.close()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from aura_omni.server.protocol import VoiceCard
-from aura_omni.server.voice_library import RegisteredVoice, VoiceLibrary
+from aura_omni.server.voice_library import RegisteredVoice, VoiceExists, VoiceLibrary
 from aura_omni.stages.tts import VoiceClonePrompt
 
 
@@ -92,3 +92,33 @@ def test_unwritable_directory_fails_at_start(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(OSError):
         VoiceLibrary(tmp_path / "file" / "voices")
+
+
+def test_of_two_processes_registering_one_name_only_the_first_wins(tmp_path):
+    a, b = VoiceLibrary(tmp_path), VoiceLibrary(tmp_path)
+    a.add(_voice("same", seed=1))
+    with pytest.raises(VoiceExists):
+        b.add(_voice("Same", seed=2))  # b had not looked: the card's exclusive creation refuses it
+    assert _same(b.get("same"), _voice("same", seed=1))
+    assert len(list(tmp_path.glob("*.safetensors"))) == 1  # the loser's tensors are gone
+
+
+def test_voice_files_with_bad_tensors_are_skipped(tmp_path, caplog):
+    from safetensors.torch import save_file
+
+    lib = VoiceLibrary(tmp_path)
+    for name, tensors in {"outside": {"x_vector": torch.zeros(4), "ref_codes": torch.full((3, 16), 5000)},
+                          "nan": {"x_vector": torch.full((4,), float("nan"))},
+                          "flat": {"x_vector": torch.zeros(4), "ref_codes": torch.zeros(48, dtype=torch.long)}}.items():
+        lib.add(_voice(name, icl=True))
+        save_file(tensors, str(tmp_path / json.loads((tmp_path / f"{name}.json").read_text())["tensors"]))
+    assert VoiceLibrary(tmp_path).cards() == []
+    assert "ref_codes must be integer codes" in caplog.text and "x_vector must be finite" in caplog.text
+
+
+def test_a_library_does_not_read_back_its_own_voices(tmp_path, monkeypatch):
+    lib = VoiceLibrary(tmp_path)
+    voice = _voice("own")
+    lib.add(voice)
+    monkeypatch.setattr(lib, "_read", lambda path: pytest.fail(f"read back {path.name}"))
+    assert lib.get("own") is voice and [c.name for c in lib.cards()] == ["own"]

@@ -6,6 +6,7 @@ no `.added` / `.done`); assistant content is `audio` / `text`; the session is th
 
 from __future__ import annotations
 
+from ..tools import beta_tool_choice
 from .base import OPENAI_ERROR_CODES, Dialect, ResponseView, SessionView
 
 GA_TO_BETA = {
@@ -37,7 +38,7 @@ class Beta(Dialect):
             "voice": c.voice_name or c.voice,
             "input_audio_format": c.input_audio_format, "output_audio_format": c.output_audio_format,
             "input_audio_transcription": c.transcription, "turn_detection": c.turn_detection_json(),
-            "tools": list(c.tools), "tool_choice": c.tool_choice, "temperature": c.temperature,
+            "tools": list(c.tools), "tool_choice": beta_tool_choice(c.tool_choice), "temperature": c.temperature,
             "max_response_output_tokens": c.max_output_tokens if c.max_output_tokens is not None else "inf",
             "extra_body": c.extra_body_json(), **view.extras}
 
