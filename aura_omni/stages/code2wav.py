@@ -231,7 +231,7 @@ class Code2WavStageEngine:
     def _host_codes(self, codes: torch.Tensor) -> torch.Tensor:
         """A chunk's codes, checked, kept on the host until its step uploads the step's codes in one copy (a copy
         back to the host per chunk to build the step would wait for the stream each time)."""
-        return self.code2wav.check_codes(codes, batched=False, device=torch.device("cpu"))
+        return self.code2wav.check_codes(codes, device=torch.device("cpu"))
 
     def _decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         """The rows `slots` decode `codes` [B, n, 16] (long, on the host)."""

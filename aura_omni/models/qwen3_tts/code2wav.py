@@ -334,7 +334,7 @@ class Code2Wav(nn.Module):
     @torch.inference_mode()
     def decode_stream(self, state: Code2WavStream, codes: torch.Tensor) -> torch.Tensor:
         """Next frames of one request: codes [n, 16] -> samples [n * 1920]; `state` advances."""
-        codes = self.check_codes(codes, batched=False)
+        codes = self.check_codes(codes)
         if codes.shape[0] == 0:
             return self.pre_conv.conv.weight.new_zeros(0)
         return self.forward(codes[None], state)[0]
@@ -344,7 +344,7 @@ class Code2Wav(nn.Module):
     def decode(self, codes: torch.Tensor, chunk_frames: int = REFERENCE_CHUNK_FRAMES,
                left_context_frames: int = REFERENCE_LEFT_CONTEXT_FRAMES) -> torch.Tensor:
         """codes [T, 16] -> waveform [T * 1920], windowed like qwen-tts (identical to one pass for T <= 300)."""
-        codes = self.check_codes(codes, batched=False)
+        codes = self.check_codes(codes)
         return self._chunked(codes[None], chunk_frames, left_context_frames)[0]
 
     def _chunked(self, codes: torch.Tensor, chunk: int, left: int) -> torch.Tensor:
@@ -372,13 +372,11 @@ class Code2Wav(nn.Module):
         state.frames = state.frames + codes.shape[1]
         return wav.clamp(min=-1, max=1)[:, 0]
 
-    def check_codes(self, codes: torch.Tensor, batched: bool, device: torch.device | None = None) -> torch.Tensor:
-        """`codes` checked, as long on `device` (the decoder's if None)."""
-        want = 3 if batched else 2
-        if not isinstance(codes, torch.Tensor) or codes.dim() != want or codes.shape[-1] != NUM_CODE_GROUPS:
-            shape = "[B, n, 16]" if batched else "[n, 16]"
+    def check_codes(self, codes: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
+        """One stream's `codes` [n, 16] checked, as long on `device` (the decoder's if None)."""
+        if not isinstance(codes, torch.Tensor) or codes.dim() != 2 or codes.shape[-1] != NUM_CODE_GROUPS:
             got = tuple(codes.shape) if isinstance(codes, torch.Tensor) else type(codes).__name__
-            raise CodecInputError(f"codec codes must be {shape}, got {got}")
+            raise CodecInputError(f"codec codes must be [n, {NUM_CODE_GROUPS}], got {got}")
         if codes.is_floating_point():
             raise CodecInputError("codec codes must be integers")
         if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= self.config.codebook_size):
