@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # System packages of tests/e2e/test_web_page.py: Debian chromium (driven by Playwright for Python; never
-# `playwright install`, which downloads a browser of its own), espeak-ng and sox (the fake microphone's wav).
+# `playwright install`, which downloads a browser of its own), espeak-ng and sox (the fake microphone's wav); and curl,
+# which the documentation's shell examples call (tests/e2e/test_doc_examples.py).
 # Non-interactive; nothing to do when they are installed; a machine without apt-get is left alone.
 set -euo pipefail
-PACKAGES=(chromium espeak-ng sox)
+PACKAGES=(chromium espeak-ng sox curl)
 missing=()
 for cmd in "${PACKAGES[@]}"; do command -v "$cmd" >/dev/null || missing+=("$cmd"); done
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -39,11 +39,12 @@ def demo_command() -> str:
     return re.sub(r"\\\n\s*", " ", script[start:]).splitlines()[0].removeprefix("exec ")
 
 
-def example_env(port: int) -> dict[str, str]:
+def example_env(port: int, folder: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "AURA_OMNI_API_KEY"}  # the demo has no API key
     env.update(PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])), AURA_OMNI_API_KEY="",
-               VENV=str(VENV_BIN.parent), PORT=str(port), HOST="127.0.0.1")
+               VENV=str(VENV_BIN.parent), PORT=str(port), HOST="127.0.0.1",
+               XDG_CACHE_HOME=str(folder / "cache"))  # the demo's voice library and caches: this run's, not ~/.cache
     return env
 
 
@@ -66,7 +67,7 @@ def demo(tiny_dir, tmp_path_factory):
     input_files(folder, tiny_dir)
     port = free_port()
     # a cache directory of its own: the voices its examples register are gone with the folder
-    env = {**example_env(port), "TINY": str(tiny_dir), "XDG_CACHE_HOME": str(folder / "cache")}
+    env = {**example_env(port, folder), "TINY": str(tiny_dir)}
     log = open(folder / "demo.log", "wb")
     proc = subprocess.Popen(["bash", "-c", demo_command()], cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -100,7 +101,7 @@ def run_block(block: Block, port: int, folder: Path) -> None:
         argv = [sys.executable, "-c", code]
     else:
         argv = ["bash", "-c", "set -eo pipefail\n" + code]
-    done = subprocess.run(argv, cwd=folder, env=example_env(port), capture_output=True, text=True,
+    done = subprocess.run(argv, cwd=folder, env=example_env(port, folder), capture_output=True, text=True,
                           timeout=EXAMPLE_TIMEOUT_S)
     assert done.returncode == 0, (f"{block.id} failed ({done.returncode}):\n{code}\n--- stdout\n{done.stdout[-3000:]}"
                                   f"\n--- stderr\n{done.stderr[-3000:]}")
@@ -146,6 +147,17 @@ def check_excerpt(block: Block) -> None:
 def test_every_marker_is_known_and_every_doc_has_been_read():
     assert {b.kind for b in BLOCKS} <= KINDS, [(b.id, b.kind) for b in BLOCKS if b.kind not in KINDS]
     assert any(b.doc.name == "README.md" for b in BLOCKS) and len({b.doc for b in BLOCKS}) > 3
+
+
+def test_a_failing_example_fails_and_a_wrong_serve_flag_is_caught(tmp_path, monkeypatch):
+    """The harness itself: a shell block's first failing command fails it (set -e), a python block's exception too,
+    and a serve block with a flag `serve` does not know."""
+    for language, code in (("bash", "true\nfalse\ntrue\n"), ("python", "raise SystemExit(3)\n")):
+        with pytest.raises(AssertionError, match="failed"):
+            run_block(Block(REPO / "README.md", 1, language, code), DEMO_PORT, tmp_path)
+    with pytest.raises(SystemExit):
+        check_serve_commands(Block(REPO / "README.md", 1, "bash", "aura-omni serve --deploy-confg x.yaml\n", "serve"),
+                             tmp_path, monkeypatch)
 
 
 @pytest.mark.slow
