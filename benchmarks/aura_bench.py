@@ -38,7 +38,7 @@ from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.media.vision_preprocess import preprocess_video
 from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
 from aura_omni.models.tokenizer import load_tokenizer
-from aura_omni.stages.aura.stage import AuraPipelineStage
+from aura_omni.stages.aura.stage import AuraPipelineStage, AuraRequest
 from aura_omni.pipeline.processors import asr2aura
 
 PRESET = Path(__file__).resolve().parents[1] / "aura_omni" / "presets" / "aurateam__AURA"
@@ -132,7 +132,8 @@ def main() -> None:
     def encode(prompt, videos) -> tuple[float, list[int], object]:
         sync(device)
         t = time.perf_counter()
-        ids, mm = stage.encode_prompt(prompt, videos)
+        prepared = stage.prepare(AuraRequest(stage.prompt_ids(prompt, videos), videos, one))
+        ids, mm = prepared.ids, prepared.mm
         sync(device)
         return time.perf_counter() - t, ids, mm
 
@@ -222,12 +223,13 @@ class TimedVisionEncoder:
 
 def session_encode_split(turns: int, args, tok, stage, new_frames) -> dict:
     """Medians over `--encode-reps` warm encodes of session turn N+1 (history in the vision cache, the turn's own
-    frames new each time): preprocessing, the vision encoder call, and the host rest of `encode_prompt`."""
+    frames new each time): preprocessing, the vision encoder call, and the host rest of the stage's `prepare`."""
     said = user_text(tok, args.session_text_tokens)
     history = [t for _ in range(turns) for t in (("user", said, ["video"]), ("assistant", "<|silent|>"))]
     prompt = asr2aura(None, vision_items=["video"], text_parts=[said], history=history, system_prompt=f"Split {turns}.")
     videos = [preprocess_video(new_frames(), video_fps=2.0) for _ in range(turns)]
-    stage.encode_prompt(prompt, videos + [preprocess_video(new_frames(), video_fps=2.0)])  # history now cached
+    first = videos + [preprocess_video(new_frames(), video_fps=2.0)]
+    stage.prepare(AuraRequest(stage.prompt_ids(prompt, first), first, SamplingParams()))  # history now cached
     model = stage.model
     inner = model.vision_graphs
     model.vision_graphs = timed = TimedVisionEncoder(inner or model.visual, args.device)
@@ -241,7 +243,7 @@ def session_encode_split(turns: int, args, tok, stage, new_frames) -> dict:
             timed.seconds = 0.0
             sync(args.device)
             t = time.perf_counter()
-            stage.encode_prompt(prompt, videos + [video])
+            stage.prepare(AuraRequest(stage.prompt_ids(prompt, videos + [video]), videos + [video], SamplingParams()))
             sync(args.device)
             enc.append(time.perf_counter() - t)
             vis.append(timed.seconds)

@@ -9,7 +9,7 @@
   aura-ptt client sends them): `session.update` -> `session.updated`, `input_audio_buffer.append` (PCM16 16 kHz,
   `video_frames`), `input_audio_buffer.commit` (`create_response: true`); the clock starts at the commit. The
   appends go out as a microphone would send them, each once its 0.2 s of speech has passed, and the commit right
-  after the last (`input_pace: realtime`, the default), or all at once (`burst`, what session 7's runs did: the
+  after the last (`input_pace: realtime`, the default), or all at once (`burst`: the
   server then still decodes them when the clock starts). With `turn_detection: server_vad` the server's VAD ends
   the turn instead: a recorded phrase (which a VAD hears as speech) is appended as it is spoken, then silence, 0.2 s
   at a time, until the reply ends; the clock starts at the end of the phrase, so it includes the VAD's

@@ -13,18 +13,20 @@ import re
 
 import httpx
 
+from .. import metric_names as names
 from ..pipeline.turn import TURN_PHASES
-_HISTOGRAMS = {"phase": ("aura_omni:turn_phase_seconds", "phase"),
-               "queue": ("aura_omni:stage_queue_time_seconds", "stage"),
-               "input_wait": ("aura_omni:stage_input_wait_seconds", "stage"),
-               "first_output": ("aura_omni:stage_time_to_first_output_seconds", "stage"),
-               "add": ("aura_omni:stage_add_time_seconds", "stage"),
-               "step": ("aura_omni:stage_step_time_seconds", "stage"),
-               "gc": ("aura_omni:gc_pause_seconds", "generation"),
-               "ttfa": ("aura_omni:audio_ttfp_seconds", "endpoint")}
-_UNDERRUNS = "aura_omni:audio_underruns_total"
-_COMPILES, _COMPILE_SECONDS = "aura_omni:kernel_compiles", "aura_omni:kernel_compile_seconds"
-_STEPS, _PROMPT_STEPS = "aura_omni:stage_engine_steps_total", "aura_omni:stage_prompt_steps_total"
+
+_HISTOGRAMS = {"phase": (names.TURN_PHASE, "phase"),
+               "queue": (names.STAGE_QUEUE_TIME, "stage"),
+               "input_wait": (names.STAGE_INPUT_WAIT, "stage"),
+               "first_output": (names.STAGE_TIME_TO_FIRST_OUTPUT, "stage"),
+               "add": (names.STAGE_ADD_TIME, "stage"),
+               "step": (names.STAGE_STEP_TIME, "stage"),
+               "gc": (names.GC_PAUSE, "generation"),
+               "ttfa": (names.AUDIO_TTFP, "endpoint")}
+_UNDERRUNS = names.AUDIO_UNDERRUNS + "_total"
+_COMPILES, _COMPILE_SECONDS = names.KERNEL_COMPILES, names.KERNEL_COMPILE_SECONDS
+_STEPS, _PROMPT_STEPS = names.STAGE_ENGINE_STEPS + "_total", names.STAGE_PROMPT_STEPS + "_total"
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:

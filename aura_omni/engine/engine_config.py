@@ -29,7 +29,7 @@ class EngineConfig:
     prefill_graphs: bool | None = None  # graphs of short prefill steps, see prefill_graph_tokens
     stage_stream: bool | None = None  # a CUDA stream of the stage's own, for stages that opt in
     # Eager (prefill) steps padded to a few token counts: cuBLAS plans each new GEMM row count on the host
-    # (~1 ms per weight shape on the H200), so an unpadded prefill pays that on almost every request.
+    # (about a millisecond per weight shape), so an unpadded prefill pays that on almost every request.
     # None = on for CUDA. The padding rows form a dummy sequence whose K/V go to the scratch page.
     pad_prefill_tokens: bool | None = None
     # Non-decode steps of up to this many tokens replay a CUDA graph of the backbone (engine/prefill_graphs.py):

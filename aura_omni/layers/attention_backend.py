@@ -1,7 +1,7 @@
 """Which fast attention kernels this process may use, detected from the installed torch and checked once.
 
 torch's `varlen_attn` (flash) exists on CUDA from torch 2.11 with fp16/bf16; its `block_table` (paged
-KV) arrives in torch 2.13 (../shared/reference/dependencies.md §4: absent on the H200's 2.11). Argument
+KV) arrives in torch 2.13 (absent in 2.11). Argument
 names moved between releases, so everything is read from the signature, and `select_backend` runs each
 kernel once against the pure-torch reference on the real device before enabling it: a kernel that
 raises or disagrees is logged and left off, never trusted blind.

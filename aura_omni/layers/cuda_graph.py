@@ -12,9 +12,8 @@ priority, handed out round-robin, so a fresh `torch.cuda.Stream()` per capture s
 capture used. Two stages' graphs then shared one workspace and wrote it concurrently from their own streams, and when
 a graph was destroyed (the GEMV benchmark's at load, an evicted vision layout) torch freed the workspace of its
 capture stream, which other live graphs still wrote into at every replay: whatever later took that memory (step
-metadata, KV blocks) was overwritten (pytorch/pytorch#193402 is the same hazard). This is the likely cause of the
-H200 soak's hangs, ASR and AURA both stuck in a step with the GPU 100% busy after one to three minutes: they hung
-with the prefill graphs (cuBLAS GEMMs) on and ran clean with them off (docs/reliability.md). Hence the rules:
+metadata, KV blocks) was overwritten (pytorch/pytorch#193402 is the same hazard). A step then hangs with the GPU
+busy, or computes on garbage (docs/reliability.md has the hang this explained). Hence the rules:
 - a family of graphs (those replayed only one after another, on one stage's thread) captures on one private stream;
 - a graph is reset before its stream captures again (`reset`), and a stream goes back (`release_stream`) only once
   every graph captured on it is reset.

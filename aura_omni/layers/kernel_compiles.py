@@ -5,8 +5,8 @@ divisible by 16, pointer alignment) makes a variant: loaded from Triton's disk c
 in hundreds of them. The stage's loop waits meanwhile, and so does every request in it. The warm start is meant to
 make every variant a server needs before it says it is ready. One made later is a stall to explain: it is logged as a
 warning with the kernel and its specialisation, and counted in `/metrics` (`aura_omni:kernel_compiles_total`,
-`aura_omni:kernel_compile_seconds_total`, by phase). Session 12 saw the first bursts on a fresh machine wait
-~250-500 ms, and servers started later on the same machine, with Triton's cache filled, did not.
+`aura_omni:kernel_compile_seconds_total`, by phase). On a fresh machine, with Triton's disk cache empty, such a
+variant costs a request hundreds of milliseconds (docs/benchmarks.md).
 
     kernel_compiles.watch()        # at start-up: time every variant made (False without Triton)
     kernel_compiles.mark_ready()   # the warm start is done: later variants are "serving" and logged as warnings

@@ -14,8 +14,7 @@ fp16 normalises first (x*w unnormalised could leave its range).
 
 One row runs on FMA units. Its tile (BLOCK_N rows by BLOCK_K along K, warps, pipeline depth) comes from
 gemv_tiles.json: the fastest of ~130 tiles per projection shape, measured on that GPU model (`scripts/bench_gemv.py
---rows 1 --sweep --write-table`; on the H200 the 8B's projections and LM head then stream at 3.6-4.6 TB/s, 12-45%
-faster than with the earlier 16 KB tiles). Shapes or GPUs the table lacks take `_one_row_tile`'s rule. N is split,
+--rows 1 --sweep --write-table`; the gain over one fixed tile is in docs/benchmarks.md). Shapes or GPUs the table lacks take `_one_row_tile`'s rule. N is split,
 never K: split-K would need a second pass or atomics plus zeroing -- a launch more, or results that vary run to
 run. 2..16 rows run on tensor cores (rows padded to 16, the padding never loaded), the weights through a cp.async
 pipeline. Tiles depend on shapes only, so CUDA-graph capture never autotunes and a model computes the same on

@@ -1,7 +1,5 @@
 """Audio input: decode, mix down, resample, and the slaney mel filterbank. Pure functions on numpy arrays."""
 
-import base64
-import binascii
 import io
 import itertools
 
@@ -118,19 +116,6 @@ def _decode_with_av(data: bytes, max_seconds: float, max_sample_rate: int) -> tu
     if n == 0:
         raise AudioDecodeError("audio has no samples")
     return np.concatenate(parts).astype(np.float32, copy=False), sr
-
-
-def decode_base64_audio(value: str, max_seconds: float = DEFAULT_MAX_AUDIO_SECONDS) -> tuple[np.ndarray, int]:
-    """Base64 or `data:audio/...;base64,` URL -> (float32 mono, sample rate)."""
-    if value.startswith("data:"):
-        header, _, value = value.partition(",")
-        if ";base64" not in header:
-            raise AudioDecodeError("audio data URL must be base64-encoded")
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise AudioDecodeError("audio is not valid base64") from e
-    return decode_audio(raw, max_seconds)
 
 
 def checked_samples(wav: np.ndarray) -> np.ndarray:

@@ -38,9 +38,8 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
     `all_graphs`: every Code2Wav graph and AURA's grammar machinery now (Ray actors), else a lone stream's graphs
     (`Runtime.warm_after_ready` does the rest).
     `burst` (default: on a GPU) ends with a burst of the Talker's max_num_seqs requests: a first burst of clients
-    would otherwise pay for the shapes only many prompts in one step make (session 12 on the H200: a first burst of 32
-    waited ~490 ms for its audio on a fresh machine, ~155 ms once Triton's cache held those kernels; a shorter stall
-    remained, docs/benchmarks.md)."""
+    would otherwise pay for the shapes only many prompts in one step make (Triton variants, graph sizes: hundreds of
+    milliseconds before its first audio on a fresh machine, docs/benchmarks.md)."""
     took = {}
     if asr is not None:
         t = time.perf_counter()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +16,8 @@ from ..layers import kernel_compiles
 from ..media.limits import Limits
 from ..pipeline.runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .admission import Admission
-from . import gc_pauses
+from . import (chat, gc_pauses, health, metrics, page, realtime, speech, speech_batch, speech_stream, transcriptions,
+               voices)
 from .errors import install_error_handlers
 from .health import main_model
 from .metrics import RequestMetrics
@@ -28,19 +28,8 @@ from .websocket_auth import check_api_key as check_key
 
 log = logging.getLogger("aura_omni.server")
 
-# Endpoint modules under aura_omni.server, each exposing `router`: add a line to serve a new one.
-ENDPOINT_MODULES = [
-    "chat",
-    "health",
-    "metrics",
-    "page",
-    "realtime",
-    "speech",
-    "speech_batch",
-    "speech_stream",
-    "transcriptions",
-    "voices",
-]
+# Each endpoint module's router: add a line to serve a new one.
+ENDPOINTS = (chat, health, metrics, page, realtime, speech, speech_batch, speech_stream, transcriptions, voices)
 OPEN_PATHS = {"/health", "/"}  # answered without an API key (and the page's assets, OPEN_PREFIX)
 OPEN_PREFIX = "/web/"
 
@@ -99,6 +88,6 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
     install_error_handlers(app)
     app.add_middleware(RequestMetrics)  # arrival time for the endpoints' timings; requests_total
     app.add_middleware(RequestIds)  # outermost: X-Request-Id on every answer, every 4xx/5xx logged with it
-    for module in ENDPOINT_MODULES:
-        app.include_router(importlib.import_module(f"{__package__}.{module}").router)
+    for module in ENDPOINTS:
+        app.include_router(module.router)
     return app

@@ -21,6 +21,7 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from .. import metric_names as names
 from ..layers import kernel_compiles
 from ..media.playback import PlaybackClock
 from ..pipeline.constants import TTS_SAMPLE_RATE
@@ -37,25 +38,25 @@ RTF_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.
 
 # Runtime.stage_stats() key -> gauge labelled `stage`; keys a stage does not report are skipped
 STAGE_GAUGES = {
-    "running": ("aura_omni:num_requests_running", "Requests in the stage's running batch."),
-    "waiting": ("aura_omni:num_requests_waiting", "Requests waiting for the stage's scheduler (queue depth)."),
-    "queued": ("aura_omni:num_requests_queued", "Requests queued in front of the stage's engine."),
-    "in_flight": ("aura_omni:num_requests_in_flight", "Requests with outputs still to come from the stage."),
-    "alive": ("aura_omni:stage_up", "1 while the stage's loop runs, 0 when it is down."),
-    "batch_size": ("aura_omni:batch_size", "Rows in the stage's last step."),
-    "step_seconds": ("aura_omni:step_seconds", "Duration of the stage's last step, seconds."),
-    "prefix_cache_hit_rate": ("aura_omni:prefix_cache_hit_rate", "Prompt blocks found in the prefix cache (0-1)."),
-    "graphs_pending": ("aura_omni:cuda_graphs_pending", "CUDA graphs the stage still captures in the background "
+    "running": (names.NUM_REQUESTS_RUNNING, "Requests in the stage's running batch."),
+    "waiting": (names.NUM_REQUESTS_WAITING, "Requests waiting for the stage's scheduler (queue depth)."),
+    "queued": (names.NUM_REQUESTS_QUEUED, "Requests queued in front of the stage's engine."),
+    "in_flight": (names.NUM_REQUESTS_IN_FLIGHT, "Requests with outputs still to come from the stage."),
+    "alive": (names.STAGE_UP, "1 while the stage's loop runs, 0 when it is down."),
+    "batch_size": (names.BATCH_SIZE, "Rows in the stage's last step."),
+    "step_seconds": (names.STEP_SECONDS, "Duration of the stage's last step, seconds."),
+    "prefix_cache_hit_rate": (names.PREFIX_CACHE_HIT_RATE, "Prompt blocks found in the prefix cache (0-1)."),
+    "graphs_pending": (names.CUDA_GRAPHS_PENDING, "CUDA graphs the stage still captures in the background "
                        "after the server said ready (0 once done); meanwhile their batches replay smaller graphs."),
-    "restarts": ("aura_omni:stage_restarts", "Times Ray restarted the stage replica's actor (docs/ray.md)."),
-    "device_lost": ("aura_omni:stage_device_lost", "1 once the stage's GPU failed (a CUDA error that poisons the "
+    "restarts": (names.STAGE_RESTARTS, "Times Ray restarted the stage replica's actor (docs/ray.md)."),
+    "device_lost": (names.STAGE_DEVICE_LOST, "1 once the stage's GPU failed (a CUDA error that poisons the "
                     "context): it stays down until the process is restarted."),
 }
-KV_USAGE = ("aura_omni:kv_cache_usage_perc", "Share of the stage's KV cache blocks in use (0-1, as vLLM).")
+KV_USAGE = (names.KV_CACHE_USAGE, "Share of the stage's KV cache blocks in use (0-1, as vLLM).")
 STAGE_COUNTERS = {  # from each stage's engine stats
-    "preemptions": ("aura_omni:num_preemptions", "Sequences the stage's scheduler preempted (out of KV blocks)."),
-    "engine_steps": ("aura_omni:stage_engine_steps", "Steps the stage's engine launched."),
-    "prompt_steps": ("aura_omni:stage_prompt_steps", "Steps that took prompt tokens (a prefill, alone or beside "
+    "preemptions": (names.NUM_PREEMPTIONS, "Sequences the stage's scheduler preempted (out of KV blocks)."),
+    "engine_steps": (names.STAGE_ENGINE_STEPS, "Steps the stage's engine launched."),
+    "prompt_steps": (names.STAGE_PROMPT_STEPS, "Steps that took prompt tokens (a prefill, alone or beside "
                      "decodes): these run without the decode graphs."),
 }
 
@@ -105,15 +106,15 @@ class StageCollector(Collector):
 
 
 STAGE_LATENCIES = {  # stages/loop_metrics.py histogram -> metric labelled `stage`
-    "queue": ("aura_omni:stage_queue_time_seconds", "Time a request waited in front of the stage's engine "
+    "queue": (names.STAGE_QUEUE_TIME, "Time a request waited in front of the stage's engine "
               "(submitted -> taken in between two steps)."),
-    "input_wait": ("aura_omni:stage_input_wait_seconds", "Time a request waited for input it needs to start, after "
+    "input_wait": (names.STAGE_INPUT_WAIT, "Time a request waited for input it needs to start, after "
                    "the stage took it (the Talker's first streamed text, 0 for a whole text)."),
-    "first_output": ("aura_omni:stage_time_to_first_output_seconds", "Time from a request's submission to the stage "
+    "first_output": (names.STAGE_TIME_TO_FIRST_OUTPUT, "Time from a request's submission to the stage "
                      "to its first output (AURA's first token, the Talker's first codec frame, a Code2Wav chunk)."),
-    "add": ("aura_omni:stage_add_time_seconds", "Time the stage's loop spent taking one new request in between two "
+    "add": (names.STAGE_ADD_TIME, "Time the stage's loop spent taking one new request in between two "
             "steps (prompt building, encoders): the requests behind it in the queue wait that long."),
-    "step": ("aura_omni:stage_step_time_seconds", "Duration of each of the stage's steps (a batch's device and host "
+    "step": (names.STAGE_STEP_TIME, "Duration of each of the stage's steps (a batch's device and host "
              "work; with async scheduling, launching one step and reading the one before)."),
 }
 
@@ -151,10 +152,10 @@ class KernelCompileCollector(Collector):
         return []
 
     def collect(self):
-        count = CounterMetricFamily("aura_omni:kernel_compiles", "Triton kernel variants made in the server's "
+        count = CounterMetricFamily(names.KERNEL_COMPILES, "Triton kernel variants made in the server's "
                                     "process (compiled, or loaded from Triton's cache), by phase: one made while "
                                     "serving stalled its stage.", labels=["phase"])
-        seconds = CounterMetricFamily("aura_omni:kernel_compile_seconds", "Seconds spent making them, by phase.",
+        seconds = CounterMetricFamily(names.KERNEL_COMPILE_SECONDS, "Seconds spent making them, by phase.",
                                       labels=["phase"])
         for phase, (n, s) in kernel_compiles.snapshot().items():
             count.add_metric([phase], n)
@@ -169,7 +170,7 @@ class GcPauseCollector(Collector):
         return []
 
     def collect(self):
-        family = HistogramMetricFamily("aura_omni:gc_pause_seconds", "Pauses of Python's garbage collector after the "
+        family = HistogramMetricFamily(names.GC_PAUSE, "Pauses of Python's garbage collector after the "
                                        "warm start, by generation: every thread waits them out.",
                                        labels=["generation"])
         for generation, snap in gc_pauses.snapshot().items():
@@ -183,29 +184,29 @@ class ServerMetrics:
     def __init__(self, stage_stats: Callable[[], dict[str, dict]] | None = None,
                  stage_latencies: Callable[[], dict[str, dict]] | None = None):
         self.registry = r = CollectorRegistry()
-        self.requests = Counter("aura_omni:requests", "HTTP requests answered, by route and status.",
+        self.requests = Counter(names.REQUESTS, "HTTP requests answered, by route and status.",
                                 ["endpoint", "status"], registry=r)
-        self.ttfa = Histogram("aura_omni:audio_ttfp_seconds", "Time from a request (or commit) to its first audio "
+        self.ttfa = Histogram(names.AUDIO_TTFP, "Time from a request (or commit) to its first audio "
                               "packet.", ["endpoint"], buckets=TTFA_BUCKETS, registry=r)
-        self.first_text = Histogram("aura_omni:first_text_seconds", "Time from a request (or commit) to its first "
+        self.first_text = Histogram(names.FIRST_TEXT, "Time from a request (or commit) to its first "
                                     "text delta.", ["endpoint"], buckets=TTFA_BUCKETS, registry=r)
-        self.rtf = Histogram("aura_omni:audio_rtf", "Real-time factor of a finished audio reply: seconds from the "
+        self.rtf = Histogram(names.AUDIO_RTF, "Real-time factor of a finished audio reply: seconds from the "
                              "request to its last chunk / seconds of audio.", ["endpoint"], buckets=RTF_BUCKETS,
                              registry=r)
-        self.underruns = Counter("aura_omni:audio_underruns", "Audio chunks that arrived after the audio before "
+        self.underruns = Counter(names.AUDIO_UNDERRUNS, "Audio chunks that arrived after the audio before "
                                  "them had finished playing.", ["endpoint"], registry=r)
-        self.audio_seconds = Counter("aura_omni:audio_seconds", "Seconds of audio produced.", ["endpoint"],
+        self.audio_seconds = Counter(names.AUDIO_SECONDS, "Seconds of audio produced.", ["endpoint"],
                                      registry=r)
-        self.silent_decision = Histogram("aura_omni:silent_decision_seconds", "Time from a request (or commit) to "
+        self.silent_decision = Histogram(names.SILENT_DECISION, "Time from a request (or commit) to "
                                          "the model's choice to stay silent.", ["endpoint"], buckets=TTFA_BUCKETS,
                                          registry=r)
-        self.turn_phase = Histogram("aura_omni:turn_phase_seconds", "Where a turn's first audio went, phase by phase "
+        self.turn_phase = Histogram(names.TURN_PHASE, "Where a turn's first audio went, phase by phase "
                                     "(chat and realtime turns): asr, aura_first_token, speech_start, first_audio "
                                     "(pipeline/turn.py TurnTimeline).", ["phase"], buckets=TTFA_BUCKETS, registry=r)
-        self.sessions = Gauge("aura_omni:realtime_sessions_active", "Open /v1/realtime sessions.", registry=r)
-        self.sessions_detached = Gauge("aura_omni:realtime_sessions_detached", "Duplex sessions held for "
+        self.sessions = Gauge(names.REALTIME_SESSIONS_ACTIVE, "Open /v1/realtime sessions.", registry=r)
+        self.sessions_detached = Gauge(names.REALTIME_SESSIONS_DETACHED, "Duplex sessions held for "
                                        "session.resume after their socket dropped.", registry=r)
-        self.resumes = Counter("aura_omni:realtime_resumes", "session.resume requests, by outcome: resumed, or the "
+        self.resumes = Counter(names.REALTIME_RESUMES, "session.resume requests, by outcome: resumed, or the "
                                "refusal's code.", ["outcome"], registry=r)
         if stage_stats is not None:
             r.register(StageCollector(stage_stats))

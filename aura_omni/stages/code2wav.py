@@ -13,11 +13,10 @@ other stream has). On CUDA every step replays captured graphs (`Code2WavGraphs`:
 schedule and batch bucket); on the CPU, or with `enforce_eager`, it runs eagerly on the same rows.
 
 Stepping as soon as any chunk is waiting is what a lone stream needs, but under load with requests of spread lengths
-the streams' windows come at different times, and a step then decodes two or three of them: each step costs ~2.7 ms
-of the GPU that the Talker shares, whatever its rows (session 13: 1,600 steps of 2.6 windows for 512 requests at
-c=64). A stream's later windows have time to spare: once the Talker runs faster than real time, the audio already
-sent lasts well past the next window. With a batch wait (the deploy's `codec_batch_wait_ms`, 250 ms; session 16 on
-the H200: +4-9% audio-s/s at c=32 and 64, the c=32 p95 within ~10 ms), a chunk may wait up to that long for other
+the streams' windows come at different times, and a step then decodes two or three of them: each step costs the GPU
+the Talker shares a few milliseconds, whatever its rows. A stream's later windows have time to spare: once the Talker
+runs faster than real time, the audio already sent lasts well past the next window. With a batch wait (the deploy's
+`codec_batch_wait_ms`, 250 ms; its effect on throughput is in docs/benchmarks.md), a chunk may wait up to that long for other
 streams' to fill the step, but never past PLAYBACK_MARGIN_S before its stream's audio sent so far runs out (as played
 from its first chunk on). A stream's first chunk never waits, nor does a lone stream's or a whole file's (not played
 as it comes: `TTSRequest.played`). `ready_in` tells the loop how long; a step takes the group of the chunk due first,
@@ -232,7 +231,7 @@ class Code2WavStageEngine:
     def _host_codes(self, codes: torch.Tensor) -> torch.Tensor:
         """A chunk's codes, checked, kept on the host until its step uploads the step's codes in one copy (a copy
         back to the host per chunk to build the step would wait for the stream each time)."""
-        return self.code2wav.check_codes(codes, batched=False, device=torch.device("cpu"))
+        return self.code2wav.check_codes(codes, device=torch.device("cpu"))
 
     def _decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         """The rows `slots` decode `codes` [B, n, 16] (long, on the host)."""

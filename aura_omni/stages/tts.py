@@ -22,7 +22,6 @@ from aura_omni.models.loader import (PRESETS_DIR, CheckpointError, dummy_config_
                                     resolve_checkpoint)
 from aura_omni.models.qwen3_tts.checkpoint_config import GenerationDefaults, Qwen3TTSConfig
 from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
-from aura_omni.models.tokenizer import wait_for_import
 from aura_omni.deploy import Stage
 from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import PromptTooLongError
@@ -36,6 +35,8 @@ from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavSt
 from aura_omni.stages.deploy_settings import engine_config
 from aura_omni.stages.loop import StageLoop
 from aura_omni.stages.talker import TalkerEngine, frames_of
+from aura_omni.stages.tts_parts import (code2wav_device, load_code2wav, load_codec_encoder, load_speaker_encoder,
+                                        load_tokenizer)
 
 SAMPLE_RATE = 24000  # Code2Wav output rate
 SAMPLES_PER_FRAME = 1920  # 24000 / 12.5 frames per second
@@ -95,20 +96,6 @@ class TTSRequest:
     played: bool = True
 
 
-def _load_tokenizer(ckpt: Path):
-    wait_for_import()
-    from transformers import AutoTokenizer
-
-    try:
-        from transformers import Qwen2TokenizerFast as cls  # transformers 4.x name
-    except ImportError:  # pragma: no cover - transformers 5 keeps only the fast class as Qwen2Tokenizer
-        from transformers import Qwen2Tokenizer as cls
-    try:
-        return cls.from_pretrained(str(ckpt))
-    except Exception:  # pragma: no cover - unusual layouts
-        return AutoTokenizer.from_pretrained(str(ckpt))
-
-
 class Qwen3TTS:
     def __init__(self, config: Qwen3TTSConfig, talker: Talker, tokenizer, *, code2wav=None, codec_encoder=None,
                  speaker_encoder=None, defaults: GenerationDefaults | None = None,
@@ -152,17 +139,17 @@ class Qwen3TTS:
         else:
             load_into(talker, iter_tensors(ckpt, "talker."), where=f"{ckpt} talker")
         talker = talker.to(device=device, dtype=dtype).eval()
-        tokenizer = _load_tokenizer(ckpt if (ckpt / "vocab.json").exists() else dummy_tokenizer_dir("tts"))
+        tokenizer = load_tokenizer(ckpt if (ckpt / "vocab.json").exists() else dummy_tokenizer_dir("tts"))
         codec_dir = ckpt / "speech_tokenizer"
         if dummy and not (codec_dir / "config.json").exists():  # presets ship the codec config separately
             codec_dir = PRESETS_DIR / "Qwen__Qwen3-TTS-Tokenizer-12Hz"
         code2wav = codec_encoder = speaker_encoder = None
         if (codec_dir / "config.json").exists() or dummy:
-            code2wav = _load_code2wav(codec_dir, device, dummy)
+            code2wav = load_code2wav(codec_dir, device, dummy)
             if config.tts_model_type == "base":
-                codec_encoder = _load_codec_encoder(codec_dir, device, dummy)
+                codec_encoder = load_codec_encoder(codec_dir, device, dummy)
         if config.tts_model_type == "base":
-            speaker_encoder = _load_speaker_encoder(ckpt, config, device, dummy)
+            speaker_encoder = load_speaker_encoder(ckpt, config, device, dummy)
         return cls(config, talker, tokenizer, code2wav=code2wav, codec_encoder=codec_encoder,
                    speaker_encoder=speaker_encoder, defaults=GenerationDefaults.from_dir(ckpt),
                    engine_config=engine_config)
@@ -458,46 +445,6 @@ def _frame_chunks(initial: int, steady: int) -> FrameChunks:
         return FrameChunks(initial, steady)
     except ValueError as e:
         raise TTSRequestError(str(e)) from e
-
-
-def code2wav_device(code2wav) -> torch.device:
-    return next(code2wav.parameters()).device
-
-
-# ---------------------------------------------------------------------- codec / speaker encoder glue
-def _load_code2wav(codec_dir: Path, device, dummy: bool):
-    from aura_omni.models.qwen3_tts.code2wav import Code2Wav
-    from aura_omni.models.qwen3_tts.codec_config import CodecConfig
-
-    if not dummy:
-        return Code2Wav.from_codec_dir(codec_dir, device=device)
-    cfg = CodecConfig.from_dir(codec_dir) if (codec_dir / "config.json").exists() else CodecConfig()
-    model = Code2Wav(cfg.decoder)
-    init_dummy(model)
-    return model.to(device).eval()
-
-
-def _load_codec_encoder(codec_dir: Path, device, dummy: bool):
-    from aura_omni.models.qwen3_tts.codec_config import CodecConfig
-    from aura_omni.models.qwen3_tts.codec_encoder import CodecEncoder
-
-    if not dummy:
-        return CodecEncoder.from_codec_dir(codec_dir, device=device)
-    cfg = CodecConfig.from_dir(codec_dir) if (codec_dir / "config.json").exists() else CodecConfig()
-    model = CodecEncoder(cfg.encoder, cfg.encoder_valid_num_quantizers, cfg.encode_downsample_rate)
-    init_dummy(model)
-    return model.to(device).eval()
-
-
-def _load_speaker_encoder(ckpt: Path, config: Qwen3TTSConfig, device, dummy: bool):
-    from aura_omni.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
-
-    enc = SpeakerEncoder(SpeakerEncoderConfig.from_dict(config.speaker_encoder or {}))
-    if dummy:
-        init_dummy(enc)
-    else:
-        load_into(enc, iter_tensors(ckpt, "speaker_encoder."), where=f"{ckpt} speaker_encoder")
-    return enc.to(device).eval()  # fp32 like qwen-tts's reference runs; tiny next to the talker
 
 
 def load_qwen3_tts_stage(stage: Stage, device: str, dtype: torch.dtype, load_format: str) -> Qwen3TTS:

@@ -44,12 +44,9 @@ def parity(tmp_path_factory, qwen_tts_python):
     save_file({k.removeprefix("speaker_encoder."): v for k, v in se_weights.items()}, str(tmp / "se.safetensors"))
 
     gen = torch.Generator().manual_seed(0)
-    batch = torch.randint(0, 2048, (2, 30, 16), generator=gen)
-    batch[1, 18:] = -1  # second request is 18 frames long
     inputs = {
         "decode_short": torch.randint(0, 2048, (40, 16), generator=gen).numpy(),
         "decode_long": torch.randint(0, 2048, (330, 16), generator=gen).numpy(),  # two 300/25 windows
-        "decode_batch": batch.numpy(),
         "encode_speech": _speechlike(1.5, 24000, 1),
         "encode_long": _speechlike(11.0, 24000, 2),  # > 250 Mimi steps: shows the encoder is not windowed
         "latents_long": _speechlike(11.0, 24000, 2),
@@ -88,14 +85,6 @@ def test_long_decode_reproduces_reference_windowing(parity):
     windowed_err = np.abs(code2wav.decode(codes).numpy() - ref).max()
     one_pass_err = np.abs(code2wav.decode(codes, chunk_frames=codes.shape[0]).numpy() - ref).max()
     assert windowed_err <= 1e-5 < one_pass_err
-
-
-def test_padded_batch_decode_matches_reference(parity):
-    ours = parity["code2wav"].decode_batch(torch.from_numpy(parity["inputs"]["decode_batch"]))
-    for i, wav in enumerate(ours):
-        ref = parity["ref"][f"decode_batch.{i}"]
-        assert wav.shape == ref.shape == ((30, 18)[i] * 1920,)
-        assert np.abs(wav.numpy() - ref).max() <= WAVE_ATOL
 
 
 def test_streaming_decode_equals_full_decode(parity):

@@ -1,6 +1,6 @@
 """AURA stage (native Qwen3-VL) against transformers' Qwen3VLForConditionalGeneration on the tiny checkpoint, from
 request-level input (transcript, frames, typed text, system prompt, history) through the production prompt path
-(orchestrator.aura_prompt -> asr2aura -> AuraPipelineStage.encode_prompt): its ids against upstream's prompt (the
+(orchestrator.aura_prompt -> asr2aura -> AuraPipelineStage.prompt_ids and prepare): its ids against upstream's prompt (the
 ChatML of vllm-omni asr2aura, vision expanded by transformers' Qwen3VLProcessor, tokenised by transformers) and the
 reference id vectors of aura_omni_pipeline.md, its logits and greedy tokens against transformers. Also image
 preprocessing against transformers' PIL image processor and video preprocessing against golden values made by
@@ -20,7 +20,8 @@ from aura_omni.media.vision_preprocess import VisionPreprocessConfig, preprocess
 from aura_omni.models.qwen3 import DeepStack
 from aura_omni.models.qwen3_vl import AURA_STOP_TOKEN_IDS, Qwen3VLForCausalLM
 from aura_omni.models.tokenizer import load_tokenizer
-from aura_omni.stages.aura.stage import AuraPipelineStage
+from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.stages.aura.stage import AuraPipelineStage, AuraRequest
 from aura_omni.pipeline.constants import DEFAULT_AURA_SYSTEM_PROMPT
 from aura_omni.pipeline.orchestrator import aura_prompt
 from aura_omni.pipeline.turn import TurnRequest
@@ -131,11 +132,18 @@ def _hf_inputs(ids: list[int], media):
     return kw
 
 
+def encode(stage: AuraPipelineStage, prompt, vision) -> tuple[list[int], object]:
+    """The prompt as the stage's engine takes it: ids from the turns, then the loop's `prepare` (vision encoder,
+    embeddings, MRoPE positions, DeepStack), as `AuraPipelineStage.generate` sends it."""
+    request = stage.prepare(AuraRequest(stage.prompt_ids(prompt, vision), vision, SamplingParams()))
+    return request.ids, request.mm
+
+
 def _check_turn(tiny, req: TurnRequest, transcript: Transcript | None = None,
                 fps: dict[int, tuple[int, float]] | None = None) -> None:
     _, ours, ref, tok, stage = tiny
     with torch.no_grad():
-        ids, mm = stage.encode_prompt(aura_prompt(req, transcript), req.vision)  # the production path
+        ids, mm = encode(stage, aura_prompt(req, transcript), req.vision)
     assert ids == upstream_ids(tok, req, transcript, fps or {})
     check_reference_id_vectors(ids, req)
     kw = _hf_inputs(ids, req.vision)
@@ -165,7 +173,7 @@ def test_spoken_turn_with_history_and_system_prompt_matches_transformers(tiny):
                       history=[("user", "hello"), ("assistant", "<|silent|>"), ("user", "still there?"),
                                ("assistant", "Yes.")])
     _check_turn(tiny, req, Transcript("English", " What is on the table? "))
-    ids = tiny[4].encode_prompt(aura_prompt(req, Transcript("English", "x")), [])[0]
+    ids = encode(tiny[4], aura_prompt(req, Transcript("English", "x")), [])[0]
     assert SILENT in ids  # the silent reply in the history is AURA's special token
 
 
@@ -198,7 +206,7 @@ def test_batched_generation_equals_each_prompt_alone(tiny):
              TurnRequest("c", vision=[preprocess_video(moving_square_frames(3, 64, 64), video_fps=2.0)],
                          text_parts=["Now?"])]
     with torch.no_grad():
-        requests = [stage.encode_prompt(aura_prompt(req, None), req.vision) for req in turns]
+        requests = [encode(stage, aura_prompt(req, None), req.vision) for req in turns]
     batched = [r.token_ids for r in engine_generate(stage.model, requests, NEW_TOKENS)]
     alone = [engine_generate(stage.model, [r], NEW_TOKENS)[0].token_ids for r in requests]
     assert batched == alone

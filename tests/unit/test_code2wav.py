@@ -51,23 +51,6 @@ def test_reference_prefix_decoded_for_context_then_dropped(code2wav):
     assert torch.allclose(_stream(code2wav, new, [1, 24, 15], state), full, atol=1e-5, rtol=0)
 
 
-def test_batched_stream_step_equals_each_stream_alone(code2wav):
-    a, b = _codes(30, 4), _codes(50, 5)
-    alone_a, alone_b = code2wav.new_stream(), code2wav.new_stream()
-    code2wav.decode_stream(alone_a, a[:10])
-    code2wav.decode_stream(alone_b, b[:40])  # the two requests are at different positions
-    expect = [code2wav.decode_stream(alone_a, a[10:18]), code2wav.decode_stream(alone_b, b[40:48])]
-    sa, sb = code2wav.new_stream(), code2wav.new_stream()
-    code2wav.decode_stream(sa, a[:10])
-    code2wav.decode_stream(sb, b[:40])
-    got = code2wav.decode_stream_batch([sa, sb], torch.stack([a[10:18], b[40:48]]))
-    assert torch.allclose(got[0], expect[0], atol=1e-5, rtol=0)
-    assert torch.allclose(got[1], expect[1], atol=1e-5, rtol=0)
-    # the states advanced: the next single-stream step still matches
-    assert torch.allclose(code2wav.decode_stream(sb, b[48:50]), code2wav.decode_stream(alone_b, b[48:50]),
-                          atol=1e-5, rtol=0)
-
-
 def test_long_decode_uses_windows_with_left_context(code2wav):
     """qwen-tts chunked_decode rule: windows of `chunk` new frames, `left` re-decoded frames dropped."""
     codes = _codes(50, 6)
@@ -76,16 +59,6 @@ def test_long_decode_uses_windows_with_left_context(code2wav):
     expect = torch.cat([code2wav.decode(codes[s - c:e], chunk_frames=10**6)[c * SPF:] for c, s, e in windows])
     assert torch.equal(got, expect)
     assert not torch.allclose(got, code2wav.decode(codes, chunk_frames=10**6), atol=1e-6)
-
-
-def test_padded_batch_rows_equal_single_decodes_cut_at_padding(code2wav):
-    a, b = _codes(12, 7), _codes(7, 8)
-    batch = torch.full((2, 12, 16), -1, dtype=torch.long)
-    batch[0], batch[1, :7] = a, b
-    wavs = code2wav.decode_batch(batch)
-    assert [w.shape[0] for w in wavs] == [12 * SPF, 7 * SPF]
-    assert torch.allclose(wavs[0], code2wav.decode(a), atol=1e-5, rtol=0)
-    assert torch.allclose(wavs[1], code2wav.decode(b), atol=1e-5, rtol=0)
 
 
 def test_empty_chunk_yields_no_samples_and_keeps_state(code2wav):
@@ -101,7 +74,7 @@ def test_empty_chunk_yields_no_samples_and_keeps_state(code2wav):
     torch.zeros(5, 15, dtype=torch.long),  # 15 codebooks
     torch.zeros(5, dtype=torch.long),  # no codebook axis
     torch.full((5, 16), 2048),  # out of the 2048-entry codebooks
-    torch.full((5, 16), -1),  # padding only makes sense in decode_batch
+    torch.full((5, 16), -1),  # no padding: a stream's codes are its frames
     torch.zeros(5, 16),  # float
 ])
 def test_bad_codes_raise_codec_input_error(code2wav, bad):
@@ -109,11 +82,6 @@ def test_bad_codes_raise_codec_input_error(code2wav, bad):
         code2wav.decode(bad)
     with pytest.raises(CodecInputError):
         code2wav.decode_stream(code2wav.new_stream(), bad)
-
-
-def test_batched_stream_refuses_row_count_mismatch(code2wav):
-    with pytest.raises(CodecInputError):
-        code2wav.decode_stream_batch([code2wav.new_stream()], _codes(4, 0).expand(2, 4, 16))
 
 
 def test_dummy_init_stays_finite(tmp_path):

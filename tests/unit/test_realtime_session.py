@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import soundfile as sf
 from PIL import Image
 
+from aura_omni.models.qwen3_vl_prompt import IM_END, IM_START, IMAGE_PAD, VIDEO_PAD, VISION_END, VISION_START
 from aura_omni.deploy import TurnSettings
 from aura_omni.stages.asr.transcript import Transcript
 from aura_omni.bench.inputs import RECORDED_SPEECH
@@ -43,6 +44,14 @@ def speech_16k() -> np.ndarray:
     return wav
 
 
+def chatml(prompt) -> str:
+    """An AuraPrompt as upstream's asr2aura writes it (one unexpanded placeholder per vision item), for assertions
+    on what the session asked of AURA."""
+    pad = {"image": IMAGE_PAD, "video": VIDEO_PAD}
+    return "".join(f"{IM_START}{t.role}\n" + "".join(f"{VISION_START}{pad[k]}{VISION_END}" for k in t.vision)
+                   + f"{t.text}{IM_END}\n" for t in prompt.turns) + f"{IM_START}assistant\n"
+
+
 class ScriptedAura:
     """Replies with `reply` (one token per word, `step_s` apart); records prompts."""
 
@@ -52,7 +61,7 @@ class ScriptedAura:
         self.running = 0
 
     async def generate(self, prompt, vision, *, request_id, sampling=None):
-        prompt = prompt.chatml()
+        prompt = chatml(prompt)
         self.prompts.append(prompt)
         self.running += 1
         try:

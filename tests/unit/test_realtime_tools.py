@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from test_realtime_session import FakeRuntime, ScriptedSpeech, new_session, until, user_text
+from test_realtime_session import FakeRuntime, ScriptedSpeech, chatml, new_session, until, user_text
 
 from aura_omni.pipeline.processors import asr2aura
 from aura_omni.server.chat import AudioTranscripts, turn_spec
@@ -151,8 +151,8 @@ def chat_prompt(messages: list[dict], tools: list[dict]) -> str:
     """The prompt the chat path renders for `messages` (server/chat.py's turn_spec, then AURA's prompt)."""
     body = ChatCompletionRequest(model="tiny", messages=messages, tools=tools, modalities=["text"])
     spec = turn_spec(body, AudioTranscripts(), speak=False)
-    return asr2aura(None, text_parts=spec.text_parts, system_prompt=spec.system_prompt, history=spec.history,
-                    tools=spec.tool_use.tools).chatml()
+    return chatml(asr2aura(None, text_parts=spec.text_parts, system_prompt=spec.system_prompt, history=spec.history,
+                           tools=spec.tool_use.tools))
 
 
 @pytest.mark.asyncio

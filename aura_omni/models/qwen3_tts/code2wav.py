@@ -334,40 +334,18 @@ class Code2Wav(nn.Module):
     @torch.inference_mode()
     def decode_stream(self, state: Code2WavStream, codes: torch.Tensor) -> torch.Tensor:
         """Next frames of one request: codes [n, 16] -> samples [n * 1920]; `state` advances."""
-        codes = self.check_codes(codes, batched=False)
+        codes = self.check_codes(codes)
         if codes.shape[0] == 0:
             return self.pre_conv.conv.weight.new_zeros(0)
         return self.forward(codes[None], state)[0]
-
-    @torch.inference_mode()
-    def decode_stream_batch(self, states: list[Code2WavStream], codes: torch.Tensor) -> torch.Tensor:
-        """Next n frames of B requests at once: codes [B, n, 16] -> [B, n * 1920]; each state advances."""
-        codes = self.check_codes(codes, batched=True)
-        if codes.shape[0] != len(states):
-            raise CodecInputError(f"{codes.shape[0]} rows of codes for {len(states)} streams")
-        batched = Code2WavStream.stack(states)
-        wav = self.forward(codes, batched)
-        batched.unstack_into(states)
-        return wav
 
     # -- whole utterances -----------------------------------------------------------------------
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor, chunk_frames: int = REFERENCE_CHUNK_FRAMES,
                left_context_frames: int = REFERENCE_LEFT_CONTEXT_FRAMES) -> torch.Tensor:
         """codes [T, 16] -> waveform [T * 1920], windowed like qwen-tts (identical to one pass for T <= 300)."""
-        codes = self.check_codes(codes, batched=False)
+        codes = self.check_codes(codes)
         return self._chunked(codes[None], chunk_frames, left_context_frames)[0]
-
-    @torch.inference_mode()
-    def decode_batch(self, codes: torch.Tensor, chunk_frames: int = REFERENCE_CHUNK_FRAMES,
-                     left_context_frames: int = REFERENCE_LEFT_CONTEXT_FRAMES) -> list[torch.Tensor]:
-        """codes [B, T, 16] right-padded with -1 -> one waveform per row, cut to its frames with code0 > -1."""
-        if codes.dim() != 3:
-            raise CodecInputError(f"batched codes must be [B, T, {NUM_CODE_GROUPS}], got {tuple(codes.shape)}")
-        lengths = (codes[..., 0] > -1).sum(1) * self.samples_per_frame
-        codes = self.check_codes(codes.clamp(min=0), batched=True)
-        wav = self._chunked(codes, chunk_frames, left_context_frames)
-        return [w[:int(n)] for w, n in zip(wav, lengths)]
 
     def _chunked(self, codes: torch.Tensor, chunk: int, left: int) -> torch.Tensor:
         out, start, total = [], 0, codes.shape[1]
@@ -394,13 +372,11 @@ class Code2Wav(nn.Module):
         state.frames = state.frames + codes.shape[1]
         return wav.clamp(min=-1, max=1)[:, 0]
 
-    def check_codes(self, codes: torch.Tensor, batched: bool, device: torch.device | None = None) -> torch.Tensor:
-        """`codes` checked, as long on `device` (the decoder's if None)."""
-        want = 3 if batched else 2
-        if not isinstance(codes, torch.Tensor) or codes.dim() != want or codes.shape[-1] != NUM_CODE_GROUPS:
-            shape = "[B, n, 16]" if batched else "[n, 16]"
+    def check_codes(self, codes: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
+        """One stream's `codes` [n, 16] checked, as long on `device` (the decoder's if None)."""
+        if not isinstance(codes, torch.Tensor) or codes.dim() != 2 or codes.shape[-1] != NUM_CODE_GROUPS:
             got = tuple(codes.shape) if isinstance(codes, torch.Tensor) else type(codes).__name__
-            raise CodecInputError(f"codec codes must be {shape}, got {got}")
+            raise CodecInputError(f"codec codes must be [n, {NUM_CODE_GROUPS}], got {got}")
         if codes.is_floating_point():
             raise CodecInputError("codec codes must be integers")
         if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= self.config.codebook_size):

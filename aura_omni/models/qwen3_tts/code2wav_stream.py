@@ -29,21 +29,6 @@ class Code2WavStream:
     def batch_size(self) -> int:
         return int(self.frames.shape[0])
 
-    @staticmethod
-    def stack(states: list["Code2WavStream"]) -> "Code2WavStream":
-        """One batched state from several requests' states (for a batched decode step)."""
-        if not states:
-            raise ValueError("no stream states to stack")
-        keys = states[0].tensors.keys()
-        return Code2WavStream({k: torch.cat([s.tensors[k] for s in states]) for k in keys},
-                              torch.cat([s.frames for s in states]))
-
-    def unstack_into(self, states: list["Code2WavStream"]) -> None:
-        """Write row i of this batched state back into states[i] (the callers keep their objects)."""
-        for i, s in enumerate(states):
-            s.tensors = {k: v[i:i + 1].clone() for k, v in self.tensors.items()}
-            s.frames = self.frames[i:i + 1].clone()
-
 
 class Code2WavSlots:
     """The decoder state of many streams in one batched `Code2WavStream`, one row (slot) per stream.

@@ -41,13 +41,6 @@ class AuraPrompt:
     def vision_kinds(self) -> list[str]:
         return [kind for turn in self.turns for kind in turn.vision]
 
-    def chatml(self) -> str:
-        """The prompt as upstream's asr2aura writes it (one unexpanded placeholder per vision item): for logs and
-        tests; the engine gets ids from PromptTokenizer, never this string re-tokenised."""
-        pad = {"image": IMAGE_PAD, "video": VIDEO_PAD}
-        return "".join(f"{IM_START}{t.role}\n" + "".join(f"{VISION_START}{pad[k]}{VISION_END}" for k in t.vision)
-                       + f"{t.text}{IM_END}\n" for t in self.turns) + f"{IM_START}assistant\n"
-
 
 class PromptTokenizer:
     """AuraPrompt + its vision inputs (in prompt order) -> token ids."""

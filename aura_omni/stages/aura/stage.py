@@ -81,7 +81,7 @@ class AuraPipelineStage:
             raise ValueError(f"{stage.model}: tokenizer vision pads {pads} differ from config.json's "
                              f"{(model.config.image_token_id, model.config.video_token_id)}")
         self.loop = None if engine is None else StageLoop(  # no engine: prompt building only (parity tests)
-            LLMStageEngine(engine, self._prepare), model.device, name="aura", streams=engine.config.use_stage_stream,
+            LLMStageEngine(engine, self.prepare), model.device, name="aura", streams=engine.config.use_stage_stream,
             kernels=self.kernels)
 
     @classmethod
@@ -99,10 +99,6 @@ class AuraPipelineStage:
     def prompt_ids(self, prompt: AuraPrompt, vision: list[VisionInput]) -> list[int]:
         """The prompt's token ids, vision placeholders expanded (host work)."""
         return self.prompt_tokens(prompt, vision)
-
-    def encode_prompt(self, prompt: AuraPrompt, vision: list[VisionInput]):
-        """Token ids + engine prompt (embeddings, MRoPE positions, DeepStack). Runs the vision encoder."""
-        return self.embed_prompt(self.prompt_ids(prompt, vision), vision)
 
     def embed_prompt(self, ids: list[int], vision: list[VisionInput]):
         """(ids, MultimodalPrompt) of prompt ids: the vision encoder and the embeddings (device work)."""
@@ -131,8 +127,9 @@ class AuraPipelineStage:
             pass
         return end
 
-    def _prepare(self, request: AuraRequest) -> EngineRequest:
-        """The engine's request: the vision encoder and the prompt embeddings, on the stage's stream."""
+    def prepare(self, request: AuraRequest) -> EngineRequest:
+        """The engine's request (ids, embeddings, MRoPE positions, DeepStack): the vision encoder and the prompt
+        embeddings, on the loop's thread and the stage's stream as the request joins the engine."""
         ids, mm = self.embed_prompt(request.ids, request.vision)
         return EngineRequest(ids, request.params, mm)
 

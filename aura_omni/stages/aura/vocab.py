@@ -1,9 +1,11 @@
-"""AURA's token ids and texts (values from the Qwen vocabulary and vLLM-Omni's aura_omni)."""
+"""AURA's token ids and texts (values from the Qwen vocabulary and vLLM-Omni's aura_omni; the model's own in
+models/qwen3_vl.py)."""
+
+from aura_omni.models.qwen3_vl import AURA_STOP_TOKEN_IDS  # noqa: F401 - <|silent|> and <|im_end|>
+from aura_omni.models.qwen3_vl import IM_END_TOKEN_ID as QWEN_IM_END_ID  # noqa: F401
+from aura_omni.models.qwen3_vl import SILENT_TOKEN_ID as AURA_SILENT_TOKEN_ID  # noqa: F401
 
 SILENT_TEXT = "<|silent|>"
-AURA_SILENT_TOKEN_ID = 151669  # <|silent|> in AURA's tokenizer (151669 is <|audio_start|> in Qwen3-ASR's)
 QWEN_IM_START_ID = 151644
-QWEN_IM_END_ID = 151645
 QWEN_ASSISTANT_ID = 77091
 QWEN_NEWLINE_ID = 198
-AURA_STOP_TOKEN_IDS = (AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID)

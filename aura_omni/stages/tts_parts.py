@@ -1,0 +1,65 @@
+"""The parts of a Qwen3-TTS checkpoint beside the Talker, each loaded real or, for `--load-format dummy`, as the real
+architecture with random weights: its tokenizer, the codec's decoder (Code2Wav) and encoder, the speaker encoder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from aura_omni.models.loader import init_dummy, iter_tensors, load_into
+from aura_omni.models.qwen3_tts.checkpoint_config import Qwen3TTSConfig
+from aura_omni.models.tokenizer import wait_for_import
+
+
+def load_tokenizer(ckpt: Path):
+    wait_for_import()
+    from transformers import AutoTokenizer
+
+    try:
+        from transformers import Qwen2TokenizerFast as cls  # transformers 4.x name
+    except ImportError:  # pragma: no cover - transformers 5 keeps only the fast class as Qwen2Tokenizer
+        from transformers import Qwen2Tokenizer as cls
+    try:
+        return cls.from_pretrained(str(ckpt))
+    except Exception:  # pragma: no cover - unusual layouts
+        return AutoTokenizer.from_pretrained(str(ckpt))
+
+
+def code2wav_device(code2wav) -> torch.device:
+    return next(code2wav.parameters()).device
+
+
+def load_code2wav(codec_dir: Path, device, dummy: bool):
+    from aura_omni.models.qwen3_tts.code2wav import Code2Wav
+    from aura_omni.models.qwen3_tts.codec_config import CodecConfig
+
+    if not dummy:
+        return Code2Wav.from_codec_dir(codec_dir, device=device)
+    cfg = CodecConfig.from_dir(codec_dir) if (codec_dir / "config.json").exists() else CodecConfig()
+    model = Code2Wav(cfg.decoder)
+    init_dummy(model)
+    return model.to(device).eval()
+
+
+def load_codec_encoder(codec_dir: Path, device, dummy: bool):
+    from aura_omni.models.qwen3_tts.codec_config import CodecConfig
+    from aura_omni.models.qwen3_tts.codec_encoder import CodecEncoder
+
+    if not dummy:
+        return CodecEncoder.from_codec_dir(codec_dir, device=device)
+    cfg = CodecConfig.from_dir(codec_dir) if (codec_dir / "config.json").exists() else CodecConfig()
+    model = CodecEncoder(cfg.encoder, cfg.encoder_valid_num_quantizers, cfg.encode_downsample_rate)
+    init_dummy(model)
+    return model.to(device).eval()
+
+
+def load_speaker_encoder(ckpt: Path, config: Qwen3TTSConfig, device, dummy: bool):
+    from aura_omni.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
+
+    enc = SpeakerEncoder(SpeakerEncoderConfig.from_dict(config.speaker_encoder or {}))
+    if dummy:
+        init_dummy(enc)
+    else:
+        load_into(enc, iter_tensors(ckpt, "speaker_encoder."), where=f"{ckpt} speaker_encoder")
+    return enc.to(device).eval()  # fp32 like qwen-tts's reference runs; tiny next to the talker
