@@ -178,7 +178,7 @@ def test_realtime_push_to_talk_turn_through_actors(served, monkeypatch):
     types = [e["type"] for e in events]
     assert "conversation.item.input_audio_transcription.completed" in types
     assert events[-1]["response"]["status"] == "completed", events[-1]
-    assert types.count("response.output_audio.delta") > 0
+    assert types.count("response.audio.delta") > 0  # the flat session shape above: the beta dialect's names
     # the session's AURA replica is chosen by its id (its prefix cache), for the prompt through the frame prefilled
     # while ASR ran and for the turn's request, which found that prefix cached
     assert keys == [session_id, session_id]
