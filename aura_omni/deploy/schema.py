@@ -201,7 +201,7 @@ class DeployConfig(_Strict):
     limits: dict[str, float] = Field(default_factory=dict)  # media.limits.Limits fields; `serve --max-...` flags win
     distributed_executor_backend: Literal["ray"] | None = None  # None: every stage in this process; docs/ray.md
     ray_address: str | None = None  # an existing Ray cluster (`serve --ray-address`); None: a local Ray
-    # realtime sessions: OpenAI voice name -> a Talker speaker or registered voice; None: session/config.py's table
+    # realtime sessions: OpenAI voice name -> a Talker speaker or registered voice; None: session/session_config.py's table
     voice_aliases: dict[str, str] | None = None
     cache_dir: str | None = None  # compile caches, and the voice library's default home (`serve --cache-dir`)
     voice_dir: str | None = None  # registered voices, vLLM-Omni's custom_voice_dir (`serve --voice-dir`)

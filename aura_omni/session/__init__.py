@@ -6,7 +6,7 @@ turns and typed server events, in one wire dialect per session (`dialects/`: Ope
 responses, resume). It never imports the HTTP server; transports only move JSON.
 """
 
-from .config import SessionConfig, SessionConfigError
+from .session_config import SessionConfig, SessionConfigError
 from .events import ServerEvent
 from .handler import RealtimeSession
 

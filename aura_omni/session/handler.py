@@ -18,7 +18,7 @@ from ..deploy import TALKER
 from ..request.errors import client_error, internal_error
 from ..request.turn_builder import TurnBuilder
 from .camera import Camera
-from .config import SessionConfig, SessionConfigError
+from .session_config import SessionConfig, SessionConfigError
 from .conversation import Conversation
 from .dialects import SessionView, dialect, is_beta_shape
 from .errors import ClientError, ResumeRefused

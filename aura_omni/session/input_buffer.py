@@ -14,7 +14,7 @@ import numpy as np
 from ..media.audio import resample
 from ..media.wire_audio import G711, G711_RATE, WIDTHS, decode
 from ..pipeline.constants import ASR_SAMPLE_RATE
-from .config import OPENAI_INPUT_SAMPLE_RATE, check_input_rate
+from .session_config import OPENAI_INPUT_SAMPLE_RATE, check_input_rate
 from .conversation import PendingInput
 from .errors import ClientError
 from .events import new_id

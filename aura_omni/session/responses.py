@@ -14,7 +14,7 @@ from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..request.errors import api_error, internal_error
 from ..pipeline.orchestrator import TurnTimeout
 from ..placement import session_key
-from .config import SessionConfig
+from .session_config import SessionConfig
 from .conversation import PendingInput
 from .dialects import ResponseView
 from .errors import ClientError

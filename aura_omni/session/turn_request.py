@@ -7,7 +7,7 @@ import numpy as np
 
 from ..pipeline.constants import ASR_SAMPLE_RATE
 from ..request.turn_builder import TurnSpec
-from .config import SessionConfig
+from .session_config import SessionConfig
 from .responses import Response
 from .tools import session_tool_use
 

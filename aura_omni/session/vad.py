@@ -4,7 +4,7 @@ Speech starts when a 32 ms window's speech probability reaches `threshold`; it s
 below `threshold - 0.15` (Silero's own hysteresis). On the way it pauses: after `pause_ms` of that silence, the
 trailing pad a commit keeps after the speech, what the stop will commit is known unless speech resumes
 (session/transcribe_ahead.py). OpenAI's `semantic_vad` runs the same detector with a `silence_duration_ms` set by its
-eagerness (session/config.py EAGERNESS_SILENCE_MS). The package itself is never imported: its `model` module sets
+eagerness (session/session_config.py EAGERNESS_SILENCE_MS). The package itself is never imported: its `model` module sets
 torch's global thread count on import.
 """
 

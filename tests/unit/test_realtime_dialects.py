@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aura_omni.session.config import SessionConfig
+from aura_omni.session.session_config import SessionConfig
 from aura_omni.session.dialects import ResponseView, SessionView, dialect, is_beta_shape
 from aura_omni.session.history import Item
 

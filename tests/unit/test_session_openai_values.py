@@ -11,7 +11,7 @@ from openai.types.realtime.realtime_audio_input_turn_detection import SemanticVa
 
 from aura_omni.bench.inputs import RECORDED_SPEECH
 from aura_omni.deploy import DeployConfigError, parse_deploy_config
-from aura_omni.session.config import (EAGERNESS_SILENCE_MS, OPENAI_VOICE_ALIASES, SessionConfig, SessionConfigError,
+from aura_omni.session.session_config import (EAGERNESS_SILENCE_MS, OPENAI_VOICE_ALIASES, SessionConfig, SessionConfigError,
                                       TurnDetection, session_voice_aliases)
 from aura_omni.session.vad import VAD_SAMPLE_RATE, WINDOW, ServerVad
 from aura_omni.testing.tiny_tts import SPEAKER_IDS

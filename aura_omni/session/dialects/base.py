@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import SessionConfig
+from ..session_config import SessionConfig
 from ..events import ServerEvent
 from ..history import FunctionCall, FunctionCallOutput, Item
 
