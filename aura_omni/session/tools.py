@@ -41,14 +41,14 @@ def check_tools(value: Any, param: str) -> tuple[dict, ...]:
             raise _refused(where, "a tool is an object {type: \"function\", name, description, parameters}")
         if tool.get("type", "function") != "function":
             raise _refused(f"{where}.type", f"AURA calls function tools only (got {tool.get('type')!r})",
-                                     "unsupported_tool")
+                           "unsupported_tool")
         if "function" in tool:
             raise _refused(f"{where}.function", "realtime tools are flat: send name, description and "
-                                     "parameters beside type, not inside `function`")
+                           "parameters beside type, not inside `function`")
         name = tool.get("name")
         if not isinstance(name, str) or not TOOL_NAME.match(name):
             raise _refused(f"{where}.name", f"a function name is 1 to 64 letters, digits, _ or - "
-                                     f"(got {name!r})")
+                           f"(got {name!r})")
         if name in seen:
             raise _refused(f"{where}.name", f"two tools are named {name!r}")
         seen.add(name)
@@ -68,7 +68,7 @@ def check_tool_choice(value: Any, tools: tuple[dict, ...], param: str) -> str | 
     if isinstance(value, str):
         if value not in CHOICES:
             raise _refused(param, f"must be auto, none, required or {{\"type\": \"function\", \"name\": "
-                                     f"...}} (got {value!r})")
+                           f"...}} (got {value!r})")
         if value == "required" and not tools:
             raise _refused(param, "\"required\" needs tools: send tools with it")
         return value
@@ -77,7 +77,7 @@ def check_tool_choice(value: Any, tools: tuple[dict, ...], param: str) -> str | 
     name = value.get("name")
     if name not in names:
         raise _refused(f"{param}.name", f"{name!r} is not among the tools "
-                                 f"({', '.join(names) or 'none were sent'})", "unknown_tool")
+                       f"({', '.join(names) or 'none were sent'})", "unknown_tool")
     return {"type": "function", "name": name}
 
 
