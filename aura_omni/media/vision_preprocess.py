@@ -131,7 +131,7 @@ class VisionInput:
         return self.grid_thw[0] * self.tokens_per_group
 
 
-def _check_aspect(height: int, width: int) -> None:
+def check_aspect(height: int, width: int) -> None:
     if min(height, width) <= 0:
         raise MediaError(f"image has no pixels ({width}x{height})")
     if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
@@ -141,7 +141,7 @@ def _check_aspect(height: int, width: int) -> None:
 def smart_resize_image(height: int, width: int, factor: int = 32, min_pixels: int = IMAGE_MIN_PIXELS,
                        max_pixels: int = IMAGE_MAX_PIXELS) -> tuple[int, int]:
     """Target (h, w): multiples of `factor`, h*w within [min_pixels, max_pixels], aspect kept."""
-    _check_aspect(height, width)
+    check_aspect(height, width)
     h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
     if h_bar * w_bar > max_pixels:
         beta = math.sqrt(height * width / max_pixels)
@@ -161,7 +161,7 @@ def smart_resize_video(num_frames: int, height: int, width: int, factor: int = 3
     if height < factor or width < factor:  # tiny frames: scale up so the short side reaches one block
         scale = max(factor / height, factor / width)
         height, width = int(height * scale), int(width * scale)
-    _check_aspect(height, width)
+    check_aspect(height, width)
     h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
     t_bar = round(num_frames / temporal_factor) * temporal_factor
     if t_bar * h_bar * w_bar > max_pixels:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..deploy import AURA
 from ..media.image import decode_base64, decode_data_url, decode_image
+from ..media.vision_preprocess import check_aspect
 from ..media.limits import MediaError
 from ..media.request_media import vision_configs
 from ..pipeline.orchestrator import settle
@@ -38,7 +39,9 @@ class Camera:
         limits = self.builder.policy.limits
 
         def decode(f: str) -> np.ndarray:
-            return decode_image(decode_data_url(f) if f.startswith("data:") else decode_base64(f), limits)
+            frame = decode_image(decode_data_url(f) if f.startswith("data:") else decode_base64(f), limits)
+            check_aspect(*frame.shape[:2])  # the vision encoder's bound: refused here, not in AURA's stage
+            return frame
 
         # a client may resend its latest frame with every audio chunk: a frame byte-equal to the last one received
         # is that frame again, which the window would drop as a duplicate after decoding it (milliseconds a frame,

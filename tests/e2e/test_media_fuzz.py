@@ -33,8 +33,10 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 EXAMPLES = int(os.environ.get("AURA_OMNI_FUZZ_EXAMPLES", 12))
 ANSWER_WITHIN_S = 20.0  # one answer on 2 shared CPU cores
 LIMITS = Limits(max_aura_tokens=4, max_tts_new_tokens=3, max_asr_tokens=4, max_text_chars=2000)
+# derandomized: every run draws the same examples (a new failure is found by raising AURA_OMNI_FUZZ_EXAMPLES or
+# changing the generators, and then kept as an explicit @example)
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
-                suppress_health_check=list(HealthCheck))
+                suppress_health_check=list(HealthCheck), derandomize=True)
 
 
 def _wav(samples: np.ndarray, rate: int, subtype: str = "PCM_16") -> bytes:
@@ -55,6 +57,14 @@ def srv(tiny_dir, tmp_path_factory):
                           voice_dir=tmp_path_factory.mktemp("voices"))
     yield server
     server.stop()
+
+
+def _png(width: int, height: int) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("L", (width, height), 128).save(out, "PNG")
+    return out.getvalue()
 
 
 def _b64(data: bytes) -> str:
@@ -199,6 +209,9 @@ def test_degenerate_media_in_realtime_events_is_an_error_event(srv):
 
     @given(append=wire_audio(), frame=image_files(), image=image_files(), mime=st.sampled_from(MIMES["image"]),
            item_audio=st.binary(max_size=64), parts=st.sets(st.sampled_from(["frame", "image", "item_audio"])))
+    # a 300x1 camera frame (over the vision encoder's aspect bound) once took AURA's stage down at the commit
+    @example(append={"type": "input_audio_buffer.append", "audio": _b64(np.zeros(1600, "<i2").tobytes())},
+             frame=_png(300, 1), image=_png(8, 8), mime="image/png", item_audio=b"", parts={"frame"})
     @FUZZ
     def prop(append, frame, image, mime, item_audio, parts):
         events = []
