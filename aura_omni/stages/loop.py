@@ -54,6 +54,13 @@ _ids = itertools.count()
 SLOW_S, SLOW_SERVING_GPU_S = 1.0, 0.25
 
 
+
+def _deliver(setter: Callable[[Any], None], value: Any) -> None:
+    """A call's result or error to its caller; one that stopped waiting (its future cancelled, e.g. its session
+    closed) gets nothing, and the loop goes on."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        setter(value)
+
 class StageLoop:
     def __init__(self, engine: StageEngine, device: torch.device | str = "cpu", *, name: str = "stage",
                  priority: int = 0, streams: bool = True, kernels: KernelSwitches | None = None,
@@ -353,11 +360,13 @@ class StageLoop:
                 self._barriers.append(done)
             case Call(fn, future):
                 try:
-                    future.set_result(fn())
+                    result = fn()
                 except Exception as e:  # noqa: BLE001 - the caller gets it
-                    future.set_exception(e)
+                    _deliver(future.set_exception, e)
                     if is_device_lost(e):
                         raise
+                else:
+                    _deliver(future.set_result, result)
             case Abort(rid):
                 self.latency.forget(rid)
                 if self._sinks.pop(rid, None) is not None:

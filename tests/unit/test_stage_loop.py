@@ -252,6 +252,17 @@ def test_call_runs_on_the_loop_thread_between_steps_and_returns_or_raises(stage)
         loop.call(lambda: None)
 
 
+def test_a_call_whose_caller_stopped_waiting_still_runs_and_the_loop_goes_on(stage):
+    eng, loop = stage
+    gate, ran = threading.Event(), []
+    blocker = loop.call(lambda: gate.wait(5))
+    for fn in (lambda: ran.append(1), lambda: 1 / 0):  # a result and an error nobody waits for
+        loop.call(fn).cancel()
+    gate.set()
+    blocker.result(5)
+    assert loop.call(lambda: "alive").result(5) == "alive" and ran == [1]
+
+
 class _Countdown:
     """Each request gets one output per step for its `n` steps."""
 
