@@ -9,7 +9,8 @@ Random weights (like `--load-format dummy`) with AURA's real vocabulary (the gra
 `--batch` requests with a `--context`-token prompt through the real engine, then times `--steps` decode steps:
 `plain` (no grammar, the engine's default async scheduling), `plain_sync` (no grammar, steps read back one by one)
 and `grammar_<schema>` (every request under one of the schemas below, none of which lets the reply end early). The
-overhead is grammar / plain - 1. Prints one JSON object, then the overhead per schema.
+overhead is grammar / plain - 1. Prints one JSON object, then the overhead per schema, with where each row's host
+time went per step (`host_ms`: waiting for a step's tokens, feeding them to the matchers, filling the masks).
 """
 
 import argparse
@@ -17,6 +18,7 @@ import json
 import os
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import torch
@@ -26,6 +28,7 @@ from engine_bench import SHAPES, VOCAB, BenchLM, sync  # noqa: E402
 
 from aura_omni.engine.engine_config import EngineConfig  # noqa: E402
 from aura_omni.engine.grammar import Grammar, GrammarCompiler  # noqa: E402
+from aura_omni.engine import model_runner, sampler  # noqa: E402
 from aura_omni.engine.llm_engine import LLMEngine  # noqa: E402
 from aura_omni.engine.sampling_params import SamplingParams  # noqa: E402
 
@@ -47,7 +50,29 @@ SCHEMAS = {
 }
 
 
-def step_ms(model, args, grammar, sync_steps: bool, device: torch.device) -> float:
+HOST: dict[str, float] = defaultdict(float)  # seconds of host time by part, since the last reset
+
+
+def timed(owner, name: str, part: str, static: bool = False) -> None:
+    """Count the time spent in owner.name under `part` of HOST."""
+    fn = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            HOST[part] += time.perf_counter() - t0
+
+    setattr(owner, name, staticmethod(wrapper) if static else wrapper)
+
+
+timed(model_runner.LaunchedStep, "result", "wait_tokens")  # the engine's collect and the grammar rows' wait
+timed(model_runner.ModelRunner, "_advance_grammars", "advance", static=True)  # includes a wait for the tokens
+timed(sampler, "fill_bitmask", "fill_masks")
+
+
+def step_ms(model, args, grammar, sync_steps: bool, device: torch.device) -> tuple[float, dict]:
     max_len = args.context + args.steps + 8
     blocks = args.batch * -(-max_len // 16) + 1
     engine = LLMEngine(model, EngineConfig(
@@ -63,13 +88,14 @@ def step_ms(model, args, grammar, sync_steps: bool, device: torch.device) -> flo
     for _ in range(2):
         engine.step()  # warm-up decode steps
     sync(device)
+    HOST.clear()
     t0 = time.perf_counter()
     for _ in range(args.steps):
         assert len(engine.step()) == args.batch or engine.async_steps
     sync(device)
     elapsed = (time.perf_counter() - t0) / args.steps
     engine.runner.shutdown()
-    return elapsed * 1e3
+    return elapsed * 1e3, {part: round(s * 1e3 / args.steps, 3) for part, s in HOST.items()}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -97,23 +123,25 @@ def main(argv: list[str] | None = None) -> dict:
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     compiler = GrammarCompiler(tokenizer, VOCAB, [IM_END])
-    rows = {"plain": step_ms(model, args, None, False, device), "plain_sync": step_ms(model, args, None, True, device)}
+    rows, host = {}, {}
+    rows["plain"], host["plain"] = step_ms(model, args, None, False, device)
+    rows["plain_sync"], host["plain_sync"] = step_ms(model, args, None, True, device)
     compile_ms = {}
     for name in args.schema.split(","):
         t0 = time.perf_counter()
         compiled = compiler.compile(Grammar.json_schema(SCHEMAS[name]))
         compile_ms[name] = round((time.perf_counter() - t0) * 1e3, 1)  # the first includes the vocabulary's trie
-        rows[f"grammar_{name}"] = step_ms(model, args, compiled, False, device)
+        rows[f"grammar_{name}"], host[f"grammar_{name}"] = step_ms(model, args, compiled, False, device)
     out = dict(model="tiny" if args.tiny else args.model, batch=args.batch, context=args.context, steps=args.steps,
                temperature=args.temperature, device=str(device), dtype=str(dtype).removeprefix("torch."),
-               **{f"{k}_step_ms": round(v, 3) for k, v in rows.items()}, compile_ms=compile_ms,
+               **{f"{k}_step_ms": round(v, 3) for k, v in rows.items()}, host_ms=host, compile_ms=compile_ms,
                overhead={k.removeprefix("grammar_"): round(v / rows["plain"] - 1, 4)
                          for k, v in rows.items() if k.startswith("grammar_")})
     print(json.dumps(out), flush=True)
     for name, overhead in out["overhead"].items():
         print(f"grammar overhead per decode step at batch {args.batch}, {name} schema: {overhead * 100:.1f}% "
               f"({rows['grammar_' + name]:.3f} ms vs {rows['plain']:.3f} ms; {rows['plain_sync']:.3f} ms without "
-              "async scheduling)")
+              f"async scheduling); host ms per step: {host['grammar_' + name]} (plain: {host['plain']})")
     return out
 
 

@@ -49,6 +49,10 @@
 #        within the machine's 30 s idle grace) waits for the report and copies it to $OUT.
 # soak_probe: the soak in the foreground for ${PROBE_MINUTES:-7} minutes with a 15 s stall limit
 #        (each stage's `stall_s`); at the first stall every thread's stack (SIGUSR1) goes to serve_probe.log and it stops.
+# cap:   issue 32's capacity profile over /v1/realtime (push to talk, 3 s of speech paced, 2 frames, sessions
+#        opened together and committing together, each size twice over): configs/aura_omni_duplex_8.yaml at 8
+#        sessions, then configs/aura_omni_duplex_32.yaml at 8, 16 and 32, and 64 sessions with their commits spread
+#        evenly over 2 s (--commit-spread 2)
 # Each bench run also prints the server's account of it from /metrics: turn phases and per-stage waits
 # (aura_omni/bench/breakdown.py).
 set -uo pipefail
@@ -229,6 +233,18 @@ for s in ${*:-tts turns live}; do
             --max-concurrency 1 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
           replies "$OUT/live_realtime.json"
           stop ;;
+    cap) serve configs/aura_omni_duplex_8.yaml aura || continue
+         bench cap_duplex8_s8 --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+           --max-concurrency 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
+         stop
+         serve configs/aura_omni_duplex_32.yaml aura || continue
+         for n in 8 16 32; do
+           bench "cap_duplex32_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+             --max-concurrency $n --num-prompts $((2 * n)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+         done
+         bench cap_duplex32_s64_spread --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
+           --max-concurrency 64 --num-prompts 64 --commit-spread 2 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+         stop ;;
     live_vad) serve configs/aura_omni_duplex_8.yaml aura || continue  # turns ended by the server's VAD
           bench live_vad_silent --backend realtime --model aura --turn-detection server_vad --num-frames 2 \
             --frame-size 640x480 --max-tokens 40 --num-warmups 1 --max-concurrency 1 --num-prompts 8 \

@@ -46,6 +46,7 @@ SESSION_READY_TIMEOUT_S = 15.0  # the aura-ptt client's wait for session.updated
 SESSION_CLOSE_TIMEOUT_S = 1.0  # and for session.closed
 GOLDEN_RATIO = (5 ** 0.5 - 1) / 2  # its multiples mod 1 fill [0, 1) evenly however many are taken
 REALTIME_AUDIO_DELTAS = ("response.output_audio.delta", "response.audio.delta")
+TRANSCRIPTION_DONE = "conversation.item.input_audio_transcription.completed"
 REALTIME_TEXT_DELTAS = ("response.output_audio_transcript.delta", "response.audio_transcript.delta",
                         "response.output_text.delta", "response.text.delta")
 
@@ -83,6 +84,7 @@ class RequestResult:
     underruns: int = 0
     silent: bool = False  # the model chose not to speak (a voice turn's `<|silent|>`)
     commit: float | None = None  # realtime under server VAD: the server's commit, seconds after `start`
+    transcript: float | None = None  # realtime: the user's transcript (`...input_audio_transcription.completed`)
     text: str = ""  # chat / realtime: the reply's text as streamed (--save-detailed keeps it)
 
     @property
@@ -412,6 +414,8 @@ class RealtimeBackend:
                 reply.text(event.get("delta") or "")
             elif kind == "input_audio_buffer.committed" and reply.result.commit is None:
                 reply.result.commit = time.perf_counter() - reply.result.start
+            elif kind == TRANSCRIPTION_DONE and reply.result.transcript is None:
+                reply.result.transcript = time.perf_counter() - reply.result.start
             elif kind == "response.listen":
                 reply.result.silent = True
                 return

@@ -231,6 +231,7 @@ def summarize(results: list[RequestResult], duration: float, concurrency: int | 
         "underruns": sum(r.underruns for r in ok), "requests_with_underruns": sum(r.underruns > 0 for r in ok),
         **_percentiles([r.latency for r in ok if r.silent], "silent_decision", 1000, "_ms"),  # commit -> listen
         **_percentiles([r.commit for r in ok if r.commit is not None], "commit", 1000, "_ms"),  # server VAD
+        **_percentiles([r.transcript for r in ok if r.transcript is not None], "transcript", 1000, "_ms"),
     }
 
 
@@ -365,6 +366,9 @@ def main(args: argparse.Namespace) -> int:
                   f"sent (every slot busy)")
         if run["p50_commit_ms"] is not None:
             print(commit_summary(run, args.turn_detection))
+        if run["p50_transcript_ms"] is not None:
+            print(f"c={run['max_concurrency'] or 'inf'}: the user's transcript p50 / p95 {_ms(run['p50_transcript_ms'])} / "
+                  f"{_ms(run['p95_transcript_ms'])} ms after the commit")
         for message, count in run["error_messages"].items():
             print(f"c={run['max_concurrency'] or 'inf'}: {count} x {message}")
         for line in breakdown.lines(run.get("server_breakdown") or {}, prefix=f"c={run['max_concurrency'] or 'inf'}: "):

@@ -77,3 +77,4 @@ def test_realtime_backend_runs_push_to_talk_turns(omni_server, tmp_path, ref_wav
     assert rc == 0 and run["completed"] == 2 and run["errors"] == 0, run["error_messages"]
     assert run["silent"] == 0
     assert 0 < run["p50_first_text_ms"] < run["p50_ttfa_ms"] and run["total_audio_s"] > 0
+    assert 0 < run["p50_transcript_ms"] < run["p50_ttfa_ms"]  # the user's transcript, before the reply's audio

@@ -64,6 +64,8 @@ class FakeRealtime:
 
     async def respond(self, ws, model: str):
         send = lambda **e: ws.send(json.dumps(e))  # noqa: E731
+        await asyncio.sleep(0.01)
+        await send(type="conversation.item.input_audio_transcription.completed", item_id="item_1", transcript="hi")
         await send(type="response.created", response={"id": "resp_1", "status": "in_progress"})
         if model == "silent":
             await send(type="response.listen", response={"status": "listening"})
@@ -112,7 +114,7 @@ def test_realtime_turns_are_timed_from_the_commit_with_ga_or_beta_event_names(mo
     for run in report["runs"]:
         assert run["errors"] == 0 and run["underruns"] == 0
         assert run["total_audio_s"] == pytest.approx(0.6)  # 3 deltas of 0.1 s per turn, under either name or both
-        assert 0 < run["p50_first_text_ms"] < run["p50_ttfa_ms"]
+        assert 0 < run["p50_transcript_ms"] < run["p50_first_text_ms"] < run["p50_ttfa_ms"]
         assert run["p50_rtf"] > 0 and run["audio_throughput"] > 0
         assert [r["text"] for r in run["requests"]] == ["Hello", "Hello"]  # "both": the text counted once too
     assert len(fake.sessions) == 4  # one session per turn

@@ -30,7 +30,7 @@ def test_duplex_config_differs_from_the_seed_only_where_upstream_does():
 def test_the_sized_duplex_deploys_differ_from_each_other_only_in_their_batch_bounds():
     eight = load_deploy_config(CONFIGS / "aura_omni_duplex_8.yaml")
     wide = load_deploy_config(CONFIGS / "aura_omni_duplex_32.yaml")
-    assert (eight.duplex_session.max_sessions, wide.duplex_session.max_sessions) == (8, 32)
+    assert (eight.duplex_session.max_sessions, wide.duplex_session.max_sessions) == (8, 64)
     assert [s.max_num_seqs for s in wide.stages] == [32, 32, 32, 32]
     for a, b in zip(eight.stages, wide.stages):
         assert {k: v for k, v in a.model_dump().items() if k != "max_num_seqs"} == \
