@@ -96,6 +96,7 @@ serve() {  # serve DEPLOY NAME: start a server, wait for /health, register the `
   SERVER=$!
   wait_ready || { tail -n 30 "$SERVER_LOG" | tee -a "$OUT/serve_tails.txt"; return 1; }
   echo "=== $2 ready after $((SECONDS - t0)) s"
+  [ "${WAIT_WARM:-1}" = 1 ] && warm_done && echo "=== $2 warm (background captures done) after $((SECONDS - t0)) s"
   python3 -c "import httpx, sys; r = httpx.post('$URL/v1/audio/voices', data={'name': 'bench'}, files={'audio_sample': open('/tmp/ref.wav', 'rb')}, timeout=60); print('voice', r.status_code)"
 }
 wait_ready() {  # until /health says ready; gives up at once if the server ($SERVER) has exited
@@ -117,13 +118,25 @@ for _ in range(1200):
 sys.exit(1)
 EOF
 }
+warm_done() {  # until /health lists nothing warming (the graphs captured after ready)
+  python3 - "$URL" <<'EOF'
+import sys, time, httpx
+for _ in range(600):
+    try:
+        if not httpx.get(sys.argv[1] + "/health", timeout=2).json().get("warming"):
+            break
+    except (httpx.HTTPError, ValueError):
+        pass
+    time.sleep(0.5)
+EOF
+}
 stop() {  # the server down; its log's errors and last lines kept in serve_tails.txt
   kill "$SERVER"; wait "$SERVER" 2>/dev/null
   { echo "=== $SERVER_LOG"; grep -e "loaded in" -e "warm start" -e "frozen out of" "$SERVER_LOG"; grep -i -m 20 -e error -e traceback \
     "$SERVER_LOG"; grep -m 10 -e "Assertion" -e "CUDA error" "$SERVER_LOG"; grep -m 30 WARNING "$SERVER_LOG"
     tail -n 15 "$SERVER_LOG"; } >> "$OUT/serve_tails.txt"
   # a failed server's whole log (a device-side assert names its kernel on a line of its own, before the tracebacks)
-  grep -q Traceback "$SERVER_LOG" && gzip -c "$SERVER_LOG" > "$OUT/$(basename "$SERVER_LOG").gz"
+  grep -q Traceback "$SERVER_LOG" && gzip -c "$SERVER_LOG" > "$OUT/$(basename "$SERVER_LOG" .log)_at${SECONDS}s.log.gz"
 }
 replies() {  # replies RESULT.json: the first two replies' text (--save-detailed), to see what AURA said
   python3 -c "import json, sys; [print('reply:', repr(q['text'][:120])) for q in json.load(open(sys.argv[1]))['runs'][0]['requests'][:2]]" "$1" \
@@ -233,7 +246,7 @@ for s in ${*:-tts turns live}; do
             --max-concurrency 1 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
           replies "$OUT/live_realtime.json"
           stop ;;
-    cap) serve configs/aura_omni_duplex_8.yaml aura || continue
+    cap) WAIT_WARM=${CAP_WAIT_WARM:-1} serve configs/aura_omni_duplex_8.yaml aura || continue
          bench cap_duplex8_s8 --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
            --max-concurrency 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
          stop
