@@ -193,17 +193,24 @@ def _first_line(message: str) -> str:
     return re.sub(r"^at \d+\(\d+\): ", "", line)
 
 
+# rows from which llguidance's thread pool fills the masks at once; fewer are filled one by one on this thread (the
+# pool's hand-off costs more than a cheap mask: docs/benchmarks.md)
+PARALLEL_FILL_MIN_ROWS = 4
+
+
 def fill_bitmask(rows: list[tuple[GrammarMatcher, int]], batch: int, vocab_size: int) -> torch.Tensor:
-    """The allowed-token bitmask [batch, ceil(vocab/32)] int32 on the CPU: the constrained rows from their matchers
-    (in parallel), every other row all ones. A matcher that failed (a token it did not allow was forced on it, e.g.
-    by a -inf logit_bias on every token it allowed) allows only the stop tokens, so the reply ends."""
+    """The allowed-token bitmask [batch, ceil(vocab/32)] int32 on the CPU: the constrained rows from their matchers,
+    every other row all ones. A matcher that failed (a token it did not allow was forced on it, e.g. by a -inf
+    logit_bias on every token it allowed) allows only the stop tokens, so the reply ends."""
     import llguidance.torch
 
-    # pinned: the upload is then truly asynchronous (from pageable memory it waits for the queued forward)
-    mask = torch.full((batch, -(-vocab_size // 32)), -1, dtype=torch.int32, pin_memory=torch.cuda.is_available())
+    mask = _host_masks().take((batch, -(-vocab_size // 32)))
     live = [(m.ll, row) for m, row in rows if not m.failed]
-    if live:
+    if len(live) >= PARALLEL_FILL_MIN_ROWS:
         llguidance.torch.fill_next_token_bitmask_par(_executor(), live, mask)
+    else:
+        for matcher, row in live:
+            llguidance.torch.fill_next_token_bitmask(matcher, mask, row)
     for m, row in rows:
         if m.failed:
             words = np.zeros(mask.shape[1], dtype=np.uint32)
@@ -211,6 +218,47 @@ def fill_bitmask(rows: list[tuple[GrammarMatcher, int]], batch: int, vocab_size:
                 words[tok // 32] |= np.uint32(1 << (tok % 32))
             mask[row] = torch.from_numpy(words.view(np.int32))
     return mask
+
+
+class _HostMasks:
+    """Pinned host buffers for one thread's masks, reused in turn: pinning memory every step costs more than filling
+    a mask, and pinned, the upload is truly asynchronous (from pageable memory it waits for the queued forward). A
+    buffer is handed out again only once its last upload is done."""
+
+    SLOTS = 4
+
+    def __init__(self):
+        self._ring: dict[tuple[int, int], list[list]] = {}  # shape -> [buffer, its upload's event or None] slots
+        self._turn = 0
+
+    def take(self, shape: tuple[int, int]) -> torch.Tensor:
+        if not torch.cuda.is_available():
+            return torch.full(shape, -1, dtype=torch.int32)
+        slots = self._ring.setdefault(shape, [])
+        if len(slots) < self.SLOTS:
+            slots.append([torch.empty(shape, dtype=torch.int32, pin_memory=True), None])
+        self._turn = (self._turn + 1) % len(slots)
+        slot = slots[self._turn]
+        if slot[1] is not None:
+            slot[1].synchronize()
+            slot[1] = None
+        return slot[0].fill_(-1)
+
+    def uploaded(self, mask: torch.Tensor) -> None:
+        """Mark `mask`'s upload as queued on the current stream: the buffer waits for it before its next use."""
+        for slot in self._ring.get(tuple(mask.shape), []):
+            if slot[0] is mask:
+                slot[1] = torch.cuda.Event()
+                slot[1].record()
+
+
+_LOCAL = threading.local()  # each stage's loop thread samples on its own
+
+
+def _host_masks() -> _HostMasks:
+    if not hasattr(_LOCAL, "masks"):
+        _LOCAL.masks = _HostMasks()
+    return _LOCAL.masks
 
 
 _EXECUTOR = None
@@ -229,5 +277,8 @@ def apply_bitmask(logits: torch.Tensor, mask: torch.Tensor) -> None:
     """Disallowed tokens' logits -> -inf, in place (`mask` from fill_bitmask, on any device)."""
     vocab = logits.shape[1]
     bits = torch.arange(32, device=logits.device, dtype=torch.int32)
-    allowed = ((mask.to(logits.device, non_blocking=True)[:, :, None] >> bits) & 1).flatten(1)[:, :vocab]
+    on_device = mask.to(logits.device, non_blocking=True)
+    if on_device is not mask:
+        _host_masks().uploaded(mask)
+    allowed = ((on_device[:, :, None] >> bits) & 1).flatten(1)[:, :vocab]
     logits.masked_fill_(allowed == 0, float("-inf"))
