@@ -11,7 +11,8 @@ Random weights (like `--load-format dummy`) with AURA's real vocabulary (the gra
 and `grammar_<schema>` (every request under one of the schemas below, none of which lets the reply end early). The
 overhead is grammar / plain - 1; each schema runs with the masks filled as shipped (`PARALLEL_FILL_MIN_ROWS`) and
 the other way (one by one on the stage thread, or in llguidance's thread pool). Prints one JSON object, then the
-overhead per row, with where its host time went per step (`host_ms`: waiting for a step's tokens, feeding them to the matchers, filling the masks).
+overhead per row, with where its host time went per step (`host_ms`: waiting for a step's tokens, feeding them to
+the matchers, filling the masks).
 """
 
 import argparse
