@@ -50,9 +50,11 @@
 # soak_probe: the soak in the foreground for ${PROBE_MINUTES:-7} minutes with a 15 s stall limit
 #        (each stage's `stall_s`); at the first stall every thread's stack (SIGUSR1) goes to serve_probe.log and it stops.
 # cap:   issue 32's capacity profile over /v1/realtime (push to talk, 3 s of speech paced, 2 frames, sessions
-#        opened together and committing together, each size twice over): configs/aura_omni_duplex_8.yaml at 8
-#        sessions, then configs/aura_omni_duplex_32.yaml at 8, 16 and 32, and 64 sessions with their commits spread
-#        evenly over 2 s (--commit-spread 2)
+#        opened together and committing together, each size twice over), each server once its background captures
+#        are done: `cap8` configs/aura_omni_duplex_8.yaml at 8 sessions, then `cap32` configs/aura_omni_duplex_32.yaml
+#        at 8, 16 and 32, and 64 sessions with their commits spread evenly over 2 s (--commit-spread 2)
+# cap32_profile: 32 sessions (three waves) on configs/aura_omni_duplex_32.yaml with py-spy sampling the server from
+#        the first commits: which thread holds the interpreter lock, where every thread stands (scripts/pyspy_top.py)
 # Each bench run also prints the server's account of it from /metrics: turn phases and per-stage waits
 # (aura_omni/bench/breakdown.py).
 set -uo pipefail
@@ -206,7 +208,7 @@ WORDS='{"logit_bias": {"279": 40, "264": 40, "374": 40, "432": 40, "498": 40, "3
 ASR12="\"sampling_params_list\": [{\"max_tokens\": 12}, $WORDS]"
 
 
-for s in ${*:-tts turns live}; do
+for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/'); do
   case $s in
     tts) serve configs/qwen3_tts.yaml qwen3-tts || continue
          bench tts_speech --backend speech --model qwen3-tts --voice bench --max-tokens 126 \
@@ -246,18 +248,30 @@ for s in ${*:-tts turns live}; do
             --max-concurrency 1 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
           replies "$OUT/live_realtime.json"
           stop ;;
-    cap) WAIT_WARM=${CAP_WAIT_WARM:-1} serve configs/aura_omni_duplex_8.yaml aura || continue
-         bench cap_duplex8_s8 --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
-           --max-concurrency 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
-         stop
-         serve configs/aura_omni_duplex_32.yaml aura || continue
-         for n in 8 16 32; do
-           bench "cap_duplex32_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
-             --max-concurrency $n --num-prompts $((2 * n)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
-         done
-         bench cap_duplex32_s64_spread --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
-           --max-concurrency 64 --num-prompts 64 --commit-spread 2 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
-         stop ;;
+    cap8) WAIT_WARM=${CAP_WAIT_WARM:-1} serve configs/aura_omni_duplex_8.yaml aura || continue
+          bench cap_duplex8_s8 --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+            --max-concurrency 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
+          stop ;;
+    cap32) serve configs/aura_omni_duplex_32.yaml aura || continue
+           for n in 8 16 32; do
+             bench "cap_duplex32_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+               --max-concurrency $n --num-prompts $((2 * n)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           done
+           bench cap_duplex32_s64_spread --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
+             --max-concurrency 64 --num-prompts 64 --commit-spread 2 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           stop ;;
+    cap32_profile) serve configs/aura_omni_duplex_32.yaml aura || continue  # 32 sessions with py-spy on the server
+           ( sleep 6  # the sessions speak for 3 s, then commit: sample from the commits on
+             /tmp/site/bin/py-spy record --nonblocking --gil --threads -r 200 -d 8 -f raw -o "$LOGS/pyspy_gil.txt" \
+               -p $SERVER > "$LOGS/pyspy_gil.log" 2>&1
+             /tmp/site/bin/py-spy record --nonblocking --idle --threads -r 100 -d 6 -f raw -o "$LOGS/pyspy_all.txt" \
+               -p $SERVER > "$LOGS/pyspy_all.log" 2>&1 ) &
+           SPY=$!
+           bench cap_profile_s32 --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
+             --max-concurrency 32 --num-prompts 96 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           wait $SPY
+           python3 scripts/pyspy_top.py "$LOGS/pyspy_gil.txt" "$LOGS/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"
+           stop ;;
     live_vad) serve configs/aura_omni_duplex_8.yaml aura || continue  # turns ended by the server's VAD
           bench live_vad_silent --backend realtime --model aura --turn-detection server_vad --num-frames 2 \
             --frame-size 640x480 --max-tokens 40 --num-warmups 1 --max-concurrency 1 --num-prompts 8 \
