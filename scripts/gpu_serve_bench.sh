@@ -53,6 +53,8 @@
 #        opened together and committing together, each size twice over), each server once its background captures
 #        are done: `cap8` configs/aura_omni_duplex_8.yaml at 8 sessions, then `cap32` configs/aura_omni_duplex_32.yaml
 #        at 8, 16 and 32, and 64 sessions with their commits spread evenly over 2 s (--commit-spread 2)
+# cap32_cold: configs/aura_omni_duplex_32.yaml at 16 sessions from the moment it is ready, while the background
+#        captures run (session 19's first call saw stages fail there)
 # cap32_profile: 32 sessions (three waves) on configs/aura_omni_duplex_32.yaml with py-spy sampling the server from
 #        the first commits: which thread holds the interpreter lock, where every thread stands (scripts/pyspy_top.py)
 # Each bench run also prints the server's account of it from /metrics: turn phases and per-stage waits
@@ -259,6 +261,12 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
            done
            bench cap_duplex32_s64_spread --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
              --max-concurrency 64 --num-prompts 64 --commit-spread 2 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           stop ;;
+    cap32_cold) WAIT_WARM=0 serve configs/aura_omni_duplex_32.yaml aura || continue  # load while graphs are captured
+           for run in 1 2; do
+             bench "cap_cold_s16_$run" --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
+               --max-concurrency 16 --num-prompts 32 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           done
            stop ;;
     cap32_profile) serve configs/aura_omni_duplex_32.yaml aura || continue  # 32 sessions with py-spy on the server
            ( sleep 6  # the sessions speak for 3 s, then commit: sample from the commits on
