@@ -224,7 +224,11 @@ class Runtime:
             took = await warm_grammar(self.models.get(AURA))
             if took:
                 log.info("background warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
-            await capture_after_ready(self.models.get(TALKER))
+            await capture_after_ready(self.models.get(TALKER), self.busy)
+
+    def busy(self) -> bool:
+        """Whether any stage holds a request (queued or in flight)."""
+        return any(stats.get("queued") or stats.get("in_flight") for stats in self.stage_stats().values())
 
     def stage_stats(self) -> dict[str, dict[str, float]]:
         """Per stage: what its loop published after its last step (alive, queued, in_flight, steps, batch_size,

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import time
 from functools import partial
+from typing import Callable
 
 import numpy as np
 
@@ -95,20 +96,35 @@ async def warm_grammar(aura) -> dict[str, float]:
     return {"aura_grammar": time.perf_counter() - t}
 
 
-async def capture_after_ready(tts, idle_poll_s: float = 0.25) -> int:
+# a capture after ready waits for the whole server to have been this long without work: one holds Code2Wav's loop
+# ~1.3 s on an H200 (cuDNN times its convolutions, with the process-wide `cudnn.benchmark` on), so a stream that
+# arrives meanwhile waits that long for its audio (docs/benchmarks.md, session 19)
+QUIET_BEFORE_CAPTURE_S = 1.0
+
+
+async def capture_after_ready(tts, busy: Callable[[], bool] = lambda: False, idle_poll_s: float = 0.1,
+                              quiet_s: float = QUIET_BEFORE_CAPTURE_S) -> int:
     """The Code2Wav graphs the warm start left (batches of more than `ESSENTIAL_BUCKET` streams), one loop call at a
-    time, each only while no stream is open (a capture holds the loop for about a second); meanwhile such batches go
-    through the captured graphs in turns. Returns how many were captured."""
+    time, each only once the server has had no work for `quiet_s` (`busy()`: a stage holds a request) and no
+    Code2Wav stream is open; meanwhile such batches go through the captured graphs in turns. Under steady load the
+    captures wait for a lull (/health's `warming` says how many are left). Returns how many were captured."""
     captured = 0
     for talker in tts.facades if tts is not None else []:
         loop = getattr(talker, "code2wav_loop", None)
         if loop is None:
             continue
+        quiet_since = None
         while loop.engine.graphs_missing():
-            if await asyncio.wrap_future(loop.call(partial(loop.engine.capture_next_graph, when_idle=True))):
+            now = time.perf_counter()
+            if busy():
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            if quiet_since is not None and now - quiet_since >= quiet_s and await asyncio.wrap_future(
+                    loop.call(partial(loop.engine.capture_next_graph, when_idle=True))):
                 captured += 1
-            else:
-                await asyncio.sleep(idle_poll_s)
+                continue
+            await asyncio.sleep(idle_poll_s)
     if captured:
         log.info("background warm start: %d Code2Wav graphs captured", captured)
     return captured
