@@ -9,10 +9,8 @@ Random weights (like `--load-format dummy`) with AURA's real vocabulary (the gra
 `--batch` requests with a `--context`-token prompt through the real engine, then times `--steps` decode steps:
 `plain` (no grammar, the engine's default async scheduling), `plain_sync` (no grammar, steps read back one by one)
 and `grammar_<schema>` (every request under one of the schemas below, none of which lets the reply end early). The
-overhead is grammar / plain - 1; each schema runs with the masks filled as shipped (`PARALLEL_FILL_MIN_ROWS`) and
-the other way (one by one on the stage thread, or in llguidance's thread pool). Prints one JSON object, then the
-overhead per row, with where its host time went per step (`host_ms`: waiting for a step's tokens, feeding them to
-the matchers, filling the masks).
+overhead is grammar / plain - 1. Prints one JSON object, then the overhead per schema, with where its host time
+went per step (`host_ms`: waiting for a step's tokens, feeding them to the matchers, filling the masks).
 """
 
 import argparse
@@ -135,12 +133,6 @@ def main(argv: list[str] | None = None) -> dict:
         compiled = compiler.compile(Grammar.json_schema(SCHEMAS[name]))
         compile_ms[name] = round((time.perf_counter() - t0) * 1e3, 1)  # the first includes the vocabulary's trie
         rows[f"grammar_{name}"], host[f"grammar_{name}"] = step_ms(model, args, compiled, False, device)
-        # the other way of filling 8 rows: one by one here, or in llguidance's thread pool
-        shipped, grammar_module.PARALLEL_FILL_MIN_ROWS = grammar_module.PARALLEL_FILL_MIN_ROWS, \
-            1 if args.batch < grammar_module.PARALLEL_FILL_MIN_ROWS else args.batch + 1
-        other = "parallel" if args.batch < shipped else "one_by_one"
-        rows[f"grammar_{name}_{other}"], host[f"grammar_{name}_{other}"] = step_ms(model, args, compiled, False, device)
-        grammar_module.PARALLEL_FILL_MIN_ROWS = shipped
     out = dict(model="tiny" if args.tiny else args.model, batch=args.batch, context=args.context, steps=args.steps,
                temperature=args.temperature, device=str(device), dtype=str(dtype).removeprefix("torch."),
                **{f"{k}_step_ms": round(v, 3) for k, v in rows.items()}, host_ms=host, compile_ms=compile_ms,

@@ -193,26 +193,19 @@ def _first_line(message: str) -> str:
     return re.sub(r"^at \d+\(\d+\): ", "", line)
 
 
-# rows from which llguidance's thread pool fills the masks at once; fewer are filled one by one on this thread (the
-# pool's hand-off costs more than a cheap mask: docs/benchmarks.md)
-PARALLEL_FILL_MIN_ROWS = 4
-
-
 def fill_bitmask(rows: list[tuple[GrammarMatcher, int]], batch: int, vocab_size: int) -> torch.Tensor:
     """The allowed-token bitmask [batch, ceil(vocab/32)] int32 on the CPU: the constrained rows from their matchers,
-    every other row all ones. A matcher that failed (a token it did not allow was forced on it, e.g. by a -inf
-    logit_bias on every token it allowed) allows only the stop tokens, so the reply ends."""
+    one by one on this thread (llguidance's thread pool took 3.3 ms a step for 8 rows on the H200's host, this
+    0.3-1.3 ms: docs/benchmarks.md), every other row all ones. A matcher that failed (a token it did not allow was
+    forced on it, e.g. by a -inf logit_bias on every token it allowed) allows only the stop tokens, so the reply
+    ends."""
     import llguidance.torch
 
     mask = _host_masks().take((batch, -(-vocab_size // 32)))
-    live = [(m.ll, row) for m, row in rows if not m.failed]
-    if len(live) >= PARALLEL_FILL_MIN_ROWS:
-        llguidance.torch.fill_next_token_bitmask_par(_executor(), live, mask)
-    else:
-        for matcher, row in live:
-            llguidance.torch.fill_next_token_bitmask(matcher, mask, row)
     for m, row in rows:
-        if m.failed:
+        if not m.failed:
+            llguidance.torch.fill_next_token_bitmask(m.ll, mask, row)
+        else:
             words = np.zeros(mask.shape[1], dtype=np.uint32)
             for tok in m.stop_token_ids:
                 words[tok // 32] |= np.uint32(1 << (tok % 32))
@@ -259,18 +252,6 @@ def _host_masks() -> _HostMasks:
     if not hasattr(_LOCAL, "masks"):
         _LOCAL.masks = _HostMasks()
     return _LOCAL.masks
-
-
-_EXECUTOR = None
-
-
-def _executor():
-    global _EXECUTOR
-    if _EXECUTOR is None:
-        import llguidance
-
-        _EXECUTOR = llguidance.LLExecutor()
-    return _EXECUTOR
 
 
 def apply_bitmask(logits: torch.Tensor, mask: torch.Tensor) -> None:

@@ -97,32 +97,37 @@ async def warm_grammar(aura) -> dict[str, float]:
 
 
 # a capture after ready waits for the whole server to have been this long without work: one holds Code2Wav's loop
-# ~1.3 s on an H200 (cuDNN times its convolutions, with the process-wide `cudnn.benchmark` on), so a stream that
-# arrives meanwhile waits that long for its audio (docs/benchmarks.md, session 19)
+# ~1.3 s on an H200 (cuDNN times its convolutions, with the process-wide `cudnn.benchmark` on), so a stream arriving
+# meanwhile waits that long for its audio. But not longer than MAX_POSTPONE_S: until the graphs of several streams
+# are captured, a batch goes through the lone-stream ones in turns (0.36 s a step for 16 streams), so a server that
+# starts under steady load must still get them (docs/benchmarks.md, session 19).
 QUIET_BEFORE_CAPTURE_S = 1.0
+MAX_POSTPONE_S = 10.0
 
 
 async def capture_after_ready(tts, busy: Callable[[], bool] = lambda: False, idle_poll_s: float = 0.1,
-                              quiet_s: float = QUIET_BEFORE_CAPTURE_S) -> int:
+                              quiet_s: float = QUIET_BEFORE_CAPTURE_S, max_postpone_s: float = MAX_POSTPONE_S) -> int:
     """The Code2Wav graphs the warm start left (batches of more than `ESSENTIAL_BUCKET` streams), one loop call at a
-    time, each only once the server has had no work for `quiet_s` (`busy()`: a stage holds a request) and no
-    Code2Wav stream is open; meanwhile such batches go through the captured graphs in turns. Under steady load the
-    captures wait for a lull (/health's `warming` says how many are left). Returns how many were captured."""
+    time, each once the server has had no work for `quiet_s` (`busy()`: a stage holds a request), or, under steady
+    load, `max_postpone_s` after the last; always only while no Code2Wav stream is open. Meanwhile such batches go
+    through the captured graphs in turns (/health's `warming` says how many are left). Returns how many were
+    captured."""
     captured = 0
     for talker in tts.facades if tts is not None else []:
         loop = getattr(talker, "code2wav_loop", None)
         if loop is None:
             continue
-        quiet_since = None
+        quiet_since, waiting_since = None, time.perf_counter()
         while loop.engine.graphs_missing():
             now = time.perf_counter()
             if busy():
                 quiet_since = None
             elif quiet_since is None:
                 quiet_since = now
-            if quiet_since is not None and now - quiet_since >= quiet_s and await asyncio.wrap_future(
-                    loop.call(partial(loop.engine.capture_next_graph, when_idle=True))):
+            due = (quiet_since is not None and now - quiet_since >= quiet_s) or now - waiting_since >= max_postpone_s
+            if due and await asyncio.wrap_future(loop.call(partial(loop.engine.capture_next_graph, when_idle=True))):
                 captured += 1
+                waiting_since = time.perf_counter()
                 continue
             await asyncio.sleep(idle_poll_s)
     if captured:

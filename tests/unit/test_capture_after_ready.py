@@ -61,3 +61,17 @@ def test_work_arriving_between_captures_postpones_the_rest():
     assert asyncio.run(main()) == 3
     gaps = [b - a for a, b in zip(loop.captured_at, loop.captured_at[1:])]
     assert all(gap >= 0.3 for gap in gaps), gaps
+
+
+def test_under_steady_load_a_capture_still_comes_after_the_longest_postponement():
+    """A server that starts into steady load must still get its graphs (batches through the lone-stream graphs in
+    turns are slow): one capture per `max_postpone_s` whatever the load."""
+    loop = FakeCode2WavLoop(missing=2)
+    tts = SimpleNamespace(facades=[SimpleNamespace(code2wav_loop=loop)])
+    start = time.perf_counter()
+
+    async def main():
+        return await capture_after_ready(tts, busy=lambda: True, idle_poll_s=0.01, quiet_s=0.05, max_postpone_s=0.2)
+
+    assert asyncio.run(main()) == 2
+    assert loop.captured_at[0] - start >= 0.2 and loop.captured_at[1] - loop.captured_at[0] >= 0.2
