@@ -1,5 +1,5 @@
-"""The Code2Wav graphs left for after ready are captured only in a lull: never while a stage holds a request, and only
-once the server has been quiet for a while (a capture holds Code2Wav's loop for about a second on a GPU)."""
+"""The Code2Wav graphs left for after ready are captured in a lull: once the server has been quiet for a while (a
+capture holds Code2Wav's loop for about a second on a GPU), or under steady load at the longest postponement."""
 
 import asyncio
 import time
