@@ -102,7 +102,7 @@ async def warm_grammar(aura) -> dict[str, float]:
 # are captured, a batch goes through the lone-stream ones in turns (0.36 s a step for 16 streams), so a server that
 # starts under steady load must still get them (docs/benchmarks.md, session 19).
 QUIET_BEFORE_CAPTURE_S = 1.0
-MAX_POSTPONE_S = 10.0
+MAX_POSTPONE_S = 3.0
 
 
 async def capture_after_ready(tts, busy: Callable[[], bool] = lambda: False, idle_poll_s: float = 0.1,
