@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_bench import SHAPES, VOCAB, BenchLM, sync  # noqa: E402
 
 from aura_omni.engine.engine_config import EngineConfig  # noqa: E402
-from aura_omni.engine.grammar import Grammar, GrammarCompiler  # noqa: E402
 from aura_omni.engine import grammar as grammar_module, model_runner, sampler  # noqa: E402
+from aura_omni.engine.grammar import Grammar, GrammarCompiler  # noqa: E402
 from aura_omni.engine.llm_engine import LLMEngine  # noqa: E402
 from aura_omni.engine.sampling_params import SamplingParams  # noqa: E402
 
@@ -69,7 +69,7 @@ def timed(owner, name: str, part: str, static: bool = False) -> None:
 
 timed(model_runner.LaunchedStep, "result", "wait_tokens")  # the engine's collect and the grammar rows' wait
 timed(model_runner.ModelRunner, "_advance_grammars", "advance", static=True)  # includes a wait for the tokens
-timed(sampler, "fill_bitmask", "fill_masks")  # includes taking a pinned buffer:
+timed(sampler, "fill_bitmask", "fill_masks")  # includes take_buffer:
 timed(grammar_module._HostMasks, "take", "take_buffer")
 
 

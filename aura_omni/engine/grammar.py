@@ -214,8 +214,9 @@ def fill_bitmask(rows: list[tuple[GrammarMatcher, int]], batch: int, vocab_size:
 
 
 class _HostMasks:
-    """Pinned host buffers for one thread's masks, reused in turn: pinning memory every step costs more than filling
-    a mask, and pinned, the upload is truly asynchronous (from pageable memory it waits for the queued forward). A
+    """Pinned host buffers for one thread's masks, reused in turn (pinned, the upload is truly asynchronous: from
+    pageable memory it waits for the queued forward). A fixed set rather than a pinned allocation per step, which
+    is what docs/benchmarks.md's step times were measured with; the two were not timed against each other. A
     buffer is handed out again only once its last upload is done."""
 
     SLOTS = 4

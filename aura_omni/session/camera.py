@@ -10,9 +10,9 @@ import numpy as np
 
 from ..deploy import AURA
 from ..media.image import decode_base64, decode_data_url, decode_image
-from ..media.vision_preprocess import check_aspect
 from ..media.limits import MediaError
 from ..media.request_media import vision_configs
+from ..media.vision_preprocess import check_aspect
 from ..pipeline.orchestrator import settle
 from ..placement import session_key
 from .errors import ClientError

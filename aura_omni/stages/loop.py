@@ -54,12 +54,12 @@ _ids = itertools.count()
 SLOW_S, SLOW_SERVING_GPU_S = 1.0, 0.25
 
 
-
 def _deliver(setter: Callable[[Any], None], value: Any) -> None:
     """A call's result or error to its caller; one that stopped waiting (its future cancelled, e.g. its session
     closed) gets nothing, and the loop goes on."""
     with contextlib.suppress(concurrent.futures.InvalidStateError):
         setter(value)
+
 
 class StageLoop:
     def __init__(self, engine: StageEngine, device: torch.device | str = "cpu", *, name: str = "stage",
