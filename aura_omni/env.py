@@ -24,6 +24,7 @@ API_KEY = "AURA_OMNI_API_KEY"
 ALLOWED_MEDIA_DOMAINS = "AURA_OMNI_ALLOWED_MEDIA_DOMAINS"
 GEMV, PDL = "AURA_OMNI_GEMV", "AURA_OMNI_PDL"
 PREFILL_GRAPHS, STAGE_STREAMS = "AURA_OMNI_PREFILL_GRAPHS", "AURA_OMNI_STAGE_STREAMS"
+STEP_TRACE = "AURA_OMNI_STEP_TRACE"
 
 VARIABLES = (
     Variable(API_KEY, "the default of `serve --api-key`: requests must carry `Authorization: Bearer KEY`"),
@@ -36,6 +37,8 @@ VARIABLES = (
                              "`kernels.prefill_graphs` is unset"),
     Variable(STAGE_STREAMS, "\"0\": every stage on the default CUDA stream, for stages whose "
                             "`kernels.stage_stream` is unset"),
+    Variable(STEP_TRACE, "a folder: every stage loop writes its timeline there (aura_omni/step_trace.py; read with "
+                         "scripts/step_trace_report.py), to explain a latency"),
     Variable("AURA_OMNI_TINY_DIR", "where the tests' tiny checkpoints are made (a temporary folder otherwise)", True),
     Variable("AURA_OMNI_REQUIRE_BROWSER", "\"1\": the web page test fails instead of skipping without Chromium", True),
     Variable("AURA_OMNI_REQUIRE_FRAMEWORKS", "\"1\": the agent framework tests fail instead of skipping without "
@@ -56,6 +59,7 @@ class ProcessEnv:
     pdl: bool = True
     prefill_graphs: bool = True
     stage_streams: bool = True
+    step_trace: str | None = None  # the folder of the stage loops' timelines; None: none written
 
 
 def read(environ: Mapping[str, str] = os.environ) -> ProcessEnv:
@@ -63,7 +67,8 @@ def read(environ: Mapping[str, str] = os.environ) -> ProcessEnv:
         return environ.get(name, "1") != "0"
 
     domains = tuple(d.strip() for d in environ.get(ALLOWED_MEDIA_DOMAINS, "").split(",") if d.strip())
-    return ProcessEnv(environ.get(API_KEY) or None, domains, on(GEMV), on(PDL), on(PREFILL_GRAPHS), on(STAGE_STREAMS))
+    return ProcessEnv(environ.get(API_KEY) or None, domains, on(GEMV), on(PDL), on(PREFILL_GRAPHS), on(STAGE_STREAMS),
+                      environ.get(STEP_TRACE) or None)
 
 
 _current: ProcessEnv | None = None

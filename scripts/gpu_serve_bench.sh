@@ -55,6 +55,9 @@
 #        at 8, 16 and 32, and 64 sessions with their commits spread evenly over 2 s (--commit-spread 2)
 # cap32_cold: configs/aura_omni_duplex_32.yaml at 16 sessions from the moment it is ready, while the background
 #        captures run (session 19's first call saw stages fail there)
+# asr_burst: the ASR engine alone (benchmarks/asr_throughput.py) with 32 clips of 3 s at once, then one at a time
+# cap32_trace: 32 sessions (two waves) on configs/aura_omni_duplex_32.yaml with every loop's step trace
+#        (AURA_OMNI_STEP_TRACE): scripts/step_trace_report.py says where the Talker's first frames wait
 # cap32_profile: 32 sessions (three waves) on configs/aura_omni_duplex_32.yaml with py-spy sampling the server from
 #        the first commits: which thread holds the interpreter lock, where every thread stands (scripts/pyspy_top.py)
 # Each bench run also prints the server's account of it from /metrics: turn phases and per-stage waits
@@ -279,7 +282,20 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
              --max-concurrency 32 --num-prompts 96 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            wait $SPY
            python3 scripts/pyspy_top.py "$LOGS/pyspy_gil.txt" "$LOGS/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"
+           for f in pyspy_gil pyspy_all; do gzip -c "$LOGS/$f.txt" > "$OUT/$f.txt.gz"; done  # the raw stacks
            stop ;;
+    asr_burst) # the ASR engine alone, in process: 32 clips of 3 s at once (the capacity profile's commit), then one
+           timeout 200 python3 benchmarks/asr_throughput.py --model Qwen/Qwen3-ASR-1.7B --load-format dummy \
+             --concurrency 32 1 --clips 64 --min-seconds 3 --max-seconds 3 --new-tokens 12 2>&1 | tail -n 12 \
+             | tee -a "$OUT/summary.md" ;;
+    cap32_trace) rm -rf /tmp/step_trace  # 32 sessions with every loop's step trace (aura_omni/stages/step_trace.py)
+           AURA_OMNI_STEP_TRACE=/tmp/step_trace serve configs/aura_omni_duplex_32.yaml aura || continue
+           bench cap_trace_s32 --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+             --max-concurrency 32 --num-prompts 64 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           stop
+           python3 scripts/step_trace_report.py /tmp/step_trace --worst 2 > "$OUT/trace_report.txt" 2>&1
+           head -c 20000 "$OUT/trace_report.txt"
+           tar czf "$OUT/step_trace.tgz" -C /tmp step_trace ;;
     live_vad) serve configs/aura_omni_duplex_8.yaml aura || continue  # turns ended by the server's VAD
           bench live_vad_silent --backend realtime --model aura --turn-detection server_vad --num-frames 2 \
             --frame-size 640x480 --max-tokens 40 --num-warmups 1 --max-concurrency 1 --num-prompts 8 \

@@ -19,6 +19,7 @@ reads the queued step first; prefix-cache blocks are registered once their token
 import logging
 from typing import Any, Callable
 
+from aura_omni import step_trace
 from aura_omni.engine.block_manager import BlockManager
 from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.detokenizer import IncrementalDetokenizer
@@ -107,6 +108,8 @@ class LLMEngine:
             pending = self._in_flight[0] if self._in_flight is not None else None
             queued = self.runner.launch(sched, ahead=self.async_steps, pending=pending)
             self.num_steps += 1
+            if step_trace.enabled():
+                step_trace.record("engine_step", self.name, sched.num_tokens, len(sched.scheduled))
             self.num_prompt_steps += any(s.start < s.seq.prompt_len for s in sched.scheduled)
             for s in sched.scheduled:
                 s.seq.num_computed_tokens = s.end

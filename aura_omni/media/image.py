@@ -111,7 +111,7 @@ def to_rgb(img: Image.Image) -> np.ndarray:
     if "A" in img.getbands() or img.info.get("transparency") is not None:
         rgba = img.convert("RGBA")
         img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
-    return np.asarray(img.convert("RGB"), dtype=np.uint8)
+    return np.asarray(img if img.mode == "RGB" else img.convert("RGB"), dtype=np.uint8)  # (convert would copy)
 
 
 def decode_image(data: bytes, limits: MediaLimits = MediaLimits()) -> np.ndarray:

@@ -137,7 +137,7 @@ class AuraOmniPipeline:
             events.put_nowait(e)
 
     async def _run_stages(self, req: TurnRequest, events: asyncio.Queue) -> None:
-        timeline = TurnTimeline()
+        timeline = TurnTimeline(req.request_id)
         transcript = None
         if req.audio is not None:
             if session_key.get() is None:  # the prefix prefill and the turn's request go to one AURA replica (Ray)

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from aura_omni import step_trace
+
 # a turn's phases, each from the end of the one before (or the turn's start): their sum is the turn's first audio
 TURN_PHASES = ("asr", "aura_first_token", "speech_start", "first_audio")
 
@@ -16,12 +18,16 @@ class TurnTimeline:
     the first Code2Wav window. What came before the turn started (HTTP, decoding media, voice prompts) is the
     endpoint's TTFA less these."""
 
-    def __init__(self):
+    def __init__(self, request_id: str = "-"):
+        self.request_id = request_id
         self.start = time.perf_counter()
         self.at: dict[str, float] = {}
+        step_trace.record("turn_start", request_id)
 
     def mark(self, moment: str) -> None:
-        self.at.setdefault(moment, time.perf_counter())
+        if moment not in self.at:
+            self.at[moment] = time.perf_counter()
+            step_trace.record(moment, self.request_id)
 
     def phases(self) -> dict[str, float]:
         """Seconds of each phase the turn went through (a turn without audio in has no `asr`, a silent one stops at

@@ -39,9 +39,10 @@ class FrameWindow:
         self.dropped = 0
         self.version = 0  # bumped whenever what `clip` returns changes
 
-    def push(self, rgb: np.ndarray) -> bool:
-        """Keep a frame unless it nearly repeats the newest one; True when kept."""
-        thumb = thumbnail(rgb)
+    def push(self, rgb: np.ndarray, thumb: np.ndarray | None = None) -> bool:
+        """Keep a frame unless it nearly repeats the newest one; True when kept. `thumb`: its `thumbnail`, when
+        made already."""
+        thumb = thumbnail(rgb) if thumb is None else thumb
         if self.frames and _similarity(self.frames[-1], self._thumb, rgb, thumb) >= self.threshold:
             self.dropped += 1
             return False

@@ -69,8 +69,8 @@ class InputBuffer:
             self.input_rate = rate
             if rate != ASR_SAMPLE_RATE:
                 samples = resample(samples, rate, ASR_SAMPLE_RATE).astype(np.float32)
-        for frame in frames:
-            self._new_frames |= self.frames.push(frame)
+        for frame, thumb in frames:
+            self._new_frames |= self.frames.push(frame, thumb)
         if event.get("video_frames"):
             self._new_frames = True  # a frame-bearing append refreshes what AURA sees, duplicate or not
         if samples.size:

@@ -40,6 +40,7 @@ from aura_omni.layers import kernel_switches
 from aura_omni.layers.device import on_device, on_stream, stage_stream
 from aura_omni.layers.device_loss import is_device_lost
 from aura_omni.layers.kernel_switches import KernelSwitches
+from aura_omni import step_trace
 from aura_omni.stages import supervision
 from aura_omni.stages.inbox import Abort, Add, Call, Drop, Feed, Inbox, Message, Settle, Sink
 from aura_omni.stages.loop_metrics import LatencySnapshot, LoopLatency, StageCounters
@@ -161,6 +162,7 @@ class StageLoop:
                 raise StageUnavailable(f"stage {self.name} is stalled (a {stalled[0]} has not ended)")
             self.latency.submit(request_id)
             self.inbox.put(Add(request_id, request, sink))
+            step_trace.record("submit", self.name, request_id)
         self.counters = dataclasses.replace(self.counters, queued=len(self.inbox))
 
     def sink_to(self, q: asyncio.Queue) -> Sink:
@@ -328,6 +330,10 @@ class StageLoop:
         took = time.perf_counter() - start
         self.latency.observe("step", took)
         self._publish(len(outputs), took)
+        if step_trace.enabled():
+            e = self.counters.engine
+            step_trace.record("step", self.name, f"{took:.6f}", len(outputs), e.get("running", "-"),
+                              e.get("waiting", "-"))
         if took > self.slow_s:
             log.log(self._slow_level, "stage %s: a step took %.2f s (%d outputs; %s)", self.name, took, len(outputs),
                     self.counters.engine)
@@ -341,6 +347,8 @@ class StageLoop:
         if isinstance(out, BaseException):
             self.latency.forget(request_id)
         else:
+            if step_trace.enabled() and request_id in self.latency.submitted:
+                step_trace.record("first_output", self.name, request_id)
             self.latency.output(request_id)
         if isinstance(out, BaseException) or out.finished:
             self._sinks.pop(request_id, None)  # (the watchdog may have failed it meanwhile)
@@ -348,11 +356,15 @@ class StageLoop:
 
     def _drain_inbox(self) -> None:
         while (message := self.inbox.pop()) is not None:
-            self.work.begin(type(message).__name__.lower())
+            start = time.perf_counter()
+            self.work.begin(type(message).__name__.lower(), start)
             try:
                 self._apply(message)
             finally:
                 self.work.end()
+                if step_trace.enabled():
+                    step_trace.record(type(message).__name__.lower(), self.name, getattr(message, "request_id", "-"),
+                                      f"{time.perf_counter() - start:.6f}")
 
     def _apply(self, message: Message) -> None:
         match message:

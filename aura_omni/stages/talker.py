@@ -21,9 +21,10 @@ from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.engine.talker_adapter import TalkerAdapter
 from aura_omni.layers import kernel_switches
 from aura_omni.models.qwen3_tts.generate import (FrameDecoder, TalkerInput, TalkerPlan, TalkerRequestState,
-                                                talker_inputs)
+                                                take_texts, talker_inputs)
 from aura_omni.models.qwen3_tts.sampling import seed_key
 from aura_omni.models.qwen3_tts.talker import Talker
+from aura_omni import step_trace
 from aura_omni.stages.loop_metrics import LatencyHistogram
 from aura_omni.stages.llm import LLMStageEngine
 
@@ -82,6 +83,7 @@ class TalkerStageEngine(LLMStageEngine):
         self.parked: dict[str, tuple[Any, float]] = {}  # request id -> (stage request whose prompt needs more text,
         #                                                  when it was parked)
         self.planned: dict[str, TalkerPlan] = {}  # request id -> its plan, until the next step embeds it
+        self.fed: set[str] = set()  # running requests whose feed got text since the last step took it
         # how long each request waited for the text its prompt needs (0 for a whole text): the stage loop serves it
         # as the stage's `input_wait` latency, apart from the Talker's own time to its first frame
         self.latency = {"input_wait": LatencyHistogram()}
@@ -92,41 +94,46 @@ class TalkerStageEngine(LLMStageEngine):
         plan = self.plan(request)
         if plan is None:
             self.parked[request_id] = (request, parked_at or time.perf_counter())
+            step_trace.record("parked", request_id)
             return
         self.engine.check_prompt_length(len(plan.prompt))  # here, not when the next step embeds it with others
         self.latency["input_wait"].observe(0.0 if parked_at is None else time.perf_counter() - parked_at)
         self.planned[request_id] = plan
+        step_trace.record("planned", request_id, len(plan.prompt))
 
     def feed(self, request_id: str, item: Any = None) -> None:
         if request_id in self.parked:
             self.add(request_id, *self.parked.pop(request_id))
             return
-        seq = self.engine.requests.get(request_id)
-        if seq is not None:  # (a planned request takes its text when it joins the engine)
-            self._take_text(seq)
+        if request_id in self.engine.requests:  # (a planned request takes its text when it joins the engine)
+            self.fed.add(request_id)  # taken with the others' at the next step: one embedding pass for all
 
     def has_work(self) -> bool:
-        return bool(self.planned) or super().has_work()
+        return bool(self.planned) or bool(self.fed) or super().has_work()
 
     def step(self):
+        start = time.perf_counter()
         if self.planned:
             self._admit()
+        if self.fed:
+            fed, self.fed = self.fed, set()
+            take_texts([seq.model_state for rid in fed if (seq := self.engine.requests.get(rid)) is not None],
+                       self.talker.embed_text, self.text_eos_id)
+        if step_trace.enabled():
+            step_trace.record("talker_inputs", f"{time.perf_counter() - start:.6f}")
         return super().step()
 
     def _admit(self) -> None:
         """Every planned prompt embedded in one pass (on the loop's stream), then into the engine."""
         planned, self.planned = self.planned, {}
+        step_trace.record("admitted", len(planned))
         for request_id, inp in zip(planned, talker_inputs(self.talker, list(planned.values()))):
             seq = self.engine.add_request(request_id, *TalkerEngine._request(inp))
             TalkerEngine._start(seq, inp)
-            self._take_text(seq)  # what arrived between planning the prompt and now
-
-    def _take_text(self, seq) -> None:
-        state: TalkerRequestState = seq.model_state
-        if not state.text_done:
-            state.take_text(self.talker.embed_text, self.text_eos_id)
+            self.fed.add(request_id)  # what arrived between planning the prompt and now
 
     def abort(self, request_id: str) -> None:
+        self.fed.discard(request_id)
         if self.parked.pop(request_id, None) is None and self.planned.pop(request_id, None) is None:
             super().abort(request_id)  # its KV blocks and frame-decoder slot come back now
 
