@@ -55,6 +55,9 @@
 #        at 8, 16 and 32, and 64 sessions with their commits spread evenly over 2 s (--commit-spread 2)
 # cap32_cold: configs/aura_omni_duplex_32.yaml at 16 sessions from the moment it is ready, while the background
 #        captures run (session 19's first call saw stages fail there)
+# cap32_gil5: cap32's 32 sessions with Python's own interpreter-lock switch interval (5 ms; deploy
+#        gil_switch_interval_ms, 0.5 by default): the A/B of that key
+# tts_cap: /v1/audio/speech at c = 64 and 128 (256 requests of 10 s each) on configs/qwen3_tts.yaml sized for 128
 # asr_burst: the ASR engine alone (benchmarks/asr_throughput.py) with 32 clips of 3 s at once, then one at a time
 # cap32_trace: 32 sessions (two waves) on configs/aura_omni_duplex_32.yaml with every loop's step trace
 #        (AURA_OMNI_STEP_TRACE): scripts/step_trace_report.py says where the Talker's first frames wait
@@ -283,6 +286,18 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
            wait $SPY
            python3 scripts/pyspy_top.py "$LOGS/pyspy_gil.txt" "$LOGS/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"
            for f in pyspy_gil pyspy_all; do gzip -c "$LOGS/$f.txt" > "$OUT/$f.txt.gz"; done  # the raw stacks
+           stop ;;
+    cap32_gil5) # the A/B of the interpreter lock's switch interval: 32 sessions with Python's default, 5 ms
+           edited_config configs/aura_omni_duplex_32.yaml "d['gil_switch_interval_ms'] = 5" /tmp/aura_gil5.yaml \
+             && serve /tmp/aura_gil5.yaml aura || continue
+           bench cap_gil5_s32 --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+             --max-concurrency 32 --num-prompts 64 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           stop ;;
+    tts_cap) # TTS at c = 64 and 128 (issue 32): configs/qwen3_tts.yaml with both stages and the HTTP limit sized for 128
+           edited_tts_config "[s.update(max_num_seqs=128) for s in d['stages']]; d.setdefault('limits', {})['max_concurrent_requests'] = 256" \
+             /tmp/qwen3_tts_128.yaml && serve /tmp/qwen3_tts_128.yaml qwen3-tts || continue
+           bench tts_cap --backend speech --model qwen3-tts --voice bench --max-tokens 126 --max-concurrency 64 128 \
+             --num-prompts 256 --num-warmups 2
            stop ;;
     asr_burst) # the ASR engine alone, in process: 32 clips of 3 s at once (the capacity profile's commit), then one
            timeout 200 python3 benchmarks/asr_throughput.py --model Qwen/Qwen3-ASR-1.7B --load-format dummy \

@@ -193,6 +193,9 @@ class DeployConfig(_Strict):
     async_chunk: bool = False
     turn: TurnSettings = Field(default_factory=TurnSettings)
     gc_freeze: bool = True  # start-up objects frozen out of garbage collection once warm (server/gc_pauses.py)
+    # how long a thread may hold the interpreter while another waits for it (Python's default: 5 ms); every stage
+    # thread gives it up at each torch call, so each call may wait this long behind the event loop (server/gil.py)
+    gil_switch_interval_ms: float = Field(0.5, gt=0, le=100)
     session_mode: Literal["turn", "duplex"] = "turn"
     duplex_session: DuplexSession | None = None
     connectors: dict[str, Connector] = Field(default_factory=dict)

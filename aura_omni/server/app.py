@@ -16,8 +16,8 @@ from ..layers import kernel_compiles
 from ..media.limits import Limits
 from ..pipeline.runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .admission import Admission
-from . import (chat, gc_pauses, health, metrics, page, realtime, speech, speech_batch, speech_stream, transcriptions,
-               voices)
+from . import (chat, gc_pauses, gil, health, metrics, page, realtime, speech, speech_batch, speech_stream,
+               transcriptions, voices)
 from .errors import install_error_handlers
 from .health import main_model
 from .metrics import RequestMetrics
@@ -55,6 +55,7 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
     `limits`: default the deploy file's `limits:` section over the built-in defaults.
     `voice_dir`: where registered voices are kept and shared (`serve` passes its default); None: in memory only."""
     voices = VoiceLibrary(voice_dir)  # before the stages load: an unusable directory fails the start at once
+    gil.set_switch_interval(deploy_config.gil_switch_interval_ms)
     if runtime is None:  # loaded and warmed here: /health answers only once every stage has served a request
         kernel_compiles.watch()  # Triton variants made after the warm start are stalls: logged, and in /metrics
         runtime = Runtime.load(deploy_config, device=device, dtype=dtype, load_format=load_format)
