@@ -55,6 +55,7 @@
 #        at 8, 16 and 32, and 64 sessions with their commits spread evenly over 2 s (--commit-spread 2)
 # cap32_cold: configs/aura_omni_duplex_32.yaml at 16 sessions from the moment it is ready, while the background
 #        captures run (session 19's first call saw stages fail there)
+# cap64_trace: cap32's 64 sessions with commits spread over 2 s, with every loop's step trace (ASR, AURA, Talker)
 # cap32_gil5: cap32's 32 sessions with Python's own interpreter-lock switch interval (5 ms; deploy
 #        gil_switch_interval_ms, 0.5 by default): the A/B of that key
 # tts_cap: /v1/audio/speech at c = 64 and 128 (256 requests of 10 s each) on configs/qwen3_tts.yaml sized for 128
@@ -287,6 +288,14 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
            python3 scripts/pyspy_top.py "$LOGS/pyspy_gil.txt" "$LOGS/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"
            for f in pyspy_gil pyspy_all; do gzip -c "$LOGS/$f.txt" > "$OUT/$f.txt.gz"; done  # the raw stacks
            stop ;;
+    cap64_trace) rm -rf /tmp/step_trace  # 64 sessions, commits spread over 2 s, with the step trace
+           AURA_OMNI_STEP_TRACE=/tmp/step_trace serve configs/aura_omni_duplex_32.yaml aura || continue
+           bench cap_trace_s64_spread --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
+             --max-concurrency 64 --num-prompts 64 --commit-spread 2 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           stop
+           for stage in asr aura talker; do python3 scripts/step_trace_report.py /tmp/step_trace --stage $stage \
+             --worst 1; done > "$OUT/trace_report.txt" 2>&1
+           tar czf "$OUT/step_trace.tgz" -C /tmp step_trace ;;
     cap32_gil5) # the A/B of the interpreter lock's switch interval: 32 sessions with Python's default, 5 ms
            edited_config configs/aura_omni_duplex_32.yaml "d['gil_switch_interval_ms'] = 5" /tmp/aura_gil5.yaml \
              && serve /tmp/aura_gil5.yaml aura || continue
