@@ -50,6 +50,7 @@ def main() -> None:
             req[f[2]].setdefault(kind, t)
         elif kind in ("parked", "planned"):
             req[f[1]].setdefault(kind, t)
+    req = {rid: m for rid, m in req.items() if "submit" in m}  # this stage's (parked, planned: the Talker's)
     admitted = [t for t, _, f in lines if f[0] == "admitted"]
     for rid, m in req.items():
         if "planned" in m:
@@ -66,7 +67,7 @@ def main() -> None:
     for gap, ms in gaps.items():
         print(f"{args.stage} {gap}: mean {np.mean(ms):.1f} ms, p50 {np.percentile(ms, 50):.1f}, max {max(ms):.1f} "
               f"(n={len(ms)})")
-    for took, rid in sorted(total)[-args.worst:]:
+    for took, rid in sorted(total)[max(0, len(total) - args.worst):]:
         m = req[rid]
         print(f"\n== {rid}: first output {1000 * took:.0f} ms after submit; every loop meanwhile "
               f"(ms from submit; other stages' steps, adds and submits, feeds and first outputs in a row are counted on one line):")

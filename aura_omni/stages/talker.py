@@ -4,8 +4,9 @@ One stage loop steps it for every caller, so concurrent streams share decode ste
 blocks and its frame-decoder slot before the next step. Taking a request plans its prompt on the host; the prompts
 taken between two steps are embedded together at the start of the next one (`talker_inputs`: one upload and one pass
 of each embedding for a burst of them, not one each) and join the engine then. A request whose text is still
-arriving (a `TextFeed`) takes new text rows on each `feed`; until its prompt can be planned (the first body token, or
-ICL's text under the reference frames) it waits outside the engine.
+arriving (a `TextFeed`) is marked on each `feed`, and the next step embeds every marked request's new text in one
+pass (AURA feeds 32 streams a token each per step: an embedding call per feed kept the loop from stepping); until its
+prompt can be planned (the first body token, or ICL's text under the reference frames) it waits outside the engine.
 """
 
 import secrets

@@ -132,6 +132,32 @@ def test_a_stream_waiting_for_text_does_not_hold_back_others(cv):
     assert torch.equal(stream.result(), cv.generate_codes([TTSRequest(**{**req.__dict__, "text": TEXT})])[0])
 
 
+def test_text_fed_to_many_streams_between_two_steps_is_embedded_in_one_pass(cv):
+    """At 32 sessions AURA feeds each stream a token per step: the Talker takes them all at its next step in one
+    pass of the text embedding (one call per feed held its loop for 400 ms, docs/benchmarks.md), frames unchanged."""
+    req = template(cv)
+    ids = body_ids(cv, TEXT)
+    whole = cv.generate_codes([TTSRequest(**{**req.__dict__, "text": TEXT})])[0]
+    streams = [Stream(cv, req, first=ids[:3]) for _ in range(3)]
+    for stream in streams:
+        stream.wait_until_waiting()
+    model, passes, hold = cv.engine.adapter.model, [], threading.Event()
+    embed = model.embed_text
+    held = cv.talker_loop.call(hold.wait)  # the loop's thread waits here while every feed is queued
+    model.embed_text = lambda x: (passes.append(x.shape[0]), embed(x))[1]
+    try:
+        for stream in streams:
+            stream.put(ids[3:6])
+            stream.put(ids[6:], end=True)
+        hold.set()
+        held.result(timeout=10)
+        got = [stream.result() for stream in streams]
+    finally:
+        del model.embed_text
+    assert passes[0] == 3 * (len(ids) - 3 + 1)  # every stream's new ids and its end marker, at once
+    assert all(torch.equal(frames, whole) for frames in got)
+
+
 @pytest.mark.parametrize("state", ["waiting", "parked"])
 def test_aborting_a_waiting_request_frees_it(cv, state):
     start = cv.stats()
