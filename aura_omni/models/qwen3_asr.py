@@ -2,8 +2,8 @@
 are replaced by the encoder's audio tokens.
 
 What the engine drives (docs/architecture.md "Contracts"):
-- `encode_audio(features)` -> audio tokens per clip;
-- `prompt_embeds(input_ids, audio_tokens)` -> (inputs_embeds [L, H], positions [L]);
+- `prompts_embeds(prompts, features)` -> inputs_embeds [L_i, H] per prompt, its clip's audio tokens in place
+  (`encode_audio(features)`: the audio tokens per clip alone);
 - `embed_tokens(ids)` for decode steps, `backbone` (the shared Qwen3Model), `compute_logits(hidden)`.
 
 Positions are plain 1-D RoPE: Qwen3-ASR gives the three MRoPE axes the same sequential position, and
@@ -25,6 +25,7 @@ from aura_omni.models.loader import (CheckpointError, dummy_config_dir, init_dum
                                     resolve_checkpoint)
 from aura_omni.models.qwen3 import Qwen3Config, Qwen3Model
 from aura_omni.models.qwen3_asr_encoder import AudioEncoderConfig, Qwen3ASRAudioEncoder, sinusoid_table, TOKENS_PER_CHUNK
+from aura_omni.layers.device import upload_async
 from aura_omni.layers.rotary import RotaryEmbedding
 
 AUDIO_PAD_ID = 151676  # thinker_config.audio_token_id (<|audio_pad|>)
@@ -146,16 +147,21 @@ class Qwen3ASR(nn.Module):
         """Log-mel features [128, L_i] per clip -> audio tokens [num_audio_tokens(L_i), H] per clip."""
         return self.audio_tower([f.to(self.device) for f in features])
 
-    def prompt_embeds(self, input_ids: torch.Tensor, audio_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prompt ids [L] with N `<|audio_pad|>` and audio tokens [N, H] -> (inputs_embeds [L, H], positions [L])."""
-        input_ids = input_ids.to(self.device)
-        embeds = self.embed_tokens(input_ids)
-        mask = input_ids == self.config.audio_token_id
-        n = int(mask.sum())
-        if n != audio_tokens.shape[0]:
-            raise ValueError(f"prompt has {n} <|audio_pad|> tokens but the audio encodes to {audio_tokens.shape[0]}")
-        embeds[mask] = audio_tokens.to(embeds.dtype)
-        return embeds, torch.arange(input_ids.shape[0], device=self.device)
+    @torch.inference_mode()
+    def prompts_embeds(self, prompts: list[list[int]], features: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Prompt ids per clip, each with a run of `<|audio_pad|>` as long as its clip's audio tokens, and the clips'
+        log-mel features [128, L_i] -> inputs_embeds [L_i, H] per prompt: the audio encoded and every prompt embedded
+        in one pass each, the audio tokens put in place with one index (no host synchronisation, nothing per clip)."""
+        audio = self.audio_tower.encode([f.to(self.device) for f in features])
+        flat = [t for ids in prompts for t in ids]
+        at = [i for i, t in enumerate(flat) if t == self.config.audio_token_id]
+        if len(at) != audio.shape[0]:
+            raise ValueError(f"prompts have {len(at)} <|audio_pad|> tokens but the audio encodes to {audio.shape[0]}")
+        index = upload_async(torch.tensor(flat + at, dtype=torch.long), self.device)
+        ids, audio_at = index.split([len(flat), len(at)])
+        embeds = self.embed_tokens(ids)
+        embeds.index_copy_(0, audio_at, audio.to(embeds.dtype))
+        return list(embeds.split([len(ids) for ids in prompts]))
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.backbone.logits(hidden, self.lm_head.weight)

@@ -18,9 +18,12 @@ proj1, proj2. The sinusoid table is computed here (not saved in checkpoints).
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from aura_omni.layers.device import upload_async
 
 TOKENS_PER_CHUNK = 13  # 100 frames -> 50 -> 25 -> 13 after three stride-2 convs
 
@@ -126,43 +129,62 @@ class Qwen3ASRAudioEncoder(nn.Module):
 
     def forward(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
         """Log-mel features, one [num_mel_bins, L_i] per clip -> audio tokens, one [num_audio_tokens(L_i), output_dim] per clip."""
+        cf = self.config.chunk_frames
+        return list(self.encode(features).split([num_audio_tokens(f.shape[1], cf) for f in features]))
+
+    def encode(self, features: list[torch.Tensor]) -> torch.Tensor:
+        """`forward`'s audio tokens clip after clip in one tensor [sum of num_audio_tokens(L_i), output_dim].
+
+        Every clip's layout (chunks, valid steps, windows) is known on the host from the clips' lengths, so it is
+        gathered on the device with indexes uploaded once: no host synchronisation (a boolean mask or a pageable
+        index would wait for the stream's queued work) and no operation per clip, however many clips arrive at once.
+        """
         cfg = self.config
-        cf = cfg.chunk_frames
+        cf, mels, device = cfg.chunk_frames, features[0].shape[0], features[0].device
         dtype = self.conv2d1.weight.dtype
-        chunks, chunk_valid, clip_tokens = [], [], []
-        for feat in features:
-            frames = feat.shape[1]
-            n_chunks = -(-frames // cf)
-            padded = F.pad(feat, (0, n_chunks * cf - frames))
-            chunks.append(padded.view(feat.shape[0], n_chunks, cf).permute(1, 0, 2))
-            lens = [cf] * (frames // cf) + ([frames % cf] if frames % cf else [])
-            chunk_valid += [conv_output_length(n) for n in lens]
-            clip_tokens.append(num_audio_tokens(frames, cf))
-        x = torch.cat(chunks).unsqueeze(1).to(dtype)  # [chunks, 1, mels, 100]
+        frames = np.array([f.shape[1] for f in features])
+        n_chunks = -(-frames // cf)
+        # chunk i's frame j: a column of the clips' features side by side, or the zero column after them
+        clip_of = np.repeat(np.arange(len(frames)), n_chunks)
+        k = np.arange(n_chunks.sum()) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)  # chunk i's place in its clip
+        valid = np.minimum(cf, frames[clip_of] - k * cf)
+        j = np.arange(cf)
+        first = (np.cumsum(frames) - frames)[clip_of] + k * cf
+        chunk_cols = np.where(j < valid[:, None], first[:, None] + j, frames.sum())
+        chunk_steps = valid
+        for _ in range(3):  # conv_output_length of each chunk's valid frames
+            chunk_steps = np.where(chunk_steps > 0, (chunk_steps - 1) // 2 + 1, 0)
+        t = conv_output_length(cf)  # steps of a whole chunk after the three convolutions
+        # the tokens (each chunk's valid steps, clip after clip) into 8-second windows padded to one width: rows of
+        # the chunks' steps side by side, or the zero row after them; then the windows' real rows, in token order
+        steps = (np.arange(len(valid))[:, None] * t + np.arange(t))[np.arange(t) < chunk_steps[:, None]]
+        size, lens = cfg.window_tokens, []
+        for n in (num_audio_tokens(int(n), cf) for n in frames):
+            lens += [size] * (n // size) + ([n % size] if n % size else [])
+        lens = np.array(lens)
+        width, slot = int(lens.max()), np.arange(int(lens.max()))
+        filled = slot < lens[:, None]  # [windows, width]
+        at = np.minimum((np.cumsum(lens) - lens)[:, None] + slot, len(steps) - 1)
+        window_rows = np.where(filled, steps[at], len(valid) * t)
+        real_rows = (np.arange(len(lens))[:, None] * width + slot)[filled]
+        parts = [chunk_cols.ravel(), window_rows.ravel(), real_rows, lens]
+        index = upload_async(torch.from_numpy(np.concatenate(parts).astype(np.int64)), device)
+        chunk_cols_d, window_rows_d, real_rows_d, lens_d = index.split([len(part) for part in parts])
+
+        side_by_side = torch.cat([*features, features[0].new_zeros(mels, 1)], dim=1)  # [mels, sum of L_i + 1]
+        x = side_by_side.index_select(1, chunk_cols_d).view(mels, len(valid), cf).transpose(0, 1)
+        x = x.unsqueeze(1).to(dtype)  # [chunks, 1, mels, cf]
         x = F.gelu(self.conv2d1(x))
         x = F.gelu(self.conv2d2(x))
         x = F.gelu(self.conv2d3(x))
         n, c, f, t = x.shape
         x = self.conv_out(x.permute(0, 3, 1, 2).reshape(n, t, c * f)) + self.positions[:t].to(x.dtype)
-        valid = torch.arange(t, device=x.device)[None, :] < torch.tensor(chunk_valid, device=x.device)[:, None]
-        tokens = x[valid]  # [sum tokens, d_model], clip after clip
-
-        windows, window_lens = self._windows(tokens, clip_tokens)
+        rows = F.pad(x.reshape(n * t, -1), (0, 0, 0, 1))  # the zero row last
+        windows = rows.index_select(0, window_rows_d).view(len(lens), width, -1)
         key_mask = None
-        if min(window_lens) != windows.shape[1]:
-            key_mask = torch.arange(windows.shape[1], device=x.device)[None, :] < torch.tensor(window_lens, device=x.device)[:, None]
+        if lens.min() != width:
+            key_mask = torch.arange(width, device=device)[None, :] < lens_d[:, None]
         for layer in self.layers:
             windows = layer(windows, key_mask)
-        real = torch.arange(windows.shape[1], device=x.device)[None, :] < torch.tensor(window_lens, device=x.device)[:, None]
-        out = self.proj2(F.gelu(self.proj1(self.ln_post(windows[real]))))
-        return list(out.split(clip_tokens))
-
-    def _windows(self, tokens: torch.Tensor, clip_tokens: list[int]) -> tuple[torch.Tensor, list[int]]:
-        """Split each clip's tokens into 8-second attention windows, padded to one length: [W, T, D]."""
-        size = self.config.window_tokens
-        lens = []
-        for n in clip_tokens:
-            lens += [size] * (n // size) + ([n % size] if n % size else [])
-        width = max(lens)
-        pieces = tokens.split(lens)
-        return torch.stack([F.pad(p, (0, 0, 0, width - p.shape[0])) for p in pieces]), lens
+        real = windows.reshape(len(lens) * width, -1).index_select(0, real_rows_d)
+        return self.proj2(F.gelu(self.proj1(self.ln_post(real))))

@@ -98,8 +98,9 @@ def check(svc, ref, clips):
             assert ours[i] == ref_tokens[i, :len(ours[i])].tolist()
             assert len(ours[i]) == NEW_TOKENS  # random weights never pick EOS here; a stop would hide tokens
             # our logits for the same tokens, from a cache-less forward over prompt + generated ids
-            seq = torch.tensor(p.input_ids + ours[i][:-1])
-            embeds, pos = svc.model.prompt_embeds(seq, ours_audio[i])
+            seq = p.input_ids + ours[i][:-1]
+            embeds = svc.model.prompts_embeds([seq], [p.features])[0]
+            pos = torch.arange(len(seq))
             from aura_omni.layers.attention import AttentionMetadata
 
             hidden = svc.model.backbone(embeds, pos, AttentionMetadata.prefill([len(seq)]))

@@ -82,6 +82,39 @@ def test_batched_greedy_equals_each_clip_alone(svc):
     assert together == alone
 
 
+def test_encoding_a_burst_of_clips_waits_for_nothing_and_does_nothing_per_clip(svc):
+    """32 sessions commit at once: the clips' audio encoding and prompt embeddings are one set of operations for
+    them all (each torch call a stage thread makes may wait for the interpreter lock), with no host synchronisation
+    (a boolean mask, `.item()`); the audio tokens equal each clip encoded alone."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view:  # views launch nothing
+                self.names.append(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    def ops(clips):
+        pieces = svc.prepare([(c, SR) for c in clips])
+        with Ops() as mode:
+            svc.engine_prompts(pieces)
+        return mode.names
+
+    two = ops([tone(2), tone(9, freq=330)])
+    five = ops([tone(2), tone(9, freq=330), tone(0.4), tone(5, freq=180), tone(3)])
+    assert two == five
+    assert not set(five) & {"nonzero", "_local_scalar_dense", "item", "masked_select", "index_put", "index_put_"}
+    clips = [tone(2), tone(9, freq=330), tone(0.4)]
+    features = [p.features for p in svc.prepare([(c, SR) for c in clips])]
+    together = torch.cat(svc.model.encode_audio(features))
+    alone = torch.cat([svc.model.encode_audio([f])[0] for f in features])
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=0)
+
+
 def test_forced_language_is_reported(svc):
     out = svc.transcribe([(tone(1), SR)], language="en", max_new_tokens=3)
     assert out[0].language == "English"
@@ -221,14 +254,15 @@ def test_requests_added_together_are_encoded_in_one_batch_and_match_alone(svc):
 
     clips = [(tone(2), SR), (tone(0.7, freq=300), SR), (np.zeros(SR, np.float32), SR)]  # the last is silence
     alone = [svc.transcribe([c], max_new_tokens=5) for c in clips]
-    batches, encode = [], svc.model.encode_audio
-    svc.model.encode_audio = lambda feats: batches.append(len(feats)) or encode(feats)
+    batches, tower = [], svc.model.audio_tower
+    encode = tower.encode
+    tower.encode = lambda feats: batches.append(len(feats)) or encode(feats)
     try:
         busy = svc.loop.call(lambda: time.sleep(0.3))  # the loop is busy while the three requests arrive
         got = transcribe_concurrently(svc, clips)
         busy.result()
     finally:
-        svc.model.encode_audio = encode
+        del tower.encode
     assert batches == [2]  # the two voiced clips in one encoder call; silence never reaches the model
     assert got == alone
 

@@ -135,12 +135,10 @@ class AsrService:
 
     def engine_prompts(self, pieces: list[AsrPiece]) -> list[tuple[list[int], MultimodalPrompt]]:
         """(prompt ids, MultimodalPrompt) per live piece, for `LLMEngine.add_request(id, ids, params, mm=...)`."""
-        audio = self.model.encode_audio([p.features for p in pieces])
-        out = []
-        for p, a in zip(pieces, audio):
-            embeds, positions = self.model.prompt_embeds(torch.tensor(p.input_ids), a)
-            out.append((p.input_ids, MultimodalPrompt(embeds, positions)))  # no content hash: never prefix-cached
-        return out
+        embeds = self.model.prompts_embeds([p.input_ids for p in pieces], [p.features for p in pieces])
+        positions = torch.arange(max(len(p.input_ids) for p in pieces), device=self.model.device)
+        # no content hash: never prefix-cached
+        return [(p.input_ids, MultimodalPrompt(e, positions[:len(p.input_ids)])) for p, e in zip(pieces, embeds)]
 
     # ---- requests ------------------------------------------------------------------------------
     async def atranscribe(self, audios: list[tuple[np.ndarray, int]], language: str | None = None,
