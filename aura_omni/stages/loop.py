@@ -36,11 +36,11 @@ from typing import Any, AsyncIterator, Callable, Iterator
 
 import torch
 
+from aura_omni import step_trace
 from aura_omni.layers import kernel_switches
 from aura_omni.layers.device import on_device, on_stream, stage_stream
 from aura_omni.layers.device_loss import is_device_lost
 from aura_omni.layers.kernel_switches import KernelSwitches
-from aura_omni import step_trace
 from aura_omni.stages import supervision
 from aura_omni.stages.inbox import Abort, Add, Call, Drop, Feed, Inbox, Message, Settle, Sink
 from aura_omni.stages.loop_metrics import LatencySnapshot, LoopLatency, StageCounters

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from aura_omni import step_trace
 from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
@@ -25,7 +26,6 @@ from aura_omni.models.qwen3_tts.generate import (FrameDecoder, TalkerInput, Talk
                                                 take_texts, talker_inputs)
 from aura_omni.models.qwen3_tts.sampling import seed_key
 from aura_omni.models.qwen3_tts.talker import Talker
-from aura_omni import step_trace
 from aura_omni.stages.loop_metrics import LatencyHistogram
 from aura_omni.stages.llm import LLMStageEngine
 
