@@ -2,8 +2,8 @@
 
 Every stage loop is a thread that launches GPU work through torch, and torch lets go of the interpreter lock in each
 call; taking it back waits until the thread holding it gives it up, at the latest after Python's switch interval
-(5 ms by default). While the event loop runs Python (32 realtime sessions committing at once), an ASR step of a few
-hundred torch calls can then take 100 ms where it takes 25 alone (docs/benchmarks.md). A shorter interval bounds each
+(5 ms by default). While the event loop ran Python for 32 realtime sessions committing at once, the ASR stage's first
+step took ~120 ms where the engine alone takes ~30 (docs/benchmarks.md, session 20). A shorter interval bounds each
 wait; the cost is more frequent hand-offs for a thread that runs Python without pause.
 """
 
