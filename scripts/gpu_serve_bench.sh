@@ -44,9 +44,11 @@
 #        (--idle, 10 s; with PYSPY_NATIVE=1 its native frames too, pausing the server at each sample;
 #        PROFILE_REQUESTS overrides the 20 waves, e.g. 300 at c=1); scripts/pyspy_top.py summarises both (needs the
 #        py-spy wheel in .whl); the raw stacks come back gzipped
-# soak:  configs/aura_omni.yaml and `scripts/soak.py --minutes ${SOAK_MINUTES:-10}`, both started detached (setsid)
-#        so they outlive this call (a call lasts at most 10 minutes); output in /tmp/soak. `soak_wait` (the next call,
-#        within the machine's 30 s idle grace) waits for the report and copies it to $OUT.
+# soak:  configs/aura_omni.yaml and `scripts/soak.py --minutes ${SOAK_MINUTES:-10} --concurrency ${SOAK_CONCURRENCY:-12}`,
+#        both started detached (setsid) so they outlive this call (a call lasts at most 10 minutes); output in
+#        /tmp/soak. SOAK_ENV: the server's extra environment (SOAK_ENV=MALLOC_ARENA_MAX=2: allocator growth or a leak,
+#        docs/reliability.md). `soak_wait` (the next call, within the machine's 30 s idle grace) waits for the report
+#        and copies it to $OUT.
 # soak_probe: the soak in the foreground for ${PROBE_MINUTES:-7} minutes with a 15 s stall limit
 #        (each stage's `stall_s`); at the first stall every thread's stack (SIGUSR1) goes to serve_probe.log and it stops.
 # cap:   issue 32's capacity profile over /v1/realtime (push to talk, 3 s of speech paced, 2 frames, sessions
@@ -374,12 +376,12 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
            PYTHONPATH=/tmp/ray/site:$PYTHONPATH python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
          done ;;
     soak) mkdir -p /tmp/soak
-          setsid nohup python3 -m aura_omni.cli serve --deploy-config configs/aura_omni.yaml --load-format dummy \
+          setsid nohup env ${SOAK_ENV:-} python3 -m aura_omni.cli serve --deploy-config configs/aura_omni.yaml --load-format dummy \
             --served-model-name aura --port 8091 > /tmp/soak/serve.log 2>&1 < /dev/null &
           SERVER=$!; echo $SERVER > /tmp/soak/server.pid
           wait_ready || { tail -n 30 /tmp/soak/serve.log; continue; }
           setsid nohup bash -c "python3 scripts/soak.py --url $URL --minutes ${SOAK_MINUTES:-10} --warmup-minutes 1 \
-            --server-pid $(cat /tmp/soak/server.pid) --concurrency 4 --report /tmp/soak/soak.json > /tmp/soak/soak.log 2>&1;
+            --server-pid $(cat /tmp/soak/server.pid) --concurrency ${SOAK_CONCURRENCY:-12} --report /tmp/soak/soak.json > /tmp/soak/soak.log 2>&1;
             echo \$? > /tmp/soak/done" > /dev/null 2>&1 < /dev/null &
           echo "=== soak started at $(date +%T) for ${SOAK_MINUTES:-10} min" ;;
     soak_probe)  # the soak in the foreground for up to 7 minutes; at a stall, every thread's stack (SIGUSR1) and out
