@@ -89,7 +89,6 @@ class TalkerRequestState:
         return self.text_done or frame < self.trailing.shape[0]
 
 
-
 def take_texts(states: list[TalkerRequestState], embed_text, eos_id: int) -> None:
     """Append to each state's trailing rows those of its feed's new ids (and <tts_text_eod> once the feed has
     ended): every state's new ids in one upload and one pass of `embed_text` (ids [N] -> rows [N, H]). A Talker of
