@@ -16,6 +16,7 @@ import asyncio
 import collections
 import gc
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,12 @@ def test_live_objects_do_not_grow_with_the_number_of_requests(tiny_dir):
         objects_after, sizes_after = census(), containers()
 
         more = {k: objects_after[k] - objects[k] for k in objects_after if objects_after[k] - objects[k] > 1}
+        for _ in range(10):  # on a loaded machine a socket's teardown (its protocol's events) may lag its job's end:
+            if not more:  # growth that is kept stays
+                break
+            time.sleep(0.5)
+            objects_after = census()
+            more = {k: objects_after[k] - objects[k] for k in objects_after if objects_after[k] - objects[k] > 1}
         assert not more, f"live objects grew over {N} more jobs: {more}"
         bigger = [row for row in grown(sizes, sizes_after, by=N // 4) if not row.startswith(BOUNDED)]
         assert not bigger, f"containers grew over {N} more jobs:\n" + "\n".join(bigger)
