@@ -31,6 +31,8 @@ STAGE_STEP_TIME = PREFIX + "stage_step_time_seconds"
 KERNEL_COMPILES = PREFIX + "kernel_compiles"  # counter, label `phase`
 KERNEL_COMPILE_SECONDS = PREFIX + "kernel_compile_seconds"  # counter, label `phase`
 GC_PAUSE = PREFIX + "gc_pause_seconds"  # histogram, label `generation`
+HEAP_TRIM = PREFIX + "heap_trim_seconds"  # histogram
+HEAP_TRIM_RELEASED = PREFIX + "heap_trim_released_bytes"  # counter
 
 # requests, turns and sessions (label `endpoint` unless noted)
 REQUESTS = PREFIX + "requests"  # counter, labels `endpoint`, `status`

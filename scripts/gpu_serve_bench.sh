@@ -44,17 +44,18 @@
 #        (--idle, 10 s; with PYSPY_NATIVE=1 its native frames too, pausing the server at each sample;
 #        PROFILE_REQUESTS overrides the 20 waves, e.g. 300 at c=1); scripts/pyspy_top.py summarises both (needs the
 #        py-spy wheel in .whl); the raw stacks come back gzipped
-# soak:  configs/aura_omni.yaml and `scripts/soak.py --minutes ${SOAK_MINUTES:-10} --concurrency ${SOAK_CONCURRENCY:-12}`,
-#        both started detached (setsid) so they outlive this call (a call lasts at most 10 minutes); output in
-#        /tmp/soak. SOAK_ENV: the server's extra environment (SOAK_ENV=MALLOC_ARENA_MAX=2: allocator growth or a leak,
-#        docs/reliability.md). `soak_wait` (the next call, within the machine's 30 s idle grace) waits for the report
-#        and copies it to $OUT.
+# soak:  configs/aura_omni.yaml and `scripts/soak.py --minutes ${SOAK_MINUTES:-10} --concurrency ${SOAK_CONCURRENCY:-12}
+#        --warmup-minutes ${SOAK_WARMUP:-3}`, both started detached (setsid) so they outlive this call (a call lasts at
+#        most 10 minutes); output in /tmp/soak. SOAK_ENV: the server's extra environment (SOAK_ENV=MALLOC_ARENA_MAX=2,
+#        docs/reliability.md). `soak_wait` (the next call, within the machine's 30 s idle grace) waits up to
+#        ${SOAK_WAIT_S:-570} s for the report, copying it to $OUT as it grows.
 # soak_probe: the soak in the foreground for ${PROBE_MINUTES:-7} minutes with a 15 s stall limit
 #        (each stage's `stall_s`); at the first stall every thread's stack (SIGUSR1) goes to serve_probe.log and it stops.
 # cap:   issue 32's capacity profile over /v1/realtime (push to talk, 3 s of speech paced, 2 frames, sessions
 #        opened together and committing together, each size twice over), each server once its background captures
 #        are done: `cap8` configs/aura_omni_duplex_8.yaml at 8 sessions, then `cap32` configs/aura_omni_duplex_32.yaml
 #        at 8, 16 and 32, and 64 sessions with their commits spread evenly over 2 s (--commit-spread 2)
+#        (CAP_PROFILE64=1: then the 64 sessions again with py-spy on the server, scripts/pyspy_top.py's summary)
 # cap32_cold: configs/aura_omni_duplex_32.yaml at 16 sessions from the moment it is ready, while the background
 #        captures run (session 19's first call saw stages fail there)
 # cap64_trace: cap32's 64 sessions with commits spread over 2 s, with every loop's step trace (ASR, AURA, Talker)
@@ -108,7 +109,7 @@ serve() {  # serve DEPLOY NAME: start a server, wait for /health, register the `
   SERVER_LOG="$LOGS/serve_$2.log"
   SERVER=$!
   wait_ready || { tail -n 30 "$SERVER_LOG" | tee -a "$OUT/serve_tails.txt"; return 1; }
-  echo "=== $2 ready after $((SECONDS - t0)) s"
+  echo "=== $2 ready after $((SECONDS - t0)) s" | tee -a "$OUT/summary.md"
   [ "${WAIT_WARM:-1}" = 1 ] && warm_done && echo "=== $2 warm (background captures done) after $((SECONDS - t0)) s"
   python3 -c "import httpx, sys; r = httpx.post('$URL/v1/audio/voices', data={'name': 'bench'}, files={'audio_sample': open('/tmp/ref.wav', 'rb')}, timeout=60); print('voice', r.status_code)"
 }
@@ -168,6 +169,19 @@ for run in json.load(open(sys.argv[1]))["runs"]:
                   f"{np.percentile(ttfa, 95):.0f} ms, underruns {sum(r['underruns'] for r in group)} in "
                   f"{sum(r['underruns'] > 0 for r in group)} requests")
 PY
+}
+profile64() {  # 64 sessions speaking, commits spread over 2 s, py-spy on the server ($SERVER) from the first appends
+  ( sleep 1
+    /tmp/site/bin/py-spy record --nonblocking --gil --threads -r 200 -d 9 -f raw -o "$LOGS/pyspy_gil.txt" \
+      -p $SERVER > "$LOGS/pyspy_gil.log" 2>&1
+    /tmp/site/bin/py-spy record --nonblocking --idle --threads -r 100 -d 5 -f raw -o "$LOGS/pyspy_all.txt" \
+      -p $SERVER > "$LOGS/pyspy_all.log" 2>&1 ) &
+  local spy=$!
+  bench cap_profile_s64_spread --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
+    --max-concurrency 64 --num-prompts 128 --commit-spread 2 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+  wait $spy
+  python3 scripts/pyspy_top.py "$LOGS/pyspy_gil.txt" "$LOGS/pyspy_all.txt" | tee "$OUT/pyspy_top.txt" | head -c 12000
+  for f in pyspy_gil pyspy_all; do gzip -c "$LOGS/$f.txt" > "$OUT/$f.txt.gz"; done  # the raw stacks
 }
 bench() {  # bench NAME ARGS...
   local name=$1; shift
@@ -270,6 +284,7 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
            done
            bench cap_duplex32_s64_spread --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
              --max-concurrency 64 --num-prompts 64 --commit-spread 2 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           [ "${CAP_PROFILE64:-0}" = 1 ] && profile64
            stop ;;
     cap32_cold) WAIT_WARM=0 serve configs/aura_omni_duplex_32.yaml aura || continue  # load while graphs are captured
            for run in 1 2; do
@@ -375,12 +390,13 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
            stop
            PYTHONPATH=/tmp/ray/site:$PYTHONPATH python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1
          done ;;
-    soak) mkdir -p /tmp/soak
+    soak) mkdir -p /tmp/soak; t0=$SECONDS
           setsid nohup env ${SOAK_ENV:-} python3 -m aura_omni.cli serve --deploy-config configs/aura_omni.yaml --load-format dummy \
             --served-model-name aura --port 8091 > /tmp/soak/serve.log 2>&1 < /dev/null &
           SERVER=$!; echo $SERVER > /tmp/soak/server.pid
           wait_ready || { tail -n 30 /tmp/soak/serve.log; continue; }
-          setsid nohup bash -c "python3 scripts/soak.py --url $URL --minutes ${SOAK_MINUTES:-10} --warmup-minutes 1 \
+          echo "=== soak server ready after $((SECONDS - t0)) s" | tee -a "$OUT/summary.md"
+          setsid nohup bash -c "python3 scripts/soak.py --url $URL --minutes ${SOAK_MINUTES:-10} --warmup-minutes ${SOAK_WARMUP:-3} \
             --server-pid $(cat /tmp/soak/server.pid) --concurrency ${SOAK_CONCURRENCY:-12} --report /tmp/soak/soak.json > /tmp/soak/soak.log 2>&1;
             echo \$? > /tmp/soak/done" > /dev/null 2>&1 < /dev/null &
           echo "=== soak started at $(date +%T) for ${SOAK_MINUTES:-10} min" ;;
@@ -404,7 +420,10 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
           kill $SOAK 2>/dev/null; stop
           tail -n +$ready_at "$OUT/serve_probe.log" | grep -A45 "stalled for" | grep -v "site-packages/torch/nn" | head -120
           tail -n 4 "$OUT/soak_probe.log" ;;
-    soak_wait) for _ in $(seq 570); do [ -f /tmp/soak/done ] && break; sleep 1; done
+    soak_wait) for i in $(seq ${SOAK_WAIT_S:-570}); do  # the report so far in $OUT every 10 s: a call cut short still brings it
+                 [ -f /tmp/soak/done ] && break
+                 [ $((i % 10)) = 0 ] && cp /tmp/soak/soak.json /tmp/soak/soak.log "$OUT/" 2>/dev/null; sleep 1
+               done
                cp /tmp/soak/soak.json /tmp/soak/soak.log /tmp/soak/serve.log "$OUT/" 2>/dev/null
                echo "=== soak: exit $(cat /tmp/soak/done 2>/dev/null || echo 'still running')"
                tail -n 25 /tmp/soak/soak.log ;;

@@ -26,6 +26,10 @@ from torch import nn
 from aura_omni.layers.device import upload_async
 
 TOKENS_PER_CHUNK = 13  # 100 frames -> 50 -> 25 -> 13 after three stride-2 convs
+# the convolutions run on batches of this many chunks (the last one padded with silent chunks): with cuDNN's
+# autotuning on (`cudnn.benchmark`, which Code2Wav needs), every new batch shape is timed on first sight, ~0.3 s on
+# an H200, so a burst of clips in a batch of its own size stalled the ASR step whenever its size was new
+CONV_BATCH = 32
 
 
 @dataclass
@@ -138,6 +142,7 @@ class Qwen3ASRAudioEncoder(nn.Module):
         Every clip's layout (chunks, valid steps, windows) is known on the host from the clips' lengths, so it is
         gathered on the device with indexes uploaded once: no host synchronisation (a boolean mask or a pageable
         index would wait for the stream's queued work) and no operation per clip, however many clips arrive at once.
+        The convolutions see batches of CONV_BATCH chunks only (one shape to autotune, whatever the burst).
         """
         cfg = self.config
         cf, mels, device = cfg.chunk_frames, features[0].shape[0], features[0].device
@@ -151,6 +156,8 @@ class Qwen3ASRAudioEncoder(nn.Module):
         j = np.arange(cf)
         first = (np.cumsum(frames) - frames)[clip_of] + k * cf
         chunk_cols = np.where(j < valid[:, None], first[:, None] + j, frames.sum())
+        padded = -(-len(valid) // CONV_BATCH) * CONV_BATCH  # silent chunks after the real ones, never read back
+        chunk_cols = np.concatenate([chunk_cols, np.full((padded - len(valid), cf), frames.sum())])
         chunk_steps = valid
         for _ in range(3):  # conv_output_length of each chunk's valid frames
             chunk_steps = np.where(chunk_steps > 0, (chunk_steps - 1) // 2 + 1, 0)
@@ -165,18 +172,16 @@ class Qwen3ASRAudioEncoder(nn.Module):
         width, slot = int(lens.max()), np.arange(int(lens.max()))
         filled = slot < lens[:, None]  # [windows, width]
         at = np.minimum((np.cumsum(lens) - lens)[:, None] + slot, len(steps) - 1)
-        window_rows = np.where(filled, steps[at], len(valid) * t)
+        window_rows = np.where(filled, steps[at], padded * t)
         real_rows = (np.arange(len(lens))[:, None] * width + slot)[filled]
         parts = [chunk_cols.ravel(), window_rows.ravel(), real_rows, lens]
         index = upload_async(torch.from_numpy(np.concatenate(parts).astype(np.int64)), device)
         chunk_cols_d, window_rows_d, real_rows_d, lens_d = index.split([len(part) for part in parts])
 
         side_by_side = torch.cat([*features, features[0].new_zeros(mels, 1)], dim=1)  # [mels, sum of L_i + 1]
-        x = side_by_side.index_select(1, chunk_cols_d).view(mels, len(valid), cf).transpose(0, 1)
-        x = x.unsqueeze(1).to(dtype)  # [chunks, 1, mels, cf]
-        x = F.gelu(self.conv2d1(x))
-        x = F.gelu(self.conv2d2(x))
-        x = F.gelu(self.conv2d3(x))
+        x = side_by_side.index_select(1, chunk_cols_d).view(mels, padded, cf).transpose(0, 1)
+        batches = [self._convolve(batch) for batch in x.unsqueeze(1).to(dtype).split(CONV_BATCH)]
+        x = batches[0] if len(batches) == 1 else torch.cat(batches)
         n, c, f, t = x.shape
         x = self.conv_out(x.permute(0, 3, 1, 2).reshape(n, t, c * f)) + self.positions[:t].to(x.dtype)
         rows = F.pad(x.reshape(n * t, -1), (0, 0, 0, 1))  # the zero row last
@@ -188,3 +193,9 @@ class Qwen3ASRAudioEncoder(nn.Module):
             windows = layer(windows, key_mask)
         real = windows.reshape(len(lens) * width, -1).index_select(0, real_rows_d)
         return self.proj2(F.gelu(self.proj1(self.ln_post(real))))
+
+    def _convolve(self, chunks: torch.Tensor) -> torch.Tensor:
+        """[CONV_BATCH, 1, mels, chunk_frames] -> [CONV_BATCH, channels, freq, steps]."""
+        x = F.gelu(self.conv2d1(chunks))
+        x = F.gelu(self.conv2d2(x))
+        return F.gelu(self.conv2d3(x))

@@ -16,8 +16,8 @@ from ..layers import kernel_compiles
 from ..media.limits import Limits
 from ..pipeline.runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
 from .admission import Admission
-from . import (chat, gc_pauses, gil, health, metrics, page, realtime, speech, speech_batch, speech_stream,
-               transcriptions, voices)
+from . import (chat, gc_pauses, gil, health, heap_trim, metrics, page, realtime, speech, speech_batch,
+               speech_stream, transcriptions, voices)
 from .errors import install_error_handlers
 from .health import main_model
 from .metrics import RequestMetrics
@@ -77,7 +77,9 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         after_ready = asyncio.create_task(runtime.warm_after_ready())  # graphs no first request needs
+        heap_trim.TRIMMER.start(deploy_config.heap_trim_interval_s)
         yield
+        heap_trim.TRIMMER.stop()
         after_ready.cancel()
         runtime.close()
 

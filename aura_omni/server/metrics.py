@@ -26,7 +26,7 @@ from ..layers import kernel_compiles
 from ..media.playback import PlaybackClock
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.turn import AudioChunk, TextDelta, TurnDone
-from . import gc_pauses
+from . import gc_pauses, heap_trim
 
 log = logging.getLogger("aura_omni.server")
 router = APIRouter()
@@ -178,6 +178,22 @@ class GcPauseCollector(Collector):
         yield family
 
 
+class HeapTrimCollector(Collector):
+    """The C heap's trims (server/heap_trim.py): how long each took, and what they gave back."""
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        snap, released = heap_trim.TRIMMER.snapshot()
+        trims = HistogramMetricFamily(names.HEAP_TRIM, "Time of each trim of the C heap (malloc_trim) that gives its "
+                                      "free pages back to the system.")
+        trims.add_metric([], _buckets(snap), snap.total)
+        yield trims
+        yield CounterMetricFamily(names.HEAP_TRIM_RELEASED, "Resident bytes the C heap's trims gave back.",
+                                  value=released)
+
+
 class ServerMetrics:
     """One app's metrics; the observe_* methods take the endpoint label (the route path, e.g. /v1/audio/speech)."""
 
@@ -214,6 +230,7 @@ class ServerMetrics:
             r.register(StageLatencyCollector(stage_latencies))
         r.register(KernelCompileCollector())
         r.register(GcPauseCollector())
+        r.register(HeapTrimCollector())
 
     # ---- the API endpoints and the realtime session call ------------------------------------------------------
     def count_request(self, endpoint: str, status: int) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..deploy import AURA
-from ..media.image import decode_base64, decode_data_url, decode_image
+from ..media.image import decode_base64, decode_data_url, open_rgb_image
 from ..media.limits import MediaError
 from ..media.request_media import vision_configs
 from ..media.vision_preprocess import check_aspect
@@ -41,9 +41,9 @@ class Camera:
         limits = self.builder.policy.limits
 
         def decode(f: str) -> tuple[np.ndarray, np.ndarray]:
-            frame = decode_image(decode_data_url(f) if f.startswith("data:") else decode_base64(f), limits)
-            check_aspect(*frame.shape[:2])  # the vision encoder's bound: refused here, not in AURA's stage
-            return frame, thumbnail(frame)
+            image = open_rgb_image(decode_data_url(f) if f.startswith("data:") else decode_base64(f), limits)
+            check_aspect(image.height, image.width)  # the vision encoder's bound: refused here, not in AURA's stage
+            return np.asarray(image, dtype=np.uint8), thumbnail(image)
 
         # a client may resend its latest frame with every audio chunk: a frame byte-equal to the last one received
         # is that frame again, which the window would drop as a duplicate after decoding it (milliseconds a frame,

@@ -16,9 +16,11 @@ THUMB = 32  # thumbnail side for the similarity measure
 FRAME_FPS = 2.0  # vLLM-Omni aura duplex input: frames form a clip at 2 fps
 
 
-def thumbnail(rgb: np.ndarray) -> np.ndarray:
-    """uint8 RGB [H, W, 3] -> float32 grayscale [32, 32] in 0..1 (box-filtered)."""
-    small = Image.fromarray(rgb).convert("L").resize((THUMB, THUMB), Image.BOX)
+def thumbnail(rgb: np.ndarray | Image.Image) -> np.ndarray:
+    """uint8 RGB [H, W, 3] (or that RGB image before its copy into an array) -> float32 grayscale [32, 32] in 0..1
+    (box-filtered)."""
+    image = rgb if isinstance(rgb, Image.Image) else Image.fromarray(rgb)
+    small = image.convert("L").resize((THUMB, THUMB), Image.BOX)
     return np.asarray(small, dtype=np.float32) / 255.0
 
 

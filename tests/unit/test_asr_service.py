@@ -115,6 +115,32 @@ def test_encoding_a_burst_of_clips_waits_for_nothing_and_does_nothing_per_clip(s
     torch.testing.assert_close(together, alone, atol=1e-5, rtol=0)
 
 
+def test_the_convolutions_see_one_batch_shape_whatever_the_burst(svc):
+    """cuDNN times every new convolution shape on first sight (~0.3 s on an H200, with `cudnn.benchmark` on): a
+    burst's chunks are convolved in batches of CONV_BATCH, the last padded with silence that is never read back."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from aura_omni.models.qwen3_asr_encoder import CONV_BATCH
+
+    class ConvBatches(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.sizes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.startswith(("conv2d", "convolution")):
+                self.sizes.append(args[0].shape[0])
+            return func(*args, **(kwargs or {}))
+
+    for seconds in ([0.4], [3] * 5, [20, 15.5]):  # 1 chunk, 15, and 36: two batches
+        features = [p.features for p in svc.prepare([(tone(s, freq=200 + 40 * i), SR) for i, s in enumerate(seconds)])]
+        with ConvBatches() as mode:
+            together = torch.cat(svc.model.encode_audio(features))
+        assert mode.sizes and set(mode.sizes) == {CONV_BATCH}, mode.sizes
+        alone = torch.cat([svc.model.encode_audio([f])[0] for f in features])
+        torch.testing.assert_close(together, alone, atol=1e-5, rtol=0)
+
+
 def test_forced_language_is_reported(svc):
     out = svc.transcribe([(tone(1), SR)], language="en", max_new_tokens=3)
     assert out[0].language == "English"

@@ -702,8 +702,8 @@ async def test_a_frame_resent_with_every_chunk_is_decoded_once(monkeypatch):
     import aura_omni.session.camera as camera
 
     decoded = []
-    real = camera.decode_image
-    monkeypatch.setattr(camera, "decode_image", lambda data, limits: decoded.append(1) or real(data, limits))
+    real = camera.open_rgb_image
+    monkeypatch.setattr(camera, "open_rgb_image", lambda data, limits: decoded.append(1) or real(data, limits))
     s = new_session()
     red, blue = jpeg_b64((255, 0, 0)), jpeg_b64((0, 0, 255))
     for _ in range(5):

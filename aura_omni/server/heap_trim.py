@@ -1,0 +1,104 @@
+"""Giving the C heap's free pages back to the system while serving.
+
+glibc's malloc keeps memory that was freed inside its heaps (one per arena; threads that contend get arenas of their
+own) and gives back only what lies above a heap's top. So each new peak of concurrent work (many sessions committing
+at once, a burst of long replies) raises resident memory, and the pages freed after it stay resident: under a soak
+the resident size climbs in steps that never come down (docs/reliability.md), although no object outlives its request.
+`malloc_trim(0)` returns every whole free page of every arena (madvise), the pages that peak left behind.
+
+The process's one `TRIMMER` (malloc is the process's) trims on a thread of its own every `heap_trim_interval_s` (a
+deploy key; 0: never), from the server's start to its stop. The call runs outside the interpreter lock (ctypes lets go
+of it) and holds one arena's lock at a time; it is timed (`aura_omni:heap_trim_seconds`) and what it gave back is
+counted (`aura_omni:heap_trim_released_bytes`). Other C libraries (musl, macOS) have no `malloc_trim`: nothing runs
+there.
+"""
+
+import ctypes
+import logging
+import os
+import threading
+import time
+
+from ..stages.loop_metrics import LatencyHistogram, LatencySnapshot
+
+log = logging.getLogger(__name__)
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _malloc_trim():
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+def resident_bytes() -> int:
+    """This process's resident set size (0 where /proc is absent)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * PAGE
+    except OSError:
+        return 0
+
+
+class HeapTrimmer:
+    """Trims the C heap every `interval_s` seconds, from `start(interval_s)` until `stop()`."""
+
+    def __init__(self):
+        self.interval_s = 0.0
+        self.pauses = LatencyHistogram()
+        self.released_bytes = 0
+        self._trim = _malloc_trim()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def available(self) -> bool:
+        return self._trim is not None
+
+    def trim(self) -> int:
+        """One trim now; the resident bytes it gave back (0 where there is no malloc_trim)."""
+        if self._trim is None:
+            return 0
+        before, start = resident_bytes(), time.perf_counter()
+        self._trim(0)
+        took = time.perf_counter() - start
+        released = max(0, before - resident_bytes())
+        self.pauses.observe(took)
+        self.released_bytes += released
+        if released >= 16 << 20:
+            log.info("heap trim gave back %.0f MiB in %.0f ms", released / 2**20, 1000 * took)
+        return released
+
+    def start(self, interval_s: float) -> None:
+        if interval_s <= 0 or self._thread is not None:
+            return
+        if self._trim is None:
+            log.info("this C library has no malloc_trim: freed heap pages stay resident")
+            return
+        self.interval_s = interval_s
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="heap-trim", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def snapshot(self) -> tuple[LatencySnapshot, int]:
+        """The trims' durations and the bytes they gave back in all."""
+        return self.pauses.snapshot(), self.released_bytes
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.trim()
+            except Exception:  # noqa: BLE001 - a failed trim must not end the server's trimming for good
+                log.exception("heap trim failed")
+
+
+TRIMMER = HeapTrimmer()
