@@ -31,6 +31,8 @@ STAGE_STEP_TIME = PREFIX + "stage_step_time_seconds"
 KERNEL_COMPILES = PREFIX + "kernel_compiles"  # counter, label `phase`
 KERNEL_COMPILE_SECONDS = PREFIX + "kernel_compile_seconds"  # counter, label `phase`
 GC_PAUSE = PREFIX + "gc_pause_seconds"  # histogram, label `generation`
+RESIDENT_MEMORY = PREFIX + "resident_memory_bytes"  # gauge
+PINNED_HOST_MEMORY = PREFIX + "pinned_host_memory_bytes"  # gauge, on a GPU
 HEAP_TRIM = PREFIX + "heap_trim_seconds"  # histogram
 HEAP_TRIM_RELEASED = PREFIX + "heap_trim_released_bytes"  # counter
 

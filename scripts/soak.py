@@ -18,8 +18,9 @@ workers (default 2) each loop over a weighted mix of jobs, loopback only:
 
 Every job is timed; any 5xx, hang (past `--job-timeout`), dropped connection, in-band error, or a 4xx where a 2xx
 was due counts as an unexpected error, by kind. Every `--sample-s` seconds it reads the server's RSS
-(`/proc/<--server-pid>/status` VmRSS, else `/metrics` process_resident_memory_bytes), GPU memory in use
-(`nvidia-smi`, when there is one) and `/health` (a 503 is an error). It prints one line per minute (jobs, errors,
+(`/proc/<--server-pid>/status` VmRSS, else `/metrics` aura_omni:resident_memory_bytes), GPU memory in use
+(`nvidia-smi`, when there is one), from `/metrics` torch's pinned host memory (part of the RSS) and what the C heap's
+trims gave back, and `/health` (a 503 is an error). It prints one line per minute (jobs, errors,
 latency p50/p95/p99 by kind, each stage's requests in flight and busy seconds), under it that minute's turn phases
 and stage waits from `/metrics` (aura_omni/bench/breakdown.py), and at the end a JSON report (`--report`).
 
@@ -239,7 +240,8 @@ class Soak:
             await asyncio.sleep(self.args.sample_s)
 
     async def sample(self) -> dict:
-        row = {"t": round(time.monotonic() - self.start, 1), "rss_mb": await self.rss_mb(), "gpu_mb": gpu_mb()}
+        row = {"t": round(time.monotonic() - self.start, 1), "rss_mb": await self.rss_mb(), "gpu_mb": gpu_mb(),
+               **await self.memory_metrics()}
         try:
             h = await self.client.get("/health", timeout=10)
             row["health"] = h.status_code
@@ -263,10 +265,25 @@ class Soak:
                 pass
         try:
             text = (await self.client.get("/metrics", timeout=10)).text
-            m = re.search(r"^process_resident_memory_bytes ([0-9.e+]+)$", text, re.M)
+            m = re.search(r"^aura_omni:resident_memory_bytes ([0-9.e+]+)$", text, re.M)
             return float(m.group(1)) / 2**20 if m else None
         except Exception:  # noqa: BLE001
             return None
+
+    async def memory_metrics(self) -> dict:
+        """What of the resident memory is torch's pinned host memory (never trimmed), and what the C heap's trims
+        gave back so far (server/heap_trim.py), in MB, from /metrics."""
+        try:
+            text = (await self.client.get("/metrics", timeout=10)).text
+        except Exception:  # noqa: BLE001 - a sample without them
+            return {}
+        row = {}
+        for key, name in (("pinned_mb", "aura_omni:pinned_host_memory_bytes"),
+                          ("trimmed_mb", "aura_omni:heap_trim_released_bytes_total")):
+            m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
+            if m:
+                row[key] = round(float(m.group(1)) / 2**20, 1)
+        return row
 
     async def reporter(self, deadline: float) -> None:
         shown = 0
@@ -281,6 +298,7 @@ class Soak:
                                for k, v in (mem.get("stages") or {}).items())
             print(f"[{(time.monotonic() - self.start) / 60:5.1f} min] jobs {len(window):4d}  errors "
                   f"{sum(1 for r in window if r[2].startswith('error')):3d}  rss {mem.get('rss_mb')} MB  "
+                  + (f"(pinned {mem['pinned_mb']} MB)  " if mem.get("pinned_mb") is not None else "")
                   + "  ".join(f"{k} p50 {p[0]:.2f} p95 {p[1]:.2f}" for k, p in percentiles(window).items())
                   + f"  | {stages}", flush=True)
             now = await breakdown.scrape(self.client, self.base, self.headers)

@@ -43,6 +43,16 @@ def resident_bytes() -> int:
         return 0
 
 
+def pinned_host_bytes() -> int | None:
+    """Page-locked host memory held by torch's pinned-memory allocator (resident, and never trimmed: its blocks are
+    cached for reuse), or None where CUDA is not in use."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return int(torch.cuda.host_memory_stats().get("allocated_bytes.current", 0))
+
+
 class HeapTrimmer:
     """Trims the C heap every `interval_s` seconds, from `start(interval_s)` until `stop()`."""
 

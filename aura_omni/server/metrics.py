@@ -178,13 +178,19 @@ class GcPauseCollector(Collector):
         yield family
 
 
-class HeapTrimCollector(Collector):
-    """The C heap's trims (server/heap_trim.py): how long each took, and what they gave back."""
+class MemoryCollector(Collector):
+    """The process's memory: resident, pinned by torch, and the C heap's trims (server/heap_trim.py)."""
 
     def describe(self):
         return []
 
     def collect(self):
+        yield GaugeMetricFamily(names.RESIDENT_MEMORY, "Resident memory of the server process.",
+                                value=heap_trim.resident_bytes())
+        pinned = heap_trim.pinned_host_bytes()
+        if pinned is not None:
+            yield GaugeMetricFamily(names.PINNED_HOST_MEMORY, "Page-locked host memory held by torch's pinned "
+                                    "allocator (cached for reuse, never trimmed).", value=pinned)
         snap, released = heap_trim.TRIMMER.snapshot()
         trims = HistogramMetricFamily(names.HEAP_TRIM, "Time of each trim of the C heap (malloc_trim) that gives its "
                                       "free pages back to the system.")
@@ -230,7 +236,7 @@ class ServerMetrics:
             r.register(StageLatencyCollector(stage_latencies))
         r.register(KernelCompileCollector())
         r.register(GcPauseCollector())
-        r.register(HeapTrimCollector())
+        r.register(MemoryCollector())
 
     # ---- the API endpoints and the realtime session call ------------------------------------------------------
     def count_request(self, endpoint: str, status: int) -> None:

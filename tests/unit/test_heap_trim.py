@@ -57,7 +57,7 @@ def test_the_trimmer_thread_trims_on_its_interval_and_stops():
     assert trimmer.snapshot()[0].count == count
 
 
-def test_the_server_trims_from_its_start_to_its_stop_and_reports_it_in_metrics():
+def test_the_server_trims_from_its_start_to_its_stop_and_reports_memory_in_metrics():
     deploy = parse_deploy_config({"pipeline": "aura_omni", "heap_trim_interval_s": 0.05,
                                   "stages": [{"stage_id": 0, "model": "x"}]})
     with TestClient(create_app(deploy, "served", runtime=Runtime(deploy, {}))) as client:
@@ -69,6 +69,10 @@ def test_the_server_trims_from_its_start_to_its_stop_and_reports_it_in_metrics()
         text = client.get("/metrics").text
         assert "aura_omni:heap_trim_seconds_count" in text
         assert "aura_omni:heap_trim_released_bytes_total" in text
+        resident = next(line for line in text.splitlines() if line.startswith("aura_omni:resident_memory_bytes "))
+        assert float(resident.split()[1]) == pytest.approx(heap_trim.resident_bytes(), rel=0.2)
+        pinned = heap_trim.pinned_host_bytes()  # None without CUDA: nothing pinned to report
+        assert ("aura_omni:pinned_host_memory_bytes" in text) == (pinned is not None)
     assert not any(t.name == "heap-trim" for t in threading.enumerate())
 
 
