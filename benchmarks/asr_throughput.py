@@ -116,7 +116,8 @@ def run_reference(svc: AsrService, ref, clips, concurrency: int, new_tokens: int
     t0 = time.perf_counter()
     ttft = []
     for b in range(0, len(clips), concurrency):
-        inputs = hf_asr_inputs(svc.prepare([(c, SR) for c in clips[b:b + concurrency]]))
+        pieces = svc.prepare([(c, SR) for c in clips[b:b + concurrency]])
+        inputs = hf_asr_inputs(pieces, svc.features(pieces))
         inputs = {k: v.to(device, ref.dtype) if k == "input_features" else v.to(device) for k, v in inputs.items()}
         tb = time.perf_counter()
         with torch.inference_mode():

@@ -56,6 +56,7 @@
 #        are done: `cap8` configs/aura_omni_duplex_8.yaml at 8 sessions, then `cap32` configs/aura_omni_duplex_32.yaml
 #        at 8, 16 and 32, and 64 sessions with their commits spread evenly over 2 s (--commit-spread 2)
 #        (CAP_PROFILE64=1: then the 64 sessions again with py-spy on the server, scripts/pyspy_top.py's summary)
+# cap32_only: cap32's 32 sessions alone (a call with little device time left)
 # cap32_cold: configs/aura_omni_duplex_32.yaml at 16 sessions from the moment it is ready, while the background
 #        captures run (session 19's first call saw stages fail there)
 # cap64_trace: cap32's 64 sessions with commits spread over 2 s, with every loop's step trace (ASR, AURA, Talker)
@@ -285,6 +286,10 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
            bench cap_duplex32_s64_spread --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
              --max-concurrency 64 --num-prompts 64 --commit-spread 2 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            [ "${CAP_PROFILE64:-0}" = 1 ] && profile64
+           stop ;;
+    cap32_only) serve configs/aura_omni_duplex_32.yaml aura || continue  # 32 sessions alone: one size, a short call
+           bench cap_duplex32_s32 --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+             --max-concurrency 32 --num-prompts 64 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            stop ;;
     cap32_cold) WAIT_WARM=0 serve configs/aura_omni_duplex_32.yaml aura || continue  # load while graphs are captured
            for run in 1 2; do

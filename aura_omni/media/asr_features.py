@@ -3,8 +3,9 @@
 Same numbers as transformers' WhisperFeatureExtractor (the extractor in Qwen/Qwen3-ASR-*'s
 preprocessor_config.json): centred STFT with reflect padding, |X|^2 without the last frame, slaney
 mel bank 0-8000 Hz, log10 floored at 1e-10, clamped to (clip max - 8), then (x + 4) / 4.
-Features are computed per clip (never over a padded batch), so a clip's features do not depend on
-which other clips share its batch.
+Clips that arrive together are computed in one batch (a burst of 32 commits costs one set of operations, not 32),
+but each clip's frames see only its own samples and its clamp only its own maximum, so a clip's features do not
+depend on which other clips share its batch.
 """
 
 import functools
@@ -12,6 +13,7 @@ import functools
 import numpy as np
 import torch
 
+from aura_omni.layers.device import upload_async
 from aura_omni.media.audio import AudioDecodeError, mel_filterbank
 
 SAMPLE_RATE = 16_000  # preprocessor_config.json: sampling_rate
@@ -47,17 +49,39 @@ def num_frames(num_samples: int) -> int:
 
 def log_mel_spectrogram(wav: np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
     """16 kHz mono samples [S] -> log-mel features [128, S // 160] (float32). No min-length padding here."""
-    x = torch.as_tensor(np.asarray(wav, dtype=np.float32) if not isinstance(wav, torch.Tensor) else wav)
-    x = x.to(device=device, dtype=torch.float32)
-    if x.dim() != 1:
-        raise AudioDecodeError(f"expected mono samples of shape [S], got {tuple(x.shape)}")
-    if x.shape[0] <= N_FFT // 2:  # reflect padding needs more than half a window
-        raise AudioDecodeError(f"audio too short for features: {x.shape[0]} samples at {SAMPLE_RATE} Hz")
-    dev = str(x.device)
-    stft = torch.stft(x, N_FFT, HOP_LENGTH, window=_window(dev), center=True, pad_mode="reflect",
-                      return_complex=True)
-    power = stft[..., :-1].abs() ** 2
-    mel = _mel_bank(dev) @ power
-    log_spec = torch.clamp(mel, min=LOG_FLOOR).log10()
-    log_spec = torch.maximum(log_spec, log_spec.max() - DYNAMIC_RANGE)
-    return (log_spec + 4.0) / 4.0
+    wav = wav.detach().cpu().numpy() if isinstance(wav, torch.Tensor) else wav
+    return log_mel_spectrograms([wav], device)[0]
+
+
+def log_mel_spectrograms(clips: list[np.ndarray], device: torch.device | str = "cpu") -> list[torch.Tensor]:
+    """Clips of 16 kHz mono samples [S_i] -> their log-mel features [128, S_i // 160], computed together: each clip
+    reflect-padded on the host as the centred STFT pads it, the clips side by side (zeros after the shorter ones)
+    in one upload that does not wait for the device, one batched STFT and mel projection, and each clip's clamp
+    at its own maximum over its own frames."""
+    device = torch.device(device)
+    half = N_FFT // 2
+    rows = []
+    for wav in clips:
+        wav = np.asarray(wav, dtype=np.float32)
+        if wav.ndim != 1:
+            raise AudioDecodeError(f"expected mono samples of shape [S], got {tuple(wav.shape)}")
+        if wav.shape[0] <= half:  # reflect padding needs more than half a window
+            raise AudioDecodeError(f"audio too short for features: {wav.shape[0]} samples at {SAMPLE_RATE} Hz")
+        rows.append(np.pad(wav, half, mode="reflect"))
+    frames = [(row.shape[0] - N_FFT) // HOP_LENGTH for row in rows]  # S_i // 160: the centred STFT's last one dropped
+    width = max(len(rows), *(row.shape[0] for row in rows))
+    host = np.zeros((len(rows) + 1, width), np.float32)  # the last row: each clip's frame count
+    for i, row in enumerate(rows):
+        host[i, :row.shape[0]] = row
+    host[-1, :len(rows)] = frames
+    batch = upload_async(torch.from_numpy(host), device)
+    x, counts = batch[:-1], batch[-1, :len(rows)]
+    longest = max(frames)
+    dev = str(device)
+    stft = torch.stft(x, N_FFT, HOP_LENGTH, window=_window(dev), center=False, return_complex=True)
+    power = stft[..., :longest].abs() ** 2  # [clips, bins, frames]
+    log_spec = torch.clamp(_mel_bank(dev) @ power, min=LOG_FLOOR).log10()
+    valid = torch.arange(longest, device=device) < counts[:, None]
+    peak = log_spec.masked_fill(~valid[:, None, :], float("-inf")).amax(dim=(1, 2))  # each clip's own maximum
+    log_spec = (torch.maximum(log_spec, (peak - DYNAMIC_RANGE)[:, None, None]) + 4.0) / 4.0
+    return [log_spec[i, :, :n] for i, n in enumerate(frames)]

@@ -82,8 +82,9 @@ def pair(request, tmp_path_factory):
 def check(svc, ref, clips):
     pieces = svc.prepare([(c, SR) for c in clips])
     with torch.no_grad():
-        ours_audio = svc.model.encode_audio([p.features for p in pieces])
-        inputs = hf_asr_inputs(pieces)
+        features = svc.features(pieces)
+        ours_audio = svc.model.encode_audio(features)
+        inputs = hf_asr_inputs(pieces, features)
         ref_audio = ref.get_audio_features(inputs["input_features"], inputs["input_features_mask"]).pooler_output
         torch.testing.assert_close(torch.cat(ours_audio), ref_audio, atol=1e-4, rtol=0)
 
@@ -99,7 +100,7 @@ def check(svc, ref, clips):
             assert len(ours[i]) == NEW_TOKENS  # random weights never pick EOS here; a stop would hide tokens
             # our logits for the same tokens, from a cache-less forward over prompt + generated ids
             seq = p.input_ids + ours[i][:-1]
-            embeds = svc.model.prompts_embeds([seq], [p.features])[0]
+            embeds = svc.model.prompts_embeds([seq], [features[i]])[0]
             pos = torch.arange(len(seq))
             from aura_omni.layers.attention import AttentionMetadata
 

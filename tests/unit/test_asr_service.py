@@ -83,9 +83,10 @@ def test_batched_greedy_equals_each_clip_alone(svc):
 
 
 def test_encoding_a_burst_of_clips_waits_for_nothing_and_does_nothing_per_clip(svc):
-    """32 sessions commit at once: the clips' audio encoding and prompt embeddings are one set of operations for
-    them all (each torch call a stage thread makes may wait for the interpreter lock), with no host synchronisation
-    (a boolean mask, `.item()`); the audio tokens equal each clip encoded alone."""
+    """32 sessions commit at once: preparing a clip is host work only (the stage's `add`), and the clips' features,
+    audio encoding and prompt embeddings are one set of operations for them all at the next step (each torch call a
+    stage thread makes may wait for the interpreter lock), with no host synchronisation (a boolean mask, `.item()`);
+    the audio tokens equal each clip encoded alone."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Ops(TorchDispatchMode):
@@ -99,7 +100,9 @@ def test_encoding_a_burst_of_clips_waits_for_nothing_and_does_nothing_per_clip(s
             return func(*args, **(kwargs or {}))
 
     def ops(clips):
-        pieces = svc.prepare([(c, SR) for c in clips])
+        with Ops() as mode:
+            pieces = svc.prepare([(c, SR) for c in clips])
+        assert mode.names == []
         with Ops() as mode:
             svc.engine_prompts(pieces)
         return mode.names
@@ -109,7 +112,7 @@ def test_encoding_a_burst_of_clips_waits_for_nothing_and_does_nothing_per_clip(s
     assert two == five
     assert not set(five) & {"nonzero", "_local_scalar_dense", "item", "masked_select", "index_put", "index_put_"}
     clips = [tone(2), tone(9, freq=330), tone(0.4)]
-    features = [p.features for p in svc.prepare([(c, SR) for c in clips])]
+    features = svc.features(svc.prepare([(c, SR) for c in clips]))
     together = torch.cat(svc.model.encode_audio(features))
     alone = torch.cat([svc.model.encode_audio([f])[0] for f in features])
     torch.testing.assert_close(together, alone, atol=1e-5, rtol=0)
@@ -133,7 +136,7 @@ def test_the_convolutions_see_one_batch_shape_whatever_the_burst(svc):
             return func(*args, **(kwargs or {}))
 
     for seconds in ([0.4], [3] * 5, [20, 15.5]):  # 1 chunk, 15, and 36: two batches
-        features = [p.features for p in svc.prepare([(tone(s, freq=200 + 40 * i), SR) for i, s in enumerate(seconds)])]
+        features = svc.features(svc.prepare([(tone(s, freq=200 + 40 * i), SR) for i, s in enumerate(seconds)]))
         with ConvBatches() as mode:
             together = torch.cat(svc.model.encode_audio(features))
         assert mode.sizes and set(mode.sizes) == {CONV_BATCH}, mode.sizes
@@ -165,14 +168,14 @@ def test_unknown_language_is_rejected(svc):
 def test_stereo_int16_at_44k_is_accepted(svc):
     wav = (tone(1, sr=44100)[:, None] * np.array([[1.0, 0.5]]) * 32767).astype(np.int16)
     pieces = svc.prepare([(wav, 44100)])
-    assert len(pieces) == 1 and pieces[0].features.shape == (128, 100)
+    assert len(pieces) == 1 and svc.features(pieces)[0].shape == (128, 100)
 
 
 def test_long_audio_is_split_and_texts_joined(ckpt):
     svc = AsrService.from_pretrained(ckpt, max_seconds=2.0)
     wav = np.concatenate([tone(1.5), np.zeros(SR // 2, dtype=np.float32), tone(1.5, freq=330)])
     pieces = svc.prepare([(wav, SR)])
-    assert len(pieces) == 2 and all(p.features.shape[1] <= 200 for p in pieces)
+    assert len(pieces) == 2 and all(f.shape[1] <= 200 for f in svc.features(pieces))
     outputs = svc.generate(pieces, SamplingParams(temperature=0, max_tokens=3))
     texts = [svc.parse(o, None).text for o in outputs]
     assert svc.finish(pieces, outputs, 1)[0].text == " ".join(texts)
