@@ -47,6 +47,10 @@ class StableTokens:
         self.tokenizer = tokenizer
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self.pre_tokenizer = backend.pre_tokenizer if backend is not None else None
+        # the Rust tokenizer itself, as the fast tokenizer's own call runs it: a feed comes with every token AURA
+        # gives a spoken reply, on the event loop, where the call's Python wrapping cost ten times the encoding
+        self._encode = (lambda text: backend.encode(text).ids) if backend is not None else (
+            lambda text: tokenizer(text)["input_ids"])
         self.text = ""  # everything fed, leading whitespace dropped (the whole-text path strips it)
         self.done = 0  # characters of `text` already turned into ids
 
@@ -67,6 +71,6 @@ class StableTokens:
     def _take(self, cut: int) -> list[int]:
         if cut <= self.done:
             return []
-        ids = self.tokenizer(self.text[self.done:cut])["input_ids"]
+        ids = self._encode(self.text[self.done:cut])
         self.done = cut
         return list(ids)
