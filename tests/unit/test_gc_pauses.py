@@ -62,3 +62,38 @@ def test_freeze_can_be_turned_off_for_an_a_b_run():
         assert gc_pauses.freeze(deploy.gc_freeze) == 0 and gc.get_freeze_count() == 0
     finally:
         gc.unfreeze()
+
+
+def test_what_the_background_warm_start_made_is_frozen_too(monkeypatch):
+    """The graphs and grammar machinery made after ready live as long as the server: once they are made, they join
+    the start-up objects out of later collections."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from aura_omni.deploy import parse_deploy_config
+    from aura_omni.pipeline.runtime import Runtime
+    from aura_omni.server.app import create_app
+
+    deploy = parse_deploy_config({"pipeline": "aura_omni", "stages": [{"stage_id": 0, "model": "x"}]})
+    made = []
+
+    async def warm_up(self):
+        return {}
+
+    async def warm_after_ready(self):
+        made.extend([] for _ in range(1000))  # lists are tracked by the collector
+
+    monkeypatch.setattr(Runtime, "load", classmethod(lambda cls, deploy, **_: cls(deploy, {})))
+    monkeypatch.setattr(Runtime, "warm_up", warm_up)
+    monkeypatch.setattr(Runtime, "warm_after_ready", warm_after_ready)
+    try:
+        with TestClient(create_app(deploy, "served")):
+            deadline = time.monotonic() + 5
+            while not (made and gc.get_freeze_count() and id(made[0]) not in {id(o) for o in gc.get_objects()}):
+                assert time.monotonic() < deadline, "the background warm start's objects were not frozen"
+                time.sleep(0.05)
+    finally:
+        gc.unfreeze()
+        if gc_pauses._on_collection in gc.callbacks:
+            gc.callbacks.remove(gc_pauses._on_collection)
