@@ -16,13 +16,14 @@ workers (default 2) each loop over a weighted mix of jobs, loopback only:
 - `realtime_leave`: a socket closed at the first audio of its reply;
 - `hostile`: a bad request (malformed JSON, unknown model, text sent as audio, a limit passed): its 4xx is expected.
 
-Every job is timed; any 5xx, hang (past `--job-timeout`), dropped connection, in-band error, or a 4xx where a 2xx
-was due counts as an unexpected error, by kind. Every `--sample-s` seconds it reads the server's RSS
+Every job is timed; any 5xx, hang (past `--job-timeout`), dropped connection, in-band error, or a 4xx where a 2xx was
+due counts as an unexpected error, by kind. Every `--sample-s` seconds it reads the server's RSS
 (`/proc/<--server-pid>/status` VmRSS, else `/metrics` aura_omni:resident_memory_bytes), GPU memory in use
-(`nvidia-smi`, when there is one), from `/metrics` torch's pinned host memory (part of the RSS) and what the C heap's
-trims gave back, and `/health` (a 503 is an error). It prints one line per minute (jobs, errors,
-latency p50/p95/p99 by kind, each stage's requests in flight and busy seconds), under it that minute's turn phases
-and stage waits from `/metrics` (aura_omni/bench/breakdown.py), and at the end a JSON report (`--report`).
+(`nvidia-smi`, when there is one), from `/metrics` the C heap's bytes in use and torch's pinned host memory (parts of
+the RSS) and what the C heap's trims gave back, and `/health` (a 503 is an error). It prints one line per minute
+(jobs, errors, latency p50/p95/p99 by kind, each stage's requests in flight and busy seconds), under it that minute's
+turn phases and stage waits from `/metrics` (aura_omni/bench/breakdown.py), and at the end a JSON report
+(`--report`).
 
 Detached (a run longer than one shell, e.g. across device calls): start it with `nohup ... > soak.log 2>&1 &`;
 `--report` is rewritten every minute (`finished` false until the end), with RSS by minute, and the log has a line a
@@ -271,14 +272,15 @@ class Soak:
             return None
 
     async def memory_metrics(self) -> dict:
-        """What of the resident memory is torch's pinned host memory (never trimmed), and what the C heap's trims
-        gave back so far (server/heap_trim.py), in MB, from /metrics."""
+        """What of the resident memory the C heap has handed out, what is torch's pinned host memory (never trimmed),
+        and what the C heap's trims gave back so far (server/heap_trim.py), in MB, from /metrics."""
         try:
             text = (await self.client.get("/metrics", timeout=10)).text
         except Exception:  # noqa: BLE001 - a sample without them
             return {}
         row = {}
-        for key, name in (("pinned_mb", "aura_omni:pinned_host_memory_bytes"),
+        for key, name in (("heap_mb", "aura_omni:heap_in_use_bytes"),
+                          ("pinned_mb", "aura_omni:pinned_host_memory_bytes"),
                           ("trimmed_mb", "aura_omni:heap_trim_released_bytes_total")):
             m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
             if m:
@@ -298,7 +300,8 @@ class Soak:
                                for k, v in (mem.get("stages") or {}).items())
             print(f"[{(time.monotonic() - self.start) / 60:5.1f} min] jobs {len(window):4d}  errors "
                   f"{sum(1 for r in window if r[2].startswith('error')):3d}  rss {mem.get('rss_mb')} MB  "
-                  + (f"(pinned {mem['pinned_mb']} MB)  " if mem.get("pinned_mb") is not None else "")
+                  + "".join(f"({key[:-3]} {mem[key]} MB)  " for key in ("heap_mb", "pinned_mb")
+                            if mem.get(key) is not None)
                   + "  ".join(f"{k} p50 {p[0]:.2f} p95 {p[1]:.2f}" for k, p in percentiles(window).items())
                   + f"  | {stages}", flush=True)
             now = await breakdown.scrape(self.client, self.base, self.headers)

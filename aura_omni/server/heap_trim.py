@@ -43,6 +43,32 @@ def resident_bytes() -> int:
         return 0
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                       "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _mallinfo2():
+    try:
+        info = ctypes.CDLL(None).mallinfo2  # glibc 2.33 and later
+    except (OSError, AttributeError):
+        return None
+    info.restype = _MallInfo2
+    return info
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def heap_in_use_bytes() -> int | None:
+    """Bytes the C heap has handed out and not had back (its arenas' and its mmapped blocks'): what the process's
+    C code holds, as opposed to freed pages a trim can return. None without glibc's mallinfo2."""
+    if _MALLINFO2 is None:
+        return None
+    info = _MALLINFO2()
+    return info.uordblks + info.hblkhd
+
+
 def pinned_host_bytes() -> int | None:
     """Page-locked host memory held by torch's pinned-memory allocator (resident, and never trimmed: its blocks are
     cached for reuse), or None where CUDA is not in use."""

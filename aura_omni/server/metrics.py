@@ -187,6 +187,10 @@ class MemoryCollector(Collector):
     def collect(self):
         yield GaugeMetricFamily(names.RESIDENT_MEMORY, "Resident memory of the server process.",
                                 value=heap_trim.resident_bytes())
+        in_use = heap_trim.heap_in_use_bytes()
+        if in_use is not None:
+            yield GaugeMetricFamily(names.HEAP_IN_USE, "Bytes the C heap has handed out and not had back (glibc "
+                                    "mallinfo2): what C code holds, not freed pages a trim can return.", value=in_use)
         pinned = heap_trim.pinned_host_bytes()
         if pinned is not None:
             yield GaugeMetricFamily(names.PINNED_HOST_MEMORY, "Page-locked host memory held by torch's pinned "

@@ -71,6 +71,10 @@ def test_the_server_trims_from_its_start_to_its_stop_and_reports_memory_in_metri
         assert "aura_omni:heap_trim_released_bytes_total" in text
         resident = next(line for line in text.splitlines() if line.startswith("aura_omni:resident_memory_bytes "))
         assert float(resident.split()[1]) == pytest.approx(heap_trim.resident_bytes(), rel=0.2)
+        in_use = heap_trim.heap_in_use_bytes()
+        if in_use is not None:  # glibc
+            line = next(line for line in text.splitlines() if line.startswith("aura_omni:heap_in_use_bytes "))
+            assert 0 < float(line.split()[1]) < float(resident.split()[1]) * 4
         pinned = heap_trim.pinned_host_bytes()  # None without CUDA: nothing pinned to report
         assert ("aura_omni:pinned_host_memory_bytes" in text) == (pinned is not None)
     assert not any(t.name == "heap-trim" for t in threading.enumerate())
