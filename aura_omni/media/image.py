@@ -19,9 +19,10 @@ from aura_omni.media.limits import MediaError, MediaLimits, plain
 IMAGE_FORMATS = ("JPEG", "PNG", "WEBP")
 # Pillow frees every decoded image's memory straight back to the C heap (its own default), so each camera frame mapped
 # and faulted in fresh pages while holding the interpreter lock: ~0.5 ms of ~2.8 per 640x480 frame here, more with
-# many threads. Freed blocks kept for reuse instead (PILLOW_BLOCKS_MAX, when set, is the operator's choice).
+# many threads. Freed blocks kept for reuse instead, up to 16 (each the size its last image needed: ~1.2 MB for a
+# 640x480 frame, so ~20 MB held at most); PILLOW_BLOCKS_MAX, when set, is the operator's choice.
 if "PILLOW_BLOCKS_MAX" not in os.environ:
-    Image.core.set_blocks_max(32)
+    Image.core.set_blocks_max(16)
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^,;]*)*?)(?P<b64>;base64)?,(?P<data>.*)$", re.S)
 
 
