@@ -55,8 +55,8 @@
 #        opened together and committing together, each size twice over), each server once its background captures
 #        are done: `cap8` configs/aura_omni_duplex_8.yaml at 8 sessions, then `cap32` configs/aura_omni_duplex_32.yaml
 #        at 8, 16 and 32, and 64 sessions with their commits spread evenly over 2 s (--commit-spread 2)
-#        (CAP_PROFILE64=1: then the 64 sessions again with py-spy on the server, scripts/pyspy_top.py's summary)
-# cap32_only: cap32's 32 sessions alone (a call with little device time left)
+#        (CAP_PROFILE64=1: then the 64 sessions again with py-spy on the server, scripts/pyspy_top.py's summary;
+#        CAP_SIZES="32" CAP_SPREAD64=0: only the sizes given, no 64-session run, for a call with little time left)
 # cap32_cold: configs/aura_omni_duplex_32.yaml at 16 sessions from the moment it is ready, while the background
 #        captures run (session 19's first call saw stages fail there)
 # cap64_trace: cap32's 64 sessions with commits spread over 2 s, with every loop's step trace (ASR, AURA, Talker)
@@ -279,17 +279,14 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
             --max-concurrency 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
           stop ;;
     cap32) serve configs/aura_omni_duplex_32.yaml aura || continue
-           for n in 8 16 32; do
+           for n in ${CAP_SIZES:-8 16 32}; do
              bench "cap_duplex32_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
                --max-concurrency $n --num-prompts $((2 * n)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            done
-           bench cap_duplex32_s64_spread --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
-             --max-concurrency 64 --num-prompts 64 --commit-spread 2 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           [ "${CAP_SPREAD64:-1}" = 1 ] && bench cap_duplex32_s64_spread --backend realtime --model aura --voice Vivian \
+             $TURN --num-warmups 0 --max-concurrency 64 --num-prompts 64 --commit-spread 2 \
+             --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            [ "${CAP_PROFILE64:-0}" = 1 ] && profile64
-           stop ;;
-    cap32_only) serve configs/aura_omni_duplex_32.yaml aura || continue  # 32 sessions alone: one size, a short call
-           bench cap_duplex32_s32 --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
-             --max-concurrency 32 --num-prompts 64 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            stop ;;
     cap32_cold) WAIT_WARM=0 serve configs/aura_omni_duplex_32.yaml aura || continue  # load while graphs are captured
            for run in 1 2; do

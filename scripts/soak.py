@@ -241,8 +241,10 @@ class Soak:
             await asyncio.sleep(self.args.sample_s)
 
     async def sample(self) -> dict:
-        row = {"t": round(time.monotonic() - self.start, 1), "rss_mb": await self.rss_mb(), "gpu_mb": gpu_mb(),
-               **await self.memory_metrics()}
+        memory = await self.memory_metrics()
+        rss = self.proc_rss_mb()
+        row = {"t": round(time.monotonic() - self.start, 1), "rss_mb": rss if rss is not None else memory.get("rss_mb"),
+               "gpu_mb": gpu_mb(), **{k: v for k, v in memory.items() if k != "rss_mb"}}
         try:
             h = await self.client.get("/health", timeout=10)
             row["health"] = h.status_code
@@ -257,29 +259,26 @@ class Soak:
         self.memory.append(row)
         return row
 
-    async def rss_mb(self) -> float | None:
+    def proc_rss_mb(self) -> float | None:
+        """The server's VmRSS when it runs here (`--server-pid`)."""
         if self.args.server_pid:
             try:
                 status = Path(f"/proc/{self.args.server_pid}/status").read_text()
                 return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
             except (OSError, AttributeError):
                 pass
-        try:
-            text = (await self.client.get("/metrics", timeout=10)).text
-            m = re.search(r"^aura_omni:resident_memory_bytes ([0-9.e+]+)$", text, re.M)
-            return float(m.group(1)) / 2**20 if m else None
-        except Exception:  # noqa: BLE001
-            return None
+        return None
 
     async def memory_metrics(self) -> dict:
-        """What of the resident memory the C heap has handed out, what is torch's pinned host memory (never trimmed),
-        and what the C heap's trims gave back so far (server/heap_trim.py), in MB, from /metrics."""
+        """From one read of /metrics, in MB: the resident memory (when the server is not local), what of it the C
+        heap has handed out, what is torch's pinned host memory (never trimmed), and what the C heap's trims gave
+        back so far (server/heap_trim.py)."""
         try:
             text = (await self.client.get("/metrics", timeout=10)).text
         except Exception:  # noqa: BLE001 - a sample without them
             return {}
         row = {}
-        for key, name in (("heap_mb", "aura_omni:heap_in_use_bytes"),
+        for key, name in (("rss_mb", "aura_omni:resident_memory_bytes"), ("heap_mb", "aura_omni:heap_in_use_bytes"),
                           ("pinned_mb", "aura_omni:pinned_host_memory_bytes"),
                           ("trimmed_mb", "aura_omni:heap_trim_released_bytes_total")):
             m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)

@@ -47,9 +47,8 @@ def num_frames(num_samples: int) -> int:
     return num_samples // HOP_LENGTH
 
 
-def log_mel_spectrogram(wav: np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
+def log_mel_spectrogram(wav: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
     """16 kHz mono samples [S] -> log-mel features [128, S // 160] (float32). No min-length padding here."""
-    wav = wav.detach().cpu().numpy() if isinstance(wav, torch.Tensor) else wav
     return log_mel_spectrograms([wav], device)[0]
 
 

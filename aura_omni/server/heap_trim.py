@@ -25,13 +25,14 @@ log = logging.getLogger(__name__)
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _malloc_trim():
+def _libc(name: str, restype, argtypes=()):
+    """The C library's function `name`, or None where this C library has none."""
     try:
-        trim = ctypes.CDLL(None).malloc_trim
+        function = getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):
         return None
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim
+    function.restype, function.argtypes = restype, list(argtypes)
+    return function
 
 
 def resident_bytes() -> int:
@@ -48,16 +49,7 @@ class _MallInfo2(ctypes.Structure):
                                                        "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
-def _mallinfo2():
-    try:
-        info = ctypes.CDLL(None).mallinfo2  # glibc 2.33 and later
-    except (OSError, AttributeError):
-        return None
-    info.restype = _MallInfo2
-    return info
-
-
-_MALLINFO2 = _mallinfo2()
+_MALLINFO2 = _libc("mallinfo2", _MallInfo2)  # glibc 2.33 and later
 
 
 def heap_in_use_bytes() -> int | None:
@@ -83,10 +75,9 @@ class HeapTrimmer:
     """Trims the C heap every `interval_s` seconds, from `start(interval_s)` until `stop()`."""
 
     def __init__(self):
-        self.interval_s = 0.0
         self.pauses = LatencyHistogram()
         self.released_bytes = 0
-        self._trim = _malloc_trim()
+        self._trim = _libc("malloc_trim", ctypes.c_int, [ctypes.c_size_t])
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -114,9 +105,8 @@ class HeapTrimmer:
         if self._trim is None:
             log.info("this C library has no malloc_trim: freed heap pages stay resident")
             return
-        self.interval_s = interval_s
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="heap-trim", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(interval_s,), name="heap-trim", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -129,8 +119,8 @@ class HeapTrimmer:
         """The trims' durations and the bytes they gave back in all."""
         return self.pauses.snapshot(), self.released_bytes
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+    def _run(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
             try:
                 self.trim()
             except Exception:  # noqa: BLE001 - a failed trim must not end the server's trimming for good
