@@ -57,6 +57,8 @@
 #        at 8, 16 and 32, and 64 sessions with their commits spread evenly over 2 s (--commit-spread 2)
 #        (CAP_PROFILE64=1: then the 64 sessions again with py-spy on the server, scripts/pyspy_top.py's summary;
 #        CAP_SIZES="32" CAP_SPREAD64=0: only the sizes given, no 64-session run, for a call with little time left)
+# cap32_ray: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with the deploy's stages in Ray actors, one per
+#        stage (needs the trimmed Ray tarball in .whl, scripts/build_ray_trimmed.sh)
 # cap32_cold: configs/aura_omni_duplex_32.yaml at 16 sessions from the moment it is ready, while the background
 #        captures run (session 19's first call saw stages fail there)
 # cap64_trace: cap32's 64 sessions with commits spread over 2 s, with every loop's step trace (ASR, AURA, Talker)
@@ -288,6 +290,20 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
              --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            [ "${CAP_PROFILE64:-0}" = 1 ] && profile64
            stop ;;
+    cap32_ray) # cap32's load (CAP_SIZES, default 32, and the 64 spread) with every stage in a Ray actor of its own: the
+           # stages' threads no longer share one interpreter lock with each other and the event loop
+           mkdir -p /tmp/ray && tar -xJf .whl/ray-trimmed-cp312.tar.xz -C /tmp/ray || continue
+           edited_config configs/aura_omni_duplex_32.yaml "d['distributed_executor_backend'] = 'ray'" /tmp/duplex32_ray.yaml || continue
+           PYTHONPATH=/tmp/ray/site:$PYTHONPATH serve /tmp/duplex32_ray.yaml aura || continue
+           for n in ${CAP_SIZES:-32}; do
+             bench "cap_ray32_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+               --max-concurrency $n --num-prompts $((2 * n)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           done
+           [ "${CAP_SPREAD64:-1}" = 1 ] && bench cap_ray32_s64_spread --backend realtime --model aura --voice Vivian \
+             $TURN --num-warmups 0 --max-concurrency 64 --num-prompts 64 --commit-spread 2 \
+             --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           stop
+           PYTHONPATH=/tmp/ray/site:$PYTHONPATH python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1 ;;
     cap32_cold) WAIT_WARM=0 serve configs/aura_omni_duplex_32.yaml aura || continue  # load while graphs are captured
            for run in 1 2; do
              bench "cap_cold_s16_$run" --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
@@ -336,7 +352,8 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
            bench cap_trace_s32 --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
              --max-concurrency 32 --num-prompts 64 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            stop
-           python3 scripts/step_trace_report.py /tmp/step_trace --worst 2 > "$OUT/trace_report.txt" 2>&1
+           for stage in asr aura talker; do python3 scripts/step_trace_report.py /tmp/step_trace --stage $stage \
+             --worst 1; done > "$OUT/trace_report.txt" 2>&1
            head -c 20000 "$OUT/trace_report.txt"
            tar czf "$OUT/step_trace.tgz" -C /tmp step_trace ;;
     live_vad) serve configs/aura_omni_duplex_8.yaml aura || continue  # turns ended by the server's VAD

@@ -128,7 +128,11 @@ def test_log_mel_matches_whisper_feature_extractor(seconds):
     wav = clip(seconds, seed=7)
     fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=SR, hop_length=160, n_fft=400, chunk_length=30,
                                  padding_value=0.0, return_attention_mask=True, dither=0.0)
-    ref = fe(wav, sampling_rate=SR, padding="longest", return_tensors="pt")
+    ref = fe(wav, sampling_rate=SR, padding="longest", return_tensors="pt")["input_features"][0]
     ours = log_mel_spectrogram(wav)
-    assert ours.shape == (128, len(wav) // 160) == tuple(ref["input_features"][0].shape)
-    torch.testing.assert_close(ours, ref["input_features"][0], atol=1e-5, rtol=0)
+    assert ours.shape == (128, len(wav) // 160) == tuple(ref.shape)
+    # the extractor's default (torch.stft in float32) carries float32 FFT rounding: up to ~1.5e-5 where a bin's power
+    # nearly cancels; its numpy path takes the FFT in float64, as ours does (a DFT matmul), and agrees to rounding
+    torch.testing.assert_close(ours, ref, atol=3e-5, rtol=0)
+    exact = torch.from_numpy(fe._np_extract_fbank_features(wav[None], "cpu")[0][:, :len(wav) // 160]).float()
+    torch.testing.assert_close(ours, exact, atol=1e-6, rtol=0)
