@@ -112,6 +112,7 @@ class Kernels(_Strict):
     gemv: bool | None = None  # one-row Triton GEMVs
     pdl: bool | None = None  # programmatic dependent launch of our Triton kernels
     prefill_graphs: bool | None = None  # CUDA graphs of short prefill steps
+    prefill_graph_tokens: int | None = Field(None, ge=1)  # the longest step they replay (512); longer ones run eagerly
     stage_stream: bool | None = None  # a CUDA stream of the stage's own; asr only
 
 

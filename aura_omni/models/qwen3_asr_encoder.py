@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from aura_omni.layers.device import upload_async
+from aura_omni.models.asr_encoder_graphs import EncoderLayerGraphs
 
 TOKENS_PER_CHUNK = 13  # 100 frames -> 50 -> 25 -> 13 after three stride-2 convs
 # the convolutions run on batches of this many chunks (the last one padded with silent chunks): with cuDNN's
@@ -130,6 +131,13 @@ class Qwen3ASRAudioEncoder(nn.Module):
         self.proj1 = nn.Linear(cfg.d_model, cfg.d_model)
         self.proj2 = nn.Linear(cfg.d_model, cfg.output_dim)
         self.register_buffer("positions", sinusoid_table(TOKENS_PER_CHUNK, cfg.d_model), persistent=False)
+        self.layer_graphs: EncoderLayerGraphs | None = None
+
+    def use_layer_graphs(self, max_windows: int, capture: bool) -> None:
+        """Run the transformer layers of steps of up to `max_windows` windows as CUDA graphs (`capture`), or eagerly
+        over the graphs' padded buffers (tests)."""
+        self.layer_graphs = EncoderLayerGraphs(self.layers, self.config.window_tokens, max_windows,
+                                               self.conv2d1.weight.dtype, self.conv2d1.weight.device, capture)
 
     def forward(self, features: list[torch.Tensor]) -> list[torch.Tensor]:
         """Log-mel features, one [num_mel_bins, L_i] per clip -> audio tokens, one [num_audio_tokens(L_i), output_dim] per clip."""
@@ -186,12 +194,15 @@ class Qwen3ASRAudioEncoder(nn.Module):
         x = self.conv_out(x.permute(0, 3, 1, 2).reshape(n, t, c * f)) + self.positions[:t].to(x.dtype)
         rows = F.pad(x.reshape(n * t, -1), (0, 0, 0, 1))  # the zero row last
         windows = rows.index_select(0, window_rows_d).view(len(lens), width, -1)
-        key_mask = None
-        if lens.min() != width:
-            key_mask = torch.arange(width, device=device)[None, :] < lens_d[:, None]
-        for layer in self.layers:
-            windows = layer(windows, key_mask)
-        real = windows.reshape(len(lens) * width, -1).index_select(0, real_rows_d)
+        layered = None if self.layer_graphs is None else self.layer_graphs(windows, lens_d)
+        if layered is None:
+            key_mask = None
+            if lens.min() != width:
+                key_mask = torch.arange(width, device=device)[None, :] < lens_d[:, None]
+            layered = windows
+            for layer in self.layers:
+                layered = layer(layered, key_mask)
+        real = layered.reshape(len(lens) * width, -1).index_select(0, real_rows_d)
         return self.proj2(F.gelu(self.proj1(self.ln_post(real))))
 
     def _convolve(self, chunks: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,7 @@ def engine_config(stage: Stage, defaults: EngineConfig | None = None, *,
     if k.fast_attention is not None:
         fields["fast_attention"] = k.fast_attention
     fields.update({name: value for name, value in (("gemv", k.gemv), ("pdl", k.pdl), ("prefill_graphs", k.prefill_graphs),
+                                                   ("prefill_graph_tokens", k.prefill_graph_tokens),
                                                    ("stage_stream", k.stage_stream)) if value is not None})
     return dataclasses.replace(defaults, **fields) if defaults is not None else EngineConfig(**fields)
 

@@ -45,3 +45,24 @@ def test_encoder_batch_equals_each_clip_alone():
     for t, a, f in zip(together, alone, feats):
         assert t.shape == (num_audio_tokens(f.shape[1]), 8)
         torch.testing.assert_close(t, a, atol=1e-5, rtol=0)
+
+
+def test_encoder_layers_through_the_graphs_padded_buffers_equal_the_eager_layers():
+    # on CPU the graph path runs eagerly over the same padded buffers: windows padded to a power of two, widths to 32,
+    # 64 or the full window, keys past each window's length masked
+    torch.manual_seed(0)
+    cfg = AudioEncoderConfig(d_model=16, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=32,
+                             output_dim=8, downsample_hidden_size=4)
+    enc = Qwen3ASRAudioEncoder(cfg).eval()
+    graphed = Qwen3ASRAudioEncoder(cfg).eval()
+    graphed.load_state_dict(enc.state_dict())
+    graphed.use_layer_graphs(max_windows=4, capture=False)
+    bursts = [[torch.randn(128, 300)],  # one window of 39 tokens: width 64, 1 window
+              [torch.randn(128, n) for n in (300, 80, 137)],  # 3 windows padded to 4
+              [torch.randn(128, 930)],  # two windows, one of the full 104 tokens
+              [torch.randn(128, 300) for _ in range(5)]]  # more windows than any bucket: eager
+    with torch.no_grad():
+        for feats in bursts:
+            for ours, ref in zip(graphed(feats), enc(feats)):
+                torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+    assert graphed.layer_graphs.counts == [1, 2, 4] and graphed.layer_graphs.widths == [32, 64, 104]

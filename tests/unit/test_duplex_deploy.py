@@ -32,7 +32,12 @@ def test_the_sized_duplex_deploys_differ_from_each_other_only_in_their_batch_bou
     wide = load_deploy_config(CONFIGS / "aura_omni_duplex_32.yaml")
     assert (eight.duplex_session.max_sessions, wide.duplex_session.max_sessions) == (8, 64)
     assert [s.max_num_seqs for s in wide.stages] == [32, 32, 32, 32]
+    # and the ASR stage's prefill graphs, long enough for a burst of 32 clips
+    assert [s.kernels.prefill_graph_tokens for s in wide.stages] == [2048, None, None, None]
+    bounds = ("max_num_seqs", "kernels")
     for a, b in zip(eight.stages, wide.stages):
-        assert {k: v for k, v in a.model_dump().items() if k != "max_num_seqs"} == \
-            {k: v for k, v in b.model_dump().items() if k != "max_num_seqs"}, a.stage_id
+        assert {k: v for k, v in a.model_dump().items() if k not in bounds} == \
+            {k: v for k, v in b.model_dump().items() if k not in bounds}, a.stage_id
+        assert a.kernels.model_copy(update={"prefill_graph_tokens": None}) == \
+            b.kernels.model_copy(update={"prefill_graph_tokens": None}), a.stage_id
     assert eight.codec_streaming() == wide.codec_streaming()

@@ -81,6 +81,8 @@ class AsrService:
         self.max_seconds = min(max_seconds, room)
         self.languages = tuple(model.config.support_languages) or None
         self.engine = LLMEngine(self.model, self.engine_config, list(self.eos_token_ids), name="asr")
+        if model.device.type == "cuda" and not self.engine_config.enforce_eager:  # a burst's clips: a window each
+            model.audio_tower.use_layer_graphs(max(self.engine_config.max_num_seqs, 8), capture=True)
         # the head of the voice chain: on a shared GPU its loop's stream has high priority, so its steps do not queue
         # behind the AURA and Talker steps already issued (audio in, token ids out: nothing crosses on device)
         self.loop = StageLoop(AsrStageEngine(self), model.device, name="asr", priority=-1,
