@@ -7,9 +7,10 @@ committing together, docs/benchmarks.md, session 22). Here the layers of a step 
 
 A step's windows [W, width, D] are copied into a static buffer padded to the bucket's window count (powers of two up
 to `max_windows`) and width (32, 64 or the full 8-second window); every key past a window's length is masked, and
-the padding windows (length 1) are computed and never read. Steps beyond the largest bucket run eagerly. Without
-`capture` (CPU, tests) the same padded path runs eagerly over the same buffers, which is how CI checks all but the
-capture.
+the padding windows (length 1) are computed and never read. A bucket not captured yet, or a step beyond the largest,
+runs the same padded layers eagerly; without `capture` (CPU, tests) every step does, which is how CI checks all but
+the capture. Graphs are captured one at a time (`capture_next`, ~0.16 s each on an H200): a lone clip's before the
+server is ready, the others in its first lull after (pipeline/warmup.py), as Code2Wav's are.
 """
 
 import logging
@@ -44,9 +45,11 @@ class EncoderLayerGraphs:
         self.x = torch.zeros(self.counts[-1], self.widths[-1], d_model, dtype=dtype, device=self.device)
         self.lens = torch.ones(self.counts[-1], dtype=torch.long, device=self.device)
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.capture = capture
+        self._pool = None
         self._streams: list = []
         if capture:
-            self._capture_all()
+            cuda_graph.owns(self, self.graphs, self._streams)
 
     def __call__(self, windows: torch.Tensor, lens: torch.Tensor) -> torch.Tensor | None:
         """windows [W, width, D], lens [W] (keys per window, on the device) -> the layers' output [W, width, D] (a
@@ -72,16 +75,28 @@ class EncoderLayerGraphs:
             x = layer(x, key_mask)
         return x
 
-    def _capture_all(self) -> None:
+    def missing(self, max_windows: int | None = None) -> list[tuple[int, int]]:
+        """(windows, width) buckets not captured yet, of at most `max_windows` windows, the largest first (the pool's
+        blocks then fit every later one)."""
+        if not self.capture:
+            return []
+        return [(c, w) for c in reversed(self.counts) for w in reversed(self.widths)
+                if (c, w) not in self.graphs and (max_windows is None or c <= max_windows)]
+
+    def capture_next(self, max_windows: int | None = None) -> bool:
+        """Capture one missing bucket's graph; False when none is left."""
+        todo = self.missing(max_windows)
+        if not todo:
+            return False
+        count, width = todo[0]
+        if not self._streams:
+            self._streams.append(cuda_graph.private_stream(self.device))
         t0 = time.perf_counter()
-        stream = cuda_graph.private_stream(self.device)
-        self._streams.append(stream)
-        cuda_graph.owns(self, self.graphs, self._streams)
-        pool = None
         with torch.inference_mode():
-            for count in reversed(self.counts):  # the largest first: the pool's blocks fit every later one
-                for width in reversed(self.widths):
-                    graph, out = cuda_graph.capture(lambda: self._layers(count, width), self.device, stream, pool)
-                    pool = graph.pool()
-                    self.graphs[(count, width)] = (graph, out)
-        log.info("ASR encoder: %d layer graphs captured in %.1f s", len(self.graphs), time.perf_counter() - t0)
+            graph, out = cuda_graph.capture(lambda: self._layers(count, width), self.device, self._streams[0],
+                                            self._pool)
+        self._pool = graph.pool()
+        self.graphs[(count, width)] = (graph, out)
+        log.debug("ASR encoder graph of %d windows x %d captured in %.0f ms", count, width,
+                  1000 * (time.perf_counter() - t0))
+        return True

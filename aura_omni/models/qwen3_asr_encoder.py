@@ -134,8 +134,8 @@ class Qwen3ASRAudioEncoder(nn.Module):
         self.layer_graphs: EncoderLayerGraphs | None = None
 
     def use_layer_graphs(self, max_windows: int, capture: bool) -> None:
-        """Run the transformer layers of steps of up to `max_windows` windows as CUDA graphs (`capture`), or eagerly
-        over the graphs' padded buffers (tests)."""
+        """Run the transformer layers of steps of up to `max_windows` windows over padded buffers: replayed from CUDA
+        graphs once captured (`capture`: `layer_graphs.capture_next`), eagerly until then (and on the CPU: tests)."""
         self.layer_graphs = EncoderLayerGraphs(self.layers, self.config.window_tokens, max_windows,
                                                self.conv2d1.weight.dtype, self.conv2d1.weight.device, capture)
 

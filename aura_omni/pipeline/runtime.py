@@ -215,8 +215,8 @@ class Runtime:
         return took
 
     async def warm_after_ready(self) -> None:
-        """What the warm start left for after the server is ready: AURA's grammar machinery, then the Code2Wav graphs
-        of batches of several streams (`/health` and `/metrics` show `graphs_pending` until they are captured). Ray
+        """What the warm start left for after the server is ready: AURA's grammar machinery, then the ASR encoder's
+        graphs of several clips and the Code2Wav graphs of batches of several streams (`/health` and `/metrics` show `graphs_pending` until they are captured). Ray
         actors warm everything first."""
         if self.placement is None:
             from ..pipeline.warmup import capture_after_ready, warm_grammar
@@ -224,7 +224,10 @@ class Runtime:
             took = await warm_grammar(self.models.get(AURA))
             if took:
                 log.info("background warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
-            await capture_after_ready(self.models.get(TALKER), self.busy)
+            asr, tts = self.models.get(ASR), self.models.get(TALKER)
+            loops = [getattr(asr, "loop", None)] + [getattr(t, "code2wav_loop", None) for t in (tts.facades if tts else [])]
+            loops = [loop for loop in loops if loop is not None]
+            await capture_after_ready(loops, self.busy)
 
     def busy(self) -> bool:
         """Whether any stage holds a request (queued or in flight)."""

@@ -6,6 +6,7 @@ request shaped like a live turn's (clips, camera frames, a first codec chunk and
 """
 
 import asyncio
+import collections
 import logging
 import time
 from functools import partial
@@ -44,6 +45,11 @@ async def warm_up(asr=None, aura=None, tts=None, *, frames=(), initial_chunk_fra
     took = {}
     if asr is not None:
         t = time.perf_counter()
+        loop = getattr(asr, "loop", None)  # the audio encoder's layer graphs: every bucket, or a lone clip's (the
+        essential = {} if all_graphs else {"max_windows": ESSENTIAL_ASR_WINDOWS}  # rest after ready)
+        while loop is not None and await asyncio.wrap_future(
+                loop.call(partial(loop.engine.capture_next_graph, **essential))):
+            pass
         for k, seconds in enumerate(ASR_CLIPS_S):
             await asr.atranscribe([(_tone(seconds, SR_ASR), SR_ASR)], max_new_tokens=4, request_id=f"warmup-asr{k}")
         took["asr"] = time.perf_counter() - t
@@ -101,22 +107,21 @@ async def warm_grammar(aura) -> dict[str, float]:
 # meanwhile waits that long for its audio. But not longer than MAX_POSTPONE_S: until the graphs of several streams
 # are captured, a batch goes through the lone-stream ones in turns (0.36 s a step for 16 streams), so a server that
 # starts under steady load must still get them (docs/benchmarks.md, session 19).
+ESSENTIAL_ASR_WINDOWS = 1  # a lone clip of up to 8 s: its encoder graphs are captured before the server is ready
 QUIET_BEFORE_CAPTURE_S = 1.0
 MAX_POSTPONE_S = 3.0
 
 
-async def capture_after_ready(tts, busy: Callable[[], bool] = lambda: False, idle_poll_s: float = 0.1,
+async def capture_after_ready(loops: list, busy: Callable[[], bool] = lambda: False, idle_poll_s: float = 0.1,
                               quiet_s: float = QUIET_BEFORE_CAPTURE_S, max_postpone_s: float = MAX_POSTPONE_S) -> int:
-    """The Code2Wav graphs the warm start left (batches of more than `ESSENTIAL_BUCKET` streams), one loop call at a
-    time, each once the server has had no work for `quiet_s` (`busy()`: a stage holds a request), or, under steady
-    load, `max_postpone_s` after the last; always only while no Code2Wav stream is open. Meanwhile such batches go
-    through the captured graphs in turns (/health's `warming` says how many are left). Returns how many were
-    captured."""
-    captured = 0
-    for talker in tts.facades if tts is not None else []:
-        loop = getattr(talker, "code2wav_loop", None)
-        if loop is None:
-            continue
+    """The CUDA graphs the warm start left (the ASR encoder's of several clips, Code2Wav's of batches of more than
+    `ESSENTIAL_BUCKET` streams), one loop call at a time, each once the server has had no work for `quiet_s`
+    (`busy()`: a stage holds a request), or, under steady load, `max_postpone_s` after the last; always only while the
+    loop's own stage is idle (`when_idle`). Meanwhile such steps run eagerly or through the captured graphs in turns
+    (/health's `warming` says how many are left). `loops`: stage loops whose engine has `graphs_missing` and
+    `capture_next_graph`. Returns how many were captured."""
+    captured = collections.Counter()
+    for loop in loops:
         quiet_since, waiting_since = None, time.perf_counter()
         while loop.engine.graphs_missing():
             now = time.perf_counter()
@@ -126,13 +131,13 @@ async def capture_after_ready(tts, busy: Callable[[], bool] = lambda: False, idl
                 quiet_since = now
             due = (quiet_since is not None and now - quiet_since >= quiet_s) or now - waiting_since >= max_postpone_s
             if due and await asyncio.wrap_future(loop.call(partial(loop.engine.capture_next_graph, when_idle=True))):
-                captured += 1
+                captured[loop.name] += 1
                 waiting_since = time.perf_counter()
                 continue
             await asyncio.sleep(idle_poll_s)
     if captured:
-        log.info("background warm start: %d Code2Wav graphs captured", captured)
-    return captured
+        log.info("background warm start: graphs captured: %s", ", ".join(f"{k} {n}" for k, n in captured.items()))
+    return sum(captured.values())
 
 
 async def _burst(talker, initial_chunk_frames: int, chunk_frames: int, name: str) -> None:

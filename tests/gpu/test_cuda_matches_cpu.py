@@ -236,6 +236,27 @@ def test_asr_transcript_tokens_match_cpu(tiny):
     assert outs["cuda"] == outs["cpu"]
 
 
+def test_asr_encoder_layer_graphs_replay_the_eager_layers(tiny):
+    """Every bucket captured (the largest first, sharing one pool), then bursts of clips of mixed lengths replay
+    them with new features each time and equal the eager encoder; a step past the largest bucket stays eager."""
+    from aura_omni.models.qwen3_asr import Qwen3ASR
+
+    model = Qwen3ASR.from_pretrained(tiny["asr"], device="cuda", dtype=torch.float32)
+    eager = Qwen3ASR.from_pretrained(tiny["asr"], device="cuda", dtype=torch.float32).audio_tower
+    tower = model.audio_tower
+    tower.use_layer_graphs(max_windows=4, capture=True)
+    assert tower.layer_graphs.missing(1) == [(1, 104), (1, 64), (1, 32)]
+    while tower.layer_graphs.capture_next():
+        pass
+    assert not tower.layer_graphs.missing() and len(tower.layer_graphs.graphs) == 9
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        for lengths in [(300,), (300, 80, 137), (930,), (300,) * 5, (137, 300)]:
+            feats = [torch.randn(128, n, device="cuda") for n in lengths]
+            for got, want in zip(tower(feats), eager(feats)):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_asr_does_not_wait_for_other_stages_work_on_the_gpu(tiny):
     """The ASR stage runs on its own stream: a transcription finishes while earlier work of the other stages (here a
     long spin on the default stream) is still running, with the same tokens."""

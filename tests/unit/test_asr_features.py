@@ -66,3 +66,4 @@ def test_encoder_layers_through_the_graphs_padded_buffers_equal_the_eager_layers
             for ours, ref in zip(graphed(feats), enc(feats)):
                 torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
     assert graphed.layer_graphs.counts == [1, 2, 4] and graphed.layer_graphs.widths == [32, 64, 104]
+

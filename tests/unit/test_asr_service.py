@@ -310,3 +310,26 @@ def test_a_stages_stall_limit_is_its_deploy_key(ckpt):
     finally:
         service.close()
     assert default_stall_s(torch.device("cpu")) == 600 and default_stall_s(torch.device("cuda", 0)) == 60
+
+
+def test_the_stage_captures_encoder_graphs_only_while_it_holds_no_request(ckpt):
+    """A capture holds the stage's loop: the server's lull captures (`when_idle`) wait while a clip is in the stage;
+    the warm start's (before the server is ready) do not."""
+    from types import SimpleNamespace
+
+    from aura_omni.stages.asr.service import AsrJob, AsrStageEngine
+
+    service = AsrService.from_pretrained(ckpt)
+    try:
+        taken = []
+        service.model.audio_tower.layer_graphs = SimpleNamespace(
+            missing=lambda: [(2, 64)], capture_next=lambda max_windows=None: taken.append(max_windows) or True)
+        engine = AsrStageEngine(service)  # driven here, not by the loop's thread
+        assert engine.stats()["graphs_pending"] == 1
+        engine.add("busy", AsrJob([(tone(1.0), SR)], None, None, SamplingParams(max_tokens=2)))
+        assert engine.capture_next_graph(when_idle=True) is False and taken == []
+        assert engine.capture_next_graph(max_windows=1) is True and taken == [1]
+        engine.abort("busy")
+        assert engine.capture_next_graph(when_idle=True) is True and taken == [1, None]
+    finally:
+        service.close()

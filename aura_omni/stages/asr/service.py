@@ -82,7 +82,7 @@ class AsrService:
         self.languages = tuple(model.config.support_languages) or None
         self.engine = LLMEngine(self.model, self.engine_config, list(self.eos_token_ids), name="asr")
         if model.device.type == "cuda" and not self.engine_config.enforce_eager:  # a burst's clips: a window each
-            model.audio_tower.use_layer_graphs(max(self.engine_config.max_num_seqs, 8), capture=True)
+            model.audio_tower.use_layer_graphs(max(self.engine_config.max_num_seqs, 8), capture=True)  # captured later
         # the head of the voice chain: on a shared GPU its loop's stream has high priority, so its steps do not queue
         # behind the AURA and Talker steps already issued (audio in, token ids out: nothing crosses on device)
         self.loop = StageLoop(AsrStageEngine(self), model.device, name="asr", priority=-1,
@@ -286,8 +286,21 @@ class AsrStageEngine:
             return StageOutput(request_id, [ids[k] for k in run.live], True)
         return StageOutput(request_id, self.service.finish(run.pieces, ids, len(run.job.audios)), True)
 
+    def capture_next_graph(self, max_windows: int | None = None, when_idle: bool = False) -> bool:
+        """Capture one of the audio encoder's missing layer graphs (steps of up to `max_windows` windows); False when
+        none is left, or with `when_idle` while the stage holds a request. The warm start captures a lone clip's, the
+        server the rest once it is ready (pipeline/warmup.py)."""
+        graphs = self.service.model.audio_tower.layer_graphs
+        if graphs is None or when_idle and self.has_work():
+            return False
+        return graphs.capture_next(max_windows)
+
+    def graphs_missing(self) -> int:
+        graphs = self.service.model.audio_tower.layer_graphs
+        return len(graphs.missing()) if graphs is not None else 0
+
     def stats(self) -> dict[str, float]:
-        return self.service.engine.stats()
+        return {**self.service.engine.stats(), "graphs_pending": self.graphs_missing()}
 
 
 def load_asr_stage(stage, device: str, dtype: torch.dtype, load_format: str) -> AsrService:
