@@ -215,9 +215,9 @@ class Runtime:
         return took
 
     async def warm_after_ready(self) -> None:
-        """What the warm start left for after the server is ready: AURA's grammar machinery, then the ASR encoder's
-        graphs of several clips and the Code2Wav graphs of batches of several streams (`/health` and `/metrics` show `graphs_pending` until they are captured). Ray
-        actors warm everything first."""
+        """What the warm start left for after the server is ready: AURA's grammar machinery, then the Code2Wav graphs
+        of batches of several streams and the ASR encoder's of several clips (`/health` and `/metrics` show
+        `graphs_pending` until they are captured). Ray actors warm everything first."""
         if self.placement is None:
             from ..pipeline.warmup import capture_after_ready, warm_grammar
 
@@ -225,7 +225,9 @@ class Runtime:
             if took:
                 log.info("background warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
             asr, tts = self.models.get(ASR), self.models.get(TALKER)
-            loops = [getattr(asr, "loop", None)] + [getattr(t, "code2wav_loop", None) for t in (tts.facades if tts else [])]
+            # Code2Wav's first: until they are captured a batch of streams goes through a lone stream's graphs in
+            # turns, while an ASR step without its encoder's graphs only runs the layers eagerly
+            loops = [getattr(t, "code2wav_loop", None) for t in (tts.facades if tts else [])] + [getattr(asr, "loop", None)]
             loops = [loop for loop in loops if loop is not None]
             await capture_after_ready(loops, self.busy)
 
