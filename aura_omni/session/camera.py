@@ -26,7 +26,7 @@ class Camera:
     def _init_camera(self) -> None:
         self.frames = FrameWindow(self.config.max_frames, self.config.frame_filter_threshold)
         self._new_frames = False
-        self._last_frame_b64: str | None = None  # the last video frame received, as sent
+        self._last_frames_b64: tuple[str, ...] = ()  # the last frame-bearing append's video frames, as sent
         # (window version, the task making its AURA vision input and then encoding it, the input once made)
         self._clip: tuple[int, asyncio.Task, asyncio.Future] | None = None
 
@@ -45,18 +45,18 @@ class Camera:
             check_aspect(image.height, image.width)  # the vision encoder's bound: refused here, not in AURA's stage
             return np.asarray(image, dtype=np.uint8), thumbnail(image)
 
-        # a client may resend its latest frame with every audio chunk: a frame byte-equal to the last one received
-        # is that frame again, which the window would drop as a duplicate after decoding it (milliseconds a frame,
-        # in the events' order, so a commit would wait behind them)
-        fresh = [f for f in frames[-self.config.max_frames:] if f != self._last_frame_b64]
-        if not fresh:
-            return []
-        try:
-            decoded = await asyncio.to_thread(lambda: [decode(f) for f in fresh])
-        except (MediaError, ValueError) as e:
-            raise ClientError("invalid_video_frames", f"video_frames: {e}", "video_frames") from None
-        self._last_frame_b64 = fresh[-1]
-        return decoded
+        # a client may resend its latest frame, or its latest few, with every audio chunk: a frame byte-equal to one
+        # of the last append's is that frame again, which the window would drop as a duplicate after decoding it
+        # (milliseconds a frame, in the events' order, so a commit would wait behind them)
+        kept = tuple(frames[-self.config.max_frames:])
+        fresh = [f for f in kept if f not in self._last_frames_b64]
+        if fresh:
+            try:
+                decoded = await asyncio.to_thread(lambda: [decode(f) for f in fresh])
+            except (MediaError, ValueError) as e:
+                raise ClientError("invalid_video_frames", f"video_frames: {e}", "video_frames") from None
+        self._last_frames_b64 = kept or self._last_frames_b64
+        return decoded if fresh else []
 
     def _prepare_clip(self) -> None:
         """Start making the camera window's vision input as its frames arrive, then encoding it into AURA's vision

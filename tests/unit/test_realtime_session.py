@@ -711,9 +711,17 @@ async def test_a_frame_resent_with_every_chunk_is_decoded_once(monkeypatch):
     assert len(decoded) == 1 and len(s.frames.frames) == 1
     await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[red, blue])
     assert len(decoded) == 2 and len(s.frames.frames) == 2  # only the new frame of the list is decoded
+    for _ in range(3):  # the last two resent with every chunk (the benchmark's two-frame turns)
+        await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[red, blue])
+    assert len(decoded) == 2 and len(s.frames.frames) == 2
     s._new_frames = False
     await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[blue])
     assert len(decoded) == 2 and s._new_frames
+    green = jpeg_b64((0, 255, 0))
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[blue, green])
+    assert len(decoded) == 3  # only the new one
+    await s.send("input_audio_buffer.append", audio=pcm_b64(), video_frames=[red])
+    assert len(decoded) == 4  # not among the last append's: decoded again
     await s.close()
 
 
