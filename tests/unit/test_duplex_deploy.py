@@ -32,8 +32,8 @@ def test_the_sized_duplex_deploys_differ_from_each_other_only_in_their_batch_bou
     wide = load_deploy_config(CONFIGS / "aura_omni_duplex_32.yaml")
     assert (eight.duplex_session.max_sessions, wide.duplex_session.max_sessions) == (8, 64)
     assert [s.max_num_seqs for s in wide.stages] == [32, 32, 32, 32]
-    # and the ASR stage's prefill graphs, long enough for a burst of 32 clips
-    assert [s.kernels.prefill_graph_tokens for s in wide.stages] == [2048, None, None, None]
+    # and the prefill graphs of ASR and AURA, long enough for a burst of 32 clips and of 32 turns' words
+    assert [s.kernels.prefill_graph_tokens for s in wide.stages] == [2048, 1024, None, None]
     bounds = ("max_num_seqs", "kernels")
     for a, b in zip(eight.stages, wide.stages):
         assert {k: v for k, v in a.model_dump().items() if k not in bounds} == \
