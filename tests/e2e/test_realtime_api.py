@@ -85,11 +85,15 @@ class Client:
     async def send(self, type_: str, **fields) -> None:
         await self.ws.send(json.dumps({"type": type_, **fields}))
 
+    async def next(self, timeout: float = 60.0) -> dict:
+        event = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+        self.log.append(event)
+        return event
+
     async def until(self, *types: str, timeout: float = 60.0) -> list[dict]:
         out = []
         while True:
-            event = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
-            self.log.append(event)
+            event = await self.next(timeout)
             out.append(event)
             if event["type"] in types:
                 return out
@@ -337,15 +341,19 @@ async def test_a_dropped_duplex_session_is_resumed_with_the_events_it_missed(ws_
     async with connect(ws_url, "/v1/duplex", f"?model={MODEL}&autostart=0") as b:
         await b.send("session.resume", session_id=created["session"]["id"], resume_token=created["resume_token"],
                      last_received_server_event_seq=last)
-        events = await b.until("response.done")
-        resumed = events[0]
-        assert resumed["type"] == "session.resumed" and resumed["session_id"] == created["session"]["id"]
+        resumed = (await b.until("session.resumed"))[-1]
+        assert resumed["session_id"] == created["session"]["id"] and b.log == [resumed]
         assert resumed["attachment_generation"] == 2 and resumed["resume_token"] != created["resume_token"]
+        events = [resumed]  # then the replay (seqs before the resumed event's), then what comes later
+        while not (any(e["type"] == "response.done" for e in events)
+                   and events[-1]["server_event_seq"] >= resumed["server_event_seq"] - 1):
+            events.append(await b.next())  # the reply may have ended while detached: its done is in the replay
         seqs = [e["server_event_seq"] for e in events]
         assert sorted(seqs) == list(range(last + 1, last + 1 + len(seqs)))  # none missing, none twice
-        after = [q for q in seqs[1:] if q < resumed["server_event_seq"]]
-        assert after == sorted(after) and len(after) > 0  # the replay, in order, then what came later
-        assert events[-1]["response"]["status"] == "completed"
+        replay = [q for q in seqs[1:] if q < resumed["server_event_seq"]]
+        assert replay == seqs[1:1 + len(replay)] == sorted(replay) and len(replay) > 0
+        done = next(e for e in events if e["type"] == "response.done")
+        assert done["response"]["status"] == "completed"
         async with connect(ws_url, "/v1/duplex", f"?model={MODEL}") as c:  # the rotated-out token is refused
             await c.send("session.resume", session_id=created["session"]["id"],
                          resume_token=created["resume_token"], last_received_server_event_seq=last)
