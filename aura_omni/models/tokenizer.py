@@ -5,13 +5,26 @@ from pathlib import Path
 
 _import_ahead: threading.Thread | None = None
 
+# Words whose BPE merges the Rust tokenizer keeps (its default is 10,000). The cache only ever fills: with replies
+# of novel words (random weights, names, numbers) it grows for hours towards ~6 MiB per tokenizer, which a soak
+# reads as a leak. 1,000 fill within a warm-up and cost ~15 us per 200 characters encoded (docs/reliability.md).
+BPE_WORD_CACHE = 1000
+
 
 def load_tokenizer(ckpt: str | Path):
     """The tokenizer in a checkpoint directory (for dummy weights: qwen_vocab.dummy_tokenizer_dir)."""
     wait_for_import()
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(ckpt))
+    return bound_word_cache(AutoTokenizer.from_pretrained(str(ckpt)))
+
+
+def bound_word_cache(tokenizer, words: int = BPE_WORD_CACHE):
+    """Cap the BPE word cache of a transformers tokenizer backed by `tokenizers` (a no-op for any other)."""
+    model = getattr(getattr(tokenizer, "_tokenizer", None), "model", None)
+    if hasattr(model, "_resize_cache"):
+        model._resize_cache(words)
+    return tokenizer
 
 
 def import_ahead() -> None:

@@ -9,7 +9,7 @@ import torch
 
 from aura_omni.models.loader import init_dummy, iter_tensors, load_into
 from aura_omni.models.qwen3_tts.checkpoint_config import Qwen3TTSConfig
-from aura_omni.models.tokenizer import wait_for_import
+from aura_omni.models.tokenizer import bound_word_cache, wait_for_import
 
 
 def load_tokenizer(ckpt: Path):
@@ -21,9 +21,9 @@ def load_tokenizer(ckpt: Path):
     except ImportError:  # pragma: no cover - transformers 5 keeps only the fast class as Qwen2Tokenizer
         from transformers import Qwen2Tokenizer as cls
     try:
-        return cls.from_pretrained(str(ckpt))
+        return bound_word_cache(cls.from_pretrained(str(ckpt)))
     except Exception:  # pragma: no cover - unusual layouts
-        return AutoTokenizer.from_pretrained(str(ckpt))
+        return bound_word_cache(AutoTokenizer.from_pretrained(str(ckpt)))
 
 
 def code2wav_device(code2wav) -> torch.device:

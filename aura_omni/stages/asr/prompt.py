@@ -7,21 +7,9 @@ The text around the pads is tokenized in two pieces; both cut at special tokens,
 splits on anyway, so the ids equal tokenizing the whole string.
 """
 
-from pathlib import Path
-
 AUDIO_PAD = "<|audio_pad|>"
 ASR_TEXT = "<asr_text>"
 ASR_TEXT_ID = 151704  # <asr_text>: separates "language X" from the transcript
-
-
-def load_asr_tokenizer(ckpt: str | Path):
-    """The checkpoint's Qwen2 tokenizer (vocab.json + merges.txt + tokenizer_config.json)."""
-    from aura_omni.models.tokenizer import wait_for_import
-
-    wait_for_import()
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(ckpt))
 
 
 class AsrPromptBuilder:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from aura_omni.stages.asr.prompt import ASR_TEXT_ID, AsrPromptBuilder, load_asr_tokenizer
+from aura_omni.stages.asr.prompt import ASR_TEXT_ID, AsrPromptBuilder
 from aura_omni.stages.asr.split import MAX_ASR_INPUT_SECONDS, split_long_audio
 from aura_omni.stages.asr.transcript import Transcript, join_texts, merge_languages, normalize_language, parse_asr_output
 from aura_omni.engine.engine_config import EngineConfig
@@ -22,6 +22,7 @@ from aura_omni.engine.sequence import MultimodalPrompt
 from aura_omni.media.asr_features import SAMPLE_RATE, log_mel_spectrograms, num_frames, pad_to_min_length
 from aura_omni.media.audio import AudioDecodeError, resample
 from aura_omni.models.loader import resolve_checkpoint
+from aura_omni.models.tokenizer import load_tokenizer
 from aura_omni.models.qwen3_asr import Qwen3ASR, load_generation_eos
 from aura_omni.models.qwen3_asr_encoder import TOKENS_PER_CHUNK, num_audio_tokens
 from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
@@ -97,9 +98,9 @@ class AsrService:
         net = Qwen3ASR.from_pretrained(model, dtype=dtype, device=device, load_format=load_format)
         if load_format == "dummy":
             tok_dir = tokenizer or dummy_tokenizer_dir("asr")
-            return cls(net, load_asr_tokenizer(tok_dir), **kw)
+            return cls(net, load_tokenizer(tok_dir), **kw)
         ckpt = resolve_checkpoint(model)
-        return cls(net, load_asr_tokenizer(tokenizer or ckpt), eos_token_ids=load_generation_eos(ckpt), **kw)
+        return cls(net, load_tokenizer(tokenizer or ckpt), eos_token_ids=load_generation_eos(ckpt), **kw)
 
     # ---- request -> model inputs ---------------------------------------------------------------
     def prepare(self, audios: list[tuple[np.ndarray, int]], language: str | None = None,
