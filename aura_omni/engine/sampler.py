@@ -5,6 +5,9 @@ allowed tokens (one bitmask for the batch's constrained rows, engine/grammar.py)
 frequency penalties -> greedy rows take the argmax here -> temperature -> top_k -> top_p -> min_p -> draw.
 Drawing uses the exponential race (argmax p / E, E ~ Exp(1)), which is exactly a categorical draw; a row with a
 seed draws its E from its own torch.Generator, so its tokens do not depend on which other requests share the batch.
+The other rows draw from the sampler's own generator, never the process's default: while any CUDA graph is being
+captured (another stage's graphs, captured in the server's lulls) torch locks the default CUDA generator, and a draw
+from it on another thread fails the step ("Offset increment outside graph capture").
 """
 
 from typing import Protocol, Sequence
@@ -33,6 +36,17 @@ def is_plain_greedy(state: SamplingState) -> bool:
 
 
 class Sampler:
+    def __init__(self) -> None:
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        """The unseeded rows' generator on `device`, seeded from torch's default one (so `torch.manual_seed` still
+        makes a run repeatable) and never registered with a CUDA graph."""
+        if device not in self._generators:
+            seed = int(torch.randint(0, 2**62, (1,)))
+            self._generators[device] = torch.Generator(device=device).manual_seed(seed)
+        return self._generators[device]
+
     def __call__(self, logits: torch.Tensor, states: Sequence[SamplingState]) -> torch.Tensor:
         """logits [B, V] -> sampled token ids [B] (long, on the logits' device)."""
         if all(is_plain_greedy(s) for s in states):
@@ -55,7 +69,7 @@ class Sampler:
             logits = self._top_k_top_p(logits, params)
         if any(p.min_p > 0 for p in params):
             logits = self._min_p(logits, params)
-        sampled = self._draw(logits.softmax(-1), states)
+        sampled = self._draw(logits.softmax(-1), states, self._generator(logits.device))
         return torch.where(greedy, greedy_ids, sampled)
 
     @staticmethod
@@ -130,8 +144,8 @@ class Sampler:
         return logits.masked_fill(probs < min_p * probs.max(-1, keepdim=True).values, float("-inf"))
 
     @staticmethod
-    def _draw(probs: torch.Tensor, states: Sequence[SamplingState]) -> torch.Tensor:
-        race = torch.empty_like(probs).exponential_()
+    def _draw(probs: torch.Tensor, states: Sequence[SamplingState], generator: torch.Generator) -> torch.Tensor:
+        race = torch.empty_like(probs).exponential_(generator=generator)
         for i, s in enumerate(states):
             if s.params.seed is not None:
                 if s.generator is None:

@@ -136,3 +136,25 @@ def test_bad_params_raise_value_error(kwargs):
 def test_extreme_but_valid_params_sample():
     state = State(SamplingParams(temperature=1.0, seed=2**64 - 1, top_k=2**31 - 1, logit_bias={0: float("-inf")}))
     assert Sampler()(torch.tensor([[0.0, 1.0, 2.0]]), [state]).item() in (1, 2)
+
+
+def test_unseeded_draws_leave_the_process_generator_alone():
+    """A CUDA graph captured on another thread locks torch's default generator: the draws must not touch it."""
+    torch.manual_seed(0)
+    sampler = Sampler()
+    row = torch.tensor([[1.0, 1.0, 1.0, 1.0]])
+    sampler(row, [State(SamplingParams(temperature=1.0))])  # the sampler's generator seeded from the default one
+    before = torch.random.get_rng_state()
+    seen = {int(sampler(row, [State(SamplingParams(temperature=1.0))])[0]) for _ in range(200)}
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert seen == {0, 1, 2, 3}
+
+
+def test_unseeded_draws_repeat_after_manual_seed():
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        sampler = Sampler()
+        row = torch.tensor([[0.0] * 16])
+        runs.append([int(sampler(row, [State(SamplingParams(temperature=1.0))])[0]) for _ in range(30)])
+    assert runs[0] == runs[1]
