@@ -27,15 +27,19 @@ def test_sampling_on_one_thread_while_another_captures_a_graph():
     logits = torch.randn(4, 1000, device=device)  # before the capture: it locks the default generator
     capturing, sampled = threading.Event(), threading.Event()
 
-    def body():
-        capturing.set()
-        sampled.wait(30)  # the capture stays open until the other thread has drawn
+    calls = []
+
+    def body():  # called twice: a warm-up on the capture's stream (cuBLAS's handle), then under capture
+        calls.append(1)
+        if len(calls) == 2:
+            capturing.set()
+            sampled.wait(30)  # the capture stays open until the other thread has drawn
         return x @ x
 
     stream = cuda_graph.private_stream("cuda")
     result = {}
     capture = threading.Thread(target=lambda: result.setdefault(
-        "graph", cuda_graph.capture(body, device, stream, warmups=0)))
+        "graph", cuda_graph.capture(body, device, stream)))
     capture.start()
     assert capturing.wait(30)
     try:
