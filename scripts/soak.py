@@ -34,6 +34,10 @@ the run, at least 1); every stage idle on `/health` (nothing running, queued or 
 few seconds after the load stops. The exit status is 0 on a pass. Apart from the pass, it prints a flatness verdict:
 RSS at the end (the mean of the last 3 samples) within ±`--flat-limit` (1%) of RSS after warm-up, with the slope in
 MB a minute (`rss_flat` in the report).
+
+The load starts once the server's background warm start is done (`/health` lists no stage `warming`; up to
+`--warm-timeout` s): each CUDA graph it captures holds host and device memory for good, and one captured under the
+soak's load would read as growth. A sample taken while some stage is still warming records it (`warming`).
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ class Soak:
         self.errors: Counter = Counter()
         self.error_examples: dict[str, str] = {}
         self.memory: list[dict] = []
+        self.warm_wait_s = 0.0
         self.start = time.monotonic()
 
     # ------------------------------------------------------------------ jobs
@@ -251,8 +256,11 @@ class Soak:
             if h.status_code != 200:
                 self.error("health", f"http_{h.status_code}", h.text[:300])
             else:  # per stage: requests in flight and seconds spent in steps so far (which stage a stall is in)
+                body = h.json()
                 row["stages"] = {k: {"in_flight": v.get("in_flight"), "busy_s": round(v.get("busy_s", 0), 1)}
-                                 for k, v in h.json().get("stages", {}).items()}
+                                 for k, v in body.get("stages", {}).items()}
+                if body.get("warming"):  # graphs still captured in the background: memory that is not growth
+                    row["warming"] = body["warming"]
         except Exception as e:  # noqa: BLE001
             row["health"] = None
             self.error("health", type(e).__name__, str(e))
@@ -302,7 +310,8 @@ class Soak:
                   + "".join(f"({key[:-3]} {mem[key]} MB)  " for key in ("heap_mb", "pinned_mb")
                             if mem.get(key) is not None)
                   + "  ".join(f"{k} p50 {p[0]:.2f} p95 {p[1]:.2f}" for k, p in percentiles(window).items())
-                  + f"  | {stages}", flush=True)
+                  + f"  | {stages}" + (f"  | warming {mem['warming']}" if mem.get("warming") else ""),
+                  flush=True)
             now = await breakdown.scrape(self.client, self.base, self.headers)
             for line in breakdown.lines(breakdown.means(scraped, now), prefix="    "):  # the minute's waits
                 print(line, flush=True)
@@ -310,7 +319,26 @@ class Soak:
             for kind, n in self.errors.items():  # what failed so far, with an example, while it runs
                 print(f"    {kind}: {n}  e.g. {self.error_examples.get(kind, '')[:160]}", flush=True)
 
+    async def wait_warm(self) -> float:
+        """Until `/health` lists no stage `warming` (CUDA graphs the server captures in its lulls after ready,
+        pipeline/warmup.py), at most --warm-timeout seconds: the soak measures the served steady state, and a
+        capture under its load would read as growth. Returns the seconds waited; the clock starts after."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < self.args.warm_timeout:
+            try:
+                if not (await self.client.get("/health", timeout=10)).json().get("warming"):
+                    break
+            except (httpx.HTTPError, ValueError):
+                pass
+            await asyncio.sleep(1.0)
+        waited = time.monotonic() - t0
+        if waited >= 1:
+            print(f"waited {waited:.0f} s for the server's background warm start", flush=True)
+        self.start = time.monotonic()
+        return waited
+
     async def run(self) -> dict:
+        self.warm_wait_s = await self.wait_warm()
         deadline = self.start + self.args.minutes * 60
         await self.sample()
         await asyncio.gather(self.sampler(deadline), self.reporter(deadline),
@@ -354,6 +382,7 @@ class Soak:
         outcomes = Counter(f"{r[1]}:{r[2]}" for r in self.results)
         report = {
             "url": self.base, "minutes": self.args.minutes, "concurrency": self.args.concurrency,
+            "warm_wait_s": round(self.warm_wait_s, 1),
             "jobs": len(self.results), "outcomes": dict(sorted(outcomes.items())),
             "unexpected_errors": sum(self.errors.values()), "errors_by_kind": dict(self.errors),
             "error_examples": self.error_examples,
@@ -467,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=2)
     p.add_argument("--server-pid", type=int)
     p.add_argument("--sample-s", type=float, default=10)
+    p.add_argument("--warm-timeout", type=float, default=600,
+                   help="wait up to this long for /health to stop listing `warming` stages before the load (0: not)")
     p.add_argument("--job-timeout", type=float, default=120)
     p.add_argument("--aura-tokens", type=int, default=16)
     p.add_argument("--tts-tokens", type=int, default=24)
