@@ -292,8 +292,10 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
            stop ;;
     cap32_ray) # cap32's load (CAP_SIZES, default 32, and the 64 spread) with every stage in a Ray actor of its own: the
            # stages' threads no longer share one interpreter lock with each other and the event loop
+           # (CAP_RAY_STAGES=asr: only the stages named, e.g. ASR in an actor and the rest in process; `ray_stages`)
            mkdir -p /tmp/ray && tar -xJf .whl/ray-trimmed-cp312.tar.xz -C /tmp/ray || continue
-           edited_config configs/aura_omni_duplex_32.yaml "d['distributed_executor_backend'] = 'ray'" /tmp/duplex32_ray.yaml || continue
+           edited_config configs/aura_omni_duplex_32.yaml "d['distributed_executor_backend'] = 'ray'
+if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /tmp/duplex32_ray.yaml || continue
            PYTHONPATH=/tmp/ray/site:$PYTHONPATH serve /tmp/duplex32_ray.yaml aura || continue
            for n in ${CAP_SIZES:-32}; do
              bench "cap_ray32_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \

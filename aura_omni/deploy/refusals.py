@@ -108,12 +108,26 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
         out.append((f"platforms.{name}", f"a platform is one of {', '.join(PLATFORMS)} (a stage device's kind)"))
     if cfg.ray_address is not None and cfg.distributed_executor_backend != "ray":
         out.append(("ray_address", "a Ray cluster serves stages only with distributed_executor_backend: ray"))
+    if cfg.ray_stages is not None:
+        roles = {cfg.role_of(st) for st in cfg.stages}
+        if cfg.distributed_executor_backend != "ray":
+            out.append(("ray_stages", "names the stages that run as Ray actors: set distributed_executor_backend: "
+                                      "ray"))
+        elif not cfg.ray_stages:
+            out.append(("ray_stages", "name at least one stage (leave it out for every stage in Ray actors)"))
+        for j, name in enumerate(cfg.ray_stages):
+            if name == CODE2WAV:
+                out.append((f"ray_stages[{j}]", f"{CODE2WAV} runs in its Talker's actor: name {TALKER}"))
+            elif name not in roles:
+                out.append((f"ray_stages[{j}]", f"no stage has role {name!r} (here: {', '.join(sorted(roles))})"))
     gpu_shares: dict[str, list[float]] = {}
     for i, st in enumerate(cfg.stages):
         role, where, given = cfg.role_of(st), f"stages[{i}]", st.model_fields_set
         if st.num_replicas > 1 and cfg.distributed_executor_backend != "ray":
             out.append((f"{where}.num_replicas", "replicas are Ray actors: set distributed_executor_backend: ray "
                                                  "(or serve --distributed-executor-backend ray)"))
+        elif st.num_replicas > 1 and role != CODE2WAV and not cfg.in_ray(st):
+            out.append((f"{where}.num_replicas", f"replicas are Ray actors: name {role} in ray_stages"))
         if "," in st.devices:
             out.append((f"{where}.devices", f"a stage runs on one device in this build (got {st.devices!r})"))
         if "gpu_memory_utilization" in given and _is_cuda(st.devices):

@@ -207,6 +207,8 @@ class DeployConfig(_Strict):
     platforms: dict[str, Platform] = Field(default_factory=dict)
     limits: dict[str, float] = Field(default_factory=dict)  # media.limits.Limits fields; `serve --max-...` flags win
     distributed_executor_backend: Literal["ray"] | None = None  # None: every stage in this process; docs/ray.md
+    # with `ray`: the stages (model_stage names) that run as Ray actors, the rest in this process; None: every stage
+    ray_stages: list[str] | None = None
     ray_address: str | None = None  # an existing Ray cluster (`serve --ray-address`); None: a local Ray
     # realtime sessions: OpenAI voice name -> a Talker speaker or registered voice; None: session/session_config.py's table
     voice_aliases: dict[str, str] | None = None
@@ -268,6 +270,13 @@ class DeployConfig(_Strict):
 
     def role_of(self, stage: Stage) -> str:
         return stage.model_stage or PIPELINE_LAYOUTS[self.pipeline][stage.stage_id]
+
+    def in_ray(self, stage: Stage) -> bool:
+        """Whether the stage runs in a Ray actor (Code2Wav: in its Talker's)."""
+        if self.distributed_executor_backend != "ray":
+            return False
+        role = self.role_of(stage)
+        return self.ray_stages is None or (TALKER if role == CODE2WAV else role) in self.ray_stages
 
     def code2wav_of(self, talker: Stage) -> Stage:
         """The Code2Wav stage that decodes `talker`'s codes (the one loading the same checkpoint)."""

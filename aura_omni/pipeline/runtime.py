@@ -124,24 +124,28 @@ class Runtime:
     @classmethod
     def load(cls, deploy: DeployConfig, *, device: str | None = None, dtype: str | None = None,
              load_format: str | None = None) -> Runtime:
-        """Load every declared stage (Code2Wav is part of the Qwen3-TTS facade): in this process, or each stage as
-        Ray actors (`distributed_executor_backend: ray`, placement/) behind proxies of the same surface."""
+        """Load every declared stage (Code2Wav is part of the Qwen3-TTS facade): in this process, or as Ray actors
+        (`distributed_executor_backend: ray`: every stage, or those `ray_stages` names; placement/) behind proxies of
+        the same surface."""
+        local = [s for s in deploy.stages if deploy.role_of(s) != CODE2WAV and not deploy.in_ray(s)]
+        if local:
+            from ..models.tokenizer import import_ahead
+
+            import_ahead()
+            deploy = split_gpu_shares(deploy.for_platform(platform_of(stage_device(local[0], device))), device)
+        models: dict[str, Any] = {}
+        placement = None
         if deploy.distributed_executor_backend == "ray":
             from ..placement.ray_stages import RayPlacement
 
             placement = RayPlacement.start(deploy, load_stage, warm_models, device=device, dtype=dtype,
                                            load_format=load_format)
-            return cls(placement.deploy, placement.models, placement=placement)
-        from ..models.tokenizer import import_ahead
-
-        import_ahead()
-        first = deploy.stages[0]
-        deploy = split_gpu_shares(deploy.for_platform(platform_of(stage_device(first, device))), device)
-        models: dict[str, Any] = {}
+            deploy = placement.deploy
+            models.update(placement.models)
         talkers = []
         for stage in deploy.stages:
             role = deploy.role_of(stage)
-            if role == CODE2WAV:
+            if role == CODE2WAV or deploy.in_ray(stage):
                 continue
             models[role] = load_stage(deploy, stage, stage_device(stage, device), dtype, load_format)
             if role == TALKER:
@@ -150,7 +154,7 @@ class Runtime:
             from ..stages.talker_set import TalkerSet
 
             models[TALKER] = TalkerSet(talkers)
-        return cls(deploy, models)
+        return cls(deploy, models, placement=placement)
 
     @property
     def tts(self):
@@ -207,9 +211,10 @@ class Runtime:
     async def warm_up(self) -> dict[str, float]:
         """One small request through every stage (pipeline/warmup.py); the server calls it before it says ready.
         Ray actors warm their own stage as they start (and restart): this waits for them."""
-        if self.placement is not None:
-            return await self.placement.warm_up()
-        took = await warm_models(self.models, self.deploy, all_graphs=False)
+        took = await self.placement.warm_up() if self.placement is not None else {}
+        local = {role: m for role, m in self.models.items() if role not in self._remote_roles()}
+        if local:
+            took.update(await warm_models(local, self.deploy, all_graphs=False))
         for loop in self._each_loop():
             loop.serving()  # a slow step from now on is a stall to explain
         return took
@@ -217,19 +222,23 @@ class Runtime:
     async def warm_after_ready(self) -> None:
         """What the warm start left for after the server is ready: AURA's grammar machinery, then the Code2Wav graphs
         of batches of several streams and the ASR encoder's of several clips (`/health` and `/metrics` show
-        `graphs_pending` until they are captured). Ray actors warm everything first."""
-        if self.placement is None:
-            from ..pipeline.warmup import capture_after_ready, warm_grammar
+        `graphs_pending` until they are captured). Ray actors warm everything first: only this process's stages."""
+        from ..pipeline.warmup import capture_after_ready, warm_grammar
 
-            took = await warm_grammar(self.models.get(AURA))
-            if took:
-                log.info("background warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
-            asr, tts = self.models.get(ASR), self.models.get(TALKER)
-            # Code2Wav's first: until they are captured a batch of streams goes through a lone stream's graphs in
-            # turns, while an ASR step without its encoder's graphs only runs the layers eagerly
-            loops = [getattr(t, "code2wav_loop", None) for t in (tts.facades if tts else [])] + [getattr(asr, "loop", None)]
-            loops = [loop for loop in loops if loop is not None]
-            await capture_after_ready(loops, self.busy)
+        remote = self._remote_roles()
+        took = await warm_grammar(self.models.get(AURA)) if AURA not in remote else {}
+        if took:
+            log.info("background warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
+        asr = self.models.get(ASR) if ASR not in remote else None
+        tts = self.models.get(TALKER) if TALKER not in remote else None
+        # Code2Wav's first: until they are captured a batch of streams goes through a lone stream's graphs in
+        # turns, while an ASR step without its encoder's graphs only runs the layers eagerly
+        loops = [getattr(t, "code2wav_loop", None) for t in (tts.facades if tts else [])] + [getattr(asr, "loop", None)]
+        await capture_after_ready([loop for loop in loops if loop is not None], self.busy)
+
+    def _remote_roles(self) -> set[str]:
+        """The roles whose stages run in Ray actors."""
+        return {self.deploy.role_of(s) for s in self.deploy.stages if self.deploy.in_ray(s)}
 
     def busy(self) -> bool:
         """Whether any stage holds a request (queued or in flight)."""
@@ -239,16 +248,14 @@ class Runtime:
         """Per stage: what its loop published after its last step (alive, queued, in_flight, steps, batch_size,
         step_seconds, busy_s, and the engine's running, waiting, free_blocks, total_blocks, prefix_cache_hit_rate, ...).
         Takes no lock and never waits for a step. Ray actors: per replica (`aura/0`), as last polled."""
-        if self.placement is not None:
-            return self.placement.stage_stats()
-        return {name: loop.stats() for name, loop in self.loops().items()}
+        remote = self.placement.stage_stats() if self.placement is not None else {}
+        return {**remote, **{name: loop.stats() for name, loop in self.loops().items()}}
 
     def stage_latencies(self) -> dict[str, dict[str, Any]]:
         """Per stage: its loop's queue and first-output latency histograms (stages/loop_metrics.py snapshots). Ray
         actors: per replica (`aura/0`), as last polled."""
-        if self.placement is not None:
-            return self.placement.stage_latencies()
-        return {name: loop.latencies() for name, loop in self.loops().items()}
+        remote = self.placement.stage_latencies() if self.placement is not None else {}
+        return {**remote, **{name: loop.latencies() for name, loop in self.loops().items()}}
 
     def loops(self) -> dict[str, Any]:
         """Every stage loop by stage name (asr, aura, talker, code2wav)."""
@@ -264,8 +271,9 @@ class Runtime:
     def close(self) -> None:
         if self.placement is not None:
             self.placement.close()
-            return
-        for model in self.models.values():  # their stage loops
+        for role, model in self.models.items():  # this process's stage loops
+            if role in self._remote_roles():
+                continue
             close = getattr(model, "close", None)
             if callable(close):
                 try:

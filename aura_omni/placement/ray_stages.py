@@ -98,7 +98,7 @@ class RayPlacement:
             ray.init(address=deploy.ray_address, include_dashboard=False, log_to_driver=True)
         first = actor_device(deploy.stages[0], device)
         deploy = deploy.for_platform("cpu" if first == "cpu" else "cuda")
-        stages = [s for s in deploy.stages if deploy.role_of(s) != CODE2WAV]
+        stages = [s for s in deploy.stages if deploy.role_of(s) != CODE2WAV and deploy.in_ray(s)]
         _check_gpus(ray, stages, device)
         roles = [deploy.role_of(s) for s in stages]
         host = ray.remote(StageHost)

@@ -80,6 +80,20 @@ def test_replicas_and_ray_keys_in_the_deploy_file():
         parse_deploy_config(deploy(ray_address="10.0.0.1:6379"))
 
 
+def test_ray_stages_name_the_stages_in_actors():
+    cfg = parse_deploy_config(deploy(distributed_executor_backend="ray", ray_stages=["qwen3_tts"]))
+    assert [cfg.in_ray(s) for s in cfg.stages] == [True, True]  # Code2Wav goes with its Talker
+    assert not any(parse_deploy_config(deploy()).in_ray(s) for s in cfg.stages)
+    for top, why in ((dict(ray_stages=["qwen3_tts"]), r"ray_stages: names the stages .* distributed_executor_backend"),
+                     (dict(distributed_executor_backend="ray", ray_stages=[]), "ray_stages: name at least one"),
+                     (dict(distributed_executor_backend="ray", ray_stages=["code2wav"]),
+                      r"ray_stages\[0\]: code2wav runs in its Talker's actor"),
+                     (dict(distributed_executor_backend="ray", ray_stages=["qwen3_tts", "asr"]),
+                      r"ray_stages\[1\]: no stage has role 'asr'")):
+        with pytest.raises(DeployConfigError, match=why):
+            parse_deploy_config(deploy(**top))
+
+
 def test_serve_flags_ask_for_ray_over_the_deploy_file(tmp_path):
     import yaml
 

@@ -1,0 +1,93 @@
+"""Some stages in Ray actors, the rest in process (`ray_stages`): the tiny four-stage deploy with only ASR in an
+actor (a process of its own, away from the interpreter lock the other stages and the event loop share). A realtime
+push-to-talk turn and a transcription cross the actor; /health lists the actor's replica beside the local loops.
+
+Skipped without Ray. Its own local Ray with 2 CPUs (about 40 s on 2 CPU cores)."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import os
+import time
+
+import numpy as np
+import pytest
+import soundfile as sf
+import yaml
+
+ray = pytest.importorskip("ray")
+
+from aura_omni.bench.inputs import RECORDED_SPEECH  # noqa: E402
+from aura_omni.deploy import ASR, AURA, TALKER, load_deploy_config  # noqa: E402
+from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID  # noqa: E402
+from aura_omni.placement.ray_stages import import_ray  # noqa: E402
+from aura_omni.server.app import create_app  # noqa: E402
+
+MODEL = "aura-tiny"
+AUTH = {"Authorization": "Bearer test-key"}
+SPEAK = [None, {"max_tokens": 6, "logit_bias": {str(AURA_SILENT_TOKEN_ID): -100, str(QWEN_IM_END_ID): -100}}]
+
+
+@pytest.fixture(scope="module")
+def served(chat_customvoice_deploy):
+    from fastapi.testclient import TestClient
+
+    data = yaml.safe_load(chat_customvoice_deploy.read_text())
+    data.update(distributed_executor_backend="ray", ray_stages=[ASR])
+    path = chat_customvoice_deploy.parent / "deploy_ray_asr.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    import_ray().init(num_cpus=2, include_dashboard=False)
+    try:
+        app = create_app(load_deploy_config(path), MODEL, "test-key")
+        with TestClient(app) as client:
+            yield client, app.state.server.runtime
+    finally:
+        ray.shutdown()
+
+
+def receive_until(ws, kind: str) -> list[dict]:
+    events = []
+    while not events or events[-1]["type"] != kind:
+        events.append(ws.receive_json())
+    return events
+
+
+def test_only_the_named_stage_is_an_actor(served):
+    client, runtime = served
+    assert sorted(runtime.placement.infos) == [ASR]
+    assert runtime.placement.infos[ASR][0]["pid"] != os.getpid()
+    assert hasattr(runtime.models[AURA], "loop") and hasattr(runtime.models[TALKER], "talker_loop")  # in process
+    stages = client.get("/health").json()["stages"]
+    assert sorted(stages) == ["asr/0", "aura", "code2wav", "talker"]
+    assert all(s["alive"] for s in stages.values())
+
+
+def test_a_realtime_turn_crosses_the_asr_actor_and_the_local_stages(served):
+    client, runtime = served
+    asr_steps = runtime.stage_stats()["asr/0"].get("steps", 0)
+    wav, sr = sf.read(RECORDED_SPEECH, dtype="int16")
+    with client.websocket_connect(f"/v1/realtime?model={MODEL}", headers=AUTH) as ws:
+        until = functools.partial(receive_until, ws)
+        until("session.created")
+        ws.send_json({"type": "session.update", "session": {
+            "voice": "vivian", "input_audio_format": "pcm16", "turn_detection": None,
+            "extra_body": {"tts_max_new_tokens": 4, "sampling_params_list": SPEAK}}})
+        until("session.updated")
+        ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(
+            np.repeat(wav, 24000 // sr).astype("<i2").tobytes()).decode()})
+        ws.send_json({"type": "input_audio_buffer.commit"})
+        ws.send_json({"type": "response.create"})
+        events = until("response.done")
+    types = [e["type"] for e in events]
+    transcript = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed")
+    assert transcript["transcript"]
+    assert events[-1]["response"]["status"] == "completed", events[-1]
+    assert types.count("response.audio.delta") > 0
+    r = client.post("/v1/audio/transcriptions", headers=AUTH, data={"model": MODEL},
+                    files={"file": ("hello.wav", RECORDED_SPEECH.read_bytes(), "audio/wav")})
+    assert r.status_code == 200 and r.json()["text"]
+    deadline = time.monotonic() + 10  # the actor's counters, as last polled
+    while runtime.stage_stats()["asr/0"].get("steps", 0) <= asr_steps:
+        assert time.monotonic() < deadline, "the ASR actor's counters never moved"
+        time.sleep(0.2)
