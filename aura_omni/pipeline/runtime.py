@@ -127,29 +127,40 @@ class Runtime:
         """Load every declared stage (Code2Wav is part of the Qwen3-TTS facade): in this process, or as Ray actors
         (`distributed_executor_backend: ray`: every stage, or those `ray_stages` names; placement/) behind proxies of
         the same surface."""
-        local = [s for s in deploy.stages if deploy.role_of(s) != CODE2WAV and not deploy.in_ray(s)]
+        local = [s for s in deploy.stages if deploy.role_of(s) in local_roles(deploy)]
         if local:
             from ..models.tokenizer import import_ahead
 
             import_ahead()
             deploy = split_gpu_shares(deploy.for_platform(platform_of(stage_device(local[0], device))), device)
         models: dict[str, Any] = {}
-        placement = None
-        if deploy.distributed_executor_backend == "ray":
-            from ..placement.ray_stages import RayPlacement
-
-            placement = RayPlacement.start(deploy, load_stage, warm_models, device=device, dtype=dtype,
-                                           load_format=load_format)
-            deploy = placement.deploy
-            models.update(placement.models)
         talkers = []
-        for stage in deploy.stages:
-            role = deploy.role_of(stage)
-            if role == CODE2WAV or deploy.in_ray(stage):
-                continue
-            models[role] = load_stage(deploy, stage, stage_device(stage, device), dtype, load_format)
-            if role == TALKER:
-                talkers.append(models[role])
+
+        def load_local() -> None:
+            for stage in deploy.stages:
+                role = deploy.role_of(stage)
+                if role == CODE2WAV or deploy.in_ray(stage):
+                    continue
+                models[role] = load_stage(deploy, stage, stage_device(stage, device), dtype, load_format)
+                if role == TALKER:
+                    talkers.append(models[role])
+
+        placement = None
+        try:
+            if deploy.distributed_executor_backend == "ray":
+                from ..placement.ray_stages import RayPlacement
+
+                placement = RayPlacement.start(deploy, load_stage, warm_models, device=device, dtype=dtype,
+                                               load_format=load_format, meanwhile=load_local)
+                deploy = placement.deploy
+                models.update(placement.models)
+            else:
+                load_local()
+        except BaseException:  # the stages loaded so far let go of their loops (a proxy's close does nothing)
+            for model in {id(m): m for m in [*models.values(), *talkers]}.values():
+                if callable(close := getattr(model, "close", None)):
+                    close()
+            raise
         if len(talkers) > 1:  # one checkpoint per task type (Base beside CustomVoice): routed by the request
             from ..stages.talker_set import TalkerSet
 
@@ -280,6 +291,11 @@ class Runtime:
                     close()
                 except Exception:  # noqa: BLE001 - closing the rest matters more
                     log.exception("closing %s failed", type(model).__name__)
+
+
+def local_roles(deploy: DeployConfig) -> set[str]:
+    """The roles whose stages run in this process (Code2Wav's inside its Talker's facade)."""
+    return {deploy.role_of(s) for s in deploy.stages if deploy.role_of(s) != CODE2WAV and not deploy.in_ray(s)}
 
 
 def load_stage(deploy: DeployConfig, stage: Stage, device: str, dtype: str | None, load_format: str | None) -> Any:

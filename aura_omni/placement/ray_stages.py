@@ -90,8 +90,10 @@ class RayPlacement:
 
     @classmethod
     def start(cls, deploy: DeployConfig, load: Callable, warm: Callable, *, device: str | None = None,
-              dtype: str | None = None, load_format: str | None = None) -> RayPlacement:
-        """Start (or join) Ray, start every stage's replicas, and wait until each is loaded and warm."""
+              dtype: str | None = None, load_format: str | None = None,
+              meanwhile: Callable[[], None] | None = None) -> RayPlacement:
+        """Start (or join) Ray, start the replicas of every stage in Ray (`deploy.in_ray`), and wait until each is
+        loaded and warm; `meanwhile` (this process's stages loading) runs while the actors load theirs."""
         ray = import_ray(local=deploy.ray_address is None)
         own_ray = not ray.is_initialized()
         if own_ray:
@@ -113,6 +115,8 @@ class RayPlacement:
             actors[label] = [host.options(**opts).remote(deploy, stage.stage_id, load, warm, dev, dtype, load_format)
                              for _ in range(stage.num_replicas)]
         try:
+            if meanwhile is not None:
+                meanwhile()
             infos = {label: ray.get([a.info.remote() for a in handles], timeout=START_TIMEOUT_S)
                      for label, handles in actors.items()}
         except BaseException as e:

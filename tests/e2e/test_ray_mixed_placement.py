@@ -91,3 +91,15 @@ def test_a_realtime_turn_crosses_the_asr_actor_and_the_local_stages(served):
     while runtime.stage_stats()["asr/0"].get("steps", 0) <= asr_steps:
         assert time.monotonic() < deadline, "the ASR actor's counters never moved"
         time.sleep(0.2)
+
+
+def test_a_local_stage_that_cannot_load_stops_the_start_and_says_why(served, chat_customvoice_deploy, tmp_path):
+    from aura_omni.pipeline.runtime import Runtime
+
+    data = yaml.safe_load(chat_customvoice_deploy.read_text())
+    data.update(distributed_executor_backend="ray", ray_stages=[ASR])
+    data["stages"][1]["model"] = str(tmp_path / "no_such_checkpoint")
+    path = chat_customvoice_deploy.parent / "deploy_ray_asr_broken.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(Exception, match="no_such_checkpoint"):
+        Runtime.load(load_deploy_config(path), device="cpu")
