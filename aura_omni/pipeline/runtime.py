@@ -127,19 +127,20 @@ class Runtime:
         """Load every declared stage (Code2Wav is part of the Qwen3-TTS facade): in this process, or as Ray actors
         (`distributed_executor_backend: ray`: every stage, or those `ray_stages` names; placement/) behind proxies of
         the same surface."""
-        local = [s for s in deploy.stages if deploy.role_of(s) in local_roles(deploy)]
-        if local:
+        here = local_roles(deploy)
+        if here:
             from ..models.tokenizer import import_ahead
 
             import_ahead()
-            deploy = split_gpu_shares(deploy.for_platform(platform_of(stage_device(local[0], device))), device)
+            first = next(s for s in deploy.stages if deploy.role_of(s) in here)
+            deploy = split_gpu_shares(deploy.for_platform(platform_of(stage_device(first, device))), device)
         models: dict[str, Any] = {}
         talkers = []
 
         def load_local() -> None:
             for stage in deploy.stages:
                 role = deploy.role_of(stage)
-                if role == CODE2WAV or deploy.in_ray(stage):
+                if role not in here:
                     continue
                 models[role] = load_stage(deploy, stage, stage_device(stage, device), dtype, load_format)
                 if role == TALKER:
@@ -223,7 +224,7 @@ class Runtime:
         """One small request through every stage (pipeline/warmup.py); the server calls it before it says ready.
         Ray actors warm their own stage as they start (and restart): this waits for them."""
         took = await self.placement.warm_up() if self.placement is not None else {}
-        local = {role: m for role, m in self.models.items() if role not in self._remote_roles()}
+        local = {role: m for role, m in self.models.items() if role in local_roles(self.deploy)}
         if local:
             took.update(await warm_models(local, self.deploy, all_graphs=False))
         for loop in self._each_loop():
@@ -236,20 +237,16 @@ class Runtime:
         `graphs_pending` until they are captured). Ray actors warm everything first: only this process's stages."""
         from ..pipeline.warmup import capture_after_ready, warm_grammar
 
-        remote = self._remote_roles()
-        took = await warm_grammar(self.models.get(AURA)) if AURA not in remote else {}
+        here = local_roles(self.deploy)
+        took = await warm_grammar(self.models.get(AURA)) if AURA in here else {}
         if took:
             log.info("background warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
-        asr = self.models.get(ASR) if ASR not in remote else None
-        tts = self.models.get(TALKER) if TALKER not in remote else None
+        asr = self.models.get(ASR) if ASR in here else None
+        tts = self.models.get(TALKER) if TALKER in here else None
         # Code2Wav's first: until they are captured a batch of streams goes through a lone stream's graphs in
         # turns, while an ASR step without its encoder's graphs only runs the layers eagerly
         loops = [getattr(t, "code2wav_loop", None) for t in (tts.facades if tts else [])] + [getattr(asr, "loop", None)]
         await capture_after_ready([loop for loop in loops if loop is not None], self.busy)
-
-    def _remote_roles(self) -> set[str]:
-        """The roles whose stages run in Ray actors."""
-        return {self.deploy.role_of(s) for s in self.deploy.stages if self.deploy.in_ray(s)}
 
     def busy(self) -> bool:
         """Whether any stage holds a request (queued or in flight)."""
@@ -283,7 +280,7 @@ class Runtime:
         if self.placement is not None:
             self.placement.close()
         for role, model in self.models.items():  # this process's stage loops
-            if role in self._remote_roles():
+            if role not in local_roles(self.deploy):
                 continue
             close = getattr(model, "close", None)
             if callable(close):
