@@ -26,7 +26,6 @@ def test_sampling_on_one_thread_while_another_captures_a_graph():
     x = torch.randn(256, 256, device=device)
     logits = torch.randn(4, 1000, device=device)  # before the capture: it locks the default generator
     capturing, sampled = threading.Event(), threading.Event()
-
     calls = []
 
     def body():  # called twice: a warm-up on the capture's stream (cuBLAS's handle), then under capture
