@@ -7,7 +7,7 @@ _import_ahead: threading.Thread | None = None
 
 # Words whose BPE merges the Rust tokenizer keeps (its default is 10,000). The cache only ever fills: with replies
 # of novel words (random weights, names, numbers) it grows for hours towards ~6 MiB per tokenizer, which a soak
-# reads as a leak. 1,000 fill within a warm-up and cost ~15 us per 200 characters encoded (docs/reliability.md).
+# reads as a leak. 1,000 hold ~0.6 MiB and cost ~15 us more per 200 characters encoded (docs/reliability.md).
 BPE_WORD_CACHE = 1000
 
 
