@@ -18,7 +18,8 @@ workers (default 2) each loop over a weighted mix of jobs, loopback only:
 
 Every job is timed; any 5xx, hang (past `--job-timeout`), dropped connection, in-band error, or a 4xx where a 2xx was
 due counts as an unexpected error, by kind. Every `--sample-s` seconds it reads the server's RSS
-(`/proc/<--server-pid>/status` VmRSS, else `/metrics` aura_omni:resident_memory_bytes), GPU memory in use
+(`/proc/<--server-pid>/status`: VmRSS, and of it anonymous, file-backed and shared pages; else `/metrics`
+aura_omni:resident_memory_bytes), GPU memory in use
 (`nvidia-smi`, when there is one), from `/metrics` the C heap's bytes in use and torch's pinned host memory (parts of
 the RSS) and what the C heap's trims gave back, and `/health` (a 503 is an error). It prints one line per minute
 (jobs, errors, latency p50/p95/p99 by kind, each stage's requests in flight and busy seconds), under it that minute's
@@ -32,8 +33,10 @@ minute.
 Pass: 0 unexpected errors; RSS at the end within 5% of RSS at the end of warm-up (`--warmup-minutes`, default 10% of
 the run, at least 1); every stage idle on `/health` (nothing running, queued or in flight; every KV block free) a
 few seconds after the load stops. The exit status is 0 on a pass. Apart from the pass, it prints a flatness verdict:
-RSS at the end (the mean of the last 3 samples) within ±`--flat-limit` (1%) of RSS after warm-up, with the slope in
-MB a minute (`rss_flat` in the report).
+RSS at the end (the mean of the last 3 samples) within ±`--flat-limit` (1%) of RSS after warm-up (the mean of the
+first 3 after it), with the slope in MB a minute (`rss_flat` in the report; `anon_flat` the same of anonymous pages),
+and, for a local server, which mappings of `/proc/PID/smaps` the RSS changed in since warm-up (`[anon]`, `[heap]`, a
+library by path: `rss_growth_by_mapping`).
 
 The load starts once the server's background warm start is done (`/health` lists no stage `warming`; up to
 `--warm-timeout` s): each CUDA graph it captures holds host and device memory for good, and one captured under the
@@ -92,7 +95,13 @@ class Soak:
         self.error_examples: dict[str, str] = {}
         self.memory: list[dict] = []
         self.warm_wait_s = 0.0
+        self.mappings_at: dict[str, float] | None = None  # RSS by mapping at the end of warm-up (`--server-pid`)
         self.start = time.monotonic()
+
+    def warm_s(self) -> float:
+        """Seconds of warm-up: `--warmup-minutes`, default 10% of the run, at least a minute."""
+        a = self.args
+        return max(60.0, a.warmup_minutes * 60 if a.warmup_minutes else a.minutes * 6)
 
     # ------------------------------------------------------------------ jobs
     def tts_info(self) -> dict:
@@ -247,9 +256,12 @@ class Soak:
 
     async def sample(self) -> dict:
         memory = await self.memory_metrics()
-        rss = self.proc_rss_mb()
-        row = {"t": round(time.monotonic() - self.start, 1), "rss_mb": rss if rss is not None else memory.get("rss_mb"),
-               "gpu_mb": gpu_mb(), **{k: v for k, v in memory.items() if k != "rss_mb"}}
+        local = self.proc_memory()
+        row = {"t": round(time.monotonic() - self.start, 1), "rss_mb": local.get("rss_mb", memory.get("rss_mb")),
+               "gpu_mb": gpu_mb(), **{k: v for k, v in memory.items() if k != "rss_mb"},
+               **{k: v for k, v in local.items() if k != "rss_mb"}}
+        if self.args.server_pid and self.mappings_at is None and row["t"] >= self.warm_s():
+            self.mappings_at = mapping_rss(self.args.server_pid)  # the first sample after warm-up: growth from here
         try:
             h = await self.client.get("/health", timeout=10)
             row["health"] = h.status_code
@@ -269,13 +281,25 @@ class Soak:
 
     def proc_rss_mb(self) -> float | None:
         """The server's VmRSS when it runs here (`--server-pid`)."""
-        if self.args.server_pid:
-            try:
-                status = Path(f"/proc/{self.args.server_pid}/status").read_text()
-                return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
-            except (OSError, AttributeError):
-                pass
-        return None
+        return self.proc_memory().get("rss_mb")
+
+    def proc_memory(self) -> dict:
+        """The server's resident memory by kind, MB, when it runs here (`--server-pid`): all of it (VmRSS), anonymous
+        pages (what the process allocated: heaps, arenas, the driver's maps), pages of mapped files (libraries' code
+        and data, faulted in as first used; the kernel can drop them) and shared memory."""
+        if not self.args.server_pid:
+            return {}
+        try:
+            status = Path(f"/proc/{self.args.server_pid}/status").read_text()
+        except OSError:
+            return {}
+        out = {}
+        for key, field in (("rss_mb", "VmRSS"), ("anon_mb", "RssAnon"), ("file_mb", "RssFile"),
+                           ("shmem_mb", "RssShmem")):
+            m = re.search(rf"{field}:\s+(\d+) kB", status)
+            if m:
+                out[key] = round(int(m.group(1)) / 1024, 1)
+        return out
 
     async def memory_metrics(self) -> dict:
         """From one read of /metrics, in MB: the resident memory (when the server is not local), what of it the C
@@ -370,12 +394,16 @@ class Soak:
             await asyncio.sleep(0.2)
 
     def report(self, idle: dict | None) -> dict:
-        warm_s = max(60.0, self.args.warmup_minutes * 60 if self.args.warmup_minutes else self.args.minutes * 6)
+        warm_s = self.warm_s()
         rss = [(m["t"], m["rss_mb"]) for m in self.memory if m["rss_mb"] is not None]
         after = [v for t, v in rss if t >= warm_s]
         base = after[0] if after else None
         growth = (max(after[-3:]) - base) / base if after and base else None
         flat = flatness([(t, v) for t, v in rss if t >= warm_s], self.args.flat_limit)
+        anon = [(m["t"], m["anon_mb"]) for m in self.memory if m.get("anon_mb") is not None and m["t"] >= warm_s]
+        mappings = None
+        if self.mappings_at is not None and idle is not None:  # at the end: which mappings the growth is in
+            mappings = mapping_growth(self.mappings_at, mapping_rss(self.args.server_pid))
         by_minute = defaultdict(list)
         for r in self.results:
             by_minute[int(r[0] // 60)].append(r)
@@ -395,7 +423,8 @@ class Soak:
                        "end": rss[-1][1] if rss else None, "max": max(v for _, v in rss) if rss else None,
                        "growth_after_warmup": None if growth is None else round(growth, 4),
                        "by_minute": rss_by_minute(rss)},
-            "rss_flat": flat, "finished": idle is not None,
+            "rss_flat": flat, "anon_flat": flatness(anon, self.args.flat_limit),
+            "rss_growth_by_mapping": mappings, "finished": idle is not None,
             "gpu_mb": [m["gpu_mb"] for m in self.memory if m.get("gpu_mb") is not None][-1:] or None,
             "memory_samples": self.memory, "stages_after": idle,
         }
@@ -405,19 +434,45 @@ class Soak:
 
 
 def flatness(after_warmup: list[tuple[float, float]], limit: float) -> dict | None:
-    """Whether RSS stayed flat after warm-up: its last samples (the mean of the last 3, not one GC's spike) within
-    ±`limit` of its first, with the straight-line slope in MB a minute (a leak shows as a steady slope)."""
+    """Whether memory stayed flat after warm-up: the mean of its last 3 samples within ±`limit` of the mean of its first
+    3 (the same number at both ends, so that neither is one sample taken at a peak of work in flight), with the
+    straight-line slope in MB a minute (a leak shows as a steady slope)."""
     if len(after_warmup) < 2:
         return None
     t = [x for x, _ in after_warmup]
     v = [y for _, y in after_warmup]
-    tail = sum(v[-3:]) / len(v[-3:])
-    change = (tail - v[0]) / v[0]
+    n = min(3, len(v) // 2)
+    head, tail = sum(v[:n]) / n, sum(v[-n:]) / n
+    change = (tail - head) / head
     mt, mv = sum(t) / len(t), sum(v) / len(v)
     var = sum((x - mt) ** 2 for x in t)
     slope = sum((x - mt) * (y - mv) for x, y in after_warmup) / var * 60 if var else 0.0
-    return {"after_warmup_mb": round(v[0], 1), "end_mb": round(tail, 1), "change": round(change, 4),
+    return {"after_warmup_mb": round(head, 1), "end_mb": round(tail, 1), "change": round(change, 4),
             "slope_mb_per_min": round(slope, 3), "limit": limit, "flat": abs(change) <= limit}
+
+
+def mapping_rss(pid: int) -> dict[str, float]:
+    """The process's resident memory by mapping, MB, from /proc/PID/smaps: files by path, anonymous maps as `[anon]`,
+    and the kernel's names (`[heap]`, `[stack]`)."""
+    out: dict[str, float] = defaultdict(float)
+    name = "[anon]"
+    try:
+        lines = Path(f"/proc/{pid}/smaps").read_text().splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        head = line.split(None, 5)
+        if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):  # a mapping's first line
+            name = head[5].strip() if len(head) == 6 else "[anon]"
+        elif line.startswith("Rss:"):
+            out[name] += int(line.split()[1]) / 1024
+    return dict(out)
+
+
+def mapping_growth(before: dict[str, float], after: dict[str, float], top: int = 12) -> dict[str, float]:
+    """The mappings whose resident memory changed most, MB, largest change first."""
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in set(before) | set(after)}
+    return {k: round(v, 1) for k, v in sorted(delta.items(), key=lambda kv: -abs(kv[1]))[:top] if abs(v) >= 0.1}
 
 
 def rss_by_minute(rss: list[tuple[float, float]]) -> dict[int, float]:
@@ -512,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
         args.model = httpx.get(args.url.rstrip("/") + "/v1/models", headers=headers).json()["data"][0]["id"]
     report = asyncio.run(Soak(args).run())
-    summary = {k: report[k] for k in ("jobs", "unexpected_errors", "errors_by_kind", "rss_mb", "rss_flat",
+    summary = {k: report[k] for k in ("jobs", "unexpected_errors", "errors_by_kind", "rss_mb", "rss_flat", "anon_flat",
                                       "stages_after", "pass")}
     print(json.dumps(summary, indent=1))
     flat = report["rss_flat"]
@@ -522,6 +577,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"RSS flatness: {'FLAT' if flat['flat'] else 'NOT FLAT'}: {flat['after_warmup_mb']} MB after warm-up, "
               f"{flat['end_mb']} MB at the end ({flat['change']:+.2%}, limit ±{flat['limit']:.0%}), "
               f"slope {flat['slope_mb_per_min']:+.2f} MB/min")
+    if report["anon_flat"]:
+        a = report["anon_flat"]
+        print(f"anonymous pages: {a['after_warmup_mb']} -> {a['end_mb']} MB ({a['change']:+.2%})")
+    if report["rss_growth_by_mapping"]:
+        print("RSS change by mapping after warm-up, MB: " + ", ".join(
+            f"{k} {v:+.1f}" for k, v in report["rss_growth_by_mapping"].items()))
     return 0 if report["pass"] else 1
 
 

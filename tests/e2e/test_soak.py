@@ -5,6 +5,7 @@ every stage idle once the load stops)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,9 @@ def test_a_two_minute_cpu_soak_passes(start_server, tmp_path):
         f"soak failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}\n--- server log ---\n{log}")
     assert result["jobs"] > 20 and result["unexpected_errors"] == 0
     assert result["finished"] and result["rss_flat"] is not None and "RSS flatness: " in proc.stdout
+    assert result["anon_flat"] is not None and isinstance(result["rss_growth_by_mapping"], dict)
+    sample = result["memory_samples"][-1]
+    assert 0 < sample["anon_mb"] < sample["rss_mb"] and sample["file_mb"] > 0  # the server's RSS by kind
     sys.stdout.write(proc.stdout[-2000:])
 
 
@@ -46,3 +50,16 @@ def test_the_flatness_verdict_reads_the_end_against_warm_up_and_gives_the_slope(
     verdict = soak.flatness(flat, 0.01)
     assert verdict["flat"] and abs(verdict["slope_mb_per_min"]) < 0.5
     assert soak.flatness(leak[:1], 0.01) is None
+    low_start = [(60.0, 985.0)] + flat[1:]  # the first sample taken in a lull: the first 3's mean, not it alone
+    assert soak.flatness(low_start, 0.01)["flat"]
+
+
+def test_the_growth_by_mapping_names_what_grew_largest_first():
+    sys.path.insert(0, str(SOAK.parent))
+    import soak
+
+    now = soak.mapping_rss(os.getpid())
+    assert now.get("[anon]", 0) > 0 and any(k.endswith(".so") or ".so." in k for k in now)  # libraries by path
+    before = {"[heap]": 100.0, "/lib/libcublasLt.so": 50.0, "[anon]": 200.0}
+    after = {"[heap]": 100.05, "/lib/libcublasLt.so": 58.0, "[anon]": 197.0, "/lib/new.so": 1.0}
+    assert soak.mapping_growth(before, after) == {"/lib/libcublasLt.so": 8.0, "[anon]": -3.0, "/lib/new.so": 1.0}
