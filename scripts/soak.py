@@ -331,7 +331,7 @@ class Soak:
                                for k, v in (mem.get("stages") or {}).items())
             print(f"[{(time.monotonic() - self.start) / 60:5.1f} min] jobs {len(window):4d}  errors "
                   f"{sum(1 for r in window if r[2].startswith('error')):3d}  rss {mem.get('rss_mb')} MB  "
-                  + "".join(f"({key[:-3]} {mem[key]} MB)  " for key in ("heap_mb", "pinned_mb")
+                  + "".join(f"({key[:-3]} {mem[key]} MB)  " for key in ("anon_mb", "file_mb", "heap_mb", "pinned_mb")
                             if mem.get(key) is not None)
                   + "  ".join(f"{k} p50 {p[0]:.2f} p95 {p[1]:.2f}" for k, p in percentiles(window).items())
                   + f"  | {stages}" + (f"  | warming {mem['warming']}" if mem.get("warming") else ""),
@@ -402,7 +402,7 @@ class Soak:
         flat = flatness([(t, v) for t, v in rss if t >= warm_s], self.args.flat_limit)
         anon = [(m["t"], m["anon_mb"]) for m in self.memory if m.get("anon_mb") is not None and m["t"] >= warm_s]
         mappings = None
-        if self.mappings_at is not None and idle is not None:  # at the end: which mappings the growth is in
+        if self.mappings_at is not None:  # which mappings the growth is in (every minute: a cut-short run still says)
             mappings = mapping_growth(self.mappings_at, mapping_rss(self.args.server_pid))
         by_minute = defaultdict(list)
         for r in self.results:
