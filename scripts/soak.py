@@ -501,12 +501,15 @@ async def until(ws, kind: str) -> dict:
     raise Unexpected(f"the socket closed before {kind}")
 
 
+AUDIO_DELTAS = ("response.audio.delta", "response.output_audio.delta")  # the beta dialect's name (the default), GA's
+
+
 async def read_reply(ws, stop_at_audio: bool) -> str:
     """A reply's end status ("completed", "cancelled", "listening"...), or "audio" at its first audio delta."""
     async for message in ws:
         event = json.loads(message)
         kind = event.get("type")
-        if kind == "response.output_audio.delta" and stop_at_audio:
+        if kind in AUDIO_DELTAS and stop_at_audio:
             return "audio"
         if kind == "response.listen":
             await until(ws, "response.done")
