@@ -279,10 +279,6 @@ class Soak:
         self.memory.append(row)
         return row
 
-    def proc_rss_mb(self) -> float | None:
-        """The server's VmRSS when it runs here (`--server-pid`)."""
-        return self.proc_memory().get("rss_mb")
-
     def proc_memory(self) -> dict:
         """The server's resident memory by kind, MB, when it runs here (`--server-pid`): all of it (VmRSS), anonymous
         pages (what the process allocated: heaps, arenas, the driver's maps), pages of mapped files (libraries' code
