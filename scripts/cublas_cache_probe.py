@@ -1,32 +1,27 @@
 """Does cuBLAS's heuristics cache grow the C heap with each new matmul shape, and does its capacity bound it?
 
-    python scripts/cublas_cache_probe.py            # on a CUDA machine: default capacity, then 256
+    python scripts/cublas_cache_probe.py            # on a CUDA machine: the default capacity, then 256, then 0
 
 Runs bf16 matmuls of `--shapes` distinct row counts (a prefill's packed token count, never the same twice) against
 three weight shapes, in a child process per setting of `CUBLASLT_HEURISTICS_CACHE_CAPACITY`, and prints the C heap's
-bytes in use (glibc mallinfo2) before and after, and the step's time for new shapes."""
+bytes in use (server/heap_trim.py) before and after, and the step's time for new shapes."""
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                                                "uordblks", "fordblks", "keepcost")]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from aura_omni.server.heap_trim import heap_in_use_bytes  # noqa: E402
 
 
 def heap_mb() -> float:
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = _MallInfo2
-    info = libc.mallinfo2()
-    return (info.uordblks + info.hblkhd) / 2**20
+    return heap_in_use_bytes() / 2**20
 
 
 def child(shapes: int) -> dict:

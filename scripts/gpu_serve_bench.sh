@@ -47,8 +47,9 @@
 # soak:  configs/aura_omni.yaml and `scripts/soak.py --minutes ${SOAK_MINUTES:-10} --concurrency ${SOAK_CONCURRENCY:-12}
 #        --warmup-minutes ${SOAK_WARMUP:-3}`, both started detached (setsid) so they outlive this call (a call lasts at
 #        most 10 minutes; soak.py starts its clock once /health lists nothing warming); output in /tmp/soak.
-#        SOAK_ENV: the server's extra environment (SOAK_ENV=MALLOC_ARENA_MAX=2, docs/reliability.md). `soak_wait` (the next call, within the machine's 30 s idle grace) waits up to
-#        ${SOAK_WAIT_S:-570} s for the report, copying it to $OUT as it grows.
+#        SOAK_ENV: the server's extra environment (SOAK_ENV=MALLOC_ARENA_MAX=2, docs/reliability.md). `soak_wait`
+#        (the next call, within the machine's 30 s idle grace) waits up to ${SOAK_WAIT_S:-570} s for the report,
+#        copying it to $OUT as it grows.
 # soak_probe: the soak in the foreground for ${PROBE_MINUTES:-7} minutes with a 15 s stall limit
 #        (each stage's `stall_s`); at the first stall every thread's stack (SIGUSR1) goes to serve_probe.log and it stops.
 # cap:   issue 32's capacity profile over /v1/realtime (push to talk, 3 s of speech paced, 2 frames, sessions

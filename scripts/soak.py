@@ -392,10 +392,11 @@ class Soak:
     def report(self, idle: dict | None) -> dict:
         warm_s = self.warm_s()
         rss = [(m["t"], m["rss_mb"]) for m in self.memory if m["rss_mb"] is not None]
-        after = [v for t, v in rss if t >= warm_s]
+        rss_after = [(t, v) for t, v in rss if t >= warm_s]
+        after = [v for _, v in rss_after]
         base = after[0] if after else None
         growth = (max(after[-3:]) - base) / base if after and base else None
-        flat = flatness([(t, v) for t, v in rss if t >= warm_s], self.args.flat_limit)
+        flat = flatness(rss_after, self.args.flat_limit)
         anon = [(m["t"], m["anon_mb"]) for m in self.memory if m.get("anon_mb") is not None and m["t"] >= warm_s]
         mappings = None
         if self.mappings_at is not None:  # which mappings the growth is in (every minute: a cut-short run still says)
