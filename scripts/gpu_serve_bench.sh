@@ -65,8 +65,8 @@
 # cap64_trace: cap32's 64 sessions with commits spread over 2 s, with every loop's step trace (ASR, AURA, Talker)
 # cap32_gil5: cap32's 32 sessions with Python's own interpreter-lock switch interval (5 ms; deploy
 #        gil_switch_interval_ms, 0.5 by default): the A/B of that key
-# tts_cap: /v1/audio/speech at c = 64 and 128 (256 requests of 10 s each) on configs/qwen3_tts.yaml sized for 128
-#        (tts_cap_fp16, tts_cap_bf16: Code2Wav in float16 / bfloat16; tts_cap_fp16_16: and 16 windows a step)
+# tts_cap: /v1/audio/speech at c = 64 and 128 (256 requests of 10 s each) on configs/qwen3_tts_128.yaml
+#        (tts_cap_fp32: Code2Wav in float32, as qwen3_tts.yaml; tts_cap_16: 16 windows a Code2Wav step)
 # asr_burst: the ASR engine alone (benchmarks/asr_throughput.py) with 32 clips of 3 s at once, then one at a time
 # cap32_trace: 32 sessions (two waves) on configs/aura_omni_duplex_32.yaml with every loop's step trace
 #        (AURA_OMNI_STEP_TRACE): scripts/step_trace_report.py says where the Talker's first frames wait
@@ -227,10 +227,9 @@ tts_variant() {  # tts_variant NAME PYTHON: configs/qwen3_tts.yaml as the statem
   tts_load_run "tts_load_$1" "qwen3-tts-$1"
   stop
 }
-tts_cap() {  # tts_cap NAME PYTHON: c = 64 and 128, 256 requests of 10 s each, on configs/qwen3_tts.yaml with both stages
-  # and the HTTP limit sized for 128, then changed by the statement(s) on `d`
-  edited_tts_config "[s.update(max_num_seqs=128) for s in d['stages']]; d.setdefault('limits', {})['max_concurrent_requests'] = 256; $2" \
-    /tmp/qwen3_tts_128.yaml && serve /tmp/qwen3_tts_128.yaml qwen3-tts || return
+tts_cap() {  # tts_cap NAME PYTHON: c = 64 and 128, 256 requests of 10 s each, on configs/qwen3_tts_128.yaml as the
+  # statement(s) on `d` change it
+  edited_config configs/qwen3_tts_128.yaml "$2" /tmp/qwen3_tts_128.yaml && serve /tmp/qwen3_tts_128.yaml qwen3-tts || return
   bench "tts_cap${1:+_$1}" --backend speech --model qwen3-tts --voice bench --max-tokens 126 --max-concurrency 64 128 \
     --num-prompts 256 --num-warmups 2
   stop
@@ -349,10 +348,9 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
            bench cap_gil5_s32 --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
              --max-concurrency 32 --num-prompts 64 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            stop ;;
-    tts_cap) tts_cap "" "" ;;  # TTS at c = 64 and 128 (issue 32), configs/qwen3_tts.yaml sized for 128
-    tts_cap_fp16) tts_cap fp16 "d['stages'][1]['dtype'] = 'float16'" ;;  # the same, Code2Wav in float16
-    tts_cap_bf16) tts_cap bf16 "d['stages'][1]['dtype'] = 'bfloat16'" ;;  # the same, Code2Wav in bfloat16
-    tts_cap_fp16_16) tts_cap fp16_16 "d['stages'][1].update(dtype='float16', max_num_batched_tokens=6400)" ;;  # 16 windows a step
+    tts_cap) tts_cap "" "" ;;  # TTS at c = 64 and 128 (issue 32) on configs/qwen3_tts_128.yaml
+    tts_cap_fp32) tts_cap fp32 "d['stages'][1]['dtype'] = 'auto'" ;;  # the same, Code2Wav in float32
+    tts_cap_16) tts_cap 16 "d['stages'][1]['max_num_batched_tokens'] = 6400" ;;  # the same, 16 windows a step
     asr_burst) # the ASR engine alone, in process: 32 clips of 3 s at once (the capacity profile's commit), then one
            timeout 200 python3 benchmarks/asr_throughput.py --model Qwen/Qwen3-ASR-1.7B --load-format dummy \
              --concurrency 32 1 --clips 64 --min-seconds 3 --max-seconds 3 --new-tokens 12 2>&1 | tail -n 12 \
