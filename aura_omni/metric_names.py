@@ -34,6 +34,7 @@ GC_PAUSE = PREFIX + "gc_pause_seconds"  # histogram, label `generation`
 RESIDENT_MEMORY = PREFIX + "resident_memory_bytes"  # gauge
 PINNED_HOST_MEMORY = PREFIX + "pinned_host_memory_bytes"  # gauge, on a GPU
 HEAP_IN_USE = PREFIX + "heap_in_use_bytes"  # gauge, with glibc
+PYTHON_BLOCKS = PREFIX + "python_allocated_blocks"  # gauge
 HEAP_TRIM = PREFIX + "heap_trim_seconds"  # histogram
 HEAP_TRIM_RELEASED = PREFIX + "heap_trim_released_bytes"  # counter
 

@@ -20,8 +20,8 @@ Every job is timed; any 5xx, hang (past `--job-timeout`), dropped connection, in
 due counts as an unexpected error, by kind. Every `--sample-s` seconds it reads the server's RSS
 (`/proc/<--server-pid>/status`: VmRSS, and of it anonymous, file-backed and shared pages; else `/metrics`
 aura_omni:resident_memory_bytes), GPU memory in use
-(`nvidia-smi`, when there is one), from `/metrics` the C heap's bytes in use and torch's pinned host memory (parts of
-the RSS) and what the C heap's trims gave back, and `/health` (a 503 is an error). It prints one line per minute
+(`nvidia-smi`, when there is one), from `/metrics` the C heap's bytes in use, the interpreter's memory blocks
+and torch's pinned host memory (parts of the RSS) and what the C heap's trims gave back, and `/health` (a 503 is an error). It prints one line per minute
 (jobs, errors, latency p50/p95/p99 by kind, each stage's requests in flight and busy seconds), under it that minute's
 turn phases and stage waits from `/metrics` (aura_omni/bench/breakdown.py), and at the end a JSON report
 (`--report`).
@@ -229,7 +229,7 @@ class Soak:
         return await self.hostile()
 
     async def worker(self, deadline: float) -> None:
-        kinds, weights = zip(*WEIGHTS.items())
+        kinds, weights = zip(*((k, w) for k, w in WEIGHTS.items() if not getattr(self.args, "kinds", None) or k in self.args.kinds))
         while time.monotonic() < deadline:
             kind = self.rng.choices(kinds, weights)[0]
             t0 = time.monotonic()
@@ -308,10 +308,11 @@ class Soak:
         row = {}
         for key, name in (("rss_mb", "aura_omni:resident_memory_bytes"), ("heap_mb", "aura_omni:heap_in_use_bytes"),
                           ("pinned_mb", "aura_omni:pinned_host_memory_bytes"),
+                          ("py_blocks", "aura_omni:python_allocated_blocks"),
                           ("trimmed_mb", "aura_omni:heap_trim_released_bytes_total")):
             m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
             if m:
-                row[key] = round(float(m.group(1)) / 2**20, 1)
+                row[key] = int(float(m.group(1))) if key == "py_blocks" else round(float(m.group(1)) / 2**20, 1)
         return row
 
     async def reporter(self, deadline: float) -> None:
@@ -329,6 +330,7 @@ class Soak:
                   f"{sum(1 for r in window if r[2].startswith('error')):3d}  rss {mem.get('rss_mb')} MB  "
                   + "".join(f"({key[:-3]} {mem[key]} MB)  " for key in ("anon_mb", "file_mb", "heap_mb", "pinned_mb")
                             if mem.get(key) is not None)
+                  + (f"(py {mem['py_blocks'] / 1e6:.3f}M blocks)  " if mem.get("py_blocks") is not None else "")
                   + "  ".join(f"{k} p50 {p[0]:.2f} p95 {p[1]:.2f}" for k, p in percentiles(window).items())
                   + f"  | {stages}" + (f"  | warming {mem['warming']}" if mem.get("warming") else ""),
                   flush=True)
@@ -557,12 +559,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--aura-tokens", type=int, default=16)
     p.add_argument("--tts-tokens", type=int, default=24)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kinds", type=lambda s: s.split(","), default=None,
+                   help=f"only these kinds of the mix, comma-separated (of {', '.join(WEIGHTS)}; default all)")
     p.add_argument("--report", type=Path, help="the JSON report; rewritten every minute while the load runs")
     p.add_argument("--flat-limit", type=float, default=FLAT_LIMIT,
                    help="the flatness verdict's bound on RSS change after warm-up (default 0.01: ±1%%)")
     args = p.parse_args(argv)
     if not args.url.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]")):
         p.error("the soak is loopback only: --url http://127.0.0.1:PORT")
+    if set(args.kinds or ()) - set(WEIGHTS):
+        p.error(f"unknown --kinds {sorted(set(args.kinds) - set(WEIGHTS))}: the mix has {', '.join(WEIGHTS)}")
     if args.model is None:
         headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
         args.model = httpx.get(args.url.rstrip("/") + "/v1/models", headers=headers).json()["data"][0]["id"]

@@ -6,14 +6,24 @@ that start inside it (so two prompts with the same placeholder ids but different
 share). A new sequence reuses the longest chain of registered blocks. Freed blocks keep their hash
 and stay reusable until they are handed out again (least recently freed first), so a repeated system
 prompt or a growing conversation is not recomputed.
+
+A registered block's token ids are kept packed, one bytes object a block (~100 bytes for 16 ids), not as a tuple: a
+tuple held the prompt's own int objects alive, ~700 bytes a block, so the registry grew the server's memory by ~16
+MB on the H200's 22,752 blocks while it filled, over the first ten minutes of load (docs/reliability.md).
 """
 
+from array import array
 from collections import OrderedDict
 
 from aura_omni.engine.sequence import Sequence
 
 
-def block_hash(parent: int | None, token_ids: tuple[int, ...], contents: tuple[str, ...] = ()) -> int:
+def packed(token_ids: list[int]) -> bytes:
+    """A block's token ids as one bytes object (4 bytes an id)."""
+    return array("i", token_ids).tobytes()
+
+
+def block_hash(parent: int | None, token_ids: bytes, contents: tuple[str, ...] = ()) -> int:
     return hash((parent, token_ids, contents))
 
 
@@ -25,7 +35,7 @@ class BlockManager:
         self.ref_counts = [0] * num_blocks
         self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # eviction order
         self.block_hash: list[int | None] = [None] * num_blocks
-        self.block_tokens: list[tuple[int, ...] | None] = [None] * num_blocks  # guards hash collisions
+        self.block_tokens: list[bytes | None] = [None] * num_blocks  # packed ids: guards hash collisions
         self.cached: dict[int, int] = {}  # hash -> block
         self.prefix_queried_tokens = 0
         self.prefix_hit_tokens = 0
@@ -43,9 +53,9 @@ class BlockManager:
         return -(-num_tokens // self.block_size)
 
     # -- hashing ---------------------------------------------------------------------------------------
-    def _hash_of(self, seq: Sequence, k: int, parent: int | None) -> tuple[int, tuple[int, ...]]:
+    def _hash_of(self, seq: Sequence, k: int, parent: int | None) -> tuple[int, bytes]:
         bs = self.block_size
-        ids = tuple(seq.token_ids(k * bs, (k + 1) * bs))
+        ids = packed(seq.token_ids(k * bs, (k + 1) * bs))
         contents = ()
         if seq.mm is not None and seq.mm.content_hashes:
             contents = tuple(h for off, h in seq.mm.content_hashes if k * bs <= off < (k + 1) * bs)

@@ -11,6 +11,7 @@ Per-stage gauges are read from `Runtime.stage_stats()` when scraped. Like every 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from typing import AsyncIterator, Callable
 
@@ -179,7 +180,8 @@ class GcPauseCollector(Collector):
 
 
 class MemoryCollector(Collector):
-    """The process's memory: resident, pinned by torch, and the C heap's trims (server/heap_trim.py)."""
+    """The process's memory: resident, the C heap's and the interpreter's, pinned by torch, and the C heap's trims
+    (server/heap_trim.py)."""
 
     def describe(self):
         return []
@@ -191,6 +193,9 @@ class MemoryCollector(Collector):
         if in_use is not None:
             yield GaugeMetricFamily(names.HEAP_IN_USE, "Bytes the C heap has handed out and not had back (glibc "
                                     "mallinfo2): what C code holds, not freed pages a trim can return.", value=in_use)
+        yield GaugeMetricFamily(names.PYTHON_BLOCKS, "Memory blocks the interpreter holds (sys.getallocatedblocks: "
+                                "objects and their buffers), which the C heap's figure does not count.",
+                                value=sys.getallocatedblocks())
         pinned = heap_trim.pinned_host_bytes()
         if pinned is not None:
             yield GaugeMetricFamily(names.PINNED_HOST_MEMORY, "Page-locked host memory held by torch's pinned "

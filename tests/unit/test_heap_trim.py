@@ -1,6 +1,7 @@
 """The C heap's free pages go back to the system while the server runs (server/heap_trim.py)."""
 
 import ctypes
+import sys
 import threading
 import time
 
@@ -75,6 +76,8 @@ def test_the_server_trims_from_its_start_to_its_stop_and_reports_memory_in_metri
         if in_use is not None:  # glibc
             line = next(line for line in text.splitlines() if line.startswith("aura_omni:heap_in_use_bytes "))
             assert 0 < float(line.split()[1]) < float(resident.split()[1]) * 4
+        blocks = next(line for line in text.splitlines() if line.startswith("aura_omni:python_allocated_blocks "))
+        assert float(blocks.split()[1]) == pytest.approx(sys.getallocatedblocks(), rel=0.2)
         pinned = heap_trim.pinned_host_bytes()  # None without CUDA: nothing pinned to report
         assert ("aura_omni:pinned_host_memory_bytes" in text) == (pinned is not None)
     assert not any(t.name == "heap-trim" for t in threading.enumerate())

@@ -88,3 +88,32 @@ def test_prefix_blocks_are_shared_refcounted_and_kept_after_free():
     sched.add(c)
     sched.schedule()
     assert c.num_cached_tokens == 8
+
+
+def test_a_hash_collision_never_shares_another_prompts_blocks(monkeypatch):
+    from aura_omni.engine import block_manager
+
+    monkeypatch.setattr(block_manager, "block_hash", lambda parent, ids, contents=(): 7)  # every block collides
+    sched, bm = setup(caching=True)
+    a = seq(10, "a")
+    sched.add(a)
+    advance(sched.schedule())
+    bm.commit(a)
+    b = seq(10, "b", start=100)  # other tokens, the same hash
+    sched.add(b)
+    sched.schedule()
+    assert b.num_cached_tokens == 0 and not set(b.block_table) & set(a.block_table)
+    c = seq(10, "c")  # a's own tokens are still found
+    sched.add(c)
+    sched.schedule()
+    assert c.num_cached_tokens == 4  # its first block; its second hash is taken by that block
+
+
+def test_a_registered_block_keeps_its_ids_packed_not_the_prompts_int_objects():
+    sched, bm = setup(caching=True)
+    a = Sequence("a", [100_000 + i for i in range(10)], SamplingParams(temperature=0))
+    sched.add(a)
+    advance(sched.schedule())
+    bm.commit(a)
+    kept = [bm.block_tokens[b] for b in a.block_table[:2]]
+    assert all(isinstance(k, bytes) and len(k) == 4 * 4 for k in kept)  # 4 ids of 4 bytes a block
