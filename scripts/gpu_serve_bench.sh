@@ -50,6 +50,8 @@
 #        SOAK_ENV: the server's extra environment (SOAK_ENV=MALLOC_ARENA_MAX=2, docs/reliability.md). `soak_wait`
 #        (the next call, within the machine's 30 s idle grace) waits up to ${SOAK_WAIT_S:-570} s for the report,
 #        copying it to $OUT as it grows.
+# heap_kinds: configs/aura_omni.yaml and `scripts/heap_by_kind.py` detached, as the soak: the memory growth per job of
+#        each group of job kinds after a mixed warm-up (HEAP_WARMUP, HEAP_GROUP_MIN, HEAP_ROUNDS); then `soak_wait`
 # soak_probe: the soak in the foreground for ${PROBE_MINUTES:-7} minutes with a 15 s stall limit
 #        (each stage's `stall_s`); at the first stall every thread's stack (SIGUSR1) goes to serve_probe.log and it stops.
 # cap:   issue 32's capacity profile over /v1/realtime (push to talk, 3 s of speech paced, 2 frames, sessions
@@ -427,6 +429,17 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
             --server-pid $(cat /tmp/soak/server.pid) --concurrency ${SOAK_CONCURRENCY:-12} --report /tmp/soak/soak.json > /tmp/soak/soak.log 2>&1;
             echo \$? > /tmp/soak/done" > /dev/null 2>&1 < /dev/null &
           echo "=== soak started at $(date +%T) for ${SOAK_MINUTES:-10} min" ;;
+    heap_kinds) # scripts/heap_by_kind.py detached on configs/aura_omni.yaml (HEAP_WARMUP minutes of the mix, then each group
+           # of kinds for HEAP_GROUP_MIN minutes, HEAP_ROUNDS times); follow with soak_wait, which brings its report back
+           mkdir -p /tmp/soak; rm -f /tmp/soak/done
+           setsid nohup python3 -m aura_omni.cli serve --deploy-config configs/aura_omni.yaml --load-format dummy \
+             --served-model-name aura --port 8091 > /tmp/soak/serve.log 2>&1 < /dev/null &
+           SERVER=$!
+           wait_ready || { tail -n 30 /tmp/soak/serve.log; continue; }
+           setsid nohup bash -c "python3 scripts/heap_by_kind.py --url $URL --server-pid $SERVER --warmup-minutes ${HEAP_WARMUP:-4} \
+             --minutes-per-group ${HEAP_GROUP_MIN:-1.5} --rounds ${HEAP_ROUNDS:-1} --report /tmp/soak/heap_by_kind.json > /tmp/soak/soak.log 2>&1;
+             echo \$? > /tmp/soak/done" > /dev/null 2>&1 < /dev/null &
+           echo "=== heap_kinds started at $(date +%T)" ;;
     soak_probe)  # the soak in the foreground for up to 7 minutes; at a stall, every thread's stack (SIGUSR1) and out
           edited_config configs/aura_omni.yaml "[s.update(stall_s=15) for s in d['stages']]" /tmp/aura_probe.yaml || continue
           python3 -m aura_omni.cli serve --deploy-config /tmp/aura_probe.yaml \
@@ -449,9 +462,9 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
           tail -n 4 "$OUT/soak_probe.log" ;;
     soak_wait) for i in $(seq ${SOAK_WAIT_S:-570}); do  # the report so far in $OUT every 10 s: a call cut short still brings it
                  [ -f /tmp/soak/done ] && break
-                 [ $((i % 10)) = 0 ] && cp /tmp/soak/soak.json /tmp/soak/soak.log "$OUT/" 2>/dev/null; sleep 1
+                 [ $((i % 10)) = 0 ] && cp /tmp/soak/*.json /tmp/soak/soak.log "$OUT/" 2>/dev/null; sleep 1
                done
-               cp /tmp/soak/soak.json /tmp/soak/soak.log /tmp/soak/serve.log "$OUT/" 2>/dev/null
+               cp /tmp/soak/*.json /tmp/soak/soak.log /tmp/soak/serve.log "$OUT/" 2>/dev/null
                echo "=== soak: exit $(cat /tmp/soak/done 2>/dev/null || echo 'still running')"
                tail -n 25 /tmp/soak/soak.log ;;
   esac
