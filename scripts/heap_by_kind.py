@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         args.model = httpx.get(args.url.rstrip("/") + "/v1/models", headers=headers).json()["data"][0]["id"]
     report = asyncio.run(main_async(args))
     print(table(report["groups"]))
-    return 0 if not report["warmup"]["unexpected_errors"] and not any(g["unexpected_errors"] for g in report["groups"]) \
-        else 1
+    failed = [r for r in [report["warmup"], *report["groups"]] if r["unexpected_errors"]]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

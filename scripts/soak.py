@@ -19,12 +19,11 @@ workers (default 2) each loop over a weighted mix of jobs, loopback only:
 Every job is timed; any 5xx, hang (past `--job-timeout`), dropped connection, in-band error, or a 4xx where a 2xx was
 due counts as an unexpected error, by kind. Every `--sample-s` seconds it reads the server's RSS
 (`/proc/<--server-pid>/status`: VmRSS, and of it anonymous, file-backed and shared pages; else `/metrics`
-aura_omni:resident_memory_bytes), GPU memory in use
-(`nvidia-smi`, when there is one), from `/metrics` the C heap's bytes in use, the interpreter's memory blocks
-and torch's pinned host memory (parts of the RSS) and what the C heap's trims gave back, and `/health` (a 503 is an error). It prints one line per minute
-(jobs, errors, latency p50/p95/p99 by kind, each stage's requests in flight and busy seconds), under it that minute's
-turn phases and stage waits from `/metrics` (aura_omni/bench/breakdown.py), and at the end a JSON report
-(`--report`).
+aura_omni:resident_memory_bytes), GPU memory in use (`nvidia-smi`, when there is one), from `/metrics` the C heap's
+bytes in use, the interpreter's memory blocks and torch's pinned host memory (parts of the RSS) and what the C heap's
+trims gave back, and `/health` (a 503 is an error). It prints one line per minute (jobs, errors, latency p50/p95/p99 by
+kind, each stage's requests in flight and busy seconds), under it that minute's turn phases and stage waits from
+`/metrics` (aura_omni/bench/breakdown.py), and at the end a JSON report (`--report`).
 
 Detached (a run longer than one shell, e.g. across device calls): start it with `nohup ... > soak.log 2>&1 &`;
 `--report` is rewritten every minute (`finished` false until the end), with RSS by minute, and the log has a line a
@@ -229,7 +228,8 @@ class Soak:
         return await self.hostile()
 
     async def worker(self, deadline: float) -> None:
-        kinds, weights = zip(*((k, w) for k, w in WEIGHTS.items() if not getattr(self.args, "kinds", None) or k in self.args.kinds))
+        wanted = getattr(self.args, "kinds", None)  # --kinds: only these of the mix
+        kinds, weights = zip(*((k, w) for k, w in WEIGHTS.items() if not wanted or k in wanted))
         while time.monotonic() < deadline:
             kind = self.rng.choices(kinds, weights)[0]
             t0 = time.monotonic()
