@@ -36,6 +36,7 @@ def test_a_two_minute_cpu_soak_passes(start_server, tmp_path):
     assert result["anon_flat"] is not None and isinstance(result["rss_growth_by_mapping"], dict)
     sample = result["memory_samples"][-1]
     assert 0 < sample["anon_mb"] < sample["rss_mb"] and sample["file_mb"] > 0  # the server's RSS by kind
+    assert sample["py_blocks"] > 100_000  # the interpreter's memory blocks, from /metrics
     sys.stdout.write(proc.stdout[-2000:])
 
 
@@ -63,3 +64,35 @@ def test_the_growth_by_mapping_names_what_grew_largest_first():
     before = {"[heap]": 100.0, "/lib/libcublasLt.so": 50.0, "[anon]": 200.0}
     after = {"[heap]": 100.05, "/lib/libcublasLt.so": 58.0, "[anon]": 197.0, "/lib/new.so": 1.0}
     assert soak.mapping_growth(before, after) == {"/lib/libcublasLt.so": 8.0, "[anon]": -3.0, "/lib/new.so": 1.0}
+
+
+def test_kinds_narrow_the_mix_and_growth_is_told_per_job():
+    import argparse
+    import asyncio
+
+    sys.path.insert(0, str(SOAK.parent))
+    import heap_by_kind
+    import soak
+
+    args = argparse.Namespace(url="http://127.0.0.1:9", api_key=None, job_timeout=5, seed=0,
+                              kinds=["hostile", "chat_leave"])
+    load = soak.Soak(args)
+    asked = []
+
+    async def job(kind):
+        asked.append(kind)
+        await asyncio.sleep(0.001)
+        return "ok"
+
+    load.job = job
+    asyncio.run(load.worker(soak.time.monotonic() + 0.2))
+    assert asked and set(asked) == {"hostile", "chat_leave"}
+    asyncio.run(load.client.aclose())
+
+    before = {"heap_mb": 100.0, "anon_mb": 200.0, "rss_mb": 300.0, "py_blocks": 1_000_000}
+    after = {"heap_mb": 101.0, "anon_mb": 199.0, "rss_mb": 302.0, "py_blocks": 1_000_500}
+    assert heap_by_kind.growth_per_job(before, after, 100) == {
+        "heap_kib": 10.24, "anon_kib": -10.24, "rss_kib": 20.48, "py_blocks": 5.0}
+    assert heap_by_kind.growth_per_job(before, {**after, "heap_mb": None}, 100).keys() == {
+        "anon_kib", "rss_kib", "py_blocks"}  # a server without glibc's figure
+    assert heap_by_kind.growth_per_job(before, after, 0) == {}
