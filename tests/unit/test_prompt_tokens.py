@@ -99,3 +99,13 @@ def test_vision_inputs_must_match_the_placeholders(tokenizer):
         tokens(session(1), vids[:1])
     with pytest.raises(ValueError, match="'video' but vision input 0 is 'image'"):
         tokens(session(0), [image])
+
+
+def test_the_span_cache_is_bounded_and_keeps_ids_packed(tokenizer):
+    tokens = PromptTokenizer(tokenizer, max_texts=8)
+    for k in range(20):
+        ids = tokens(asr2aura(None, text_parts=[f"turn number {k} says something new"]), [])
+        assert isinstance(ids, list) and all(isinstance(i, int) for i in ids)
+        assert ids == whole(tokenizer, rendered(asr2aura(None, text_parts=[f"turn number {k} says something new"]), []))
+    assert len(tokens._texts) == 8  # oldest spans dropped
+    assert all(v.itemsize == 4 and v.typecode == "i" for v in tokens._texts.values())  # 4 bytes an id, no int objects

@@ -7,6 +7,7 @@ splits special tokens off before any merge, so the text spans between them token
 """
 
 import threading
+from array import array
 from collections import OrderedDict
 from itertools import chain
 from dataclasses import dataclass
@@ -53,18 +54,20 @@ class PromptTokenizer:
         if missing:
             raise ValueError(f"the AURA tokenizer lacks the Qwen3-VL special tokens {missing}")
         self.im_start, self.im_end, self.vision_start, self.vision_end, self.image_pad, self.video_pad = ids
-        self._texts: OrderedDict[str, list[int]] = OrderedDict()
+        # packed ids: a list would keep an int object an id alive (~40 bytes each against 4), in a cache that
+        # fills over tens of minutes of a server's load
+        self._texts: OrderedDict[str, array] = OrderedDict()
         self._lock = threading.Lock()
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def _text_ids(self, spans: list[str]) -> dict[str, list[int]]:
+    def _text_ids(self, spans: list[str]) -> dict[str, array]:
         with self._lock:
             known = {t: self._texts[t] for t in spans if t in self._texts}
             for t in known:
                 self._texts.move_to_end(t)
-        new = {t: self.encode(t) for t in dict.fromkeys(spans) if t not in known}
+        new = {t: array("i", self.encode(t)) for t in dict.fromkeys(spans) if t not in known}
         if new:
             with self._lock:
                 self._texts.update(new)
