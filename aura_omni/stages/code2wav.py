@@ -5,8 +5,9 @@ A stream's decoder state (conv tails, attention window, frame count) is one row 
 on the loop thread at the stream's first chunk and given back when its `Code2WavSession` is closed (the stream ended
 or its client left: `Qwen3TTS.astream`'s `finally`) or collected. A stream may queue its next chunk while one is
 decoded: its chunks are decoded in order, one per step. Each step decodes the chunks of one length among each
-stream's first (shortest first: a new stream's first chunk is its first audio), up to `max_batch` streams in one
-forward. A stream's last chunk, shorter than its windows, is decoded padded up to the next window length and its
+stream's first (shortest first: a new stream's first chunk is its first audio), as many as one step of that length
+takes, in one forward (`Code2WavBatch`: up to max_num_seqs streams within a budget of frames, so more short first
+windows than steady ones). A stream's last chunk, shorter than its windows, is decoded padded up to the next window length and its
 samples trimmed: the decoder is causal, so the padding changes none of them, and the chunk joins other streams'
 windows in one forward instead of taking steps of its own (with lengths spread, every stream ends on a length no
 other stream has). On CUDA every step replays captured graphs (`Code2WavGraphs`: one per window length of the codec
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 
 from aura_omni.layers.device import download, upload_async
+from aura_omni.models.qwen3_tts.code2wav_batch import Code2WavBatch
 from aura_omni.models.qwen3_tts.code2wav_graphs import Code2WavGraphs
 from aura_omni.models.qwen3_tts.codec_config import SAMPLES_PER_FRAME
 from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavSlots
@@ -108,17 +110,18 @@ SECONDS_PER_FRAME = 1 / 12.5  # of audio: 12.5 codec frames a second
 ESSENTIAL_BUCKET, ESSENTIAL_WINDOW = 1, 2
 
 
-def slot_capacity(max_batch: int) -> int:
-    """Rows made up front: streams decoding, plus ones between chunks or just ended. Rows are added when these run
-    out, but that drops every captured graph (they read the old rows), so there are plenty (5 MB a row in fp32)."""
-    return max(64, 4 * max_batch)
+def slot_capacity(max_streams: int) -> int:
+    """Rows made up front: open streams (up to the stage's max_num_seqs), plus ones just ended whose rows are not back
+    yet. Rows are added when these run out, but that drops every captured graph (they read the old rows), so there are
+    plenty (5 MB a row in fp32)."""
+    return max(64, 2 * max_streams)
 
 
 class Code2WavStageEngine:
-    def __init__(self, code2wav, max_batch: int = 32):
+    def __init__(self, code2wav, max_batch: int = 32, max_frames: int | None = None):
         self.code2wav = code2wav
         self.device = next(code2wav.parameters()).device
-        self.max_batch = max_batch
+        self.batch = Code2WavBatch(max_batch, max_frames)
         self.slots = Code2WavSlots(code2wav, slot_capacity(max_batch))
         self.graphs: Code2WavGraphs | None = None
         self._pending: dict[str, Code2WavChunk] = {}
@@ -127,14 +130,16 @@ class Code2WavStageEngine:
         self.batch_wait_s = 0.0  # the deploy's codec_batch_wait_ms (configure)
         self.decoded_frames = 0
 
-    def configure(self, max_batch: int, windows: list[int], cuda_graphs: bool, batch_wait_s: float = 0.0) -> None:
-        """The deploy's batch bound and batch wait, and graphs for its window lengths (CUDA only). On the loop thread,
-        before it serves; the rows are made anew in the decoder's (possibly new) dtype."""
-        self.max_batch, self.windows, self.batch_wait_s = max_batch, sorted(set(windows)), batch_wait_s
+    def configure(self, max_batch: int, windows: list[int], cuda_graphs: bool, batch_wait_s: float = 0.0,
+                  max_frames: int | None = None) -> None:
+        """The deploy's batch bound (streams, frames) and batch wait, and graphs for its window lengths (CUDA only). On
+        the loop thread, before it serves; the rows are made anew in the decoder's (possibly new) dtype."""
+        self.batch, self.windows = Code2WavBatch(max_batch, max_frames), sorted(set(windows))
+        self.batch_wait_s = batch_wait_s
         if self.graphs is not None:
             self.graphs.close()
         self.slots = Code2WavSlots(self.code2wav, slot_capacity(max_batch))
-        self.graphs = (Code2WavGraphs(self.slots, windows, max_batch)
+        self.graphs = (Code2WavGraphs(self.slots, windows, self.batch)
                        if cuda_graphs and self.device.type == "cuda" else None)
 
     def capture_next_graph(self, max_bucket: int | None = None, when_idle: bool = False,
@@ -173,7 +178,8 @@ class Code2WavStageEngine:
             return 0.0
         heads = self._heads()
         if (len(heads) >= self.slots.in_use  # every open stream has a chunk waiting: no more will come
-                or max(Counter(self._length(c) for _, c in heads).values()) >= self.max_batch):
+                or any(n >= self.batch.streams(length)
+                       for length, n in Counter(self._length(c) for _, c in heads).items())):
             return 0.0
         return max(0.0, min(self._due(r, c) for r, c in heads) - time.perf_counter())
 
@@ -185,7 +191,7 @@ class Code2WavStageEngine:
             length = min(groups, key=lambda n: (min(self._due(r, c) for r, c in groups[n]), -len(groups[n])))
         else:
             length = min(groups)  # shortest first: a new stream's first chunk is its first audio
-        rids = [r for r, _ in groups[length][:self.max_batch]]
+        rids = [r for r, _ in groups[length][:self.batch.streams(length)]]
         part = [self._pending.pop(r) for r in rids]
         for r in rids:
             self._arrived.pop(r)

@@ -43,23 +43,22 @@ def engine_config(stage: Stage, defaults: EngineConfig | None = None, *,
 
 
 def code2wav_settings(stage: Stage, codec: ConnectorExtra) -> dict:
-    """The Code2Wav stage's fields for `Qwen3TTS.configure_code2wav`: its batch bound, its batch wait, its dtype (auto:
-    float32, what qwen-tts decodes in), and CUDA graphs for the window lengths of the codec schedule unless
-    `enforce_eager`."""
-    return dict(max_batch=code2wav_max_batch(stage, codec),
+    """The Code2Wav stage's fields for `Qwen3TTS.configure_code2wav`: its batch bound (streams and frames a step), its
+    batch wait, its dtype (auto: float32, what qwen-tts decodes in), and CUDA graphs for the window lengths of the codec
+    schedule unless `enforce_eager`."""
+    return dict(max_batch=stage.max_num_seqs, max_frames=code2wav_max_frames(stage),
                 windows=window_schedule(codec.first_window, codec.codec_chunk_frames),
                 batch_wait_s=codec.codec_batch_wait_ms / 1000,
                 cuda_graphs=not stage.enforce_eager,
                 dtype=torch.float32 if stage.dtype == "auto" else getattr(torch, stage.dtype))
 
 
-def code2wav_max_batch(stage: Stage, codec: ConnectorExtra) -> int:
-    """Streams whose windows one batched Code2Wav decode takes: the Code2Wav stage's max_num_seqs, and no more codes
-    a step than its max_num_batched_tokens (16 codes a frame, steady windows of codec_chunk_frames)."""
+def code2wav_max_frames(stage: Stage) -> int | None:
+    """Frames one batched Code2Wav decode takes at most (`Code2WavBatch`): its max_num_batched_tokens, 16 codes a
+    frame; None when unset (then only max_num_seqs bounds a step)."""
     if stage.max_num_batched_tokens is None:
-        return stage.max_num_seqs
-    per_stream = codec.codec_chunk_frames * CODEC_NUM_QUANTIZERS
-    return max(1, min(stage.max_num_seqs, stage.max_num_batched_tokens // per_stream))
+        return None
+    return stage.max_num_batched_tokens // CODEC_NUM_QUANTIZERS
 
 
 def sampling_params(defaults: DeploySampling, request: dict | None = None, **forced) -> SamplingParams:

@@ -155,14 +155,15 @@ class Qwen3TTS:
                    engine_config=engine_config)
 
     def configure_code2wav(self, max_batch: int, windows: list[int], cuda_graphs: bool,
-                           dtype: torch.dtype = torch.float32, batch_wait_s: float = 0.0) -> None:
+                           dtype: torch.dtype = torch.float32, batch_wait_s: float = 0.0,
+                           max_frames: int | None = None) -> None:
         """The deploy's Code2Wav stage (deploy_settings.code2wav_settings), before serving: its dtype, batch bound, batch
         wait and CUDA graphs."""
         if self.code2wav is None:
             return
         self.code2wav.cast(dtype)
         engine = self.code2wav_loop.engine
-        self.code2wav_loop.call(lambda: engine.configure(max_batch, windows, cuda_graphs, batch_wait_s)).result()
+        self.code2wav_loop.call(lambda: engine.configure(max_batch, windows, cuda_graphs, batch_wait_s, max_frames)).result()
 
     # ------------------------------------------------------------------ properties
     @property

@@ -130,6 +130,28 @@ def test_the_stage_decodes_concurrent_streams_together_like_each_alone(code2wav)
     assert stage.stats()["streams"] == 0  # a collected session gives its row back
 
 
+def test_a_burst_of_first_windows_goes_in_one_step_while_steady_windows_share_a_frame_budget(code2wav):
+    """Ten frames a step: six new streams' 1-frame first windows decode in one forward, their 5-frame windows two at
+    a time (a budget of frames, not a count of steady windows), and every stream's audio equals decoding it alone."""
+    from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavStageEngine
+
+    streams = [_codes(6, 50 + i) for i in range(6)]
+    alone = [_stream(code2wav, c, [1, 5]) for c in streams]
+    stage, rows = Code2WavStageEngine(code2wav, max_batch=16, max_frames=10), []
+    decode = stage.slots.decode
+    stage.slots.decode = lambda slots, codes: rows.append(tuple(codes.shape[:2])) or decode(slots, codes)
+    sessions, parts = [Code2WavSession() for _ in streams], [[] for _ in streams]
+    for start, end in ((0, 1), (1, 6)):
+        for i, codes in enumerate(streams):
+            stage.add(f"{i}", Code2WavChunk(sessions[i], codes[start:end]))
+        while stage.has_work():
+            for out in stage.step():
+                parts[int(out.request_id)].append(torch.from_numpy(out.item))
+    assert rows == [(6, 1), (2, 5), (2, 5), (2, 5)]
+    for got, expect in zip(parts, alone):
+        assert torch.allclose(torch.cat(got), expect.float(), atol=1e-5, rtol=0)
+
+
 def test_a_streams_queued_chunks_decode_in_order_one_per_step(code2wav):
     """A stream queues its next windows while one is pending (astream sends each as soon as its frames exist): each
     step takes only its first, here beside another stream's chunk of that length, and its audio equals the stream

@@ -288,12 +288,18 @@ def test_a_full_batch_always_has_a_decode_graph():
 
 
 def test_code2wav_engine_fields_bound_its_batched_decode():
-    from aura_omni.stages.deploy_settings import code2wav_max_batch
+    from aura_omni.models.qwen3_tts.code2wav_batch import Code2WavBatch
+    from aura_omni.stages.deploy_settings import code2wav_settings
 
     cfg = load_deploy_config(CONFIGS / "aura_omni.yaml")
-    assert code2wav_max_batch(cfg.stage(CODE2WAV), cfg.codec_streaming()) == 8  # max_num_seqs; 65536 codes is more
+    got = code2wav_settings(cfg.stage(CODE2WAV), cfg.codec_streaming())
+    assert (got["max_batch"], got["max_frames"]) == (8, 4096)  # max_num_seqs; 65536 codes / 16 is more
     small = parse_deploy_config(_tts(code2wav={"max_num_seqs": 64, "max_num_batched_tokens": 1200}))
-    assert code2wav_max_batch(small.stage(CODE2WAV), small.codec_streaming()) == 3  # 1200 // (25 frames * 16 codes)
+    got = code2wav_settings(small.stage(CODE2WAV), small.codec_streaming())
+    batch = Code2WavBatch(got["max_batch"], got["max_frames"])
+    assert batch.streams(25) == 3  # 1200 codes = 75 frames: three steady windows
+    assert batch.streams(2) == 37 and batch.streams(1) == 64  # new streams' short first windows: many more a step
+    assert Code2WavBatch(8).streams(25) == 8 and Code2WavBatch(4, 10).streams(25) == 1  # a window always fits
 
 
 def test_code2wav_batch_wait_comes_from_the_connector_and_is_on_by_default():

@@ -4,7 +4,8 @@ Eagerly, a Code2Wav step is ~600 launches (8 transformer layers, 4 upsampling bl
 convolutions, the state's gathers and scatters): at one stream and one frame, the first audio of a request, the
 host is the bound. A graph per shape takes the launches off the host. The streams' rows are gathered from and
 scattered back to `Code2WavSlots` inside the graph, so a replay is: copy the slot ids and codes in, replay, read the
-waveform out. A batch is padded up to its bucket with the scratch slot. Other lengths (a stream's last, shorter
+waveform out. A batch is padded up to its bucket with the scratch slot; a window's buckets go up to the streams a step
+of its length takes (`Code2WavBatch`: more of the short first windows than of steady ones). Other lengths (a stream's last, shorter
 chunk; an ICL reference priming the state) are decoded as consecutive pieces of captured lengths, largest first: the
 decoder is causal and carries its state across pieces, so this equals one decode of the whole (20 frames = 16 + 4).
 
@@ -20,6 +21,7 @@ import torch
 
 from aura_omni.layers import cuda_graph
 from aura_omni.layers.device import upload_into
+from aura_omni.models.qwen3_tts.code2wav_batch import Code2WavBatch
 from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavSlots
 
 log = logging.getLogger(__name__)
@@ -35,11 +37,13 @@ def batch_buckets(max_batch: int) -> list[int]:
 
 
 class Code2WavGraphs:
-    def __init__(self, slots: Code2WavSlots, windows: list[int], max_batch: int):
+    def __init__(self, slots: Code2WavSlots, windows: list[int], batch: Code2WavBatch):
         self.slots = slots
         top = max(windows)  # and every power of two below the largest, so any length is a sum of captured ones
         self.windows = sorted(set(windows) | {1 << k for k in range(top.bit_length()) if 1 << k < top})
-        self.buckets = batch_buckets(max_batch)
+        # window -> its batch buckets: a step takes windows of the schedule; the other lengths are only pieces of one
+        # stream's (an ICL reference priming its row), so they need one stream's graph
+        self.buckets = {n: batch_buckets(batch.streams(n)) if n in windows else [1] for n in self.windows}
         self.device = slots.state.frames.device
         self._graphs: dict[tuple[int, int], tuple] = {}
         self.later = False  # the larger buckets are captured in the background: no request waits for a capture
@@ -61,7 +65,7 @@ class Code2WavGraphs:
         return out
 
     def covers(self, batch: int, frames: int) -> bool:
-        return batch <= self.buckets[-1] and frames > 0
+        return frames > 0 and all(batch <= self.buckets[n][-1] for n in set(self.pieces(frames)))
 
     def decode(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         """Like `Code2WavSlots.decode` for a covered shape: codes [B, n, 16] -> [B, n * 1920]. While graphs are
@@ -74,23 +78,25 @@ class Code2WavGraphs:
 
     def _replay_rows(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         """One piece for any number of streams: while the larger buckets are captured `later` (in the background,
-        after the server is ready), the rows go through the largest captured one in turns; else a missing graph is
-        captured now."""
+        after the server is ready), or past the largest bucket of its length (a length only one stream's pieces use,
+        in a batch while the schedule's own lengths are still to come), the rows go through the largest captured
+        bucket in turns; else a missing graph is captured now."""
         b, n = codes.shape[0], codes.shape[1]
-        bucket = next(k for k in self.buckets if k >= b)
-        if (bucket, n) not in self._graphs and self.later:
-            smaller = [k for k in self.buckets if k < bucket and (k, n) in self._graphs]
-            if smaller:
-                k = smaller[-1]
-                return torch.cat([self._replay(slots[i:i + k], codes[i:i + k]) for i in range(0, b, k)])
-        return self._replay(slots, codes)
+        bucket = next((k for k in self.buckets[n] if k >= b), None)
+        if bucket is not None and ((bucket, n) in self._graphs or not self.later):
+            return self._replay(slots, codes)
+        smaller = [k for k in self.buckets[n] if k < b and (k, n) in self._graphs]
+        k = smaller[-1] if smaller else None if bucket is not None else self.buckets[n][-1]
+        if k is None:
+            return self._replay(slots, codes)
+        return torch.cat([self._replay(slots[i:i + k], codes[i:i + k]) for i in range(0, b, k)])
 
     def _replay(self, slots: list[int], codes: torch.Tensor) -> torch.Tensor:
         b, n = codes.shape[0], codes.shape[1]
         if self._generation != self.slots.generation:  # the rows moved: every graph reads freed tensors
             cuda_graph.drop(self._graphs)  # before the stream captures again
             self._generation = self.slots.generation
-        bucket = next(k for k in self.buckets if k >= b)
+        bucket = next(k for k in self.buckets[n] if k >= b)
         entry = self._graphs.get((bucket, n)) or self._capture(bucket, n)
         graph, ids, codes_in, wav = entry
         ids.zero_()  # padding rows -> the scratch slot
@@ -108,13 +114,13 @@ class Code2WavGraphs:
     def missing(self, max_bucket: int | None = None, max_window: int | None = None) -> list[tuple[int, int]]:
         """(bucket, window) pairs not captured yet, smallest bucket first: whatever is captured at a time, every
         smaller bucket is, so a batch can always go through a captured one in turns (`_replay_rows`)."""
-        return [(b, n) for b in self.buckets for n in self.windows
-                if (b, n) not in self._graphs and (max_bucket is None or b <= max_bucket)
-                and (max_window is None or n <= max_window)]
+        return sorted((b, n) for n in self.windows for b in self.buckets[n]
+                      if (b, n) not in self._graphs and (max_bucket is None or b <= max_bucket)
+                      and (max_window is None or n <= max_window))
 
     def _ready_windows(self) -> list[int]:
         """Window lengths a lone stream's graph holds (1 is always among them once the warm start ran)."""
-        return [n for n in self.windows if (self.buckets[0], n) in self._graphs] or self.windows
+        return [n for n in self.windows if (1, n) in self._graphs] or self.windows
 
     def capture_next(self, max_bucket: int | None = None, max_window: int | None = None) -> bool:
         """One graph not captured yet (of a bucket up to `max_bucket`, a window up to `max_window`); False when there
