@@ -31,8 +31,9 @@
 # tts_fp16: the `tts_load` load with Code2Wav in float16 (1.7x faster than fp32 at large
 #        batches, max error 5.8e-3; session 7): whether Code2Wav's third of the GPU is what keeps c=64 under 400
 #        audio-s/s (session 10)
-# ray:   configs/qwen3_tts.yaml served through Ray actors (--distributed-executor-backend ray), 1 then 2 Talker
-#        replicas (each with its Code2Wav) on the one GPU, /v1/audio/speech at c = 64 (issue 17). Needs the trimmed
+# ray:   configs/qwen3_tts.yaml in process (the baseline), then served through Ray actors (--distributed-executor-backend
+#        ray), 1 then 2 Talker replicas (each with its Code2Wav) on the one GPU (RAY_REPLICAS, default "0 1 2"),
+#        /v1/audio/speech at c = 64 (issues 17, 32). Needs the trimmed
 #        Ray tarball in .whl (scripts/build_ray_trimmed.sh).
 # live_vad: realtime turns ended by the server's VAD (a recorded phrase, then silence; the clock starts where the
 #        phrase ends, so 500 ms of it is the VAD's silence): the silent decision at c = 1, turns at c = 1 8, then the
@@ -68,7 +69,8 @@
 # cap32_gil5: cap32's 32 sessions with Python's own interpreter-lock switch interval (5 ms; deploy
 #        gil_switch_interval_ms, 0.5 by default): the A/B of that key
 # tts_cap: /v1/audio/speech at c = 64 and 128 (256 requests of 10 s each) on configs/qwen3_tts_128.yaml
-#        (tts_cap_fp32: Code2Wav in float32, as qwen3_tts.yaml; tts_cap_16: 16 windows a Code2Wav step)
+#        (tts_cap_fp32: Code2Wav in float32, as qwen3_tts.yaml; tts_cap_16: 16 steady windows a Code2Wav step;
+#        tts_cap_8: 8 streams a Code2Wav step whatever their windows' length, the batch bound before session 27)
 # asr_burst: the ASR engine alone (benchmarks/asr_throughput.py) with 32 clips of 3 s at once, then one at a time
 # cap32_trace: 32 sessions (two waves) on configs/aura_omni_duplex_32.yaml with every loop's step trace
 #        (AURA_OMNI_STEP_TRACE): scripts/step_trace_report.py says where the Talker's first frames wait
@@ -353,6 +355,7 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
     tts_cap) tts_cap "" "" ;;  # TTS at c = 64 and 128 (issue 32) on configs/qwen3_tts_128.yaml
     tts_cap_fp32) tts_cap fp32 "d['stages'][1]['dtype'] = 'auto'" ;;  # the same, Code2Wav in float32
     tts_cap_16) tts_cap 16 "d['stages'][1]['max_num_batched_tokens'] = 6400" ;;  # the same, 16 windows a step
+    tts_cap_8) tts_cap 8 "d['stages'][1]['max_num_seqs'] = 8" ;;  # the same, 8 streams a Code2Wav step whatever their length
     asr_burst) # the ASR engine alone, in process: 32 clips of 3 s at once (the capacity profile's commit), then one
            timeout 200 python3 benchmarks/asr_throughput.py --model Qwen/Qwen3-ASR-1.7B --load-format dummy \
              --concurrency 32 1 --clips 64 --min-seconds 3 --max-seconds 3 --new-tokens 12 2>&1 | tail -n 12 \
@@ -409,9 +412,9 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
              for f in pyspy_gil pyspy_all; do gzip -c "$LOGS/$f.txt" > "$OUT/$f.txt.gz"; done  # the raw stacks
              stop ;;
     ray) mkdir -p /tmp/ray && tar -xJf .whl/ray-trimmed-cp312.tar.xz -C /tmp/ray || continue
-         for r in ${RAY_REPLICAS:-1 2}; do
-           python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); d['stages'][0]['num_replicas'] = $r
-d['distributed_executor_backend'] = 'ray'; d.setdefault('limits', {})['max_concurrent_requests'] = 256
+         for r in ${RAY_REPLICAS:-0 1 2}; do  # 0: the same deploy in process, the baseline
+           python3 -c "import yaml; d = yaml.safe_load(open('configs/qwen3_tts.yaml')); d['stages'][0]['num_replicas'] = max(1, $r)
+d['distributed_executor_backend'] = 'ray' if $r else None; d.setdefault('limits', {})['max_concurrent_requests'] = 256
 yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
            PYTHONPATH=/tmp/ray/site:$PYTHONPATH serve /tmp/qwen3_tts_ray$r.yaml "qwen3-tts-ray$r" || continue
            bench "tts_ray_replicas$r" --backend speech --model "qwen3-tts-ray$r" --voice bench --max-tokens 126 \

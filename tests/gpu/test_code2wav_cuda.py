@@ -54,17 +54,21 @@ def _tiny_code2wav_pair(tmp_path):
     return cpu, Code2Wav.from_codec_dir(tmp_path, device="cuda")
 
 
-def test_graphed_stage_steps_equal_each_stream_decoded_alone_on_the_cpu(tmp_path):
-    """Graphs captured as steps need them, at several batch buckets (padded with the scratch row)."""
+@pytest.mark.parametrize("max_frames", [None, 4])
+def test_graphed_stage_steps_equal_each_stream_decoded_alone_on_the_cpu(tmp_path, max_frames):
+    """Graphs captured as steps need them, at several batch buckets (padded with the scratch row); with a budget of 4
+    frames a step, each window length's own buckets (4 streams of 1 frame, 2 of 2, 1 of 4)."""
     from aura_omni.stages.code2wav import Code2WavStageEngine
 
     cpu, gpu = _tiny_code2wav_pair(tmp_path)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
         stage = Code2WavStageEngine(gpu)
-        stage.configure(max_batch=8, windows=[1, 2, 4], cuda_graphs=True)
+        stage.configure(max_batch=8, windows=[1, 2, 4], cuda_graphs=True, max_frames=max_frames)
         codes, got, _ = _five_streams(stage)
         assert len(stage.graphs) >= 3  # several buckets and windows were replayed
+        if max_frames:
+            assert {k for k, n in stage.graphs._graphs if n == 4} == {1}
         for i, c in enumerate(codes):
             assert torch.allclose(got[i], cpu.decode(c), atol=1e-4, rtol=0), i
     finally:
