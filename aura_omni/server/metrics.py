@@ -34,7 +34,10 @@ router = APIRouter()
 disable_created_metrics()  # no `_created` series next to every counter and histogram (vLLM does the same)
 
 ARRIVAL = "aura_omni.arrival"  # ASGI scope key: time.perf_counter() when the request reached the app
-TTFA_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+# 25 ms apart up to 300 ms: the targets (150 ms TTFA, 300 ms a turn's first audio) fall on bucket bounds, and a p95
+# read from the histogram is within a few ms of the client's
+TTFA_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.225, 0.25, 0.275, 0.3, 0.4, 0.5, 0.75, 1.0,
+                1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 RTF_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0)
 
 # Runtime.stage_stats() key -> gauge labelled `stage`; keys a stage does not report are skipped
