@@ -7,10 +7,10 @@ or its client left: `Qwen3TTS.astream`'s `finally`) or collected. A stream may q
 decoded: its chunks are decoded in order, one per step. Each step decodes the chunks of one length among each
 stream's first (shortest first: a new stream's first chunk is its first audio), as many as one step of that length
 takes, in one forward (`Code2WavBatch`: up to max_num_seqs streams within a budget of frames, so more short first
-windows than steady ones). A stream's last chunk, shorter than its windows, is decoded padded up to the next window length and its
-samples trimmed: the decoder is causal, so the padding changes none of them, and the chunk joins other streams'
-windows in one forward instead of taking steps of its own (with lengths spread, every stream ends on a length no
-other stream has). On CUDA every step replays captured graphs (`Code2WavGraphs`: one per window length of the codec
+windows than steady ones). A stream's last chunk, shorter than its windows, is decoded padded up to the next window
+length and its samples trimmed: the decoder is causal, so the padding changes none of them, and the chunk joins other
+streams' windows in one forward instead of taking steps of its own (with lengths spread, every stream ends on a length
+no other stream has). On CUDA every step replays captured graphs (`Code2WavGraphs`: one per window length of the codec
 schedule and batch bucket); on the CPU, or with `enforce_eager`, it runs eagerly on the same rows.
 
 Stepping as soon as any chunk is waiting is what a lone stream needs, but under load with requests of spread lengths

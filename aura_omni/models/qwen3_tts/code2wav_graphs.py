@@ -5,9 +5,10 @@ convolutions, the state's gathers and scatters): at one stream and one frame, th
 host is the bound. A graph per shape takes the launches off the host. The streams' rows are gathered from and
 scattered back to `Code2WavSlots` inside the graph, so a replay is: copy the slot ids and codes in, replay, read the
 waveform out. A batch is padded up to its bucket with the scratch slot; a window's buckets go up to the streams a step
-of its length takes (`Code2WavBatch`: more of the short first windows than of steady ones). Other lengths (a stream's last, shorter
-chunk; an ICL reference priming the state) are decoded as consecutive pieces of captured lengths, largest first: the
-decoder is causal and carries its state across pieces, so this equals one decode of the whole (20 frames = 16 + 4).
+of its length takes (`Code2WavBatch`: more of the short first windows than of steady ones). Other lengths (a stream's
+last, shorter chunk; an ICL reference priming the state) are decoded as consecutive pieces of captured lengths, largest
+first: the decoder is causal and carries its state across pieces, so this equals one decode of the whole (20 frames =
+16 + 4).
 
 cuDNN picks each convolution's algorithm by timing the candidates while a graph is captured (`cudnn.benchmark`):
 the heuristic choice makes a batched fp32 step about 3x slower on an H200. The flag is process-wide, so it is set only
