@@ -38,6 +38,7 @@ from urllib.parse import quote
 
 from ..media.encode import to_pcm16
 from ..media.playback import PlaybackClock
+from .http_client import HttpClient
 from .inputs import INPUT_SAMPLE_RATE, jpeg_frames, recorded_speech, speech_like, wav_bytes
 
 OUTPUT_SAMPLE_RATE = 24000  # Qwen3-TTS Code2Wav; OpenAI's pcm16
@@ -70,6 +71,7 @@ class BenchConfig:
     input_pace: str = "realtime"  # realtime: the user's audio is appended as it is spoken; burst: all at once
     turn_detection: str = "none"  # realtime: "none" (push to talk: the client commits) or "server_vad"
     commit_spread_s: float = 0.0  # realtime: sessions open together, their speech starts spread over this long
+    http_client: str = "builtin"  # speech / chat: "builtin" (http_client.py) or "httpx"
 
 
 @dataclass
@@ -165,13 +167,16 @@ class HttpBackend:
     default_endpoint = ""
 
     def __init__(self, cfg: BenchConfig):
-        import httpx
-
         self.cfg = cfg
         self.url = cfg.base_url.rstrip("/") + (cfg.endpoint or self.default_endpoint)
         self.headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(cfg.timeout, connect=30.0),
-                                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=None))
+        if cfg.http_client == "httpx":  # what a client on httpx (the OpenAI SDK's) sees, its pool's time included
+            import httpx
+
+            self.client = httpx.AsyncClient(timeout=httpx.Timeout(cfg.timeout, connect=30.0),
+                                            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None))
+        else:
+            self.client = HttpClient(cfg.base_url)
 
     async def aclose(self) -> None:
         await self.client.aclose()

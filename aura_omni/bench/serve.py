@@ -78,6 +78,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="realtime: the sessions open as they are sent (all at once under --max-concurrency "
                              "with the default rate) but each starts speaking at an offset spread evenly over SECONDS, "
                              "so their commits come at a steady rate instead of together (0: together, a burst)")
+    parser.add_argument("--http-client", choices=("builtin", "httpx"), default="builtin",
+                        help="speech / chat: the bench's own HTTP/1.1 client (its time is not the server's), or httpx "
+                             "(what a client on httpx, as the OpenAI SDK, sees: its pool's time at a burst included)")
     parser.add_argument("--extra-body", type=_json_object, default={},
                         help="JSON object merged into each request (realtime: the session's extra_body)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a request counts as failed")
@@ -250,7 +253,7 @@ async def benchmark(args: argparse.Namespace) -> dict:
                       input_audio_seconds=args.input_audio_seconds, num_frames=args.num_frames,
                       frame_size=args.frame_size, timeout=args.timeout, extra_body=args.extra_body,
                       input_pace=args.input_pace, turn_detection=args.turn_detection,
-                      commit_spread_s=args.commit_spread)
+                      commit_spread_s=args.commit_spread, http_client=args.http_client)
     texts = load_prompts(args.prompts_file)
     rng = random.Random(args.seed)
     backend = BACKENDS[args.backend](cfg)
@@ -284,6 +287,8 @@ async def benchmark(args: argparse.Namespace) -> dict:
               "voice": args.voice, "max_tokens": args.max_tokens, "random_range_ratio": args.random_range_ratio,
               "num_prompts": args.num_prompts,
               "request_rate": args.request_rate if math.isfinite(args.request_rate) else "inf", "runs": runs}
+    if args.backend != "realtime":
+        report.update(http_client=args.http_client)
     if args.backend != "speech":
         report.update(input_audio_seconds=args.input_audio_seconds, num_frames=args.num_frames)
     if args.backend == "realtime":

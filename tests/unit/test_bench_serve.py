@@ -191,7 +191,7 @@ def test_a_server_that_is_not_there_gives_errors_not_a_crash(capsys):
     rc = main(["bench", "serve", "--backend", "speech", "--base-url", "http://127.0.0.1:9", "--num-prompts", "2",
                "--num-warmups", "0", "--disable-tqdm"])
     out = capsys.readouterr().out
-    assert rc == 1 and "| inf | 0 / 2 |" in out and "ConnectError" in out
+    assert rc == 1 and "| inf | 0 / 2 |" in out and "ConnectionRefusedError" in out
 
 
 def test_bad_flags_are_refused_by_the_parser(capsys):
