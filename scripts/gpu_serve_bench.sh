@@ -52,7 +52,7 @@
 #        (the next call, within the machine's 30 s idle grace) waits up to ${SOAK_WAIT_S:-570} s for the report,
 #        copying it to $OUT as it grows.
 # heap_kinds: configs/aura_omni.yaml and `scripts/heap_by_kind.py` detached, as the soak: the memory growth per job of
-#        each group of job kinds after a mixed warm-up (HEAP_WARMUP, HEAP_GROUP_MIN, HEAP_ROUNDS); then `soak_wait`
+#        each group of job kinds after a mixed warm-up (HEAP_WARMUP, HEAP_GROUP_MIN, HEAP_ROUNDS, HEAP_GROUPS: "a,b c" for groups a+b then c); then `soak_wait`
 # soak_probe: the soak in the foreground for ${PROBE_MINUTES:-7} minutes with a 15 s stall limit
 #        (each stage's `stall_s`); at the first stall every thread's stack (SIGUSR1) goes to serve_probe.log and it stops.
 # cap:   issue 32's capacity profile over /v1/realtime (push to talk, 3 s of speech paced, 2 frames, sessions
@@ -70,7 +70,8 @@
 #        gil_switch_interval_ms, 0.5 by default): the A/B of that key
 # tts_cap: /v1/audio/speech at c = 64 and 128 (256 requests of 10 s each) on configs/qwen3_tts_128.yaml
 #        (tts_cap_fp32: Code2Wav in float32, as qwen3_tts.yaml; tts_cap_16: 16 steady windows a Code2Wav step;
-#        tts_cap_8: 8 streams a Code2Wav step whatever their windows' length, the batch bound before session 27)
+#        tts_cap_8: 8 streams a Code2Wav step whatever their windows' length, the batch bound before session 27);
+#        each server is then timed again through httpx (`--http-client httpx`, TTS_HTTPX=0: not), the bench's own client's A/B
 # asr_burst: the ASR engine alone (benchmarks/asr_throughput.py) with 32 clips of 3 s at once, then one at a time
 # cap32_trace: 32 sessions (two waves) on configs/aura_omni_duplex_32.yaml with every loop's step trace
 #        (AURA_OMNI_STEP_TRACE): scripts/step_trace_report.py says where the Talker's first frames wait
@@ -236,6 +237,8 @@ tts_cap() {  # tts_cap NAME PYTHON: c = 64 and 128, 256 requests of 10 s each, o
   edited_config configs/qwen3_tts_128.yaml "$2" /tmp/qwen3_tts_128.yaml && serve /tmp/qwen3_tts_128.yaml qwen3-tts || return
   bench "tts_cap${1:+_$1}" --backend speech --model qwen3-tts --voice bench --max-tokens 126 --max-concurrency 64 128 \
     --num-prompts 256 --num-warmups 2
+  [ "${TTS_HTTPX:-1}" = 1 ] && bench "tts_cap${1:+_$1}_httpx" --backend speech --model qwen3-tts --voice bench \
+    --max-tokens 126 --max-concurrency 64 128 --num-prompts 256 --num-warmups 0 --http-client httpx
   stop
 }
 EXTRA="d['connectors']['connector_of_shared_memory']['extra']"
@@ -440,7 +443,7 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
            SERVER=$!
            wait_ready || { tail -n 30 /tmp/soak/serve.log; continue; }
            setsid nohup bash -c "python3 scripts/heap_by_kind.py --url $URL --server-pid $SERVER --warmup-minutes ${HEAP_WARMUP:-4} \
-             --minutes-per-group ${HEAP_GROUP_MIN:-1.5} --rounds ${HEAP_ROUNDS:-1} --report /tmp/soak/heap_by_kind.json > /tmp/soak/soak.log 2>&1;
+             --minutes-per-group ${HEAP_GROUP_MIN:-1.5} --rounds ${HEAP_ROUNDS:-1} ${HEAP_GROUPS:+--groups $HEAP_GROUPS} --report /tmp/soak/heap_by_kind.json > /tmp/soak/soak.log 2>&1;
              echo \$? > /tmp/soak/done" > /dev/null 2>&1 < /dev/null &
            echo "=== heap_kinds started at $(date +%T)" ;;
     soak_probe)  # the soak in the foreground for up to 7 minutes; at a stall, every thread's stack (SIGUSR1) and out

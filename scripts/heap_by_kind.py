@@ -45,7 +45,8 @@ async def phase(args, minutes: float, kinds: list[str] | None) -> dict:
     before, after = report["memory_samples"][0], report["memory_samples"][-1]
     return {"kinds": kinds or "all", "minutes": minutes, "jobs": report["jobs"],
             "unexpected_errors": report["unexpected_errors"], "outcomes": report["outcomes"],
-            "before": {k: before.get(k) for k in MEASURES}, "after": {k: after.get(k) for k in MEASURES},
+            "before": {k: before.get(k) for k in (*MEASURES, "prefix_blocks")},
+            "after": {k: after.get(k) for k in (*MEASURES, "prefix_blocks")},
             "per_job": growth_per_job(before, after, report["jobs"])}
 
 

@@ -313,6 +313,9 @@ class Soak:
             m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
             if m:
                 row[key] = int(float(m.group(1))) if key == "py_blocks" else round(float(m.group(1)) / 2**20, 1)
+        blocks = re.findall(r'^aura_omni:prefix_cache_blocks\{stage="([^"]+)"\} ([0-9.e+]+)$', text, re.M)
+        if blocks:  # each registered block holds its hash and ids on the host until it is reused
+            row["prefix_blocks"] = {stage: int(float(n)) for stage, n in blocks}
         return row
 
     async def reporter(self, deadline: float) -> None:

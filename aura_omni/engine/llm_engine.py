@@ -227,6 +227,7 @@ class LLMEngine:
             "free_blocks": self.blocks.num_free,
             "total_blocks": self.blocks.num_blocks,
             "prefix_cache_hit_rate": self.blocks.prefix_hit_rate,
+            "prefix_cache_blocks": len(self.blocks.cached),
             "preemptions": self.scheduler.num_preemptions,
             "engine_steps": self.num_steps,
             "prompt_steps": self.num_prompt_steps,

@@ -50,6 +50,8 @@ STAGE_GAUGES = {
     "batch_size": (names.BATCH_SIZE, "Rows in the stage's last step."),
     "step_seconds": (names.STEP_SECONDS, "Duration of the stage's last step, seconds."),
     "prefix_cache_hit_rate": (names.PREFIX_CACHE_HIT_RATE, "Prompt blocks found in the prefix cache (0-1)."),
+    "prefix_cache_blocks": (names.PREFIX_CACHE_BLOCKS, "Blocks registered in the prefix cache (each holds its "
+                            "hash and token ids in host memory until its block is handed out again)."),
     "graphs_pending": (names.CUDA_GRAPHS_PENDING, "CUDA graphs the stage still captures in the background "
                        "after the server said ready (0 once done); meanwhile their batches replay smaller graphs."),
     "restarts": (names.STAGE_RESTARTS, "Times Ray restarted the stage replica's actor (docs/ray.md)."),

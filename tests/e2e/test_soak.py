@@ -37,6 +37,7 @@ def test_a_two_minute_cpu_soak_passes(start_server, tmp_path):
     sample = result["memory_samples"][-1]
     assert 0 < sample["anon_mb"] < sample["rss_mb"] and sample["file_mb"] > 0  # the server's RSS by kind
     assert sample["py_blocks"] > 100_000  # the interpreter's memory blocks, from /metrics
+    assert sample["prefix_blocks"]["aura"] > 0  # the AURA prefix cache's registered blocks, by stage
     sys.stdout.write(proc.stdout[-2000:])
 
 
