@@ -52,7 +52,7 @@
 #        (the next call, within the machine's 30 s idle grace) waits up to ${SOAK_WAIT_S:-570} s for the report,
 #        copying it to $OUT as it grows.
 # heap_kinds: configs/aura_omni.yaml and `scripts/heap_by_kind.py` detached, as the soak: the memory growth per job of
-#        each group of job kinds after a mixed warm-up (HEAP_WARMUP, HEAP_GROUP_MIN, HEAP_ROUNDS, HEAP_GROUPS: "a,b c" for groups a+b then c); then `soak_wait`
+#        each group of job kinds after a mixed warm-up (HEAP_WARMUP, HEAP_GROUP_MIN, HEAP_ROUNDS, HEAP_GROUPS: "a,b c" for groups a+b then c; HEAP_DEPLOY: another deploy file); then `soak_wait`
 # soak_probe: the soak in the foreground for ${PROBE_MINUTES:-7} minutes with a 15 s stall limit
 #        (each stage's `stall_s`); at the first stall every thread's stack (SIGUSR1) goes to serve_probe.log and it stops.
 # cap:   issue 32's capacity profile over /v1/realtime (push to talk, 3 s of speech paced, 2 frames, sessions
@@ -438,7 +438,7 @@ yaml.safe_dump(d, open('/tmp/qwen3_tts_ray$r.yaml', 'w'))"
     heap_kinds) # scripts/heap_by_kind.py detached on configs/aura_omni.yaml (HEAP_WARMUP minutes of the mix, then each group
            # of kinds for HEAP_GROUP_MIN minutes, HEAP_ROUNDS times); follow with soak_wait, which brings its report back
            mkdir -p /tmp/soak; rm -f /tmp/soak/done
-           setsid nohup python3 -m aura_omni.cli serve --deploy-config configs/aura_omni.yaml --load-format dummy \
+           setsid nohup python3 -m aura_omni.cli serve --deploy-config ${HEAP_DEPLOY:-configs/aura_omni.yaml} --load-format dummy \
              --served-model-name aura --port 8091 > /tmp/soak/serve.log 2>&1 < /dev/null &
            SERVER=$!
            wait_ready || { tail -n 30 /tmp/soak/serve.log; continue; }

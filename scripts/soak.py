@@ -31,7 +31,8 @@ minute.
 
 Pass: 0 unexpected errors; RSS at the end within 5% of RSS at the end of warm-up (`--warmup-minutes`, default 10% of
 the run, at least 1); every stage idle on `/health` (nothing running, queued or in flight; every KV block free) a
-few seconds after the load stops. The exit status is 0 on a pass. Apart from the pass, it prints a flatness verdict:
+few seconds after the load stops. The last memory sample waits until no dropped duplex session is held for a resume
+any more (up to their 30 s grace). The exit status is 0 on a pass. Apart from the pass, it prints a flatness verdict:
 RSS at the end (the mean of the last 3 samples) within ±`--flat-limit` (1%) of RSS after warm-up (the mean of the
 first 3 after it), with the slope in MB a minute (`rss_flat` in the report; `anon_flat` the same of anonymous pages),
 and, for a local server, which mappings of `/proc/PID/smaps` the RSS changed in since warm-up (`[anon]`, `[heap]`, a
@@ -71,6 +72,7 @@ SENTENCES = ["Hello there, how are you today?", "The weather is calm and the sea
              "A short one.", "Soak tests run for a long time, and nothing may leak."]
 GROWTH_LIMIT = 0.05  # RSS growth after warm-up
 FLAT_LIMIT = 0.01  # the flatness verdict: RSS at the end within this of RSS after warm-up (issue 31's target)
+DETACHED_GRACE_S = 35.0  # the server holds a dropped duplex session 30 s for a resume (disconnect_grace_s)
 
 
 class Unexpected(Exception):
@@ -383,7 +385,9 @@ class Soak:
         return report
 
     async def settled(self, within_s: float = 10.0) -> dict:
-        """The stages' counters once the load stopped: every stage idle, every KV block back."""
+        """The stages' counters once the load stopped: every stage idle, every KV block back; then (up to the
+        sessions' grace, 30 s) no duplex session still held for a resume after its socket dropped, so that the
+        memory sampled next is not theirs."""
         t0 = time.monotonic()
         while True:
             stages = (await self.client.get("/health", timeout=10)).json().get("stages", {})
@@ -391,8 +395,23 @@ class Soak:
                     if c.get("in_flight") or c.get("queued") or c.get("running") or c.get("waiting")
                     or c.get("free_blocks", 0) != c.get("total_blocks", 0)}
             if not busy or time.monotonic() - t0 > within_s:
-                return {"idle": not busy, "busy": busy, "seconds": round(time.monotonic() - t0, 2)}
+                break
             await asyncio.sleep(0.2)
+        detached = await self.detached_sessions()
+        while detached and time.monotonic() - t0 < within_s + DETACHED_GRACE_S:
+            await asyncio.sleep(1.0)
+            detached = await self.detached_sessions()
+        return {"idle": not busy, "busy": busy, "detached_sessions": detached,
+                "seconds": round(time.monotonic() - t0, 2)}
+
+    async def detached_sessions(self) -> int:
+        """Duplex sessions the server holds for a resume (`/metrics`; 0 when it does not say)."""
+        try:
+            text = (await self.client.get("/metrics", timeout=10)).text
+        except Exception:  # noqa: BLE001
+            return 0
+        m = re.search(r"^aura_omni:realtime_sessions_detached ([0-9.e+]+)$", text, re.M)
+        return int(float(m.group(1))) if m else 0
 
     def report(self, idle: dict | None) -> dict:
         warm_s = self.warm_s()

@@ -1,9 +1,9 @@
 """A lean HTTP/1.1 client for `bench serve`: keep-alive connections, a JSON body out, a streamed body in.
 
 httpx's connection pool (httpcore 1.0) checks every connection for every queued request whenever one is taken or
-given back, so a burst of 64 streamed requests spends its client's time there: on a 2-core host 64 requests
-whose server answers at once saw their first byte after 330 / 480 ms (p50 / p95) with httpx and after 11 / 13 ms
-with this client (docs/benchmarks.md, session 28). What a benchmark times must be the server, not its client's pool.
+given back, so a burst of 64 streamed requests spends its client's time there: 64 requests to a server that answers
+at once saw their first byte after ~300 / ~470 ms (p50 / p95) with httpx and ~11 / ~37 ms with this client
+(docs/benchmarks.md, session 28). What a benchmark times must be the server, not its client's pool.
 The interface is the part of httpx's the backends use (`stream`, `status_code`, `headers`, `aread`,
 `aiter_bytes`, `aiter_lines`), so `--http-client httpx` can still time what an httpx client sees.
 """
@@ -11,6 +11,7 @@ The interface is the part of httpx's the backends use (`stream`, `status_code`, 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import ssl
 from contextlib import asynccontextmanager
@@ -78,9 +79,9 @@ class Response:
         self.finished = True
 
     async def aiter_lines(self) -> AsyncIterator[str]:
-        pending = ""
+        pending, decoder = "", codecs.getincrementaldecoder("utf-8")("replace")  # a character may span two chunks
         async for data in self.aiter_bytes():
-            pending += data.decode()
+            pending += decoder.decode(data)
             *lines, pending = pending.split("\n")
             for line in lines:
                 yield line.rstrip("\r")
@@ -120,19 +121,11 @@ class HttpClient:
                 conn.close()
                 continue
             try:
-                conn.writer.write(request)
-                await conn.writer.drain()
-                return conn, await _read_head(conn)
+                return conn, await _exchange(conn, request)
             except (ConnectionError, ServerClosed):
-                conn.close()
+                continue
         conn = await self.connect()
-        try:
-            conn.writer.write(request)
-            await conn.writer.drain()
-            return conn, await _read_head(conn)
-        except BaseException:
-            conn.close()
-            raise
+        return conn, await _exchange(conn, request)
 
     @asynccontextmanager
     async def stream(self, method: str, url: str, json: object = None,  # noqa: A002 - httpx's keyword
@@ -158,6 +151,18 @@ class HttpClient:
         for conn in self.idle:
             conn.close()
         self.idle.clear()
+
+
+async def _exchange(conn: Connection, request: bytes) -> Response:
+    """The request out, the reply's head in; the connection is closed if either fails (a bad reply, or the request's
+    timeout: its state is unknown)."""
+    try:
+        conn.writer.write(request)
+        await conn.writer.drain()
+        return await _read_head(conn)
+    except BaseException:
+        conn.close()
+        raise
 
 
 async def _read_head(conn: Connection) -> Response:

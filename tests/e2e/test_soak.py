@@ -33,6 +33,7 @@ def test_a_two_minute_cpu_soak_passes(start_server, tmp_path):
         f"soak failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}\n--- server log ---\n{log}")
     assert result["jobs"] > 20 and result["unexpected_errors"] == 0
     assert result["finished"] and result["rss_flat"] is not None and "RSS flatness: " in proc.stdout
+    assert result["stages_after"]["detached_sessions"] == 0  # the last sample waited for dropped sessions to expire
     assert result["anon_flat"] is not None and isinstance(result["rss_growth_by_mapping"], dict)
     sample = result["memory_samples"][-1]
     assert 0 < sample["anon_mb"] < sample["rss_mb"] and sample["file_mb"] > 0  # the server's RSS by kind
