@@ -98,3 +98,25 @@ def test_kinds_narrow_the_mix_and_growth_is_told_per_job():
     assert heap_by_kind.growth_per_job(before, {**after, "heap_mb": None}, 100).keys() == {
         "anon_kib", "rss_kib", "py_blocks"}  # a server without glibc's figure
     assert heap_by_kind.growth_per_job(before, after, 0) == {}
+
+
+def test_the_last_sample_waits_for_dropped_duplex_sessions_to_expire():
+    import argparse
+    import asyncio
+
+    import httpx
+
+    sys.path.insert(0, str(SOAK.parent))
+    import soak
+
+    held = [2, 1, 0]  # what /metrics says at each scrape: the held sessions expiring
+
+    def handler(request):
+        if request.url.path == "/health":
+            return httpx.Response(200, json={"stages": {"aura": {"in_flight": 0, "free_blocks": 4, "total_blocks": 4}}})
+        return httpx.Response(200, text=f"aura_omni:realtime_sessions_detached {held.pop(0) if held else 0}.0\n")
+
+    load = soak.Soak(argparse.Namespace(url="http://x", api_key=None, job_timeout=5, seed=0, kinds=None))
+    load.client = httpx.AsyncClient(base_url="http://x", transport=httpx.MockTransport(handler))
+    settled = asyncio.run(load.settled())
+    assert settled["idle"] and settled["detached_sessions"] == 0 and not held and settled["seconds"] >= 2
