@@ -37,6 +37,8 @@ from aura_omni.engine.llm_engine import LLMEngine
 from aura_omni.engine.sampling_params import SamplingParams
 from aura_omni.media.vision_preprocess import preprocess_video
 from aura_omni.models.qwen3_vl import Qwen3VLForCausalLM
+from aura_omni.models.loader import resolve_checkpoint
+from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
 from aura_omni.models.tokenizer import load_tokenizer
 from aura_omni.stages.aura.stage import AuraPipelineStage, AuraRequest
 from aura_omni.pipeline.processors import asr2aura
@@ -109,7 +111,7 @@ def main() -> None:
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.startswith("cuda") else "float32"))
     fmt = args.load_format or ("dummy" if Path(args.model) == PRESET else "auto")
     model = Qwen3VLForCausalLM.from_pretrained(args.model, dtype=dtype, device=device, load_format=fmt)
-    tok = load_tokenizer(None if fmt == "dummy" else args.model)
+    tok = load_tokenizer(dummy_tokenizer_dir("aura") if fmt == "dummy" else resolve_checkpoint(args.model))
     pixels = np.random.RandomState(0)
 
     def new_frames():

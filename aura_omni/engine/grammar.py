@@ -109,16 +109,13 @@ _TOKENIZERS_LOCK = threading.Lock()
 
 def _ll_tokenizer(tokenizer, vocab_size: int, stop_token_ids: tuple[int, ...]):
     """llguidance's view of a vocabulary (seconds to build for 150k tokens): one per vocabulary in the process."""
-    from aura_omni.models.tokenizer import wait_for_import
-
-    wait_for_import()  # llguidance.hf imports transformers: not while the import-ahead thread is halfway through it
-    import llguidance.hf
+    import llguidance
 
     key = (getattr(tokenizer, "name_or_path", id(tokenizer)), len(tokenizer), vocab_size, stop_token_ids)
     with _TOKENIZERS_LOCK:
-        if key not in _TOKENIZERS:
-            _TOKENIZERS[key] = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size,
-                                                            eos_token=list(stop_token_ids))
+        if key not in _TOKENIZERS:  # from the Rust tokenizer's JSON, as llguidance.hf does (without transformers)
+            _TOKENIZERS[key] = llguidance.LLTokenizer(tokenizer.backend_tokenizer.to_str(), n_vocab=vocab_size,
+                                                      eos_token=list(stop_token_ids))
         return _TOKENIZERS[key]
 
 

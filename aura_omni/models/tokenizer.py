@@ -1,9 +1,20 @@
-"""Text tokenizers of the checkpoints (Qwen2 byte-level BPE from vocab.json + merges.txt), via transformers."""
+"""Text tokenizers of the checkpoints: Qwen2's byte-level BPE built from vocab.json + merges.txt + tokenizer_config.json
+on the Rust `tokenizers` library, as transformers' Qwen2Tokenizer builds it (tests/parity/test_tokenizer_parity.py
+compares the two), without importing transformers: that import took 5-9 s of a GPU host's start (docs/deploy.md)."""
 
-import threading
+from __future__ import annotations
+
+import json
 from pathlib import Path
+from typing import Iterable
 
-_import_ahead: threading.Thread | None = None
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+from tokenizers.models import BPE
+
+# Qwen2's pre-tokenizer split: contractions, letter runs with one leading non-letter, single digits, punctuation
+# runs, newlines, trailing spaces
+PRETOKENIZE_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                     r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 # Words whose BPE merges the Rust tokenizer keeps (its default is 10,000). The cache only ever fills: with replies
 # of novel words (random weights, names, numbers) it grows for hours towards ~6 MiB per tokenizer, which a soak
@@ -11,36 +22,88 @@ _import_ahead: threading.Thread | None = None
 BPE_WORD_CACHE = 1000
 
 
-def load_tokenizer(ckpt: str | Path):
-    """The tokenizer in a checkpoint directory (for dummy weights: qwen_vocab.dummy_tokenizer_dir)."""
-    wait_for_import()
-    from transformers import AutoTokenizer
+class QwenTokenizer:
+    """The part of a transformers tokenizer's interface the stages use: encode, decode, token <-> id, length."""
 
-    return bound_word_cache(AutoTokenizer.from_pretrained(str(ckpt)))
+    def __init__(self, backend: Tokenizer, name_or_path: str, config: dict):
+        self.backend_tokenizer = backend
+        self.name_or_path = name_or_path
+        self.unk_token_id = self._special_id(config.get("unk_token"))
+        self.eos_token_id = self._special_id(config.get("eos_token"))
+        self.pad_token_id = self._special_id(config.get("pad_token"))
+
+    def _special_id(self, token) -> int | None:
+        if isinstance(token, dict):  # an AddedToken serialised whole
+            token = token.get("content")
+        return self.backend_tokenizer.token_to_id(token) if token else None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text`; special tokens written in it are matched whole. Qwen's tokenizers add no BOS/EOS, so
+        `add_special_tokens` changes nothing (kept for the transformers signature)."""
+        return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def __call__(self, text: str) -> dict:
+        return {"input_ids": self.encode(text)}
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False,
+               clean_up_tokenization_spaces: bool = False) -> str:
+        if clean_up_tokenization_spaces:
+            raise ValueError("clean_up_tokenization_spaces is not supported (Qwen's tokenizers turn it off)")
+        return self.backend_tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def convert_tokens_to_ids(self, tokens: str | list[str]):
+        if isinstance(tokens, str):
+            i = self.backend_tokenizer.token_to_id(tokens)
+            return self.unk_token_id if i is None else i
+        return [self.convert_tokens_to_ids(t) for t in tokens]
+
+    def __len__(self) -> int:
+        return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
 
 
-def bound_word_cache(tokenizer, words: int = BPE_WORD_CACHE):
-    """Cap the BPE word cache of a transformers tokenizer backed by `tokenizers` (a no-op for any other)."""
-    model = getattr(getattr(tokenizer, "_tokenizer", None), "model", None)
+def load_tokenizer(ckpt: str | Path) -> QwenTokenizer:
+    """The tokenizer in a checkpoint directory (for dummy weights: qwen_vocab.dummy_tokenizer_dir): its
+    tokenizer.json, or else the BPE built from vocab.json and merges.txt; and the added tokens of
+    tokenizer_config.json's `added_tokens_decoder` it lacks, each at the id the config gives it."""
+    ckpt = Path(ckpt)
+    config_path = ckpt / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
+    if (ckpt / "tokenizer.json").exists():
+        backend = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+    else:
+        if config.get("tokenizer_class", "Qwen2Tokenizer") not in ("Qwen2Tokenizer", "Qwen2TokenizerFast"):
+            raise ValueError(f"{ckpt}: tokenizer_class {config['tokenizer_class']!r} is not a Qwen2 tokenizer")
+        vocab, merges = BPE.read_file(str(ckpt / "vocab.json"), str(ckpt / "merges.txt"))
+        backend = Tokenizer(BPE(vocab, merges, dropout=None, unk_token=None, continuing_subword_prefix="",
+                                end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
+        backend.normalizer = normalizers.NFC()
+        backend.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=bool(config.get("add_prefix_space", False)), use_regex=False)])
+        backend.decoder = decoders.ByteLevel()
+    _add_tokens(backend, config.get("added_tokens_decoder", {}), ckpt)
+    bound_word_cache(backend)
+    return QwenTokenizer(backend, str(ckpt), config)
+
+
+def _add_tokens(backend: Tokenizer, added: dict, where: Path) -> None:
+    """The config's added tokens a tokenizer.json lacks (all of them for vocab.json + merges.txt), in one call in id
+    order (the Rust tokenizer gives each new one the next id; a call per token would rebuild its matcher each time),
+    then every one checked against the id the config gives it."""
+    tokens = sorted(((int(i), t) for i, t in added.items()), key=lambda x: x[0])
+    backend.add_tokens([AddedToken(t["content"], single_word=t.get("single_word", False), lstrip=t.get("lstrip", False),
+                                   rstrip=t.get("rstrip", False),
+                                   normalized=t.get("normalized", not t.get("special", False)),
+                                   special=t.get("special", False))
+                        for _, t in tokens if backend.token_to_id(t["content"]) is None])
+    for i, t in tokens:
+        if backend.token_to_id(t["content"]) != i:
+            raise ValueError(f"{where}: added token {t['content']!r} got id {backend.token_to_id(t['content'])}, "
+                             f"tokenizer_config.json says {i}")
+
+
+def bound_word_cache(tokenizer: QwenTokenizer | Tokenizer, words: int = BPE_WORD_CACHE) -> None:
+    """Cap the BPE word cache of a tokenizer (a no-op for a model without one)."""
+    model = getattr(tokenizer, "backend_tokenizer", tokenizer).model
     if hasattr(model, "_resize_cache"):
         model._resize_cache(words)
-    return tokenizer
-
-
-def import_ahead() -> None:
-    """Import transformers' tokenizer machinery (seconds of Python) on a thread of its own while the first stage
-    builds its model on the device. Every tokenizer load waits for it first (`wait_for_import`): transformers'
-    lazy modules fail an import made while another thread is halfway through the same one."""
-    global _import_ahead
-
-    def run() -> None:
-        from transformers import AutoTokenizer  # noqa: F401
-
-    if _import_ahead is None:
-        _import_ahead = threading.Thread(target=run, name="import-ahead", daemon=True)
-        _import_ahead.start()
-
-
-def wait_for_import() -> None:
-    if _import_ahead is not None:
-        _import_ahead.join()

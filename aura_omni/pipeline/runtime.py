@@ -129,9 +129,6 @@ class Runtime:
         the same surface."""
         here = local_roles(deploy)
         if here:
-            from ..models.tokenizer import import_ahead
-
-            import_ahead()
             first = next(s for s in deploy.stages if deploy.role_of(s) in here)
             deploy = split_gpu_shares(deploy.for_platform(platform_of(stage_device(first, device))), device)
         models: dict[str, Any] = {}

@@ -35,8 +35,8 @@ from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavSt
 from aura_omni.stages.deploy_settings import engine_config
 from aura_omni.stages.loop import StageLoop
 from aura_omni.stages.talker import TalkerEngine, frames_of
-from aura_omni.stages.tts_parts import (code2wav_device, load_code2wav, load_codec_encoder, load_speaker_encoder,
-                                        load_tokenizer)
+from aura_omni.models.tokenizer import load_tokenizer
+from aura_omni.stages.tts_parts import code2wav_device, load_code2wav, load_codec_encoder, load_speaker_encoder
 
 SAMPLE_RATE = 24000  # Code2Wav output rate
 SAMPLES_PER_FRAME = 1920  # 24000 / 12.5 frames per second

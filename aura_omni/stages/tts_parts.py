@@ -9,21 +9,6 @@ import torch
 
 from aura_omni.models.loader import init_dummy, iter_tensors, load_into
 from aura_omni.models.qwen3_tts.checkpoint_config import Qwen3TTSConfig
-from aura_omni.models.tokenizer import bound_word_cache, wait_for_import
-
-
-def load_tokenizer(ckpt: Path):
-    wait_for_import()
-    from transformers import AutoTokenizer
-
-    try:
-        from transformers import Qwen2TokenizerFast as cls  # transformers 4.x name
-    except ImportError:  # pragma: no cover - transformers 5 keeps only the fast class as Qwen2Tokenizer
-        from transformers import Qwen2Tokenizer as cls
-    try:
-        return bound_word_cache(cls.from_pretrained(str(ckpt)))
-    except Exception:  # pragma: no cover - unusual layouts
-        return bound_word_cache(AutoTokenizer.from_pretrained(str(ckpt)))
 
 
 def code2wav_device(code2wav) -> torch.device:
