@@ -4,7 +4,9 @@ compares the two), without importing transformers: that import took 5-9 s of a G
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
 from pathlib import Path
 from typing import Iterable
 
@@ -16,10 +18,14 @@ from tokenizers.models import BPE
 PRETOKENIZE_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                      r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
-# Words whose BPE merges the Rust tokenizer keeps (its default is 10,000). The cache only ever fills: with replies
+# Words whose BPE merges the Rust tokenizer keeps (its default is 10,000), per vocabulary. The cache only ever fills: with replies
 # of novel words (random weights, names, numbers) it grows for hours towards ~6 MiB per tokenizer, which a soak
 # reads as a leak. 1,000 hold ~0.6 MiB and cost ~15 us more per 200 characters encoded (docs/reliability.md).
 BPE_WORD_CACHE = 1000
+
+
+_BPE_MODELS: dict[str, BPE] = {}  # one per vocabulary: the ASR, AURA and TTS checkpoints share Qwen's
+_BPE_LOCK = threading.Lock()
 
 
 class QwenTokenizer:
@@ -61,10 +67,11 @@ class QwenTokenizer:
         return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
 
 
-def load_tokenizer(ckpt: str | Path) -> QwenTokenizer:
+def load_tokenizer(ckpt: str | Path, share_vocab: bool = True) -> QwenTokenizer:
     """The tokenizer in a checkpoint directory (for dummy weights: qwen_vocab.dummy_tokenizer_dir): its
     tokenizer.json, or else the BPE built from vocab.json and merges.txt; and the added tokens of
-    tokenizer_config.json's `added_tokens_decoder` it lacks, each at the id the config gives it."""
+    tokenizer_config.json's `added_tokens_decoder` it lacks, each at the id the config gives it. `share_vocab`: the
+    BPE model (merges and word cache) built once for every checkpoint of the same vocab.json + merges.txt."""
     ckpt = Path(ckpt)
     config_path = ckpt / "tokenizer_config.json"
     config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
@@ -73,9 +80,7 @@ def load_tokenizer(ckpt: str | Path) -> QwenTokenizer:
     else:
         if config.get("tokenizer_class", "Qwen2Tokenizer") not in ("Qwen2Tokenizer", "Qwen2TokenizerFast"):
             raise ValueError(f"{ckpt}: tokenizer_class {config['tokenizer_class']!r} is not a Qwen2 tokenizer")
-        vocab, merges = BPE.read_file(str(ckpt / "vocab.json"), str(ckpt / "merges.txt"))
-        backend = Tokenizer(BPE(vocab, merges, dropout=None, unk_token=None, continuing_subword_prefix="",
-                                end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
+        backend = Tokenizer(_bpe(ckpt / "vocab.json", ckpt / "merges.txt", share_vocab))
         backend.normalizer = normalizers.NFC()
         backend.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
@@ -84,6 +89,23 @@ def load_tokenizer(ckpt: str | Path) -> QwenTokenizer:
     _add_tokens(backend, config.get("added_tokens_decoder", {}), ckpt)
     bound_word_cache(backend)
     return QwenTokenizer(backend, str(ckpt), config)
+
+
+def _bpe(vocab: Path, merges: Path, shared: bool) -> BPE:
+    """The BPE model of these files, built once per process (~0.4 s each) and shared: a Tokenizer's added tokens are
+    its own, its model's merges and word cache may be anyone's."""
+    def build() -> BPE:
+        v, m = BPE.read_file(str(vocab), str(merges))
+        return BPE(v, m, dropout=None, unk_token=None, continuing_subword_prefix="", end_of_word_suffix="",
+                   fuse_unk=False, byte_fallback=False)
+
+    if not shared:
+        return build()
+    key = hashlib.blake2b(vocab.read_bytes() + b"\0" + merges.read_bytes(), digest_size=16).hexdigest()
+    with _BPE_LOCK:
+        if key not in _BPE_MODELS:
+            _BPE_MODELS[key] = build()
+        return _BPE_MODELS[key]
 
 
 def _add_tokens(backend: Tokenizer, added: dict, where: Path) -> None:

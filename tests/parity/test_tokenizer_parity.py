@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
+from aura_omni.models import tokenizer
 from aura_omni.models.tokenizer import load_tokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -62,3 +63,11 @@ def test_a_tokenizer_json_reads_the_same(pair, tmp_path):
     shutil.copy(directory / "tokenizer_config.json", tmp_path)
     ref.backend_tokenizer.save(str(tmp_path / "tokenizer.json"))  # no vocab.json / merges.txt beside it
     _assert_same(load_tokenizer(tmp_path), ref)
+
+
+def test_checkpoints_of_one_vocabulary_share_its_merges_but_not_their_added_tokens(monkeypatch):
+    monkeypatch.setattr(tokenizer, "_BPE_MODELS", {})
+    aura, tts = load_tokenizer(dummy_tokenizer_dir("aura")), load_tokenizer(dummy_tokenizer_dir("tts"))
+    assert len(tokenizer._BPE_MODELS) == 1  # one BPE built for both
+    assert aura.convert_tokens_to_ids("<|silent|>") == 151669 and tts.convert_tokens_to_ids("<|silent|>") is None
+    assert tts.convert_tokens_to_ids("<tts_text_eod>") == 151673 and aura.convert_tokens_to_ids("<tts_text_eod>") is None

@@ -30,12 +30,12 @@ def _heap_after(tokenizer, words: list[str]) -> int:
 def test_novel_words_do_not_grow_the_heap_past_the_bounded_cache():
     rng = random.Random(0)
     directory = dummy_tokenizer_dir("aura")
-    bounded = load_tokenizer(directory)
+    bounded = load_tokenizer(directory, share_vocab=False)
     before = _heap_after(bounded, _novel_words(rng, 2 * BPE_WORD_CACHE))  # the cache filled
     grown = _heap_after(bounded, _novel_words(rng, 20_000)) - before
     assert grown < 1 << 20, f"{grown / 2**20:.2f} MiB held after 20,000 novel words"
 
-    default = load_tokenizer(directory)
+    default = load_tokenizer(directory, share_vocab=False)
     bound_word_cache(default, 10_000)  # the library's default, for contrast: the same words fill it
     before = _heap_after(default, [])
     grown_default = _heap_after(default, _novel_words(rng, 20_000)) - before
@@ -45,7 +45,7 @@ def test_novel_words_do_not_grow_the_heap_past_the_bounded_cache():
 def test_the_bound_does_not_change_the_tokens():
     directory = dummy_tokenizer_dir("aura")
     text = "Gödel's 12 brisk ẞ-foxes: naïve café déjà-vu, 漢字 and emoji 🦊 — " * 3
-    bounded, uncached = load_tokenizer(directory), load_tokenizer(directory)
+    bounded, uncached = load_tokenizer(directory, share_vocab=False), load_tokenizer(directory, share_vocab=False)
     bound_word_cache(uncached, 0)
     assert bounded.encode(text) == uncached.encode(text)
     assert bounded.decode(bounded.encode(text)) == text
