@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: the time from `aura-omni serve` to /health 200 for each shipped deploy given (default: all six),
-# in passes over the same cache directory: the first start of each on this machine, then warm starts. With
-# PROFILE=1, first where a start goes (scripts/startup_profile.py under cProfile). Full-size dummy weights.
+# in passes over the same cache directory: the first start of each on this machine, then warm starts. PROFILE="a b":
+# where the last pass's start of those deploys goes (scripts/startup_profile.py under cProfile). Full-size dummy weights.
 #   bash scripts/gpu_startup.sh [qwen3_tts aura_omni ...]          (results in $OUT/startup.md)
 #   PASSES=2 (default) BG_WAIT=1: also the time until the background warm start is done
 # On a GPU of less than 100 GiB (an H100) AURA's max_model_len is cut to 32768: the shipped 262,144 needs an H200's
@@ -27,7 +27,7 @@ done
 now() { python3 -c "import time; print(f'{time.time():.1f}')"; }
 for pass in $(seq 1 "${PASSES:-2}"); do
   for d in $DEPLOYS; do
-    if [ "${PROFILE:-0}" = 1 ] && [ "$pass" = 1 ]; then
+    if [[ " ${PROFILE:-} " == *" $d "* ]] && [ "$pass" = "${PASSES:-2}" ]; then
       echo "=== profile $d" | tee -a "$OUT/startup.md"
       python3 scripts/startup_profile.py "/tmp/deploys/$d.yaml" --load-format dummy --top 60 --out "$OUT/profile_$d.txt" \
         > "$OUT/profile_$d.log" 2>&1
