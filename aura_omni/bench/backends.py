@@ -84,6 +84,8 @@ class RequestResult:
     latency: float | None = None  # the end of the reply
     audio_seconds: float = 0.0
     underruns: int = 0
+    # each underrun: (seconds of audio received before the late chunk, ms the listener heard nothing)
+    underrun_gaps: list[tuple[float, float]] = field(default_factory=list)
     silent: bool = False  # the model chose not to speak (a voice turn's `<|silent|>`)
     commit: float | None = None  # realtime under server VAD: the server's commit, seconds after `start`
     transcript: float | None = None  # realtime: the user's transcript (`...input_audio_transcription.completed`)
@@ -115,7 +117,10 @@ class Reply:
         now = time.perf_counter()
         if self.result.ttfa is None:
             self.result.ttfa = now - self.result.start
-        self.result.underruns += self.clock.arrive(now, seconds)
+        play_end = self.clock.play_end
+        if self.clock.arrive(now, seconds):
+            self.result.underruns += 1
+            self.result.underrun_gaps.append((self.result.audio_seconds, 1000 * (now - play_end)))
         self.result.audio_seconds += seconds
 
     def done(self) -> RequestResult:

@@ -232,10 +232,28 @@ def summarize(results: list[RequestResult], duration: float, concurrency: int | 
         **_percentiles([r.first_text for r in ok if r.first_text is not None], "first_text", 1000, "_ms"),
         **_percentiles([r.rtf for r in ok if r.rtf is not None], "rtf"),
         "underruns": sum(r.underruns for r in ok), "requests_with_underruns": sum(r.underruns > 0 for r in ok),
+        "underruns_by_position": underruns_by_position(ok),
         **_percentiles([r.latency for r in ok if r.silent], "silent_decision", 1000, "_ms"),  # commit -> listen
         **_percentiles([r.commit for r in ok if r.commit is not None], "commit", 1000, "_ms"),  # server VAD
         **_percentiles([r.transcript for r in ok if r.transcript is not None], "transcript", 1000, "_ms"),
     }
+
+
+UNDERRUN_POSITIONS = (0.25, 0.5, 1.0, 2.0, 4.0)  # seconds of audio already received
+
+
+def underruns_by_position(results: list[RequestResult]) -> list[dict]:
+    """Where in their streams the underruns came (the audio received before the late chunk, up to each bound; the
+    last row unbounded), with how long the listener heard nothing: a stream's second window late says the start of
+    a burst, a later one a steady-state shortfall."""
+    rows = []
+    for i, bound in enumerate([*UNDERRUN_POSITIONS, math.inf]):
+        low = UNDERRUN_POSITIONS[i - 1] if i else 0.0
+        gaps = [gap for r in results for at, gap in r.underrun_gaps if low <= at < bound]
+        if gaps:
+            rows.append({"audio_before_s": [low, bound if math.isfinite(bound) else None], "n": len(gaps),
+                         "p50_gap_ms": float(np.median(gaps)), "max_gap_ms": max(gaps)})
+    return rows
 
 
 def _max_tokens(args: argparse.Namespace, rng: random.Random) -> int | None:
@@ -369,6 +387,11 @@ def main(args: argparse.Namespace) -> int:
         if run.get("full_audio_throughput") and run["audio_throughput"]:
             print(f"c={run['max_concurrency']}: {run['full_audio_throughput']:.2f} audio-s/s until the last request was "
                   f"sent (every slot busy)")
+        for row in run.get("underruns_by_position", []):
+            low, high = row["audio_before_s"]
+            where = f"after {low:g}-{high:g} s of audio" if high is not None else f"after {low:g} s of audio or more"
+            print(f"c={run['max_concurrency'] or 'inf'}: {row['n']} underruns {where}, silence p50 / max "
+                  f"{_ms(row['p50_gap_ms'])} / {_ms(row['max_gap_ms'])} ms")
         if run["p50_commit_ms"] is not None:
             print(commit_summary(run, args.turn_detection))
         if run["p50_transcript_ms"] is not None:
