@@ -120,9 +120,9 @@ def main(argv: list[str] | None = None) -> dict:
     shape = dict(SHAPES["tiny"], vocab=VOCAB) if args.tiny else SHAPES[args.model]
     model = BenchLM(shape, device, dtype)
 
-    from transformers import AutoTokenizer
+    from aura_omni.models.tokenizer import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    tokenizer = load_tokenizer(args.tokenizer)  # the server's
     compiler = GrammarCompiler(tokenizer, VOCAB, [IM_END])
     rows, host = {}, {}
     rows["plain"], host["plain"] = step_ms(model, args, None, False, device)
