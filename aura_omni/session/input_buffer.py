@@ -63,7 +63,8 @@ class InputBuffer:
         samples = decode(raw, fmt)
         if samples.size:
             max_s = self.builder.policy.limits.max_audio_seconds
-            if (sum(len(b) for b in self._buffer) + samples.size * ASR_SAMPLE_RATE / rate) / ASR_SAMPLE_RATE > max_s:
+            buffered = self.input_pos - self._buffer_start  # the buffer holds [_buffer_start, input_pos)
+            if (buffered + samples.size * ASR_SAMPLE_RATE / rate) / ASR_SAMPLE_RATE > max_s:
                 raise ClientError("input_audio_buffer_full", f"the input buffer holds at most {max_s:.0f} s; "
                                   f"commit or clear it")
             self.input_rate = rate

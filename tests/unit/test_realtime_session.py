@@ -27,6 +27,7 @@ from aura_omni.pipeline.orchestrator import AuraOmniPipeline
 from aura_omni.pipeline.processors import PipelineRequestError
 from aura_omni.stages.aura.stage import AuraDelta
 from aura_omni.pipeline.turn import TurnRequest, collect_turn
+from aura_omni.media.limits import MediaLimits
 from aura_omni.media.request_media import MediaPolicy
 from aura_omni.session import RealtimeSession, SessionConfig, SessionConfigError
 from aura_omni.session.frames import FrameWindow, similarity
@@ -1000,3 +1001,24 @@ async def test_without_the_beta_header_the_first_session_update_picks_the_dialec
     assert ("response.audio.delta" in types) == beta and ("response.output_audio.delta" in types) != beta
     await s.send("session.update", session={"modalities": ["text"]})  # settled: a later update changes nothing
     assert s.dialect.name == ("beta" if beta else "ga")
+
+
+@pytest.mark.asyncio
+async def test_the_input_buffer_refuses_audio_past_its_limit_until_a_commit_empties_it():
+    class Small(FakeBuilder):
+        policy = MediaPolicy(limits=MediaLimits(max_audio_seconds=1.0))
+
+    s = RealtimeSession(FakeRuntime(), Small(), model="tiny")
+    s.config = dataclasses.replace(s.config, turn_detection=None)
+    s.start()
+    for _ in range(4):  # 0.8 s of the 1 s
+        await s.send("input_audio_buffer.append", audio=pcm_b64(0.2))
+    await s.send("input_audio_buffer.append", audio=pcm_b64(0.4))  # would hold 1.2 s
+    events = await until(s, "error")
+    assert events[-1]["error"]["code"] == "input_audio_buffer_full"
+    await s.send("input_audio_buffer.append", audio=pcm_b64(0.2))  # 1.0 s: still fits
+    await s.send("input_audio_buffer.commit", create_response=False)
+    await until(s, "input_audio_buffer.committed")
+    await s.send("input_audio_buffer.append", audio=pcm_b64(0.8))  # the committed audio no longer counts
+    await s.send("session.heartbeat")
+    assert not [e for e in await until(s, "session.heartbeat_ack") if e.type == "error"]
