@@ -1,5 +1,6 @@
 """The parts of a Qwen3-TTS checkpoint beside the Talker, each loaded real or, for `--load-format dummy`, as the real
-architecture with random weights: its tokenizer, the codec's decoder (Code2Wav) and encoder, the speaker encoder."""
+architecture with random weights: the codec's decoder (Code2Wav) and encoder, the speaker encoder (its tokenizer:
+models/tokenizer.py)."""
 
 from __future__ import annotations
 
