@@ -68,6 +68,8 @@
 # cap64_trace: cap32's 64 sessions with commits spread over 2 s, with every loop's step trace (ASR, AURA, Talker)
 # cap32_gil5: cap32's 32 sessions with Python's own interpreter-lock switch interval (5 ms; deploy
 #        gil_switch_interval_ms, 0.5 by default): the A/B of that key
+# tts_cap_base: tts_cap served by an earlier commit's code, for an A/B on one machine: `git archive COMMIT aura_omni
+#        | tar -x -C .ab` first (.ab/ is git-ignored; carry it); the bench's client stays this checkout's
 # tts_cap: /v1/audio/speech at c = 64 and 128 (256 requests of 10 s each) on configs/qwen3_tts_128.yaml
 #        (tts_cap_fp32: Code2Wav in float32, as qwen3_tts.yaml; tts_cap_16: 16 steady windows a Code2Wav step;
 #        tts_cap_8: 8 streams a Code2Wav step whatever their windows' length, the batch bound before session 27);
@@ -114,8 +116,8 @@ PY
 
 serve() {  # serve DEPLOY NAME: start a server, wait for /health, register the `bench` voice
   local t0=$SECONDS
-  python3 -m aura_omni.cli serve --deploy-config "$1" --load-format dummy --served-model-name "$2" --port 8091 \
-    ${SERVE_ARGS:-} > "$LOGS/serve_$2.log" 2>&1 &
+  PYTHONPATH=/tmp/site:${SERVE_CODE:-$PWD} python3 -m aura_omni.cli serve --deploy-config "$1" --load-format dummy \
+    --served-model-name "$2" --port 8091 ${SERVE_ARGS:-} > "$LOGS/serve_$2.log" 2>&1 &
   SERVER_LOG="$LOGS/serve_$2.log"
   SERVER=$!
   wait_ready || { tail -n 30 "$SERVER_LOG" | tee -a "$OUT/serve_tails.txt"; return 1; }
@@ -356,6 +358,7 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
              --max-concurrency 32 --num-prompts 64 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            stop ;;
     tts_cap) tts_cap "" "" ;;  # TTS at c = 64 and 128 (issue 32) on configs/qwen3_tts_128.yaml
+    tts_cap_base) SERVE_CODE=$PWD/.ab tts_cap base "" ;;  # the same, served by the baseline's code in .ab/
     tts_cap_fp32) tts_cap fp32 "d['stages'][1]['dtype'] = 'auto'" ;;  # the same, Code2Wav in float32
     tts_cap_16) tts_cap 16 "d['stages'][1]['max_num_batched_tokens'] = 6400" ;;  # the same, 16 windows a step
     tts_cap_8) tts_cap 8 "d['stages'][1]['max_num_seqs'] = 8" ;;  # the same, 8 streams a Code2Wav step whatever their length
