@@ -116,7 +116,7 @@ PY
 
 serve() {  # serve DEPLOY NAME: start a server, wait for /health, register the `bench` voice
   local t0=$SECONDS
-  PYTHONPATH=/tmp/site:${SERVE_CODE:-$PWD} python3 -m aura_omni.cli serve --deploy-config "$1" --load-format dummy \
+  env ${SERVE_CODE:+PYTHONPATH=/tmp/site:$SERVE_CODE} python3 -m aura_omni.cli serve --deploy-config "$1" --load-format dummy \
     --served-model-name "$2" --port 8091 ${SERVE_ARGS:-} > "$LOGS/serve_$2.log" 2>&1 &
   SERVER_LOG="$LOGS/serve_$2.log"
   SERVER=$!
