@@ -77,6 +77,8 @@ def load_tokenizer(ckpt: str | Path, share_vocab: bool = True) -> QwenTokenizer:
     config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
     if (ckpt / "tokenizer.json").exists():
         backend = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+        backend.no_padding()  # a prompt is never padded or cut to a length the file may name
+        backend.no_truncation()
     else:
         if config.get("tokenizer_class", "Qwen2Tokenizer") not in ("Qwen2Tokenizer", "Qwen2TokenizerFast"):
             raise ValueError(f"{ckpt}: tokenizer_class {config['tokenizer_class']!r} is not a Qwen2 tokenizer")
