@@ -20,14 +20,15 @@ runs faster than real time, the audio already sent lasts well past the next wind
 `codec_batch_wait_ms`, 250 ms; its effect on throughput is in docs/benchmarks.md), a chunk may wait up to that long for other
 streams' to fill the step, but never past PLAYBACK_MARGIN_S before its stream's audio sent so far runs out (as played
 from its first chunk on). A stream's first chunk never waits, nor does a lone stream's or a whole file's (not played
-as it comes: `TTSRequest.played`). `ready_in` tells the loop how long; a step takes the group of the chunk due first
-(earliest deadline first: a first chunk, or a whole file's, is due when it arrived, a later one when its wait ends or
-its audio is about to run out), and it fills the step with others of that length. So when a burst of new streams
-arrives over a few Talker steps, an earlier stream's second window whose first 160 ms are nearly played goes before
-the first windows that came after it was due (session 29: with first windows always first, 8 of 128 such streams
-heard 33 ms of silence).
+as it comes: `TTSRequest.played`). `ready_in` tells the loop how long. A step takes the group of the most pressing
+chunk and fills the step with others of that length: first audio goes first, except before a later chunk whose audio
+runs out within URGENT_S, which goes in the order of when it became so against the first chunks' arrivals (session
+29: with first windows always first, a burst of 128 new streams admitted over a few Talker steps kept 8 earlier
+streams' second windows waiting until 33 ms after their first 160 ms had played); then the other later chunks, the
+one due first.
 """
 
+import math
 import time
 import weakref
 from collections import Counter
@@ -105,6 +106,9 @@ class FrameChunks:
 # a waiting chunk steps at the latest this long before its stream's audio runs out: a step or two queued ahead of it,
 # its own, and the way to the listener
 PLAYBACK_MARGIN_S = 0.15
+# a later chunk goes before first chunks that came after this long before its stream's audio runs out: the step
+# running, its own, and the way to the listener
+URGENT_S = 0.08
 SECONDS_PER_FRAME = 1 / 12.5  # of audio: 12.5 codec frames a second
 
 
@@ -190,8 +194,9 @@ class Code2WavStageEngine:
         groups: dict[int, list[tuple[str, Code2WavChunk]]] = {}  # window length -> streams' first pending chunks
         for rid, c in self._heads():
             groups.setdefault(self._length(c), []).append((rid, c))
-        if self.batch_wait_s:  # the group of the chunk due first, the fuller on a tie
-            length = min(groups, key=lambda n: (min(self._due(r, c) for r, c in groups[n]), -len(groups[n])))
+        if self.batch_wait_s:  # the group of the most pressing chunk, the fuller on a tie
+            now = time.perf_counter()
+            length = min(groups, key=lambda n: (min(self._pressing(r, c, now) for r, c in groups[n]), -len(groups[n])))
         else:
             length = min(groups)  # shortest first: a new stream's first chunk is its first audio
         rids = [r for r, _ in groups[length][:self.batch.streams(length)]]
@@ -218,12 +223,23 @@ class Code2WavStageEngine:
                 for i, (r, c) in enumerate(zip(rids, part))]
 
     def _due(self, rid: str, chunk: Code2WavChunk) -> float:
-        """When a waiting chunk must step: a stream's first chunk, and every chunk of a whole file, when it arrived
-        (nobody hears anything of them yet); a later one after the batch wait, or before its stream's audio runs out."""
-        end, arrived = chunk.session.audio_end, self._arrived[rid]
+        """When a waiting chunk must step: after the batch wait, or before its stream's audio runs out; a stream's
+        first chunk, and every chunk of a whole file, at once."""
+        end = chunk.session.audio_end
         if end is None or not chunk.session.may_wait:
-            return arrived
-        return min(arrived + self.batch_wait_s, end - PLAYBACK_MARGIN_S)
+            return -math.inf
+        return min(self._arrived[rid] + self.batch_wait_s, end - PLAYBACK_MARGIN_S)
+
+    def _pressing(self, rid: str, chunk: Code2WavChunk, now: float) -> tuple[int, float]:
+        """A step's order among the waiting chunks (least first): first chunks, a whole file's, and later chunks whose
+        audio runs out within URGENT_S, by when each became so (a first chunk when it arrived: nobody hears anything
+        of it yet); then the other later chunks, by when they are due."""
+        end = chunk.session.audio_end
+        if end is None or not chunk.session.may_wait:
+            return 0, self._arrived[rid]
+        if end - URGENT_S <= now:
+            return 0, end - URGENT_S
+        return 1, self._due(rid, chunk)
 
     def _heads(self) -> list[tuple[str, Code2WavChunk]]:
         """Each stream's first pending chunk (its chunks decode in order), in arrival order."""

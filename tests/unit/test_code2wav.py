@@ -311,11 +311,11 @@ def test_with_a_batch_wait_a_step_takes_first_audio_then_the_chunk_due_first_wit
 
 def test_with_a_batch_wait_a_second_window_about_to_run_out_goes_before_first_windows_that_came_after(code2wav):
     """Earliest deadline first: a burst of new streams arriving over a few Talker steps does not starve an earlier
-    stream whose first window has nearly played; new streams that arrived before that second window was due still go
-    first."""
+    stream whose first window has nearly played; new streams that arrived before that second window became pressing
+    still go first."""
     import time
 
-    from aura_omni.stages.code2wav import PLAYBACK_MARGIN_S, Code2WavChunk, Code2WavSession, Code2WavStageEngine
+    from aura_omni.stages.code2wav import URGENT_S, Code2WavChunk, Code2WavSession, Code2WavStageEngine
 
     stage = Code2WavStageEngine(code2wav, max_batch=8)
     stage.configure(8, [2, 4, 25], cuda_graphs=False, batch_wait_s=10.0)
@@ -325,10 +325,10 @@ def test_with_a_batch_wait_a_second_window_about_to_run_out_goes_before_first_wi
     stage.step()  # 160 ms of audio each
     stage.add("first.0", Code2WavChunk(Code2WavSession(), _codes(2, 102)))  # came while early's audio lasts
     stage.add("early.1", Code2WavChunk(early, _codes(4, 103)))
-    early.audio_end = time.perf_counter() + PLAYBACK_MARGIN_S + 0.05  # due in 50 ms: after "first" came
+    early.audio_end = time.perf_counter() + URGENT_S + 0.05  # pressing in 50 ms: after "first" came
     assert [o.request_id for o in stage.step()] == ["first.0"]
     stage.add("late.0", Code2WavChunk(Code2WavSession(), _codes(2, 104)))
-    early.audio_end = time.perf_counter() + PLAYBACK_MARGIN_S - 0.05  # due 50 ms ago: before "late" came
+    early.audio_end = time.perf_counter() + URGENT_S - 0.05  # pressing 50 ms ago: before "late" came
     assert [o.request_id for o in stage.step()] == ["early.1"]
     assert [o.request_id for o in stage.step()] == ["late.0"]
 
