@@ -26,11 +26,10 @@ SCHEMA = {"type": "object", "properties": {"mood": {"enum": ["calm", "busy"]}, "
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from transformers import AutoTokenizer
-
     from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
+    from aura_omni.models.tokenizer import load_tokenizer
 
-    return AutoTokenizer.from_pretrained(str(dummy_tokenizer_dir("aura")))  # the tiny checkpoint's: AURA's vocabulary
+    return load_tokenizer(dummy_tokenizer_dir("aura"))  # the server's, of the tiny checkpoint's vocabulary (AURA's)
 
 
 @pytest.fixture(scope="module")
