@@ -22,6 +22,7 @@ from aura_omni.models.loader import (PRESETS_DIR, CheckpointError, dummy_config_
                                     resolve_checkpoint)
 from aura_omni.models.qwen3_tts.checkpoint_config import GenerationDefaults, Qwen3TTSConfig
 from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
+from aura_omni.models.tokenizer import load_tokenizer
 from aura_omni.deploy import Stage
 from aura_omni.engine.engine_config import EngineConfig
 from aura_omni.engine.llm_engine import PromptTooLongError
@@ -35,7 +36,6 @@ from aura_omni.stages.code2wav import Code2WavChunk, Code2WavSession, Code2WavSt
 from aura_omni.stages.deploy_settings import engine_config
 from aura_omni.stages.loop import StageLoop
 from aura_omni.stages.talker import TalkerEngine, frames_of
-from aura_omni.models.tokenizer import load_tokenizer
 from aura_omni.stages.tts_parts import code2wav_device, load_code2wav, load_codec_encoder, load_speaker_encoder
 
 SAMPLE_RATE = 24000  # Code2Wav output rate
