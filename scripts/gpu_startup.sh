@@ -24,7 +24,7 @@ for s in d['stages']:
     if $small and s['model'] == 'aurateam/AURA': s['max_model_len'] = 32768
 yaml.safe_dump(d, open('/tmp/deploys/$d.yaml', 'w'))"
 done
-now() { python3 -c "import time; print(f'{time.time():.1f}')"; }
+now() { date +%s.%N; }
 for pass in $(seq 1 "${PASSES:-2}"); do
   for d in $DEPLOYS; do
     if [[ " ${PROFILE:-} " == *" $d "* ]] && [ "$pass" = "${PASSES:-2}" ]; then

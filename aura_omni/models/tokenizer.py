@@ -36,7 +36,6 @@ class QwenTokenizer:
         self.name_or_path = name_or_path
         self.unk_token_id = self._special_id(config.get("unk_token"))
         self.eos_token_id = self._special_id(config.get("eos_token"))
-        self.pad_token_id = self._special_id(config.get("pad_token"))
 
     def _special_id(self, token) -> int | None:
         if isinstance(token, dict):  # an AddedToken serialised whole
