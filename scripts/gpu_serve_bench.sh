@@ -63,6 +63,8 @@
 #        CAP_SIZES="32" CAP_SPREAD64=0: only the sizes given, no 64-session run, for a call with little time left)
 # cap32_ray: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with the deploy's stages in Ray actors, one per
 #        stage (needs the trimmed Ray tarball in .whl, scripts/build_ray_trimmed.sh)
+# cap32_proc: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with the stages CAP_PROC_STAGES names (default
+#        asr) in processes of their own (`process_stages`; no Ray)
 # cap32_cold: configs/aura_omni_duplex_32.yaml at 16 sessions from the moment it is ready, while the background
 #        captures run (session 19's first call saw stages fail there)
 # cap64_trace: cap32's 64 sessions with commits spread over 2 s, with every loop's step trace (ASR, AURA, Talker)
@@ -90,6 +92,7 @@ wheels=$(ls .whl/*.whl | grep -v -e '/av-')
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 URL=http://127.0.0.1:8091
+SMALL_GPU=$(python3 -c "import torch; print(int(torch.cuda.get_device_properties(0).total_memory < 100 * 2**30))")
 python3 -c "from aura_omni.bench.inputs import speech_like, wav_bytes; open('/tmp/ref.wav', 'wb').write(wav_bytes(speech_like(3.0)))"
 # what this machine is: the same H200 configuration has measured up to ~10% apart between machines (session 13), and
 # the slower ones were slower on the host (warm start, the Talker's adds). A Python loop and a torch launch time the
@@ -115,8 +118,12 @@ PY
 } 2>&1 | tee -a "$OUT/summary.md"
 
 serve() {  # serve DEPLOY NAME: start a server, wait for /health, register the `bench` voice
-  local t0=$SECONDS
-  env ${SERVE_CODE:+PYTHONPATH=/tmp/site:$SERVE_CODE} python3 -m aura_omni.cli serve --deploy-config "$1" --load-format dummy \
+  local t0=$SECONDS deploy=$1
+  if [ "$SMALL_GPU" = 1 ] && grep -q "aurateam/AURA" "$1"; then  # an H100: AURA's 262,144 tokens need an H200's memory
+    deploy=/tmp/small_gpu_$(basename "$1")
+    edited_config "$1" "[s.update(max_model_len=32768) for s in d['stages'] if s['model'] == 'aurateam/AURA']" "$deploy"
+  fi
+  env ${SERVE_CODE:+PYTHONPATH=/tmp/site:$SERVE_CODE} python3 -m aura_omni.cli serve --deploy-config "$deploy" --load-format dummy \
     --served-model-name "$2" --port 8091 ${SERVE_ARGS:-} > "$LOGS/serve_$2.log" 2>&1 &
   SERVER_LOG="$LOGS/serve_$2.log"
   SERVER=$!
@@ -324,6 +331,19 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
              --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            stop
            PYTHONPATH=/tmp/ray/site:$PYTHONPATH python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1 ;;
+    cap32_proc) # cap32's load (CAP_SIZES, default 32, and the 64 spread) with the stages CAP_PROC_STAGES names (default
+           # asr) in processes of their own (`process_stages`, no Ray): the A/B against cap32 on the same machine
+           edited_config configs/aura_omni_duplex_32.yaml "d['process_stages'] = '${CAP_PROC_STAGES:-asr}'.split(',')" \
+             /tmp/duplex32_proc.yaml || continue
+           serve /tmp/duplex32_proc.yaml aura || continue
+           for n in ${CAP_SIZES:-32}; do
+             bench "cap_proc32_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+               --max-concurrency $n --num-prompts $((2 * n)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           done
+           [ "${CAP_SPREAD64:-1}" = 1 ] && bench cap_proc32_s64_spread --backend realtime --model aura --voice Vivian \
+             $TURN --num-warmups 0 --max-concurrency 64 --num-prompts 64 --commit-spread 2 \
+             --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           stop ;;
     cap32_cold) WAIT_WARM=0 serve configs/aura_omni_duplex_32.yaml aura || continue  # load while graphs are captured
            for run in 1 2; do
              bench "cap_cold_s16_$run" --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \

@@ -210,6 +210,9 @@ class DeployConfig(_Strict):
     # with `ray`: the stages (model_stage names) that run as Ray actors, the rest in this process; None: every stage
     ray_stages: list[str] | None = None
     ray_address: str | None = None  # an existing Ray cluster (`serve --ray-address`); None: a local Ray
+    # stages (model_stage names) that run in a process of their own on this machine, without Ray: away from the
+    # interpreter lock the event loop and the other stages share (placement/process_stages.py)
+    process_stages: list[str] = Field(default_factory=list)
     # realtime sessions: OpenAI voice name -> a Talker speaker or registered voice; None: session/session_config.py's table
     voice_aliases: dict[str, str] | None = None
     cache_dir: str | None = None  # compile caches, and the voice library's default home (`serve --cache-dir`)
@@ -277,6 +280,11 @@ class DeployConfig(_Strict):
             return False
         role = self.role_of(stage)
         return self.ray_stages is None or (TALKER if role == CODE2WAV else role) in self.ray_stages
+
+    def in_own_process(self, stage: Stage) -> bool:
+        """Whether the stage runs in a process of its own (`process_stages`; Code2Wav: in its Talker's)."""
+        role = self.role_of(stage)
+        return (TALKER if role == CODE2WAV else role) in self.process_stages
 
     def code2wav_of(self, talker: Stage) -> Stage:
         """The Code2Wav stage that decodes `talker`'s codes (the one loading the same checkpoint)."""

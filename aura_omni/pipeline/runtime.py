@@ -111,7 +111,7 @@ class Runtime:
     def __init__(self, deploy: DeployConfig, models: dict[str, Any] | None = None, *, placement: Any = None):
         self.deploy = deploy
         self.models: dict[str, Any] = dict(models or {})
-        self.placement = placement  # None: stages in this process; else where they run (placement/ray_stages.py)
+        self.placement = placement  # None: stages in this process; else where the others run (placement/)
         self._pipeline = None
         self.request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # a turn past this is cancelled (504)
         self.turn_observer: Callable[[dict[str, float]], None] | None = None  # each turn's phases (server metrics)
@@ -124,12 +124,12 @@ class Runtime:
     @classmethod
     def load(cls, deploy: DeployConfig, *, device: str | None = None, dtype: str | None = None,
              load_format: str | None = None) -> Runtime:
-        """Load every declared stage (Code2Wav is part of the Qwen3-TTS facade): in this process, or as Ray actors
-        (`distributed_executor_backend: ray`: every stage, or those `ray_stages` names; placement/) behind proxies of
-        the same surface."""
-        here = local_roles(deploy)
-        if here:
-            first = next(s for s in deploy.stages if deploy.role_of(s) in here)
+        """Load every declared stage (Code2Wav is part of the Qwen3-TTS facade): in this process, in processes of
+        their own (`process_stages`), or as Ray actors (`distributed_executor_backend: ray`: every stage, or those
+        `ray_stages` names); placement/ puts proxies of the same surface in front of the last two."""
+        here, apart = local_roles(deploy), {deploy.role_of(s) for s in deploy.stages if deploy.in_own_process(s)}
+        if here | apart:
+            first = next(s for s in deploy.stages if deploy.role_of(s) in here | apart)
             deploy = split_gpu_shares(deploy.for_platform(platform_of(stage_device(first, device))), device)
         models: dict[str, Any] = {}
         talkers = []
@@ -151,9 +151,16 @@ class Runtime:
                 placement = RayPlacement.start(deploy, load_stage, warm_models, device=device, dtype=dtype,
                                                load_format=load_format, meanwhile=load_local)
                 deploy = placement.deploy
-                models.update(placement.models)
+            elif apart:
+                from ..placement.process_stages import ProcessPlacement
+
+                devices = {s.stage_id: stage_device(s, device) for s in deploy.stages if deploy.in_own_process(s)}
+                placement = ProcessPlacement.start(deploy, load_stage, warm_models, devices=devices, dtype=dtype,
+                                                   load_format=load_format, meanwhile=load_local)
             else:
                 load_local()
+            if placement is not None:
+                models.update(placement.models)
         except BaseException:  # the stages loaded so far let go of their loops (a proxy's close does nothing)
             for model in {id(m): m for m in [*models.values(), *talkers]}.values():
                 if callable(close := getattr(model, "close", None)):
@@ -289,7 +296,8 @@ class Runtime:
 
 def local_roles(deploy: DeployConfig) -> set[str]:
     """The roles whose stages run in this process (Code2Wav's inside its Talker's facade)."""
-    return {deploy.role_of(s) for s in deploy.stages if deploy.role_of(s) != CODE2WAV and not deploy.in_ray(s)}
+    return {deploy.role_of(s) for s in deploy.stages
+            if deploy.role_of(s) != CODE2WAV and not deploy.in_ray(s) and not deploy.in_own_process(s)}
 
 
 def load_stage(deploy: DeployConfig, stage: Stage, device: str, dtype: str | None, load_format: str | None) -> Any:

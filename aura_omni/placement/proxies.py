@@ -147,7 +147,7 @@ class TtsProxy(StageProxy):
         if sent is not None:
             replica, number = sent
             sent[1] += 1
-            replica.actor.feed_text.remote(request_id, number, list(ids), end)
+            replica.actor.tell("feed_text", request_id, number, list(ids), end)
 
     async def frames(self, req: TTSRequest, request_id: str | None = None) -> AsyncIterator[torch.Tensor]:
         """Codec frames [16] (long, host) as the replica's Talker produces them."""

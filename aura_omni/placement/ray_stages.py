@@ -16,14 +16,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from aura_omni.deploy import AURA, ASR, CODE2WAV, TALKER, DeployConfig, Stage
 from aura_omni.placement.host import StageHost
 from aura_omni.placement.proxies import AsrProxy, AuraProxy, TtsProxy
-from aura_omni.placement.replicas import Replica, ReplicaSet, StatsPoller
+from aura_omni.placement.replicas import Replica, ReplicaDied, ReplicaSet, ReplicaUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -132,10 +133,10 @@ class RayPlacement:
         sets = {}
         for label, handles in actors.items():
             suffix = f":{infos[label][0]['config'].tts_model_type}" if "." in label else ""  # as TalkerSet names loops
-            sets[label] = ReplicaSet(label, [Replica(i, a, loops=info["loops"], started=info["started"])
+            sets[label] = ReplicaSet(label, [Replica(i, RayActor(a), loops=info["loops"], started=info["started"])
                                              for i, (a, info) in enumerate(zip(handles, infos[label]))], suffix)
         for replicas in sets.values():  # counters for /health before the first request
-            for r, stats in zip(replicas.replicas, ray.get([r.actor.stats.remote() for r in replicas.replicas])):
+            for r, stats in zip(replicas.replicas, ray.get([r.actor.handle.stats.remote() for r in replicas.replicas])):
                 replicas.note_stats(r, stats)
         return cls(deploy, sets, infos, own_ray)
 
@@ -158,7 +159,7 @@ class RayPlacement:
 
     def actors(self, label: str) -> list:
         """The Ray actor handles of a stage's replicas (tests kill one)."""
-        return [r.actor for r in self.sets[label].replicas]
+        return [r.actor.handle for r in self.sets[label].replicas]
 
     def close(self) -> None:
         ray = import_ray()
@@ -168,7 +169,7 @@ class RayPlacement:
         for replicas in self.sets.values():
             for r in replicas.replicas:
                 try:
-                    ray.kill(r.actor, no_restart=True)
+                    ray.kill(r.actor.handle, no_restart=True)
                 except Exception:  # noqa: BLE001 - already gone
                     pass
         if self.own_ray:
@@ -186,3 +187,105 @@ def _check_gpus(ray, stages: list[Stage], device: str | None) -> None:
     if shares > gpus + 1e-9:
         raise RuntimeError(f"the GPU stages' replicas ask for {shares:g} GPUs (gpu_memory_utilization x num_replicas) "
                            f"but the Ray cluster has {gpus:g}")
+
+
+class RayActor:
+    """A replica's Ray actor as placement/replicas.py calls it."""
+
+    def __init__(self, handle):
+        self.handle = handle  # a Ray ActorHandle of placement.host.StageHost
+
+    async def call(self, method: str, *args) -> Any:
+        ref = getattr(self.handle, method).remote(*args)
+        try:
+            return await ref
+        except asyncio.CancelledError:
+            import_ray().cancel(ref)
+            raise
+        except Exception as e:  # noqa: BLE001 - the stage's own error, or the actor's death
+            raise _unwrap(e) from None
+
+    def call_blocking(self, method: str, *args) -> Any:
+        try:
+            return import_ray().get(getattr(self.handle, method).remote(*args))
+        except Exception as e:  # noqa: BLE001
+            raise _unwrap(e) from None
+
+    async def stream(self, method: str, *args) -> AsyncIterator[Any]:
+        stream, done = None, False
+        try:
+            stream = getattr(self.handle, method).options(num_returns="streaming").remote(*args)
+            async for ref in stream:
+                yield await ref
+            done = True
+        except Exception as e:  # noqa: BLE001 - the stage's error, or the actor died (the caller leaving is no Exception)
+            done = True
+            raise _unwrap(e) from None
+        finally:
+            if stream is not None and not done:  # the caller left: cancel the actor's coroutine (aborts the request)
+                import_ray().cancel(stream)
+
+    def tell(self, method: str, *args) -> None:
+        getattr(self.handle, method).remote(*args)
+
+
+def _unwrap(e: Exception) -> Exception:
+    """What the caller sees of a Ray error: the stage's own (a bad request, StageError), ReplicaDied or
+    ReplicaUnreachable."""
+    exceptions = import_ray().exceptions
+    if isinstance(e, exceptions.RayTaskError):  # raised by the stage: its type (a request error -> 400), message
+        return e.cause if isinstance(e.cause, Exception) else e
+    if isinstance(e, exceptions.RayActorError):
+        return ReplicaDied(type(e).__name__)
+    if isinstance(e, exceptions.RayError):
+        return ReplicaUnreachable(type(e).__name__)
+    return e
+
+
+class StatsPoller:
+    """Polls every replica's counters on a thread (health and metrics read them without waiting): one stats call in
+    flight per replica; an answer marks it alive (a new start token counts a restart), an error or an answer later
+    than `timeout_s` marks it down."""
+
+    def __init__(self, sets: list[ReplicaSet], interval_s: float = 0.5, timeout_s: float = 5.0):
+        self.sets, self.interval_s, self.timeout_s = sets, interval_s, timeout_s
+        self._pending: dict[int, tuple[Any, float]] = {}  # id(replica) -> (stats ref, when sent)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="ray-stage-stats", daemon=True)
+
+    def start(self) -> StatsPoller:
+        self._thread.start()
+        return self
+
+    def poll(self) -> None:
+        ray = import_ray()
+        now = time.monotonic()
+        for rs in self.sets:
+            for r in rs.replicas:
+                ref, sent = self._pending.get(id(r), (None, now))
+                if ref is None:
+                    self._pending[id(r)] = (r.actor.handle.stats.remote(), now)
+                    continue
+                ready, _ = ray.wait([ref], timeout=0)
+                if not ready:
+                    if now - sent > self.timeout_s:
+                        rs.note_stats(r, None)  # restarting (loading, warming) or stuck
+                    continue
+                try:
+                    rs.note_stats(r, ray.get(ref), sent)
+                except Exception:  # noqa: BLE001 - its actor died: down until the restarted one answers
+                    rs.note_stats(r, None)
+                self._pending[id(r)] = (r.actor.handle.stats.remote(), now)
+
+    def _main(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.poll()
+            except Exception:  # noqa: BLE001 - Ray shut down under us: stop polling
+                if self._stop.is_set():
+                    return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)

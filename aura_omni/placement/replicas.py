@@ -1,17 +1,27 @@
-"""A stage's replicas (Ray actors) as one: which replica takes a request, calls and streams to it, and what each
-replica last reported.
+"""A stage's replicas (Ray actors, or processes of this server's own) as one: which replica takes a request, calls and
+streams to it, and what each replica last reported.
 
 A request goes to the least loaded live replica (requests in flight from this process; ties in turn); a request with
 a session key goes to the replica its session used before, while that one is alive (AURA: its prefix cache holds the
-session's history). A replica whose actor died fails its requests in flight with StageUnavailableError (503) and is
-down until its counters come back from the restarted actor. Leaving a stream or cancelling a call cancels its Ray
-task, which cancels the actor's coroutine and aborts the request in the stage loop.
+session's history). A replica whose process died fails its requests in flight with StageUnavailableError (503) and is
+down until its counters come back from the restarted one. Leaving a stream or cancelling a call cancels the request
+in the replica, which aborts it in the stage loop.
+
+A replica's `actor` is what carries the calls (`ray_stages.RayActor`, `process_stages.ProcessActor`):
+
+    await actor.call(method, *args)         # one result; cancelling the awaiting task cancels it there
+    actor.call_blocking(method, *args)      # the same from a plain thread
+    async for x in actor.stream(method, *args)   # an async generator method's items; leaving early cancels it
+    actor.tell(method, *args)               # one way, no answer (the Talker's streamed text)
+
+It raises the stage's own error as the stage raised it, ReplicaDied when the replica's process went away, and
+ReplicaUnreachable when the request's data was lost on the way.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
+import contextlib
 import dataclasses
 import itertools
 import time
@@ -22,10 +32,18 @@ from aura_omni.placement import StageUnavailableError
 MAX_SESSIONS = 4096  # session -> replica entries kept (least recently used dropped: a new session picks afresh)
 
 
+class ReplicaDied(Exception):
+    """The replica's process went away (a restart is on its way)."""
+
+
+class ReplicaUnreachable(Exception):
+    """The request's data, or the node it ran on, was lost on the way."""
+
+
 @dataclasses.dataclass
 class Replica:
     index: int
-    actor: Any  # a Ray ActorHandle of placement.host.StageHost
+    actor: Any  # what carries calls to its placement.host.StageHost (the module's docstring)
     loops: list[str] = dataclasses.field(default_factory=list)  # its stage loops' names
     in_flight: int = 0  # requests from this process not yet finished
     alive: bool = True
@@ -34,12 +52,6 @@ class Replica:
     started: str | None = None  # the actor's start token as last seen
     counters: dict = dataclasses.field(default_factory=dict)  # loop name -> counters, as last polled
     latencies: dict = dataclasses.field(default_factory=dict)  # loop name -> latency snapshots, as last polled
-
-
-def _ray():
-    import ray
-
-    return ray
 
 
 class ReplicaSet:
@@ -66,21 +78,15 @@ class ReplicaSet:
                 self._sessions.popitem(last=False)
         return replica
 
-    # ---- requests --------------------------------------------------------------------------------------
+    # ---- requests ---------------------------------------------------------------------------------------
     async def call(self, method: str, *args, session: str | None = None) -> Any:
-        """One result of `method` on a replica; cancelling the caller cancels the actor's task."""
+        """One result of `method` on a replica; cancelling the caller cancels it there."""
         replica = self.pick(session)
         replica.in_flight += 1
-        ref = None
         try:
-            ref = getattr(replica.actor, method).remote(*args)
-            return await ref
-        except asyncio.CancelledError:
-            if ref is not None:
-                _ray().cancel(ref)
-            raise
-        except Exception as e:  # noqa: BLE001 - the stage's own error, or the replica's death
-            raise self._error(replica, e) from None
+            return await replica.actor.call(method, *args)
+        except (ReplicaDied, ReplicaUnreachable) as e:
+            raise self._unavailable(replica, e) from None
         finally:
             replica.in_flight -= 1
 
@@ -89,9 +95,9 @@ class ReplicaSet:
         replica = self.pick()
         replica.in_flight += 1
         try:
-            return _ray().get(getattr(replica.actor, method).remote(*args))
-        except Exception as e:  # noqa: BLE001
-            raise self._error(replica, e) from None
+            return replica.actor.call_blocking(method, *args)
+        except (ReplicaDied, ReplicaUnreachable) as e:
+            raise self._unavailable(replica, e) from None
         finally:
             replica.in_flight -= 1
 
@@ -101,33 +107,21 @@ class ReplicaSet:
         cancels it there."""
         replica = replica or self.pick(session)
         replica.in_flight += 1
-        stream, done = None, False
         try:
-            stream = getattr(replica.actor, method).options(num_returns="streaming").remote(*args)
-            async for ref in stream:
-                item = await ref
-                yield item
-            done = True
-        except Exception as e:  # noqa: BLE001 - the stage's error, or the actor died (the caller leaving is no Exception)
-            done = True
-            raise self._error(replica, e) from None
+            async with contextlib.aclosing(replica.actor.stream(method, *args)) as items:  # leaving: closed at once
+                async for item in items:
+                    yield item
+        except (ReplicaDied, ReplicaUnreachable) as e:
+            raise self._unavailable(replica, e) from None
         finally:
             replica.in_flight -= 1
-            if stream is not None and not done:  # the caller left: cancel the actor's coroutine (aborts the request)
-                _ray().cancel(stream)
 
-    def _error(self, replica: Replica, e: Exception) -> Exception:
-        """The exception the caller sees: the stage's own (a bad request, StageError), or StageUnavailableError."""
-        exceptions = _ray().exceptions
-        if isinstance(e, exceptions.RayTaskError):  # raised by the stage: its type (a request error -> 400), message
-            return e.cause if isinstance(e.cause, Exception) else e
-        if isinstance(e, exceptions.RayActorError):
-            replica.alive, replica.down_at = False, time.monotonic()  # down until the restarted actor answers
-            return StageUnavailableError(f"stage {self.name} replica {replica.index} went away ({type(e).__name__}); "
-                                         f"it is being restarted: retry the request")
-        if isinstance(e, exceptions.RayError):  # the request's data or its node was lost on the way
-            return StageUnavailableError(f"stage {self.name} replica {replica.index}: {type(e).__name__}; retry")
-        return e
+    def _unavailable(self, replica: Replica, e: Exception) -> StageUnavailableError:
+        if isinstance(e, ReplicaDied):
+            replica.alive, replica.down_at = False, time.monotonic()  # down until the restarted replica answers
+            return StageUnavailableError(f"stage {self.name} replica {replica.index} went away ({e}); it is being "
+                                         f"restarted: retry the request")
+        return StageUnavailableError(f"stage {self.name} replica {replica.index}: {e}; retry")
 
     # ---- counters --------------------------------------------------------------------------------------
     def note_stats(self, replica: Replica, stats: dict | None, sent: float | None = None) -> None:
@@ -158,54 +152,3 @@ class ReplicaSet:
         """Per replica and loop (`talker/1`): its latency histograms as last polled (a restarted actor's start anew)."""
         return {f"{loop}{self.loop_suffix}/{r.index}": r.latencies[loop]
                 for r in self.replicas for loop in r.loops if loop in r.latencies}
-
-
-class StatsPoller:
-    """Polls every replica's counters on a thread (health and metrics read them without waiting): one stats call in
-    flight per replica; an answer marks it alive (a new start token counts a restart), an error or an answer later
-    than `timeout_s` marks it down."""
-
-    def __init__(self, sets: list[ReplicaSet], interval_s: float = 0.5, timeout_s: float = 5.0):
-        import threading
-
-        self.sets, self.interval_s, self.timeout_s = sets, interval_s, timeout_s
-        self._pending: dict[int, tuple[Any, float]] = {}  # id(replica) -> (stats ref, when sent)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="ray-stage-stats", daemon=True)
-
-    def start(self) -> StatsPoller:
-        self._thread.start()
-        return self
-
-    def poll(self) -> None:
-        ray = _ray()
-        now = time.monotonic()
-        for rs in self.sets:
-            for r in rs.replicas:
-                ref, sent = self._pending.get(id(r), (None, now))
-                if ref is None:
-                    self._pending[id(r)] = (r.actor.stats.remote(), now)
-                    continue
-                ready, _ = ray.wait([ref], timeout=0)
-                if not ready:
-                    if now - sent > self.timeout_s:
-                        rs.note_stats(r, None)  # restarting (loading, warming) or stuck
-                    continue
-                try:
-                    rs.note_stats(r, ray.get(ref), sent)
-                except Exception:  # noqa: BLE001 - its actor died: down until the restarted one answers
-                    rs.note_stats(r, None)
-                self._pending[id(r)] = (r.actor.stats.remote(), now)
-
-    def _main(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.poll()
-            except Exception:  # noqa: BLE001 - Ray shut down under us: stop polling
-                if self._stop.is_set():
-                    return
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
