@@ -1,18 +1,17 @@
 """The body of a stage's own process (`process_stages`; the server's side: `process_stages.py`): a StageHost (the same
-one a Ray actor runs) served over a pipe to the server.
+one a Ray actor runs) served over a socket to the server (channel.py).
 
-    server -> here   ("call", id, method, args)     one result: ("ok", id, value) or ("error", id, exception)
+    server -> here   (deploy, stage_id, load, warm, device, dtype, load_format, log_level)   first: what to load
+                     ("call", id, method, args)     one result: ("ok", id, value) or ("error", id, exception)
                      ("stream", id, method, args)   ("item", id, value) as the stage yields, then ("end", id) or error
                      ("cancel", id)                 cancels that call's or stream's coroutine (aborts its request)
                      ("tell", method, args)         one way, in order (the Talker's streamed text)
-                     ("close",)                     the process ends (as when the pipe closes)
     here -> server   ("ready", info) once loaded and warm, or ("failed", why); then ("stats", host.stats()) every
                      STATS_INTERVAL_S, beside the answers
 
-A thread reads the pipe and hands each message to the process's event loop, where requests run as tasks; answers leave
-through a writer thread (pipe_writer.py). The process ignores SIGINT and SIGTERM (a terminal's Ctrl-C and a service manager reach the whole
-process group; the server decides when its stages stop, after its drain) and ends when the server says so or its
-pipe closes (the server died).
+Requests run as tasks on the process's event loop, which reads and writes the socket itself. The process ignores SIGINT
+and SIGTERM (a terminal's Ctrl-C and a service manager reach the whole process group; the server decides when its
+stages stop, after its drain) and ends when the server closes the socket, or dies.
 """
 
 from __future__ import annotations
@@ -21,16 +20,15 @@ import asyncio
 import gc
 import inspect
 import logging
-import multiprocessing.connection
 import os
 import pickle
 import signal
+import socket
 import sys
-import threading
 from typing import Callable
 
+from aura_omni.placement.channel import Channel, FrameReader, encode, receive
 from aura_omni.placement.host import StageHost
-from aura_omni.placement.pipe_writer import PipeWriter
 
 log = logging.getLogger(__name__)
 
@@ -38,62 +36,50 @@ STATS_INTERVAL_S = 0.5  # how often the loops' counters go to the server (its /h
 
 
 def main() -> None:
-    """`python -m aura_omni.placement.process_host FD`: the pipe's end is FD, and its first message `run`'s arguments."""
-    conn = multiprocessing.connection.Connection(int(sys.argv[1]))
-    run(conn, *conn.recv())
-
-
-def run(conn, deploy, stage_id: int, load: Callable, warm: Callable, device: str, dtype: str | None,
-        load_format: str | None, log_level: int) -> None:
-    """Load and warm the stage, say so, then serve until the pipe closes."""
+    """`python -m aura_omni.placement.process_host FD`: FD is this end of the server's socket."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    frames = FrameReader()
+    first: list = []
+    while not first:
+        first = receive(sock, frames, None)
+    deploy, stage_id, load, warm, device, dtype, load_format, log_level = first[0]
     logging.basicConfig(level=log_level, format=f"%(asctime)s %(levelname)s %(name)s[stage {stage_id}]: %(message)s")
     sys.setswitchinterval(deploy.gil_switch_interval_ms / 1000)  # as the server's (server/gil.py)
     try:
         host = StageHost(deploy, stage_id, load, warm, device, dtype, load_format)
     except BaseException as e:  # noqa: BLE001 - the server says why it cannot start
-        conn.send(("failed", f"{type(e).__name__}: {e}"))
-        conn.close()
+        sock.sendall(encode(("failed", f"{type(e).__name__}: {e}")))
         return
     if deploy.gc_freeze:  # start-up objects out of the collector's sight, as the server's (server/gc_pauses.py)
         gc.collect()
         gc.freeze()
-    conn.send(("ready", host.info()))
-    asyncio.run(_Server(conn, host).serve())
+    sock.sendall(encode(("ready", host.info())))
+    asyncio.run(_Server(host).serve(sock, frames))
     os._exit(0)  # the stage loops' threads are daemons of a process with nothing left to do
 
 
 class _Server:
-    def __init__(self, conn, host: StageHost):
-        self.conn, self.host = conn, host
+    def __init__(self, host: StageHost):
+        self.host = host
         self.tasks: dict[int, asyncio.Task] = {}
-        self.writer = PipeWriter(conn, "stage-process-writer")  # the loop and the stats thread both send
+        self.channel: Channel | None = None
 
-    async def serve(self) -> None:
+    async def serve(self, sock: socket.socket, frames: FrameReader) -> None:
         loop = asyncio.get_running_loop()
         closed = loop.create_future()
-        threading.Thread(target=self._read, args=(loop, closed), name="stage-process-reader", daemon=True).start()
-        threading.Thread(target=self._send_stats, args=(closed,), name="stage-process-stats", daemon=True).start()
+        self.channel = Channel(sock, loop, self._dispatch, lambda: closed.done() or closed.set_result(None), frames)
+        stats = loop.call_soon(self._send_stats)
         await closed
+        stats.cancel()
         for task in self.tasks.values():
             task.cancel()
 
-    def _read(self, loop, closed) -> None:
-        while True:
-            try:
-                message = self.conn.recv()
-            except (EOFError, OSError):  # the server is gone
-                message = ("close",)
-            if message[0] == "close":
-                loop.call_soon_threadsafe(lambda: closed.done() or closed.set_result(None))
-                return
-            loop.call_soon_threadsafe(self._dispatch, message)
-
-    def _send_stats(self, closed) -> None:
-        while not closed.done():
-            self.writer.post(("stats", self.host.stats()))
-            threading.Event().wait(STATS_INTERVAL_S)
+    def _send_stats(self) -> None:
+        self._send(("stats", self.host.stats()))
+        if not self.channel.closed:
+            asyncio.get_running_loop().call_later(STATS_INTERVAL_S, self._send_stats)
 
     def _dispatch(self, message: tuple) -> None:
         kind = message[0]
@@ -119,31 +105,34 @@ class _Server:
         except Exception as e:  # noqa: BLE001 - the stage's error goes to the caller
             self._send_error(call_id, e)
             return
-        self._send_answer(("ok", call_id, value))
+        self._send(("ok", call_id, value))
 
     async def _stream(self, call_id: int, method: Callable, args: tuple) -> None:
         try:
             async for item in method(*args):
-                self._send_answer(("item", call_id, item))
+                self._send(("item", call_id, item))
         except asyncio.CancelledError:
             return
         except Exception as e:  # noqa: BLE001
             self._send_error(call_id, e)
             return
-        self._send_answer(("end", call_id))
+        self._send(("end", call_id))
 
-    def _send_answer(self, message: tuple) -> None:
+    def _send(self, message: tuple) -> None:
         try:
-            self.writer.post(message)
+            self.channel.send(message)
+        except BrokenPipeError:  # the server is gone: the channel's close ends the process
+            pass
         except Exception as e:  # noqa: BLE001 - a value that does not pickle: the caller learns why
-            self._send_error(message[1], e)
+            if message[0] != "stats":
+                self._send_error(message[1], e)
 
     def _send_error(self, call_id: int, error: Exception) -> None:
         try:
             pickle.loads(pickle.dumps(error))
         except Exception:  # noqa: BLE001 - an exception that does not cross: its type and message do
             error = RuntimeError(f"{type(error).__name__}: {error}")
-        self.writer.post(("error", call_id, error))
+        self._send(("error", call_id, error))
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@
                                        load_format=None, meanwhile=load_the_rest)
     placement.models        # role -> proxy (placement/proxies.py), what Runtime.models holds in process
 
-Each named stage runs in a fresh interpreter (`process_host.py`; never a fork: CUDA in the server) that loads and warms it as a Ray actor does
-(placement/host.py), behind the same proxies, so the orchestrator, the endpoints and realtime sessions do not know the
-difference. What crosses the pipe is plain data: clips and transcripts, prompts and text deltas, samples. What it buys:
+Each named stage runs in a fresh interpreter (`process_host.py`; never a fork: CUDA in the server) that loads and warms
+it as a Ray actor does (placement/host.py), behind the same proxies, so the orchestrator, the endpoints and realtime
+sessions do not know the difference. What crosses its socket (channel.py) is plain data: clips and transcripts, prompts and text deltas, samples. What it buys:
 the stage's Python runs beside the event loop and the other stages' threads, not in turns with them on one
 interpreter lock (at 64 live sessions on one H200 the in-process ASR stage's first output waited ~740 ms on it;
 docs/benchmarks.md, session 22).
@@ -18,11 +18,10 @@ A process that dies (its GPU failed, or it was killed) fails its requests in fli
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
 import logging
-import multiprocessing
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -32,7 +31,7 @@ from typing import Any, AsyncIterator, Callable
 
 from aura_omni.deploy import AURA, CODE2WAV, TALKER, DeployConfig
 from aura_omni.placement import process_host
-from aura_omni.placement.pipe_writer import PipeWriter
+from aura_omni.placement.channel import Channel, FrameReader, encode, receive
 from aura_omni.placement.proxies import AsrProxy, AuraProxy, TtsProxy
 from aura_omni.placement.replicas import Replica, ReplicaDied, ReplicaSet
 
@@ -44,55 +43,82 @@ RESTART_DELAY_S = 2.0  # between a process's death and its successor's spawn, an
 
 class ProcessActor:
     """One stage's process as placement/replicas.py calls it (`call`, `call_blocking`, `stream`, `tell`), restarted
-    whenever it dies until the placement closes."""
+    whenever it dies until the placement closes. Its socket is served by the event loop that calls it first (the
+    server's; `attach`), so answers reach their callers without a thread in between (channel.py)."""
 
     def __init__(self, label: str, args: tuple):
         self.label = label
-        self._args = args  # process_host.run's arguments after the pipe
+        self._args = args  # what process_host.main loads
         self._ids = itertools.count()
-        self._lock = threading.Lock()  # the pending table and the writer
-        self._pending: dict[int, _Call | _Stream] = {}
-        self._writer: PipeWriter | None = None  # None while there is no live process
-        self._process = None
-        self._starting = None  # our end of a spawned process's pipe until it says it is ready
+        self._pending: dict[int, asyncio.Future | asyncio.Queue] = {}
+        self._process: subprocess.Popen | None = None
+        self._starting: socket.socket | None = None  # a spawned process's socket until it says it is ready
+        self._ready: tuple[socket.socket, FrameReader] | None = None  # ready, not yet served by the loop
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._channel: Channel | None = None  # None while no live process is served
         self._closing = False
         self.on_stats: Callable[[dict], None] = lambda stats: None
         self.on_down: Callable[[], None] = lambda: None
+
+    @property
+    def pid(self) -> int | None:
+        """The process's id (a new one after each restart)."""
+        return self._process.pid if self._process is not None else None
 
     # ---- the process ----------------------------------------------------------------------------------
     def spawn(self) -> None:
         """A fresh interpreter (`python -m aura_omni.placement.process_host FD`), not multiprocessing's spawn: that
         would run the server's main module again in it (a script's, an embedding program's)."""
-        ours, theirs = multiprocessing.Pipe()
+        ours, theirs = socket.socketpair()
         code_root = str(Path(__file__).resolve().parents[2])  # the aura_omni this process runs
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH")) if p)}
         self._process = subprocess.Popen([sys.executable, "-m", process_host.__name__, str(theirs.fileno())],
                                          pass_fds=(theirs.fileno(),), env=env)
         theirs.close()  # the child holds its end: when it dies, our reads end
-        ours.send(self._args)
+        ours.sendall(encode(self._args))
         self._starting = ours
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> dict:
-        """The stage's `StageHost.info()` once the process has loaded and warmed it; RuntimeError saying why not."""
-        conn, deadline = self._starting, time.monotonic() + timeout_s
-        while not conn.poll(1.0):
-            if self._process.poll() is not None:
-                break
-            if time.monotonic() > deadline:
-                self._stop_process(conn)
-                raise RuntimeError(f"stage {self.label}: its process was not ready within {timeout_s:.0f} s")
-        try:
-            kind, value = conn.recv()
-        except (EOFError, OSError):
-            kind, value = "failed", f"its process ended (exit code {self._wait(5)})"
+        """Blocking: the stage's `StageHost.info()` once the process has loaded and warmed it; RuntimeError saying
+        why not."""
+        sock, frames, deadline = self._starting, FrameReader(), time.monotonic() + timeout_s
+        first = None
+        while first is None:
+            try:
+                messages = receive(sock, frames, 1.0)
+            except (EOFError, OSError):
+                messages = [("failed", f"its process ended (exit code {self._wait(5)})")]
+            if messages:
+                first = messages[0]  # any stats after it are dropped: the next ones follow within 0.5 s
+            elif self._process.poll() is not None or time.monotonic() > deadline:
+                first = ("failed", f"its process ended (exit code {self._process.poll()})"
+                         if self._process.poll() is not None else f"not ready within {timeout_s:.0f} s")
+        kind, value = first
         if kind != "ready":
-            self._stop_process(conn)
+            self._starting = None
+            self._end_process(sock)
             raise RuntimeError(f"stage {self.label} failed to start in its own process: {value}")
-        with self._lock:
-            self._writer, self._starting = PipeWriter(conn, f"stage-process-writer-{self.label}"), None
-        threading.Thread(target=self._read, args=(conn,), name=f"stage-process-{self.label}",
-                         daemon=True).start()
+        self._starting, self._ready = None, (sock, frames)
+        if self._loop is not None and not self._loop.is_closed():  # a restart: the loop serves it from now on
+            self._loop.call_soon_threadsafe(self._serve_ready)
         return value
+
+    def attach(self) -> None:
+        """Serve the socket from the running event loop (the first call's, or the server's warm-up)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None and not self._loop.is_closed():
+                raise RuntimeError(f"stage {self.label}: its process is served by another event loop")
+            if self._channel is not None:  # its loop closed, and took the reader with it: this loop serves it now
+                self._ready, self._channel = (self._channel.sock, self._channel.frames), None
+            self._loop = loop
+        self._serve_ready()
+
+    def _serve_ready(self) -> None:
+        if self._ready is None or self._closing:
+            return
+        (sock, frames), self._ready = self._ready, None
+        self._channel = Channel(sock, self._loop, self._deliver, self._lost, frames)
 
     def _wait(self, timeout_s: float) -> int | None:
         """The process's exit code once it ends within `timeout_s`, else None."""
@@ -101,56 +127,40 @@ class ProcessActor:
         except subprocess.TimeoutExpired:
             return None
 
-    def _stop_process(self, conn) -> None:
-        conn.close()  # the process ends when its pipe closes
-        if self._wait(10) is None:
-            self._process.kill()
-            self._wait(5)
-
-    def close(self) -> None:
-        """End the process: it stops when told (its reader here then sees the pipe close) or is killed after 10 s."""
-        self._closing = True
-        with self._lock:
-            writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.post(("close",))
-            writer.stop()
-        elif self._starting is not None:  # never reported ready: no reader owns the pipe
-            self._starting.close()
+    def _end_process(self, sock: socket.socket | None) -> None:
+        """The process ends when its socket closes; killed if it has not within 10 s."""
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # safe from any thread: a loop serving it sees the close
+            except OSError:
+                pass
         if self._process is not None and self._wait(10) is None:
             self._process.kill()
             self._wait(5)
 
-    def _read(self, conn) -> None:
-        """Answers to their callers, counters to the replica set, until the process's end of the pipe closes."""
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                conn.close()
-                break
-            if message[0] == "stats":
-                self.on_stats(message[1])
-                continue
-            kind, call_id = message[0], message[1]
-            with self._lock:
-                pending = self._pending.get(call_id) if kind == "item" else self._pending.pop(call_id, None)
-            if pending is not None:  # None: its caller left
-                pending.deliver(kind, message[2] if len(message) > 2 else None)
-        self._died()
+    def close(self) -> None:
+        self._closing = True
+        channel, ready, starting = self._channel, self._ready, self._starting
+        sock = channel.sock if channel is not None else ready[0] if ready is not None else starting
+        self._end_process(sock)
+        if channel is None and sock is not None:
+            sock.close()
+        elif channel is not None and (self._loop is None or self._loop.is_closed()):
+            channel.close()
 
-    def _died(self) -> None:
-        with self._lock:
-            writer, self._writer = self._writer, None
-            pending, self._pending = self._pending, {}
-        if writer is not None:
-            writer.stop()
+    def _lost(self) -> None:
+        """The loop saw the socket close: the process is gone (or closing). Its callers learn it; a new one starts."""
+        self._channel = None
+        pending, self._pending = self._pending, {}
         if self._closing:
             return
         why = ReplicaDied(f"its process ended, exit code {self._wait(5)}")
         log.error("stage %s: %s; starting it again", self.label, why)
         for p in pending.values():
-            p.deliver("error", why)
+            if isinstance(p, asyncio.Queue):
+                p.put_nowait(("error", why))
+            elif not p.done():
+                p.set_exception(why)
         self.on_down()
         threading.Thread(target=self._restart, name=f"stage-process-restart-{self.label}", daemon=True).start()
 
@@ -167,47 +177,68 @@ class ProcessActor:
             except Exception:  # noqa: BLE001 - try again (Ray's max_restarts: -1 does the same for actors)
                 log.exception("stage %s: its process failed to start again", self.label)
 
-    # ---- requests ---------------------------------------------------------------------------------------
+    # ---- messages, on the loop's thread -----------------------------------------------------------------
+    def _deliver(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "stats":
+            self.on_stats(message[1])
+            return
+        call_id = message[1]
+        pending = self._pending.get(call_id) if kind == "item" else self._pending.pop(call_id, None)
+        if pending is None:  # its caller left
+            return
+        if isinstance(pending, asyncio.Queue):
+            pending.put_nowait((kind, message[2] if len(message) > 2 else None))
+        elif pending.done():
+            pass
+        elif kind == "ok":
+            pending.set_result(message[2])
+        else:
+            pending.set_exception(message[2])
+
     def _submit(self, kind: str, method: str, args: tuple, pending) -> int:
+        self.attach()
+        if self._channel is None:
+            raise ReplicaDied("its process is starting again")
         call_id = next(self._ids)
-        with self._lock:
-            if self._writer is None:
-                raise ReplicaDied("its process is starting again")
-            self._pending[call_id] = pending
-            try:
-                self._writer.post((kind, call_id, method, args))
-            except BaseException:  # the arguments do not pickle: the caller's error
-                del self._pending[call_id]
-                raise
+        self._pending[call_id] = pending
+        try:
+            self._channel.send((kind, call_id, method, args))
+        except BaseException:  # the arguments do not pickle (the caller's error), or the channel just closed
+            del self._pending[call_id]
+            raise
         return call_id
 
     def _cancel(self, call_id: int) -> None:
-        with self._lock:
-            self._pending.pop(call_id, None)
-            if self._writer is not None:
-                self._writer.post(("cancel", call_id))
+        if self._pending.pop(call_id, None) is not None and self._channel is not None:
+            try:
+                self._channel.send(("cancel", call_id))
+            except BrokenPipeError:  # gone meanwhile: nothing left to cancel
+                pass
 
+    # ---- requests ---------------------------------------------------------------------------------------
     async def call(self, method: str, *args) -> Any:
-        call = _Call()
-        call_id = self._submit("call", method, args, call)
+        future = asyncio.get_running_loop().create_future()
+        call_id = self._submit("call", method, args, future)
         try:
-            return await asyncio.wrap_future(call.future)
+            return await future
         except asyncio.CancelledError:
             self._cancel(call_id)
             raise
 
     def call_blocking(self, method: str, *args) -> Any:
-        call = _Call()
-        self._submit("call", method, args, call)
-        return call.future.result()
+        """From a thread other than the loop's (a worker thread's cloned voice, offline use)."""
+        if self._loop is None or self._loop.is_closed():
+            raise RuntimeError(f"stage {self.label}: no event loop serves its process yet")
+        return asyncio.run_coroutine_threadsafe(self.call(method, *args), self._loop).result()
 
     async def stream(self, method: str, *args) -> AsyncIterator[Any]:
-        stream = _Stream(asyncio.get_running_loop())
-        call_id = self._submit("stream", method, args, stream)
+        queue: asyncio.Queue = asyncio.Queue()
+        call_id = self._submit("stream", method, args, queue)
         ended = False
         try:
             while True:
-                kind, value = await stream.queue.get()
+                kind, value = await queue.get()
                 if kind == "item":
                     yield value
                     continue
@@ -220,31 +251,9 @@ class ProcessActor:
                 self._cancel(call_id)
 
     def tell(self, method: str, *args) -> None:
-        with self._lock:
-            if self._writer is not None:
-                self._writer.post(("tell", method, args))
-
-
-class _Call:
-    def __init__(self):
-        self.future: concurrent.futures.Future = concurrent.futures.Future()
-
-    def deliver(self, kind: str, value: Any) -> None:
-        if kind == "ok":
-            self.future.set_result(value)
-        else:
-            self.future.set_exception(value)
-
-
-class _Stream:
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop, self.queue = loop, asyncio.Queue()
-
-    def deliver(self, kind: str, value: Any) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, (kind, value))
-        except RuntimeError:  # its event loop has closed: nobody reads it
-            pass
+        self.attach()
+        if self._channel is not None:
+            self._channel.send(("tell", method, args))
 
 
 class ProcessPlacement:
@@ -299,8 +308,10 @@ class ProcessPlacement:
         return cls(deploy, sets, infos, list(actors.values()))
 
     async def warm_up(self) -> dict[str, float]:
-        """Each process warmed its stage before it reported ready (and does again after a restart)."""
-        await asyncio.sleep(0)
+        """Each process warmed its stage before it reported ready (and does again after a restart); from now on the
+        server's event loop serves their sockets."""
+        for actor in self.actors:
+            actor.attach()
         return {f"{role}/0": info["warm_s"] for role, info in self.infos.items()}
 
     def stage_stats(self) -> dict[str, dict]:

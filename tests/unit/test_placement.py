@@ -161,3 +161,15 @@ def test_gpu_stages_that_cannot_fit_the_cluster_are_refused_at_start():
         _check_gpus(cluster(1), [talker], None)
     _check_gpus(cluster(2), [talker], None)
     _check_gpus(cluster(0), [talker], "cpu")  # --device cpu: no GPU asked for
+
+
+def test_process_stages_in_the_deploy_file():
+    cfg = parse_deploy_config(deploy(process_stages=["qwen3_tts"]))
+    assert cfg.in_own_process(cfg.stages[0]) and cfg.in_own_process(cfg.stages[1])  # Code2Wav in its Talker's
+    assert not parse_deploy_config(deploy()).in_own_process(cfg.stages[0])
+    with pytest.raises(DeployConfigError, match=r"process_stages\[0\]: code2wav runs in its Talker's process"):
+        parse_deploy_config(deploy(process_stages=["code2wav"]))
+    with pytest.raises(DeployConfigError, match=r"process_stages\[0\]: no stage has role 'asr'"):
+        parse_deploy_config(deploy(process_stages=["asr"]))
+    with pytest.raises(DeployConfigError, match="process_stages: with distributed_executor_backend: ray"):
+        parse_deploy_config(deploy(process_stages=["qwen3_tts"], distributed_executor_backend="ray"))

@@ -1,0 +1,226 @@
+"""Stages in processes of the server's own, without Ray (`process_stages`): the tiny four-stage deploy with ASR, AURA and
+the Talker + Code2Wav each in a process of its own, served by the app's event loop. A realtime push-to-talk turn, a
+chat turn with its text streamed into the Talker, and a transcription cross them; a stage's own error keeps its type;
+leaving a stream frees its request in the process; a killed process fails its request with 503, shows on /health and
+comes back; a stage that cannot load stops the start; closing the server ends the processes.
+
+No Ray needed. Three stage processes (about 40 s on 2 CPU cores)."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import io
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import soundfile as sf
+import yaml
+from PIL import Image
+
+from aura_omni.bench.inputs import RECORDED_SPEECH
+from aura_omni.deploy import ASR, AURA, TALKER, load_deploy_config, parse_deploy_config
+from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID
+from aura_omni.pipeline.runtime import Runtime, load_stage
+from aura_omni.server.app import create_app
+from aura_omni.stages.tts import TTSRequest, TTSRequestError
+
+MODEL = "aura-tiny"
+AUTH = {"Authorization": "Bearer test-key"}
+SPEAK = [None, {"max_tokens": 8, "logit_bias": {str(AURA_SILENT_TOKEN_ID): -100, str(QWEN_IM_END_ID): -100}}]
+FEW = 4  # Talker frames per sentence
+LONG = 4000  # Talker frames of a request still running when the test leaves it or kills its process
+APART = [ASR, AURA, TALKER]
+
+
+def wait_until(check, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+    return value
+
+
+def receive_until(ws, kind: str) -> list[dict]:
+    events = []
+    while not events or events[-1]["type"] != kind:
+        events.append(ws.receive_json())
+    return events
+
+
+@pytest.fixture(scope="module")
+def served(chat_customvoice_deploy):
+    from fastapi.testclient import TestClient
+
+    data = yaml.safe_load(chat_customvoice_deploy.read_text())
+    data["process_stages"] = APART
+    data["stages"][2]["default_sampling_params"]["max_tokens"] = LONG  # requests that run until they are stopped
+    path = chat_customvoice_deploy.parent / "deploy_processes.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    app = create_app(load_deploy_config(path), MODEL, "test-key")
+    with TestClient(app) as client:
+        runtime = app.state.server.runtime
+        yield client, runtime, path
+        actors = runtime.placement.actors
+    for actor in actors:  # the server closed: its stage processes are gone
+        assert actor.pid is not None and wait_until(lambda a=actor: not actor_alive(a), 20, "the process to end")
+
+
+def actor_alive(actor) -> bool:
+    try:
+        os.kill(actor.pid, 0)
+    except ProcessLookupError:
+        return False
+    return actor._process.poll() is None
+
+
+def actor_of(runtime, role: str):
+    return next(a for a in runtime.placement.actors if a.label == role)
+
+
+def test_named_stages_run_in_their_own_processes_and_health_lists_them(served):
+    client, runtime, _ = served
+    pids = {role: info["pid"] for role, info in runtime.placement.infos.items()}
+    assert sorted(pids) == sorted(APART) and os.getpid() not in pids.values() and len(set(pids.values())) == 3
+    stages = client.get("/health").json()["stages"]
+    assert sorted(stages) == ["asr/0", "aura/0", "code2wav/0", "talker/0"]
+    assert all(s["alive"] and s["restarts"] == 0 for s in stages.values())
+    metrics = client.get("/metrics", headers=AUTH).text
+    assert 'aura_omni:stage_up{stage="talker/0"} 1.0' in metrics
+
+
+def test_a_realtime_turn_crosses_the_processes(served):
+    client, runtime, _ = served
+    before = {name: runtime.stage_stats()[name].get("steps", 0) for name in ("asr/0", "aura/0", "talker/0")}
+    wav, sr = sf.read(RECORDED_SPEECH, dtype="int16")
+    frame = io.BytesIO()
+    Image.new("RGB", (64, 48), (30, 140, 200)).save(frame, "JPEG")
+    with client.websocket_connect(f"/v1/realtime?model={MODEL}", headers=AUTH) as ws:
+        until = functools.partial(receive_until, ws)
+        until("session.created")
+        ws.send_json({"type": "session.update", "session": {
+            "voice": "vivian", "input_audio_format": "pcm16", "turn_detection": None,
+            "extra_body": {"tts_max_new_tokens": FEW, "sampling_params_list": SPEAK}}})
+        until("session.updated")
+        ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(
+            np.repeat(wav, 24000 // sr).astype("<i2").tobytes()).decode(),
+            "video_frames": [base64.b64encode(frame.getvalue()).decode()]})
+        ws.send_json({"type": "input_audio_buffer.commit"})
+        ws.send_json({"type": "response.create"})
+        events = until("response.done")
+    types = [e["type"] for e in events]
+    transcript = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed")
+    assert transcript["transcript"]
+    assert events[-1]["response"]["status"] == "completed", events[-1]
+    assert types.count("response.audio.delta") > 0
+    wait_until(lambda: all(runtime.stage_stats()[n].get("steps", 0) > before[n] for n in before), 10,
+               "every stage process's counters to move")
+
+
+def test_a_chat_turn_streams_its_text_into_the_talker_process(served):
+    client, _, _ = served
+    r = client.post("/v1/chat/completions", headers=AUTH, json={
+        "model": MODEL, "modalities": ["text", "audio"], "audio": {"voice": "serena", "format": "wav"},
+        "messages": [{"role": "user", "content": "Hello there, how are you today?"}], "max_tokens": 8, "seed": 1,
+        "sampling_params_list": SPEAK, "additional_information": {"tts_max_new_tokens": FEW}})
+    assert r.status_code == 200, r.text
+    message = r.json()["choices"][0]["message"]
+    wav, sr = sf.read(io.BytesIO(base64.b64decode(message["audio"]["data"])), dtype="float32")
+    assert message["content"] and sr == 24000 and wav.size > 0 and np.abs(wav).max() > 0
+
+
+def test_text_fed_while_spoken_reaches_the_process_in_order(served):
+    client, runtime, _ = served
+    speech = runtime.pipeline.speech
+    template = TTSRequest(task_type="CustomVoice", speaker="Vivian", non_streaming_mode=False, max_new_tokens=12, seed=0)
+    text = "Hello there, this sentence reaches the Talker in pieces while it speaks."
+
+    async def both():
+        async def pieces():
+            for word in text.split(" "):
+                yield word + " "
+
+        fed = [c async for c in speech.speak_stream(pieces(), template, request_id="fed-1")]
+        whole = [c async for c in speech.speak(text, None, template, request_id="whole-1")]
+        return np.concatenate(fed), np.concatenate(whole)
+
+    fed, whole = client.portal.call(both)  # on the server's event loop, which serves the processes' sockets
+    assert fed.shape == whole.shape and np.allclose(fed, whole, atol=1e-4)
+
+
+def test_a_transcription_in_its_process_equals_the_in_process_stage(served):
+    client, _, path = served
+    audio = RECORDED_SPEECH.read_bytes()
+    r = client.post("/v1/audio/transcriptions", headers=AUTH, data={"model": MODEL},
+                    files={"file": ("hello.wav", audio, "audio/wav")})
+    assert r.status_code == 200, r.text
+    deploy = load_deploy_config(path)
+    local = load_stage(deploy, deploy.stage(ASR), "cpu", None, None)
+    try:
+        wav, sr = sf.read(io.BytesIO(audio), dtype="float32")
+        assert r.json()["text"] == local.transcribe([(wav, sr)])[0].text != ""
+    finally:
+        local.close()
+
+
+def test_request_errors_from_a_process_keep_their_type(served):
+    _, runtime, _ = served
+    with pytest.raises(TTSRequestError, match="Base checkpoint"):  # raised in the Talker's process, same type here
+        runtime.models[TALKER].create_voice_prompt(np.zeros(24000, np.float32), 24000, "hi")
+
+
+def test_leaving_a_stream_frees_its_request_in_the_process(served):
+    client, runtime, _ = served
+    req = TTSRequest(text="A long sentence that would take a while to speak.", task_type="CustomVoice",
+                     speaker="Vivian", max_new_tokens=LONG, seed=0)
+
+    def talker_shows(check, what: str) -> dict:
+        return wait_until(lambda: check(stats := runtime.stage_stats()["talker/0"]) and stats, 10, what)
+
+    stream = runtime.speak(req, 1, 1)
+
+    async def first_chunk():
+        return await anext(stream)
+
+    async def leave():
+        await stream.aclose()
+
+    client.portal.call(first_chunk)  # on the server's event loop, which serves the processes' sockets
+    talker_shows(lambda s: s["in_flight"] == 1 and s["running"] == 1, "the request running")
+    client.portal.call(leave)
+    assert talker_shows(lambda s: s["in_flight"] == 0 and s["running"] == 0, "the request dropped")["alive"]
+
+
+def test_a_killed_process_fails_its_request_with_503_shows_on_health_and_comes_back(served):
+    client, runtime, _ = served
+    answer = {}
+    speech = {"model": MODEL, "input": "A long sentence that keeps the Talker busy for a while.", "voice": "vivian",
+              "max_new_tokens": LONG, "response_format": "wav"}
+    worker = threading.Thread(target=lambda: answer.update(r=client.post("/v1/audio/speech", headers=AUTH, json=speech)))
+    worker.start()
+    wait_until(lambda: runtime.stage_stats()["talker/0"].get("running", 0) >= 1, 30, "the speech request to run")
+    actor = actor_of(runtime, TALKER)
+    old = actor.pid
+    os.kill(old, signal.SIGKILL)
+    worker.join(60)
+    r = answer["r"]
+    assert r.status_code == 503 and r.json()["error"]["code"] == "stage_unavailable"
+    health = client.get("/health")
+    assert health.status_code == 503 and {"talker/0", "code2wav/0"} <= set(health.json()["down"])
+
+    wait_until(lambda: client.get("/health").status_code == 200, 120, "the Talker's process to come back")
+    assert runtime.stage_stats()["talker/0"]["restarts"] == 1 and actor.pid != old
+    r = client.post("/v1/audio/speech", headers=AUTH, json={**speech, "max_new_tokens": FEW})
+    assert r.status_code == 200 and r.content[:4] == b"RIFF"
+
+
+def test_a_stage_that_cannot_load_in_its_process_stops_the_start_and_says_why(tmp_path):
+    missing = str(tmp_path / "no-such-checkpoint")
+    deploy = parse_deploy_config({"pipeline": "qwen3_tts", "process_stages": [TALKER], "stages": [
+        {"stage_id": 0, "model": missing, "devices": "cpu"}, {"stage_id": 1, "model": missing, "devices": "cpu"}]})
+    with pytest.raises(RuntimeError, match="failed to start in its own process.*no-such-checkpoint"):
+        Runtime.load(deploy)
