@@ -50,8 +50,9 @@ def main() -> None:
     try:
         host = StageHost(deploy, stage_id, load, warm, device, dtype, load_format)
     except BaseException as e:  # noqa: BLE001 - the server says why it cannot start
+        log.exception("stage %d failed to load", stage_id)
         sock.sendall(encode(("failed", f"{type(e).__name__}: {e}")))
-        return
+        os._exit(1)  # whatever threads the failed load started
     if deploy.gc_freeze:  # start-up objects out of the collector's sight, as the server's (server/gc_pauses.py)
         gc.collect()
         gc.freeze()

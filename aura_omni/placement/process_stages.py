@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
-from aura_omni.deploy import AURA, CODE2WAV, TALKER, DeployConfig
+from aura_omni.deploy import CODE2WAV, DeployConfig
 from aura_omni.placement import process_host
 from aura_omni.placement.channel import Channel, FrameReader, encode, receive
-from aura_omni.placement.proxies import AsrProxy, AuraProxy, TtsProxy
-from aura_omni.placement.replicas import Replica, ReplicaDied, ReplicaSet
+from aura_omni.placement.placed import PlacedStages, replica_set, stage_label
+from aura_omni.placement.replicas import ReplicaDied, ReplicaSet
 
 log = logging.getLogger(__name__)
 
@@ -256,19 +256,11 @@ class ProcessActor:
             self._channel.send(("tell", method, args))
 
 
-class ProcessPlacement:
-    def __init__(self, deploy: DeployConfig, sets: dict[str, ReplicaSet], infos: dict[str, dict],
+class ProcessPlacement(PlacedStages):
+    def __init__(self, deploy: DeployConfig, sets: dict[str, ReplicaSet], infos: dict[str, list[dict]],
                  actors: list[ProcessActor]):
-        self.deploy, self.sets, self.infos, self.actors = deploy, sets, infos, actors
-        self.models: dict[str, Any] = {}
-        for role, replicas in sets.items():
-            info = infos[role]
-            if role == AURA:
-                self.models[role] = AuraProxy(replicas, info, deploy.stage(AURA))
-            elif role == TALKER:
-                self.models[role] = TtsProxy(replicas, info)
-            else:
-                self.models[role] = AsrProxy(replicas, info)
+        super().__init__(deploy, sets, infos)
+        self.actors = actors
 
     @classmethod
     def start(cls, deploy: DeployConfig, load: Callable, warm: Callable, *, devices: dict[int, str],
@@ -278,53 +270,38 @@ class ProcessPlacement:
         they load theirs, and wait until each is warm. A stage that fails on either side stops the start and ends the
         processes already started."""
         level = logging.getLogger().getEffectiveLevel()
+        apart = [s for s in deploy.stages if deploy.role_of(s) != CODE2WAV and deploy.in_own_process(s)]
         actors: dict[str, ProcessActor] = {}
-        for stage in deploy.stages:
-            role = deploy.role_of(stage)
-            if role == CODE2WAV or not deploy.in_own_process(stage):
-                continue
-            log.info("stage %d (%s): in a process of its own on %s", stage.stage_id, role, devices[stage.stage_id])
-            actors[role] = ProcessActor(role, (deploy, stage.stage_id, load, warm, devices[stage.stage_id],
-                                                        dtype, load_format, level))
+        for stage in apart:
+            label = stage_label(deploy, stage, apart)
+            log.info("stage %d (%s): in a process of its own on %s", stage.stage_id, label, devices[stage.stage_id])
+            actors[label] = ProcessActor(label, (deploy, stage.stage_id, load, warm, devices[stage.stage_id], dtype,
+                                                 load_format, level))
         t = time.perf_counter()
         try:
             for actor in actors.values():
                 actor.spawn()
             if meanwhile is not None:
                 meanwhile()
-            infos = {role: actor.wait_ready() for role, actor in actors.items()}
+            infos = {label: [actor.wait_ready()] for label, actor in actors.items()}
         except BaseException:
             for actor in actors.values():
                 actor.close()
             raise
         log.info("stage processes ready in %.1f s: %s", time.perf_counter() - t,
-                 ", ".join(f"{role} (pid {info['pid']})" for role, info in infos.items()))
-        sets = {}
-        for role, actor in actors.items():
-            replica = Replica(0, actor, loops=infos[role]["loops"], started=infos[role]["started"])
-            sets[role] = replicas = ReplicaSet(role, [replica])
-            actor.on_stats = lambda stats, rs=replicas, r=replica: rs.note_stats(r, stats)
-            actor.on_down = lambda rs=replicas, r=replica: rs.note_stats(r, None)
+                 ", ".join(f"{label} (pid {info[0]['pid']})" for label, info in infos.items()))
+        sets = {label: replica_set(label, [actor], infos[label]) for label, actor in actors.items()}
+        for label, actor in actors.items():
+            replicas = sets[label]
+            actor.on_stats = lambda stats, rs=replicas: rs.note_stats(rs.replicas[0], stats)
+            actor.on_down = lambda rs=replicas: rs.note_stats(rs.replicas[0], None)
         return cls(deploy, sets, infos, list(actors.values()))
 
     async def warm_up(self) -> dict[str, float]:
-        """Each process warmed its stage before it reported ready (and does again after a restart); from now on the
-        server's event loop serves their sockets."""
+        """From now on the server's event loop serves the processes' sockets."""
         for actor in self.actors:
             actor.attach()
-        return {f"{role}/0": info["warm_s"] for role, info in self.infos.items()}
-
-    def stage_stats(self) -> dict[str, dict]:
-        out: dict[str, dict] = {}
-        for replicas in self.sets.values():
-            out.update(replicas.stage_stats())
-        return out
-
-    def stage_latencies(self) -> dict[str, dict]:
-        out: dict[str, dict] = {}
-        for replicas in self.sets.values():
-            out.update(replicas.stage_latencies())
-        return out
+        return await super().warm_up()
 
     def close(self) -> None:
         for actor in self.actors:

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
-from aura_omni.deploy import AURA, ASR, CODE2WAV, TALKER, DeployConfig, Stage
+from aura_omni.deploy import CODE2WAV, DeployConfig, Stage
 from aura_omni.placement.host import StageHost
-from aura_omni.placement.proxies import AsrProxy, AuraProxy, TtsProxy
-from aura_omni.placement.replicas import Replica, ReplicaDied, ReplicaSet, ReplicaUnreachable
+from aura_omni.placement.placed import PlacedStages, replica_set, stage_label
+from aura_omni.placement.replicas import ReplicaDied, ReplicaSet, ReplicaUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,6 @@ RAY_ENV_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0"}
 RAY_LOCAL_ENV_DEFAULTS = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 MAX_RESTARTS = -1  # Ray restarts a dead stage actor every time (a replica that fails to load stays dead)
 START_TIMEOUT_S = 1800.0  # loading and warming every replica (a 1.7B checkpoint from disk, graphs, kernels)
-PROXIES = {ASR: AsrProxy, AURA: AuraProxy, TALKER: TtsProxy}
 
 
 def import_ray(local: bool = True):
@@ -66,27 +65,11 @@ def actor_options(stage: Stage, device: str) -> dict:
                 runtime_env={"env_vars": env})
 
 
-class RayPlacement:
+class RayPlacement(PlacedStages):
     def __init__(self, deploy: DeployConfig, sets: dict[str, ReplicaSet], infos: dict[str, list[dict]],
                  own_ray: bool):
-        """`sets` and `infos` (per replica) by stage label: its role, `qwen3_tts.<stage_id>` beside another Talker."""
-        self.deploy, self.sets, self.infos, self.own_ray = deploy, sets, infos, own_ray
-        self.models: dict[str, Any] = {}
-        talkers = []
-        for label, replicas in sets.items():
-            role, info = label.split(".")[0], infos[label][0]
-            if role == AURA:
-                self.models[role] = AuraProxy(replicas, info, deploy.stage(AURA))
-            elif role == TALKER:
-                talkers.append(TtsProxy(replicas, info))
-            else:
-                self.models[role] = PROXIES[role](replicas, info)
-        if len(talkers) == 1:
-            self.models[TALKER] = talkers[0]
-        elif talkers:  # one checkpoint per task type, routed by the request (as in process)
-            from aura_omni.stages.talker_set import TalkerSet
-
-            self.models[TALKER] = TalkerSet(talkers)
+        super().__init__(deploy, sets, infos)
+        self.own_ray = own_ray
         self.poller = StatsPoller(list(sets.values())).start()
 
     @classmethod
@@ -103,16 +86,15 @@ class RayPlacement:
         deploy = deploy.for_platform("cpu" if first == "cpu" else "cuda")
         stages = [s for s in deploy.stages if deploy.role_of(s) != CODE2WAV and deploy.in_ray(s)]
         _check_gpus(ray, stages, device)
-        roles = [deploy.role_of(s) for s in stages]
         host = ray.remote(StageHost)
         actors: dict[str, list] = {}
         t = time.perf_counter()
-        for stage, role in zip(stages, roles):
+        for stage in stages:
             dev = actor_device(stage, device)
             opts = actor_options(stage, dev)
-            log.info("stage %d (%s): %d Ray actor(s) on %s, %s GPU each", stage.stage_id, role, stage.num_replicas, dev,
-                     opts["num_gpus"])
-            label = role if roles.count(role) == 1 else f"{role}.{stage.stage_id}"
+            log.info("stage %d (%s): %d Ray actor(s) on %s, %s GPU each", stage.stage_id, deploy.role_of(stage),
+                     stage.num_replicas, dev, opts["num_gpus"])
+            label = stage_label(deploy, stage, stages)
             actors[label] = [host.options(**opts).remote(deploy, stage.stage_id, load, warm, dev, dtype, load_format)
                              for _ in range(stage.num_replicas)]
         try:
@@ -130,32 +112,12 @@ class RayPlacement:
             raise
         log.info("Ray stages ready in %.1f s: %s", time.perf_counter() - t,
                  ", ".join(f"{label} x{len(h)}" for label, h in actors.items()))
-        sets = {}
-        for label, handles in actors.items():
-            suffix = f":{infos[label][0]['config'].tts_model_type}" if "." in label else ""  # as TalkerSet names loops
-            sets[label] = ReplicaSet(label, [Replica(i, RayActor(a), loops=info["loops"], started=info["started"])
-                                             for i, (a, info) in enumerate(zip(handles, infos[label]))], suffix)
+        sets = {label: replica_set(label, [RayActor(a) for a in handles], infos[label])
+                for label, handles in actors.items()}
         for replicas in sets.values():  # counters for /health before the first request
             for r, stats in zip(replicas.replicas, ray.get([r.actor.handle.stats.remote() for r in replicas.replicas])):
                 replicas.note_stats(r, stats)
         return cls(deploy, sets, infos, own_ray)
-
-    async def warm_up(self) -> dict[str, float]:
-        """Every replica warmed itself as it started (and does again after a restart): the seconds each took."""
-        await asyncio.sleep(0)
-        return {f"{role}/{i}": info["warm_s"] for role, infos in self.infos.items() for i, info in enumerate(infos)}
-
-    def stage_stats(self) -> dict[str, dict]:
-        out: dict[str, dict] = {}
-        for replicas in self.sets.values():
-            out.update(replicas.stage_stats())
-        return out
-
-    def stage_latencies(self) -> dict[str, dict]:
-        out: dict[str, dict] = {}
-        for replicas in self.sets.values():
-            out.update(replicas.stage_latencies())
-        return out
 
     def actors(self, label: str) -> list:
         """The Ray actor handles of a stage's replicas (tests kill one)."""

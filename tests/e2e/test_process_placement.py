@@ -8,6 +8,7 @@ No Ray needed. Three stage processes (about 40 s on 2 CPU cores)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import io
@@ -84,7 +85,7 @@ def actor_of(runtime, role: str):
 
 def test_named_stages_run_in_their_own_processes_and_health_lists_them(served):
     client, runtime, _ = served
-    pids = {role: info["pid"] for role, info in runtime.placement.infos.items()}
+    pids = {label: infos[0]["pid"] for label, infos in runtime.placement.infos.items()}
     assert sorted(pids) == sorted(APART) and os.getpid() not in pids.values() and len(set(pids.values())) == 3
     stages = client.get("/health").json()["stages"]
     assert sorted(stages) == ["asr/0", "aura/0", "code2wav/0", "talker/0"]
@@ -224,3 +225,25 @@ def test_a_stage_that_cannot_load_in_its_process_stops_the_start_and_says_why(tm
         {"stage_id": 0, "model": missing, "devices": "cpu"}, {"stage_id": 1, "model": missing, "devices": "cpu"}]})
     with pytest.raises(RuntimeError, match="failed to start in its own process.*no-such-checkpoint"):
         Runtime.load(deploy)
+
+
+def test_two_talker_stages_each_in_a_process_behind_one_talker_set(tiny_dir):
+    """The demo's Base and CustomVoice Talkers, each in a process of its own, routed by the request's task type."""
+    data = yaml.safe_load((tiny_dir / "deploy_demo.yaml").read_text())
+    data["process_stages"] = [TALKER]
+    path = tiny_dir / "deploy_demo_processes.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    runtime = Runtime.load(load_deploy_config(path), device="cpu")
+
+    async def speak(task_type: str, speaker: str | None) -> int:
+        await runtime.warm_up()
+        req = TTSRequest(text="Hello there.", task_type=task_type, speaker=speaker, max_new_tokens=FEW, seed=0)
+        return sum([chunk.size async for chunk in runtime.speak(req, 1, 2)])
+
+    try:
+        assert sorted(runtime.placement.infos) == [f"{TALKER}.2", f"{TALKER}.4"]
+        assert asyncio.run(speak("CustomVoice", "Vivian")) > 0
+        steps = wait_until(lambda: runtime.stage_stats()["talker:custom_voice/0"].get("steps"), 10, "its counters")
+        assert steps > 0 and runtime.stage_stats()["talker:base/0"]["alive"]
+    finally:
+        runtime.close()
