@@ -2,14 +2,16 @@
 
     placement = ProcessPlacement.start(deploy, load_stage, warm_models, devices={stage_id: device}, dtype=None,
                                        load_format=None, meanwhile=load_the_rest)
-    placement.models        # role -> proxy (placement/proxies.py), what Runtime.models holds in process
+    placement.models        # role -> proxy (placement/placed.py), what Runtime.models holds in process
 
 Each named stage runs in a fresh interpreter (`process_host.py`; never a fork: CUDA in the server) that loads and warms
 it as a Ray actor does (placement/host.py), behind the same proxies, so the orchestrator, the endpoints and realtime
-sessions do not know the difference. What crosses its socket (channel.py) is plain data: clips and transcripts, prompts and text deltas, samples. What it buys:
-the stage's Python runs beside the event loop and the other stages' threads, not in turns with them on one
-interpreter lock (at 64 live sessions on one H200 the in-process ASR stage's first output waited ~740 ms on it;
-docs/benchmarks.md, session 22).
+sessions do not know the difference. What crosses its socket (channel.py) is plain data: clips and transcripts,
+prompts and text deltas, samples. What it is for: the stage's Python runs beside the event loop and the other stages'
+threads, not in turns with them on one interpreter lock (at 64 live sessions on one H200 the in-process ASR stage's
+first output waited ~740 ms on it; docs/benchmarks.md, session 22). What it cost so far: ASR in its own process was
+slower at 32 and 64 sessions (session 30, before its socket was served by the event loop), so no shipped deploy
+uses it.
 
 A process that dies (its GPU failed, or it was killed) fails its requests in flight with StageUnavailableError (503);
 /health shows the stage down while a new process loads and warms, and back up (`restarts` counted) once it reports.
@@ -90,9 +92,10 @@ class ProcessActor:
                 messages = [("failed", f"its process ended (exit code {self._wait(5)})")]
             if messages:
                 first = messages[0]  # any stats after it are dropped: the next ones follow within 0.5 s
-            elif self._process.poll() is not None or time.monotonic() > deadline:
-                first = ("failed", f"its process ended (exit code {self._process.poll()})"
-                         if self._process.poll() is not None else f"not ready within {timeout_s:.0f} s")
+            elif (code := self._process.poll()) is not None:
+                first = ("failed", f"its process ended (exit code {code})")
+            elif time.monotonic() > deadline:
+                first = ("failed", f"not ready within {timeout_s:.0f} s")
         kind, value = first
         if kind != "ready":
             self._starting = None
@@ -140,13 +143,16 @@ class ProcessActor:
 
     def close(self) -> None:
         self._closing = True
-        channel, ready, starting = self._channel, self._ready, self._starting
-        sock = channel.sock if channel is not None else ready[0] if ready is not None else starting
+        channel = self._channel
+        if channel is not None:  # its loop sees the socket close, unless the loop itself is gone
+            self._end_process(channel.sock)
+            if self._loop is None or self._loop.is_closed():
+                channel.close()
+            return
+        sock = self._ready[0] if self._ready is not None else self._starting
         self._end_process(sock)
-        if channel is None and sock is not None:
+        if sock is not None:
             sock.close()
-        elif channel is not None and (self._loop is None or self._loop.is_closed()):
-            channel.close()
 
     def _lost(self) -> None:
         """The loop saw the socket close: the process is gone (or closing). Its callers learn it; a new one starts."""
