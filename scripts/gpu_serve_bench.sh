@@ -214,6 +214,18 @@ tts_load_run() {  # tts_load_run NAME MODEL [ARGS]: c = 32 64, 256 requests each
     --num-warmups 2 --save-detailed "${@:3}"
   burst "$OUT/$1.json"
 }
+cap_load() {  # cap_load NAME SIZES: issue 32's capacity load on the running server, sessions opened together and
+  # committing together at each of CAP_SIZES (default SIZES, each twice over), then 64 with commits spread over 2 s
+  # (CAP_SPREAD64=0: not)
+  local n
+  for n in ${CAP_SIZES:-$2}; do
+    bench "cap_$1_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
+      --max-concurrency $n --num-prompts $((2 * n)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+  done
+  [ "${CAP_SPREAD64:-1}" = 1 ] && bench "cap_$1_s64_spread" --backend realtime --model aura --voice Vivian \
+    $TURN --num-warmups 0 --max-concurrency 64 --num-prompts 64 --commit-spread 2 \
+    --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+}
 edited_config() {  # edited_config DEPLOY PYTHON OUT: the deploy file as the statement(s) on `d` change it
   python3 -c "import yaml; d = yaml.safe_load(open('$1')); $2
 yaml.safe_dump(d, open('$3', 'w'))"
@@ -306,13 +318,7 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
             --max-concurrency 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
           stop ;;
     cap32) serve configs/aura_omni_duplex_32.yaml aura || continue
-           for n in ${CAP_SIZES:-8 16 32}; do
-             bench "cap_duplex32_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
-               --max-concurrency $n --num-prompts $((2 * n)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
-           done
-           [ "${CAP_SPREAD64:-1}" = 1 ] && bench cap_duplex32_s64_spread --backend realtime --model aura --voice Vivian \
-             $TURN --num-warmups 0 --max-concurrency 64 --num-prompts 64 --commit-spread 2 \
-             --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           cap_load duplex32 "8 16 32"
            [ "${CAP_PROFILE64:-0}" = 1 ] && profile64
            stop ;;
     cap32_ray) # cap32's load (CAP_SIZES, default 32, and the 64 spread) with every stage in a Ray actor of its own: the
@@ -322,13 +328,7 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
            edited_config configs/aura_omni_duplex_32.yaml "d['distributed_executor_backend'] = 'ray'
 if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /tmp/duplex32_ray.yaml || continue
            PYTHONPATH=/tmp/ray/site:$PYTHONPATH serve /tmp/duplex32_ray.yaml aura || continue
-           for n in ${CAP_SIZES:-32}; do
-             bench "cap_ray32_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
-               --max-concurrency $n --num-prompts $((2 * n)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
-           done
-           [ "${CAP_SPREAD64:-1}" = 1 ] && bench cap_ray32_s64_spread --backend realtime --model aura --voice Vivian \
-             $TURN --num-warmups 0 --max-concurrency 64 --num-prompts 64 --commit-spread 2 \
-             --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           cap_load ray32 32
            stop
            PYTHONPATH=/tmp/ray/site:$PYTHONPATH python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1 ;;
     cap32_proc) # cap32's load (CAP_SIZES, default 32, and the 64 spread) with the stages CAP_PROC_STAGES names (default
@@ -336,13 +336,7 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
            edited_config configs/aura_omni_duplex_32.yaml "d['process_stages'] = '${CAP_PROC_STAGES:-asr}'.split(',')" \
              /tmp/duplex32_proc.yaml || continue
            serve /tmp/duplex32_proc.yaml aura || continue
-           for n in ${CAP_SIZES:-32}; do
-             bench "cap_proc32_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
-               --max-concurrency $n --num-prompts $((2 * n)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
-           done
-           [ "${CAP_SPREAD64:-1}" = 1 ] && bench cap_proc32_s64_spread --backend realtime --model aura --voice Vivian \
-             $TURN --num-warmups 0 --max-concurrency 64 --num-prompts 64 --commit-spread 2 \
-             --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           cap_load proc32 32
            stop ;;
     cap32_cold) WAIT_WARM=0 serve configs/aura_omni_duplex_32.yaml aura || continue  # load while graphs are captured
            for run in 1 2; do

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import io
 import os
 import signal
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -29,6 +27,7 @@ from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID
 from aura_omni.pipeline.runtime import Runtime, load_stage
 from aura_omni.server.app import create_app
 from aura_omni.stages.tts import TTSRequest, TTSRequestError
+from placed_stages import push_to_talk_turn, wait_until
 
 MODEL = "aura-tiny"
 AUTH = {"Authorization": "Bearer test-key"}
@@ -36,21 +35,6 @@ SPEAK = [None, {"max_tokens": 8, "logit_bias": {str(AURA_SILENT_TOKEN_ID): -100,
 FEW = 4  # Talker frames per sentence
 LONG = 4000  # Talker frames of a request still running when the test leaves it or kills its process
 APART = [ASR, AURA, TALKER]
-
-
-def wait_until(check, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return value
-
-
-def receive_until(ws, kind: str) -> list[dict]:
-    events = []
-    while not events or events[-1]["type"] != kind:
-        events.append(ws.receive_json())
-    return events
 
 
 @pytest.fixture(scope="module")
@@ -97,22 +81,10 @@ def test_named_stages_run_in_their_own_processes_and_health_lists_them(served):
 def test_a_realtime_turn_crosses_the_processes(served):
     client, runtime, _ = served
     before = {name: runtime.stage_stats()[name].get("steps", 0) for name in ("asr/0", "aura/0", "talker/0")}
-    wav, sr = sf.read(RECORDED_SPEECH, dtype="int16")
     frame = io.BytesIO()
     Image.new("RGB", (64, 48), (30, 140, 200)).save(frame, "JPEG")
-    with client.websocket_connect(f"/v1/realtime?model={MODEL}", headers=AUTH) as ws:
-        until = functools.partial(receive_until, ws)
-        until("session.created")
-        ws.send_json({"type": "session.update", "session": {
-            "voice": "vivian", "input_audio_format": "pcm16", "turn_detection": None,
-            "extra_body": {"tts_max_new_tokens": FEW, "sampling_params_list": SPEAK}}})
-        until("session.updated")
-        ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(
-            np.repeat(wav, 24000 // sr).astype("<i2").tobytes()).decode(),
-            "video_frames": [base64.b64encode(frame.getvalue()).decode()]})
-        ws.send_json({"type": "input_audio_buffer.commit"})
-        ws.send_json({"type": "response.create"})
-        events = until("response.done")
+    events = push_to_talk_turn(client, MODEL, AUTH, {"tts_max_new_tokens": FEW, "sampling_params_list": SPEAK},
+                               [frame.getvalue()])
     types = [e["type"] for e in events]
     transcript = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed")
     assert transcript["transcript"]

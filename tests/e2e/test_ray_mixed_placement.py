@@ -6,14 +6,9 @@ Skipped without Ray. Its own local Ray with 2 CPUs (about 40 s on 2 CPU cores)."
 
 from __future__ import annotations
 
-import base64
-import functools
 import os
-import time
 
-import numpy as np
 import pytest
-import soundfile as sf
 import yaml
 
 ray = pytest.importorskip("ray")
@@ -23,6 +18,7 @@ from aura_omni.deploy import ASR, AURA, TALKER, load_deploy_config  # noqa: E402
 from aura_omni.pipeline.constants import AURA_SILENT_TOKEN_ID, QWEN_IM_END_ID  # noqa: E402
 from aura_omni.placement.ray_stages import import_ray  # noqa: E402
 from aura_omni.server.app import create_app  # noqa: E402
+from placed_stages import push_to_talk_turn, wait_until  # noqa: E402
 
 MODEL = "aura-tiny"
 AUTH = {"Authorization": "Bearer test-key"}
@@ -46,13 +42,6 @@ def served(chat_customvoice_deploy):
         ray.shutdown()
 
 
-def receive_until(ws, kind: str) -> list[dict]:
-    events = []
-    while not events or events[-1]["type"] != kind:
-        events.append(ws.receive_json())
-    return events
-
-
 def test_only_the_named_stage_is_an_actor(served):
     client, runtime = served
     assert sorted(runtime.placement.infos) == [ASR]
@@ -66,19 +55,7 @@ def test_only_the_named_stage_is_an_actor(served):
 def test_a_realtime_turn_crosses_the_asr_actor_and_the_local_stages(served):
     client, runtime = served
     asr_steps = runtime.stage_stats()["asr/0"].get("steps", 0)
-    wav, sr = sf.read(RECORDED_SPEECH, dtype="int16")
-    with client.websocket_connect(f"/v1/realtime?model={MODEL}", headers=AUTH) as ws:
-        until = functools.partial(receive_until, ws)
-        until("session.created")
-        ws.send_json({"type": "session.update", "session": {
-            "voice": "vivian", "input_audio_format": "pcm16", "turn_detection": None,
-            "extra_body": {"tts_max_new_tokens": 4, "sampling_params_list": SPEAK}}})
-        until("session.updated")
-        ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(
-            np.repeat(wav, 24000 // sr).astype("<i2").tobytes()).decode()})
-        ws.send_json({"type": "input_audio_buffer.commit"})
-        ws.send_json({"type": "response.create"})
-        events = until("response.done")
+    events = push_to_talk_turn(client, MODEL, AUTH, {"tts_max_new_tokens": 4, "sampling_params_list": SPEAK})
     types = [e["type"] for e in events]
     transcript = next(e for e in events if e["type"] == "conversation.item.input_audio_transcription.completed")
     assert transcript["transcript"]
@@ -87,10 +64,8 @@ def test_a_realtime_turn_crosses_the_asr_actor_and_the_local_stages(served):
     r = client.post("/v1/audio/transcriptions", headers=AUTH, data={"model": MODEL},
                     files={"file": ("hello.wav", RECORDED_SPEECH.read_bytes(), "audio/wav")})
     assert r.status_code == 200 and r.json()["text"]
-    deadline = time.monotonic() + 10  # the actor's counters, as last polled
-    while runtime.stage_stats()["asr/0"].get("steps", 0) <= asr_steps:
-        assert time.monotonic() < deadline, "the ASR actor's counters never moved"
-        time.sleep(0.2)
+    wait_until(lambda: runtime.stage_stats()["asr/0"].get("steps", 0) > asr_steps, 10,
+               "the ASR actor's counters (as last polled) to move")
 
 
 def test_a_local_stage_that_cannot_load_stops_the_start_and_says_why(served, chat_customvoice_deploy, tmp_path):

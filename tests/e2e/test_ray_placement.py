@@ -16,7 +16,6 @@ import functools
 import io
 import os
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +35,7 @@ from aura_omni.placement import StageUnavailableError  # noqa: E402
 from aura_omni.placement.ray_stages import import_ray  # noqa: E402
 from aura_omni.server.app import create_app  # noqa: E402
 from aura_omni.stages.tts import TTSRequest, TTSRequestError  # noqa: E402
+from placed_stages import push_to_talk_turn, receive_until, wait_until  # noqa: E402
 
 MODEL = "aura-tiny"
 API_KEY = "test-key"
@@ -44,22 +44,6 @@ SPEECH_WAV = RECORDED_SPEECH  # espeak-ng, 16 kHz
 SPEAK = [None, {"max_tokens": 8, "logit_bias": {str(AURA_SILENT_TOKEN_ID): -100, str(QWEN_IM_END_ID): -100}}]
 FEW = 4  # Talker frames per sentence
 LONG = 4000  # Talker frames of a request that is still running when the test leaves it or kills its actor
-
-
-def wait_until(check, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return value
-
-
-def receive_until(ws, kind: str) -> list[dict]:
-    """Realtime server events up to and including the first of `kind`."""
-    events = []
-    while not events or events[-1]["type"] != kind:
-        events.append(ws.receive_json())
-    return events
 
 
 @pytest.fixture(scope="module")
@@ -159,22 +143,11 @@ def test_realtime_push_to_talk_turn_through_actors(served, monkeypatch):
     aura = runtime.models[AURA].replicas
     keys = []
     monkeypatch.setattr(aura, "pick", lambda session=None, pick=aura.pick: keys.append(session) or pick(session))
-    wav, sr = sf.read(SPEECH_WAV, dtype="int16")
     frame = io.BytesIO()
     Image.new("RGB", (64, 48), (30, 140, 200)).save(frame, "JPEG")
-    with client.websocket_connect(f"/v1/realtime?model={MODEL}", headers=AUTH) as ws:
-        until = functools.partial(receive_until, ws)
-        session_id = until("session.created")[-1]["session"]["id"]
-        ws.send_json({"type": "session.update", "session": {
-            "voice": "vivian", "input_audio_format": "pcm16", "turn_detection": None, "extra_body": {
-                "tts_max_new_tokens": FEW, "sampling_params_list": SPEAK}}})
-        until("session.updated")
-        ws.send_json({"type": "input_audio_buffer.append", "audio": base64.b64encode(
-            np.repeat(wav, 24000 // sr).astype("<i2").tobytes()).decode(),  # 16 kHz -> the session's 24 kHz
-            "video_frames": [base64.b64encode(frame.getvalue()).decode()]})
-        ws.send_json({"type": "input_audio_buffer.commit"})
-        ws.send_json({"type": "response.create"})
-        events = until("response.done")
+    events = push_to_talk_turn(client, MODEL, AUTH, {"tts_max_new_tokens": FEW, "sampling_params_list": SPEAK},
+                               [frame.getvalue()])
+    session_id = events[0]["session"]["id"]
     types = [e["type"] for e in events]
     assert "conversation.item.input_audio_transcription.completed" in types
     assert events[-1]["response"]["status"] == "completed", events[-1]
