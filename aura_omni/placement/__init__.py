@@ -6,13 +6,22 @@ This module is what the rest of the server sees of placement, and imports no Ray
 session's requests stick to their AURA replica by, and the error of a replica that went away.
 """
 
+import os
 from contextvars import ContextVar
+from pathlib import Path
 
 from aura_omni.stages.stage_engine import StageError
 
 # The realtime session a request belongs to (RealtimeSession sets it in its response tasks): its AURA requests go to
 # one replica, whose prefix cache holds the session's history. None: any replica.
 session_key: ContextVar[str | None] = ContextVar("aura_omni_session_key", default=None)
+
+
+def stage_pythonpath() -> str:
+    """The PYTHONPATH of a stage's own process (a Ray actor's, or one the server starts): the aura_omni this process
+    runs, before whatever the environment names."""
+    code_root = str(Path(__file__).resolve().parents[2])
+    return os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH")) if p)
 
 
 class StageUnavailableError(StageError):

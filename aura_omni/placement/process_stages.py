@@ -28,11 +28,10 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from aura_omni.deploy import CODE2WAV, DeployConfig
-from aura_omni.placement import process_host
+from aura_omni.placement import process_host, stage_pythonpath
 from aura_omni.placement.channel import Channel, FrameReader, encode, receive
 from aura_omni.placement.placed import PlacedStages, replica_set, stage_label
 from aura_omni.placement.replicas import ReplicaDied, ReplicaSet
@@ -72,8 +71,7 @@ class ProcessActor:
         """A fresh interpreter (`python -m aura_omni.placement.process_host FD`), not multiprocessing's spawn: that
         would run the server's main module again in it (a script's, an embedding program's)."""
         ours, theirs = socket.socketpair()
-        code_root = str(Path(__file__).resolve().parents[2])  # the aura_omni this process runs
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH")) if p)}
+        env = {**os.environ, "PYTHONPATH": stage_pythonpath()}
         self._process = subprocess.Popen([sys.executable, "-m", process_host.__name__, str(theirs.fileno())],
                                          pass_fds=(theirs.fileno(),), env=env)
         theirs.close()  # the child holds its end: when it dies, our reads end

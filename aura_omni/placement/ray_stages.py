@@ -18,10 +18,10 @@ import logging
 import os
 import threading
 import time
-from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from aura_omni.deploy import CODE2WAV, DeployConfig, Stage
+from aura_omni.placement import stage_pythonpath
 from aura_omni.placement.host import StageHost
 from aura_omni.placement.placed import PlacedStages, replica_set, stage_label
 from aura_omni.placement.replicas import ReplicaDied, ReplicaSet, ReplicaUnreachable
@@ -57,9 +57,7 @@ def actor_device(stage: Stage, override: str | None) -> str:
 def actor_options(stage: Stage, device: str) -> dict:
     """Ray resources and restart policy of one replica. CPU stages take no logical CPU: their threads are the stage
     loop's and torch's, bounded by OMP_NUM_THREADS, not by Ray's CPU count."""
-    code_root = str(Path(__file__).resolve().parents[2])  # the aura_omni the API process runs, for the workers too
-    path = os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH", "")) if p)
-    env = {"PYTHONPATH": path, **{k: os.environ[k] for k in ("OMP_NUM_THREADS",) if k in os.environ}}
+    env = {"PYTHONPATH": stage_pythonpath(), **{k: os.environ[k] for k in ("OMP_NUM_THREADS",) if k in os.environ}}
     return dict(num_cpus=0, num_gpus=stage.gpu_memory_utilization if device != "cpu" else 0,
                 max_restarts=MAX_RESTARTS, max_task_retries=0, max_concurrency=1000,
                 runtime_env={"env_vars": env})
