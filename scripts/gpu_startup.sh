@@ -4,6 +4,9 @@
 # where the last pass's start of those deploys goes (scripts/startup_profile.py under cProfile). Full-size dummy weights.
 #   bash scripts/gpu_startup.sh [qwen3_tts aura_omni ...]          (results in $OUT/startup.md)
 #   PASSES=2 (default) BG_WAIT=1: also the time until the background warm start is done
+#   LOAD_AB=1: each deploy started with its stages loaded in parallel (`parallel_load: true`, the default) and one after
+#   another (`false`), each mode over a cache directory of its own, so pass 1 is each mode's first start (every kernel
+#   compiled) and later passes are warm; the parallel one starts first (the machine's cold page cache is its to pay)
 # On a GPU of less than 100 GiB (an H100) AURA's max_model_len is cut to 32768: the shipped 262,144 needs an H200's
 # KV budget, and a start that fails its memory plan times nothing.
 set -uo pipefail
@@ -22,8 +25,11 @@ for d in $DEPLOYS; do  # the deploy each start serves
   python3 -c "import yaml; d = yaml.safe_load(open('configs/$d.yaml'))
 for s in d['stages']:
     if $small and s['model'] == 'aurateam/AURA': s['max_model_len'] = 32768
-yaml.safe_dump(d, open('/tmp/deploys/$d.yaml', 'w'))"
+yaml.safe_dump(d, open('/tmp/deploys/$d.yaml', 'w'))
+d['parallel_load'] = False
+yaml.safe_dump(d, open('/tmp/deploys/${d}_serial.yaml', 'w'))"
 done
+MODES=""; [ "${LOAD_AB:-0}" = 1 ] && MODES="parallel serial"
 now() { date +%s.%N; }
 for pass in $(seq 1 "${PASSES:-2}"); do
   for d in $DEPLOYS; do
@@ -33,16 +39,21 @@ for pass in $(seq 1 "${PASSES:-2}"); do
         > "$OUT/profile_$d.log" 2>&1
       head -n 1 "$OUT/profile_$d.txt" | tee -a "$OUT/startup.md"
     fi
+    for mode in ${MODES:-default}; do
+    file=/tmp/deploys/$d.yaml; cache=(); log="/tmp/serve_${d}_$pass.log"
+    [ "$mode" = serial ] && file=/tmp/deploys/${d}_serial.yaml
+    [ "$mode" != default ] && { cache=(--cache-dir "/tmp/aura_cache_$mode"); log="/tmp/serve_${d}_${mode}_$pass.log"; }
     t0=$(now)
-    python3 -m aura_omni.cli serve --deploy-config "/tmp/deploys/$d.yaml" --load-format dummy --port 8091 \
-      > "/tmp/serve_${d}_$pass.log" 2>&1 &
+    python3 -m aura_omni.cli serve --deploy-config "$file" --load-format dummy --port 8091 "${cache[@]}" \
+      > "$log" 2>&1 &
     pid=$!
     until curl -sf http://127.0.0.1:8091/health > /dev/null; do
-      kill -0 $pid 2>/dev/null || { echo "$d: server died"; tail -n 20 "/tmp/serve_${d}_$pass.log"; break; }
+      kill -0 $pid 2>/dev/null || { echo "$d: server died"; tail -n 20 "$log"; break; }
       sleep 0.25
     done
-    echo "pass $pass $d: /health 200 after $(python3 -c "print(round($(now) - $t0, 1))") s" | tee -a "$OUT/startup.md"
-    grep -e "loaded in" -e "warm start:" "/tmp/serve_${d}_$pass.log" | sed 's/^.*INFO //' | cut -c 1-200 \
+    echo "pass $pass $d ${mode/default/}: /health 200 after $(python3 -c "print(round($(now) - $t0, 1))") s" \
+      | tee -a "$OUT/startup.md"
+    grep -e "loaded in" -e "warm start:" -e "KV cache" "$log" | sed 's/^.*INFO //' | cut -c 1-200 \
       | tee -a "$OUT/startup.md"
     if [ "${BG_WAIT:-0}" = 1 ]; then
       until curl -s http://127.0.0.1:8091/health | python3 -c "import json,sys; sys.exit(1 if json.load(sys.stdin).get('warming') else 0)"; do
@@ -53,5 +64,6 @@ for pass in $(seq 1 "${PASSES:-2}"); do
         | tee -a "$OUT/startup.md"
     fi
     kill $pid; wait $pid 2>/dev/null
+    done
   done
 done

@@ -213,6 +213,8 @@ class DeployConfig(_Strict):
     # stages (model_stage names) that run in a process of their own on this machine, without Ray: away from the
     # interpreter lock the event loop and the other stages share (placement/process_stages.py)
     process_stages: list[str] = Field(default_factory=list)
+    # the stages of this process load on a thread each (pipeline/runtime.py `load_stages`); false: one after another
+    parallel_load: bool = True
     # realtime sessions: OpenAI voice name -> a Talker speaker or registered voice; None: session/session_config.py's table
     voice_aliases: dict[str, str] | None = None
     cache_dir: str | None = None  # compile caches, and the voice library's default home (`serve --cache-dir`)

@@ -30,7 +30,7 @@ from aura_omni.engine.prefill_graphs import PrefillGraphs, graph_sizes
 from aura_omni.engine.sampler import Sampler, is_plain_greedy
 from aura_omni.engine.scheduler import ScheduledSeq, SchedulerOutput
 from aura_omni.engine.sequence import NON_FINITE
-from aura_omni.layers import attention_backend, kernel_switches
+from aura_omni.layers import attention_backend, kernel_switches, measure_gate
 from aura_omni.layers.attention import AttentionMetadata
 from aura_omni.layers.device import on_device, upload_async
 from aura_omni.layers.kv_cache import allocate_kv_cache, free_kv_cache
@@ -137,12 +137,13 @@ class ModelRunner:
         if self.pad_tokens and self.device.type == "cuda":
             self._plan_gemms(name)
         weights = getattr(adapter, "model", self.backbone)
-        self.plan: KVPlan = plan_kv_cache(config, self.backbone, weights, self.kv_dtype, self.device,
-                                          self._activation_peak(), name)
-        # one extra page past the managed ones: the sink for CUDA-graph padding rows
-        self.pad_block = self.plan.num_blocks
-        allocate_kv_cache(self.backbone.attention_layers(), self.plan.num_blocks + 1, self.block_size,
-                          self.kv_dtype, self.device)
+        with measure_gate.measuring():  # stages loading beside this one wait (layers/measure_gate.py)
+            self.plan: KVPlan = plan_kv_cache(config, self.backbone, weights, self.kv_dtype, self.device,
+                                              self._activation_peak(), name)
+            # one extra page past the managed ones: the sink for CUDA-graph padding rows
+            self.pad_block = self.plan.num_blocks
+            allocate_kv_cache(self.backbone.attention_layers(), self.plan.num_blocks + 1, self.block_size,
+                              self.kv_dtype, self.device)
         self.graphs: DecodeGraphs | None = None
         if self.device.type == "cuda" and not config.enforce_eager and config.graph_batch_sizes:
             max_len = config.cuda_graph_max_seq_len or config.max_model_len

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from aura_omni.layers import attention_backend, triton_gemv, triton_ops, triton_short_attention
+from aura_omni.layers import attention_backend, measure_gate, triton_gemv, triton_ops, triton_short_attention
 from aura_omni.layers.attention import Attention, AttentionMetadata
 from aura_omni.layers.mlp import SwiGLU
 from aura_omni.layers.rmsnorm import RMSNorm

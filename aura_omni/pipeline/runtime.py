@@ -11,12 +11,14 @@ import asyncio
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
 from ..deploy import ASR, AURA, CODE2WAV, TALKER, DeployConfig, DeployConfigError, Stage
+from ..layers.measure_gate import MeasureGate
 from ..stages.asr.service import load_asr_stage
 from ..stages.aura.stage import load_aura_stage
 from ..stages.supervision import Supervisor
@@ -135,13 +137,11 @@ class Runtime:
         talkers = []
 
         def load_local() -> None:
-            for stage in deploy.stages:
-                role = deploy.role_of(stage)
-                if role not in here:
-                    continue
-                models[role] = load_stage(deploy, stage, stage_device(stage, device), dtype, load_format)
-                if role == TALKER:
-                    talkers.append(models[role])
+            mine = [stage for stage in deploy.stages if deploy.role_of(stage) in here]
+            for stage, model in zip(mine, load_stages(deploy, mine, device, dtype, load_format)):
+                models[deploy.role_of(stage)] = model
+                if deploy.role_of(stage) == TALKER:
+                    talkers.append(model)
 
         placement = None
         try:
@@ -161,10 +161,8 @@ class Runtime:
                 load_local()
             if placement is not None:
                 models.update(placement.models)
-        except BaseException:  # the stages loaded so far let go of their loops (a proxy's close does nothing)
-            for model in {id(m): m for m in [*models.values(), *talkers]}.values():
-                if callable(close := getattr(model, "close", None)):
-                    close()
+        except BaseException:  # the stages loaded so far let go of their loops
+            _close_all(list({id(m): m for m in [*models.values(), *talkers]}.values()))
             raise
         if len(talkers) > 1:  # one checkpoint per task type (Base beside CustomVoice): routed by the request
             from ..stages.talker_set import TalkerSet
@@ -298,6 +296,47 @@ def local_roles(deploy: DeployConfig) -> set[str]:
     """The roles whose stages run in this process (Code2Wav's inside its Talker's facade)."""
     return {deploy.role_of(s) for s in deploy.stages
             if deploy.role_of(s) != CODE2WAV and not deploy.in_ray(s) and not deploy.in_own_process(s)}
+
+
+def load_stages(deploy: DeployConfig, stages: list[Stage], device: str | None, dtype: str | None,
+                load_format: str | None) -> list[Any]:
+    """The stages' models, in order. With `parallel_load` (the default) each loads on a thread of its own: weights,
+    tokenizers, Triton compiles and graph captures overlap, while the device measurements that size each KV cache take
+    turns (layers/measure_gate.py). If one fails, those that loaded are closed and the first error is raised."""
+    def one(stage: Stage) -> Any:
+        return load_stage(deploy, stage, stage_device(stage, device), dtype, load_format)
+
+    if not deploy.parallel_load or len(stages) < 2:
+        loaded: list[Any] = []
+        try:
+            for stage in stages:
+                loaded.append(one(stage))
+        except BaseException:
+            _close_all(loaded)
+            raise
+        return loaded
+    gate = MeasureGate()
+
+    def member(stage: Stage) -> Any:
+        with gate.loading():
+            return one(stage)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(stages), thread_name_prefix="stage-load") as pool:
+        futures = [pool.submit(member, stage) for stage in stages]
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        _close_all([f.result() for f in futures if f.exception() is None])
+        raise errors[0]
+    log.info("%d stages loaded in parallel in %.1f s", len(stages), time.perf_counter() - t0)
+    return [f.result() for f in futures]
+
+
+def _close_all(models: list[Any]) -> None:
+    """Loaded stages let go of their loops (a proxy's close does nothing)."""
+    for model in models:
+        if callable(close := getattr(model, "close", None)):
+            close()
 
 
 def load_stage(deploy: DeployConfig, stage: Stage, device: str, dtype: str | None, load_format: str | None) -> Any:

@@ -104,9 +104,10 @@ _live_loops: "weakref.WeakSet[StageLoop]" = weakref.WeakSet()
 def watch(loop: StageLoop) -> None:
     """Put `loop` under the watchdog (and close it at exit)."""
     _live_loops.add(loop)
-    if not _watchdog.is_alive():
-        with contextlib.suppress(RuntimeError):  # started by another loop meanwhile
-            _watchdog.start()
+    with _watchdog_start:  # stages loading in parallel start their loops at once (Thread.start is not thread-safe)
+        if not _watchdog.is_alive():
+            with contextlib.suppress(RuntimeError):  # it ran and ended: only at interpreter exit
+                _watchdog.start()
 
 
 def _watch_loops() -> None:
@@ -124,6 +125,7 @@ def _watch_loops() -> None:
 
 
 _watchdog = threading.Thread(target=_watch_loops, name="stage-watchdog", daemon=True)
+_watchdog_start = threading.Lock()
 
 
 @atexit.register
