@@ -40,30 +40,30 @@ for pass in $(seq 1 "${PASSES:-2}"); do
       head -n 1 "$OUT/profile_$d.txt" | tee -a "$OUT/startup.md"
     fi
     for mode in ${MODES:-default}; do
-    file=/tmp/deploys/$d.yaml; cache=(); log="/tmp/serve_${d}_$pass.log"
-    [ "$mode" = serial ] && file=/tmp/deploys/${d}_serial.yaml
-    [ "$mode" != default ] && { cache=(--cache-dir "/tmp/aura_cache_$mode"); log="/tmp/serve_${d}_${mode}_$pass.log"; }
-    t0=$(now)
-    python3 -m aura_omni.cli serve --deploy-config "$file" --load-format dummy --port 8091 "${cache[@]}" \
-      > "$log" 2>&1 &
-    pid=$!
-    until curl -sf http://127.0.0.1:8091/health > /dev/null; do
-      kill -0 $pid 2>/dev/null || { echo "$d: server died"; tail -n 20 "$log"; break; }
-      sleep 0.25
-    done
-    echo "pass $pass $d ${mode/default/}: /health 200 after $(python3 -c "print(round($(now) - $t0, 1))") s" \
-      | tee -a "$OUT/startup.md"
-    grep -e "loaded in" -e "warm start:" -e "KV cache" "$log" | sed 's/^.*INFO //' | cut -c 1-200 \
-      | tee -a "$OUT/startup.md"
-    if [ "${BG_WAIT:-0}" = 1 ]; then
-      until curl -s http://127.0.0.1:8091/health | python3 -c "import json,sys; sys.exit(1 if json.load(sys.stdin).get('warming') else 0)"; do
-        kill -0 $pid 2>/dev/null || break
-        sleep 0.5
+      file=/tmp/deploys/$d.yaml; cache=(); log="/tmp/serve_${d}_$pass.log"
+      [ "$mode" = serial ] && file=/tmp/deploys/${d}_serial.yaml
+      [ "$mode" != default ] && { cache=(--cache-dir "/tmp/aura_cache_$mode"); log="/tmp/serve_${d}_${mode}_$pass.log"; }
+      t0=$(now)
+      python3 -m aura_omni.cli serve --deploy-config "$file" --load-format dummy --port 8091 "${cache[@]}" \
+        > "$log" 2>&1 &
+      pid=$!
+      until curl -sf http://127.0.0.1:8091/health > /dev/null; do
+        kill -0 $pid 2>/dev/null || { echo "$d: server died"; tail -n 20 "$log"; break; }
+        sleep 0.25
       done
-      echo "pass $pass $d: background warm start done after $(python3 -c "print(round($(now) - $t0, 1))") s" \
+      echo "pass $pass $d ${mode/default/}: /health 200 after $(python3 -c "print(round($(now) - $t0, 1))") s" \
         | tee -a "$OUT/startup.md"
-    fi
-    kill $pid; wait $pid 2>/dev/null
+      grep -e "loaded in" -e "warm start:" -e "KV cache" "$log" | sed 's/^.*INFO //' | cut -c 1-200 \
+        | tee -a "$OUT/startup.md"
+      if [ "${BG_WAIT:-0}" = 1 ]; then
+        until curl -s http://127.0.0.1:8091/health | python3 -c "import json,sys; sys.exit(1 if json.load(sys.stdin).get('warming') else 0)"; do
+          kill -0 $pid 2>/dev/null || break
+          sleep 0.5
+        done
+        echo "pass $pass $d: background warm start done after $(python3 -c "print(round($(now) - $t0, 1))") s" \
+          | tee -a "$OUT/startup.md"
+      fi
+      kill $pid; wait $pid 2>/dev/null
     done
   done
 done
