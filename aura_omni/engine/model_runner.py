@@ -224,7 +224,7 @@ class ModelRunner:
         for size in sizes:
             for w in weights.values():
                 F.linear(inputs[w.shape[1]][:size], w)
-        torch.cuda.synchronize(self.device)
+        torch.cuda.current_stream(self.device).synchronize()  # not the device's: another stage may be capturing
         log.info("%s: planned %d GEMM shapes at %d padded token counts in %.2f s", name, len(weights), len(sizes),
                  time.perf_counter() - t)
 

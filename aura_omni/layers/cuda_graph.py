@@ -20,6 +20,7 @@ busy, or computes on garbage (docs/reliability.md has the hang this explained). 
 Stage streams (`device.stage_stream`) are private streams too.
 """
 
+import threading
 import weakref
 from typing import Any, Callable
 
@@ -39,9 +40,17 @@ def capture(fn: Callable[[], Any], device: torch.device, stream: torch.cuda.Stre
                 fn()
         torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+        with _one_capture_at_a_time, torch.cuda.graph(graph, pool=pool, stream=stream,
+                                                       capture_error_mode="thread_local"):
             out = fn()
     return graph, out
+
+
+# torch.cuda.graph begins each capture with a device-wide synchronize, which CUDA refuses while any stream of the
+# process is capturing: two stages capturing at once (stages load in parallel; a lazy capture beside a background one)
+# would fail the second ("operation not permitted when stream is capturing"). Captures take milliseconds; the warm-up
+# runs before them (compiles) still overlap.
+_one_capture_at_a_time = threading.Lock()
 
 
 def reset(graphs) -> None:
