@@ -47,11 +47,12 @@ for pass in $(seq 1 "${PASSES:-2}"); do
       python3 -m aura_omni.cli serve --deploy-config "$file" --load-format dummy --port 8091 "${cache[@]}" \
         > "$log" 2>&1 &
       pid=$!
+      ready="/health 200"
       until curl -sf http://127.0.0.1:8091/health > /dev/null; do
-        kill -0 $pid 2>/dev/null || { echo "$d: server died"; tail -n 20 "$log"; break; }
+        kill -0 $pid 2>/dev/null || { ready="SERVER DIED"; tail -n 20 "$log" | tee -a "$OUT/startup.md"; break; }
         sleep 0.25
       done
-      echo "pass $pass $d ${mode/default/}: /health 200 after $(python3 -c "print(round($(now) - $t0, 1))") s" \
+      echo "pass $pass $d ${mode/default/}: $ready after $(python3 -c "print(round($(now) - $t0, 1))") s" \
         | tee -a "$OUT/startup.md"
       grep -e "loaded in" -e "warm start:" -e "KV cache" "$log" | sed 's/^.*INFO //' | cut -c 1-200 \
         | tee -a "$OUT/startup.md"
