@@ -80,7 +80,8 @@
 # cap32_trace: 32 sessions (two waves) on configs/aura_omni_duplex_32.yaml with every loop's step trace
 #        (AURA_OMNI_STEP_TRACE): scripts/step_trace_report.py says where the Talker's first frames wait
 # cap32_profile: 32 sessions (three waves) on configs/aura_omni_duplex_32.yaml with py-spy sampling the server from
-#        the first commits: which thread holds the interpreter lock, where every thread stands (scripts/pyspy_top.py)
+#        the first commits: which thread holds the interpreter lock, where every thread stands (scripts/pyspy_top.py);
+#        cap64_profile: the same over the 64 sessions whose commits are spread over 2 s (needs the py-spy wheel in .whl)
 # Each bench run also prints the server's account of it from /metrics: turn phases and per-stage waits
 # (aura_omni/bench/breakdown.py).
 set -uo pipefail
@@ -344,15 +345,19 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
                --max-concurrency 16 --num-prompts 32 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            done
            stop ;;
-    cap32_profile) serve configs/aura_omni_duplex_32.yaml aura || continue  # 32 sessions with py-spy on the server
+    cap32_profile|cap64_profile) serve configs/aura_omni_duplex_32.yaml aura || continue  # py-spy on the server
+           # cap32_profile: 32 sessions committing together (three waves); cap64_profile: 64 sessions, commits spread
+           # over 2 s (the target #32 misses most)
+           load=(--max-concurrency 32 --num-prompts 96)
+           [ "$s" = cap64_profile ] && load=(--max-concurrency 64 --num-prompts 64 --commit-spread 2)
            ( sleep 6  # the sessions speak for 3 s, then commit: sample from the commits on
              /tmp/site/bin/py-spy record --nonblocking --gil --threads -r 200 -d 8 -f raw -o "$LOGS/pyspy_gil.txt" \
                -p $SERVER > "$LOGS/pyspy_gil.log" 2>&1
              /tmp/site/bin/py-spy record --nonblocking --idle --threads -r 100 -d 6 -f raw -o "$LOGS/pyspy_all.txt" \
                -p $SERVER > "$LOGS/pyspy_all.log" 2>&1 ) &
            SPY=$!
-           bench cap_profile_s32 --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
-             --max-concurrency 32 --num-prompts 96 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+           bench "cap_profile_${s%_profile}" --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
+             "${load[@]}" --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            wait $SPY
            python3 scripts/pyspy_top.py "$LOGS/pyspy_gil.txt" "$LOGS/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"
            for f in pyspy_gil pyspy_all; do gzip -c "$LOGS/$f.txt" > "$OUT/$f.txt.gz"; done  # the raw stacks
