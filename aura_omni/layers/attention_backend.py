@@ -26,6 +26,7 @@ own choice (`kernels:` in the deploy file -> EngineConfig -> layers/kernel_switc
 
 import inspect
 import logging
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,7 @@ _KERNELS = ("varlen", "varlen_cached", "paged_varlen", "triton_decode", "fused_l
 _passed: dict[tuple[torch.device, torch.dtype], dict[str, bool]] = {}  # the kernels that passed on (device, dtype)
 _native_gqa: set[tuple[torch.device, torch.dtype]] = set()  # where flash takes unexpanded GQA heads (_probe_native_gqa)
 _selected: dict[tuple, dict[str, bool]] = {}  # (device, dtype, GEMVs checked) -> outcome; checks run once
+_selecting = threading.Lock()  # stages loading in parallel: one runs the checks (and compiles), the others wait for it
 
 
 def available() -> dict[str, bool]:
@@ -203,7 +205,7 @@ def select_backend(device: torch.device, dtype: torch.dtype, prefer_fast: bool =
     if not prefer_fast or torch.device(device).type != "cuda" or dtype not in _TRITON_DTYPES:
         return {name: False for name in _KERNELS}
     device = _device_key(device)
-    with on_device(device):
+    with _selecting, on_device(device):
         outcome = _select_backend(device, dtype)
     passed = _passed.setdefault((device, dtype), dict.fromkeys(_KERNELS, False))
     for name, ok in outcome.items():  # what passed stays passed: another stage's choice never turns it off
