@@ -6,6 +6,7 @@
   aura-omni make-tiny DIR [--seed N]
   aura-omni bench serve --backend {speech,chat,realtime} --base-url URL --model NAME --max-concurrency N [N ...]
                   --num-prompts N --request-rate R --save-result --result-filename FILE --plot FILE
+  aura-omni bench plot RESULT.json [RESULT.json ...] --out FILE.svg
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmark a running server")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
     add_bench_serve_args(bench_sub.add_parser("serve", help="load a running server like `vllm bench serve`"))
+    from .bench.plot import add_cli_args as add_bench_plot_args
+
+    add_bench_plot_args(bench_sub.add_parser("plot", help="saved `bench serve` results on one picture (SVG)"))
     return parser
 
 
@@ -216,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(signal, "SIGUSR1") and sys.__stderr__ is not None:  # `kill -USR1 <pid>`: every thread's stack
             faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
         return serve(args)
+    if args.command == "bench" and args.bench_command == "plot":
+        from .bench.plot import main as bench_plot
+
+        return bench_plot(args)
     if args.command == "bench":
         from .bench.serve import main as bench_serve
 

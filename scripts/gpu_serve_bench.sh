@@ -226,6 +226,8 @@ cap_load() {  # cap_load NAME SIZES: issue 32's capacity load on the running ser
   [ "${CAP_SPREAD64:-1}" = 1 ] && bench "cap_$1_s64_spread" --backend realtime --model aura --voice Vivian \
     $TURN --num-warmups 0 --max-concurrency 64 --num-prompts 64 --commit-spread 2 \
     --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+  python3 -m aura_omni.cli bench plot $(ls "$OUT"/cap_$1_s*.json | sort -V) --out "$OUT/cap_$1.svg" \
+    --title "realtime sessions: $1" > /dev/null  # the picture of this server's runs
 }
 edited_config() {  # edited_config DEPLOY PYTHON OUT: the deploy file as the statement(s) on `d` change it
   python3 -c "import yaml; d = yaml.safe_load(open('$1')); $2

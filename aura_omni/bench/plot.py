@@ -1,10 +1,16 @@
-"""`bench serve --plot`: TTFA percentiles and audio-s/s against concurrency, as a hand-written SVG (no plotting
-library). Concurrency levels sit at equal spacing in the order they were run."""
+"""`bench serve --plot` and `bench plot`: TTFA percentiles and audio-s/s against concurrency, as a hand-written SVG (no
+plotting library). Concurrency levels sit at equal spacing in the order they were run.
+
+    aura-omni bench plot s8.json s16.json s32.json s64_spread.json --out capacity.svg   # saved runs on one picture
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 from html import escape
+from pathlib import Path
 
 WIDTH, HEIGHT = 960, 400
 PANEL_W, PANEL_H = 380, 260  # plot area of each panel
@@ -35,7 +41,7 @@ def _panel(x0: float, runs: list[dict], series: dict[str, tuple[str, str]], y_la
         out.append(f'<line x1="{x0}" x2="{x0 + PANEL_W}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e5e5e5"/>')
         out.append(f'<text x="{x0 - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
     for x, run in zip(xs, runs):
-        label = run["max_concurrency"] or "inf"  # None: no limit
+        label = escape(str(run.get("label") or run["max_concurrency"] or "inf"))  # None: no limit
         out.append(f'<text x="{x:.1f}" y="{TOP + PANEL_H + 18}" text-anchor="middle">{label}</text>')
     out.append(f'<text x="{x0 + PANEL_W / 2}" y="{TOP + PANEL_H + 40}" text-anchor="middle">max concurrency</text>')
     out.append(f'<text transform="translate({x0 - 55},{TOP + PANEL_H / 2}) rotate(-90)" '
@@ -54,7 +60,8 @@ def _panel(x0: float, runs: list[dict], series: dict[str, tuple[str, str]], y_la
 
 def concurrency_svg(report: dict) -> str:
     runs = report["runs"]
-    title = f"aura-omni bench serve: {report['backend']} on {report.get('model') or report['base_url']}"
+    where = report.get("model") or report["base_url"]
+    title = report.get("title") or f"aura-omni bench serve: {report['backend']} on {where}"
     key, label, color = THROUGHPUT
     body = [f'<text x="{WIDTH / 2}" y="28" text-anchor="middle" font-size="16">{escape(title)}</text>',
             *_panel(LEFT, runs, SERIES, "time to first audio, ms"),
@@ -62,3 +69,37 @@ def concurrency_svg(report: dict) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
             f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">\n'
             f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>\n' + "\n".join(body) + "\n</svg>\n")
+
+
+def merged_report(reports: list[dict], title: str | None = None) -> dict:
+    """Saved results (`bench serve --save-result`) as one report: every run in the order given, a realtime run whose
+    commits were spread labelled so ("64 (spread 2 s)")."""
+    runs = []
+    for report in reports:
+        spread = report.get("commit_spread_s") or 0
+        for run in report["runs"]:
+            label = f"{run['max_concurrency'] or 'inf'} (spread {spread:g} s)" if spread else None
+            runs.append({**run, "label": label})
+    first = reports[0]
+    return {"backend": first["backend"], "model": first.get("model"), "base_url": first.get("base_url"),
+            "title": title, "runs": runs}
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", nargs="+", metavar="RESULT.json", help="`bench serve --save-result` files")
+    parser.add_argument("--out", required=True, metavar="FILE.svg")
+    parser.add_argument("--title", default=None, help="the picture's title (default: the first file's backend and model)")
+
+
+def main(args: argparse.Namespace) -> int:
+    reports = []
+    for name in args.results:
+        try:
+            reports.append(json.loads(Path(name).read_text()))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"aura-omni bench plot: cannot read {name}: {e}") from None
+        if not isinstance(reports[-1], dict) or not isinstance(reports[-1].get("runs"), list):
+            raise SystemExit(f"aura-omni bench plot: {name} is not a `bench serve --save-result` file (no runs)")
+    Path(args.out).write_text(concurrency_svg(merged_report(reports, args.title)))
+    print(f"plot: {args.out}")
+    return 0

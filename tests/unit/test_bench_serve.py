@@ -393,3 +393,28 @@ def test_a_negative_commit_spread_is_refused(capsys):
 
     assert main(bench_args("--backend", "realtime", "--commit-spread", "-1")) == 2
     assert "--commit-spread" in capsys.readouterr().err
+
+
+def test_bench_plot_puts_saved_runs_on_one_picture_and_labels_spread_commits(tmp_path, capsys):
+    from aura_omni.cli import main
+
+    def saved(name: str, concurrency: int, ttfa: float, spread: float = 0.0) -> str:
+        run = {"max_concurrency": concurrency, "p50_ttfa_ms": ttfa, "p95_ttfa_ms": ttfa * 1.2, "p99_ttfa_ms": ttfa * 1.3,
+               "audio_throughput": concurrency / 2}
+        path = tmp_path / name
+        path.write_text(json.dumps({"backend": "realtime", "model": "aura", "base_url": "u", "runs": [run],
+                                    "commit_spread_s": spread}))
+        return str(path)
+
+    files = [saved("s8.json", 8, 140.0), saved("s32.json", 32, 280.0), saved("s64.json", 64, 460.0, spread=2.0)]
+    out = tmp_path / "capacity.svg"
+    assert main(["bench", "plot", *files, "--out", str(out), "--title", "capacity <H100>"]) == 0
+    root = ET.fromstring(out.read_text())
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "capacity <H100>" in texts and "64 (spread 2 s)" in texts and "8" in texts and "32" in texts
+    assert texts.index("8") < texts.index("32") < texts.index("64 (spread 2 s)")  # in the order given
+    (tmp_path / "not_a_result.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit, match="not a `bench serve --save-result` file"):
+        main(["bench", "plot", str(tmp_path / "not_a_result.json"), "--out", str(out)])
+    with pytest.raises(SystemExit, match="cannot read"):
+        main(["bench", "plot", str(tmp_path / "missing.json"), "--out", str(out)])
