@@ -96,10 +96,11 @@ def test_unwritable_directory_fails_at_start(tmp_path):
 
 def test_of_two_processes_registering_one_name_only_the_first_wins(tmp_path):
     a, b = VoiceLibrary(tmp_path), VoiceLibrary(tmp_path)
-    a.add(_voice("same", seed=1))
+    first = _voice("same", seed=1)
+    a.add(first)
     with pytest.raises(VoiceExists):
         b.add(_voice("Same", seed=2))  # b had not looked: the card's exclusive creation refuses it
-    assert _same(b.get("same"), _voice("same", seed=1))
+    assert _same(b.get("same"), first)  # the card itself (made once: its created_at is the clock's second)
     assert len(list(tmp_path.glob("*.safetensors"))) == 1  # the loser's tensors are gone
 
 
