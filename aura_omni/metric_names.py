@@ -32,6 +32,7 @@ STAGE_STEP_TIME = PREFIX + "stage_step_time_seconds"
 KERNEL_COMPILES = PREFIX + "kernel_compiles"  # counter, label `phase`
 KERNEL_COMPILE_SECONDS = PREFIX + "kernel_compile_seconds"  # counter, label `phase`
 GC_PAUSE = PREFIX + "gc_pause_seconds"  # histogram, label `generation`
+EVENT_LOOP_LAG = PREFIX + "event_loop_lag_seconds"  # histogram
 RESIDENT_MEMORY = PREFIX + "resident_memory_bytes"  # gauge
 PINNED_HOST_MEMORY = PREFIX + "pinned_host_memory_bytes"  # gauge, on a GPU
 HEAP_IN_USE = PREFIX + "heap_in_use_bytes"  # gauge, with glibc

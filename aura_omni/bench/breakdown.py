@@ -23,26 +23,31 @@ _HISTOGRAMS = {"phase": (names.TURN_PHASE, "phase"),
                "add": (names.STAGE_ADD_TIME, "stage"),
                "step": (names.STAGE_STEP_TIME, "stage"),
                "gc": (names.GC_PAUSE, "generation"),
-               "ttfa": (names.AUDIO_TTFP, "endpoint")}
+               "ttfa": (names.AUDIO_TTFP, "endpoint"),
+               "loop_lag": (names.EVENT_LOOP_LAG, None)}  # no label: read as label "server"
+_QUANTILES = ("ttfa", "loop_lag")  # histograms whose p95 is also read from their buckets
 _UNDERRUNS = names.AUDIO_UNDERRUNS + "_total"
 _COMPILES, _COMPILE_SECONDS = names.KERNEL_COMPILES, names.KERNEL_COMPILE_SECONDS
 _STEPS, _PROMPT_STEPS = names.STAGE_ENGINE_STEPS + "_total", names.STAGE_PROMPT_STEPS + "_total"
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """kind (phase, queue, input_wait, first_output, add, step; gc by generation; kernel_compiles by phase) -> label ->
-    (sum seconds, count) from Prometheus text; "prompt_steps" -> stage -> (steps that took prompts, steps)."""
-    out: dict[str, dict[str, tuple[float, float]]] = {}
+    """kind (phase, queue, input_wait, first_output, add, step; gc by generation; loop_lag; kernel_compiles by phase) ->
+    label -> (sum seconds, count) from Prometheus text; "ttfa_buckets" and "loop_lag_buckets" -> label -> bound ->
+    cumulative count; "prompt_steps" -> stage -> (steps that took prompts, steps)."""
+    out: dict = {}
     for kind, (metric, label) in _HISTOGRAMS.items():
+        labelled = rf'\{{{label}="([^"]+)"\}}' if label else "()"
         got: dict[str, list[float]] = {}
-        for part, value, number in re.findall(rf'^{metric}_(sum|count)\{{{label}="([^"]+)"\}} (\S+)$', text, re.M):
-            got.setdefault(value, [0.0, 0.0])[part == "count"] = float(number)
+        for part, value, number in re.findall(rf'^{metric}_(sum|count){labelled} (\S+)$', text, re.M):
+            got.setdefault(value or "server", [0.0, 0.0])[part == "count"] = float(number)
         out[kind] = {k: (v[0], v[1]) for k, v in got.items()}
-    metric, label = _HISTOGRAMS["ttfa"]
-    buckets: dict[str, dict[float, float]] = {}
-    for value, le, number in re.findall(rf'^{metric}_bucket\{{{label}="([^"]+)",le="([^"]+)"\}} (\S+)$', text, re.M):
-        buckets.setdefault(value, {})[float(le)] = float(number)
-    out["ttfa_buckets"] = buckets
+        if kind in _QUANTILES:
+            labelled = rf'{label}="([^"]+)",' if label else "()"
+            buckets: dict[str, dict[float, float]] = {}
+            for value, le, number in re.findall(rf'^{metric}_bucket\{{{labelled}le="([^"]+)"\}} (\S+)$', text, re.M):
+                buckets.setdefault(value or "server", {})[float(le)] = float(number)
+            out[kind + "_buckets"] = buckets
     out["underruns"] = {v: float(n) for v, n in re.findall(rf'^{_UNDERRUNS}\{{endpoint="([^"]+)"\}} (\S+)$', text, re.M)}
     made = dict(re.findall(rf'^{_COMPILES}_total\{{phase="([^"]+)"\}} (\S+)$', text, re.M))
     took = dict(re.findall(rf'^{_COMPILE_SECONDS}_total\{{phase="([^"]+)"\}} (\S+)$', text, re.M))
@@ -80,17 +85,17 @@ async def scrape(client: httpx.AsyncClient, base_url: str, headers: dict) -> dic
 
 def means(before: dict | None, after: dict | None) -> dict[str, dict[str, dict]]:
     """kind -> label -> {"n", "mean_ms"} of what happened between two scrapes (labels with nothing new left out);
-    "ttfa_p95" -> endpoint -> {"ms"}, "underruns" -> endpoint -> {"n"}."""
+    "ttfa_p95" -> endpoint -> {"ms"} and "loop_lag_p95" -> "server" -> {"ms"}, "underruns" -> endpoint -> {"n"}."""
     if not after:
         return {}
     out: dict[str, dict[str, dict]] = {}
     for kind, labels in after.items():
         prev = (before or {}).get(kind, {})
         for label, now in labels.items():
-            if kind == "ttfa_buckets":
+            if kind.endswith("_buckets"):
                 p95 = _quantile(prev.get(label, {}), now, 0.95)
                 if p95 is not None:
-                    out.setdefault("ttfa_p95", {})[label] = {"ms": round(1000 * p95, 1)}
+                    out.setdefault(kind.removesuffix("_buckets") + "_p95", {})[label] = {"ms": round(1000 * p95, 1)}
             elif kind == "underruns":
                 if (n := int(now - prev.get(label, 0.0))) > 0:
                     out.setdefault(kind, {})[label] = {"n": n}
@@ -131,6 +136,10 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
     if gc := breakdown.get("gc"):  # a collection holds every thread
         out.append(prefix + "garbage collection, mean pause ms: " + "  ".join(
             f"gen {g} {gc[g]['mean_ms']:.2f} (n={gc[g]['n']})" for g in sorted(gc)))
+    if lag := breakdown.get("loop_lag", {}).get("server"):  # every callback of the event loop waited about this
+        p95 = breakdown.get("loop_lag_p95", {}).get("server")
+        out.append(prefix + f"event loop lag: mean {lag['mean_ms']:.2f} ms" + (f", p95 ~{p95['ms']:.1f} ms" if p95 else "")
+                   + f" ({lag['n']} ticks)")
     if made := breakdown.get("kernel_compiles", {}).get("serving"):  # each one stalled its stage's loop
         out.append(prefix + f"Triton kernel variants made while serving: {made['n']}, "
                             f"{made['mean_ms']:.0f} ms each on average (the warm start missed them)")

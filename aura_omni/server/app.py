@@ -86,7 +86,9 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
     async def lifespan(_: FastAPI):
         after_ready = asyncio.create_task(warm_after_ready())
         heap_trim.TRIMMER.start(deploy_config.heap_trim_interval_s)
+        state.metrics.loop_lag.start()
         yield
+        await state.metrics.loop_lag.stop()
         heap_trim.TRIMMER.stop()
         after_ready.cancel()
         runtime.close()

@@ -28,6 +28,7 @@ from ..media.playback import PlaybackClock
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.turn import AudioChunk, TextDelta, TurnDone
 from . import gc_pauses, heap_trim
+from .loop_lag import LoopLag
 
 log = logging.getLogger("aura_omni.server")
 router = APIRouter()
@@ -184,6 +185,24 @@ class GcPauseCollector(Collector):
         yield family
 
 
+class LoopLagCollector(Collector):
+    """How late the event loop woke a task that asked to sleep (server/loop_lag.py)."""
+
+    def __init__(self, lag: LoopLag):
+        self.lag = lag
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        family = HistogramMetricFamily(names.EVENT_LOOP_LAG, "How much later than asked the server's event loop "
+                                       "woke a task sleeping 10 ms: what every callback ready then (a session's "
+                                       "append, a stage's outputs, a socket write) waited for the loop.")
+        snap = self.lag.snapshot()
+        family.add_metric([], _buckets(snap), snap.total)
+        yield family
+
+
 class MemoryCollector(Collector):
     """The process's memory: resident, the C heap's and the interpreter's, pinned by torch, and the C heap's trims
     (server/heap_trim.py)."""
@@ -251,6 +270,8 @@ class ServerMetrics:
         r.register(KernelCompileCollector())
         r.register(GcPauseCollector())
         r.register(MemoryCollector())
+        self.loop_lag = LoopLag()  # started and stopped by the app's lifespan, on its event loop
+        r.register(LoopLagCollector(self.loop_lag))
 
     # ---- the API endpoints and the realtime session call ------------------------------------------------------
     def count_request(self, endpoint: str, status: int) -> None:

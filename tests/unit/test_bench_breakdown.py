@@ -89,3 +89,17 @@ def test_engine_steps_that_took_prompts_during_the_run():
     got = breakdown.means(breakdown.parse(scrape(10, 100)), breakdown.parse(scrape(40, 1100)))
     assert got == {"prompt_steps": {"talker": {"n": 1000, "prompt": 30}}}  # the idle aura stage is left out
     assert breakdown.lines(got, prefix="c=32: ") == ["c=32: engine steps that took prompts: talker 30 of 1000"]
+
+
+def test_event_loop_lag_during_the_run():
+    def scrape(n, seconds, under_10ms):
+        return (f'aura_omni:event_loop_lag_seconds_bucket{{le="0.001"}} {under_10ms / 2}\n'
+                f'aura_omni:event_loop_lag_seconds_bucket{{le="0.01"}} {under_10ms}\n'
+                f'aura_omni:event_loop_lag_seconds_bucket{{le="0.1"}} {n}\n'
+                f'aura_omni:event_loop_lag_seconds_bucket{{le="+Inf"}} {n}\n'
+                f'aura_omni:event_loop_lag_seconds_sum {seconds}\n'
+                f'aura_omni:event_loop_lag_seconds_count {n}\n')
+    got = breakdown.means(breakdown.parse(scrape(100, 0.1, 100)), breakdown.parse(scrape(200, 0.6, 180)))
+    assert got["loop_lag"] == {"server": {"n": 100, "mean_ms": 5.0}}
+    assert got["loop_lag_p95"] == {"server": {"ms": 77.5}}  # rank 95 of 100: 15 into the 20 ticks of 10-100 ms
+    assert breakdown.lines(got) == ["event loop lag: mean 5.00 ms, p95 ~77.5 ms (100 ticks)"]
