@@ -43,6 +43,10 @@ def main() -> None:
     for stage, took in sorted(steps.items()):
         print(f"{stage}: {len(took)} steps, mean {1000 * np.mean(took):.2f} ms, p95 {1000 * np.percentile(took, 95):.2f}, "
               f"max {1000 * max(took):.1f}")
+    delivered = [float(f[2]) for _, _, f in lines if f[0] == "delivered"]  # a step's outputs handed to the event loop
+    if delivered:
+        print(f"event loop: {len(delivered)} deliveries of step outputs, waited mean {1000 * np.mean(delivered):.2f} ms, "
+              f"p95 {1000 * np.percentile(delivered, 95):.2f}, max {1000 * max(delivered):.1f}")
     req = collections.defaultdict(dict)  # request id -> moment -> time
     for t, _, f in lines:
         kind = f[0]
@@ -76,7 +80,7 @@ def main() -> None:
         for t, thread, f in lines:
             if t < t0 or t > m["first_output"]:
                 continue
-            if f[0] in ("feed", "first_output") or (f[0] in ("step", "submit", "add")
+            if f[0] in ("feed", "first_output", "delivered") or (f[0] in ("step", "submit", "add")
                                                      and not f[1].startswith(args.stage)):
                 folded[f"{f[1]} {f[0]}"] += 1  # in a row: counted on one line
                 continue

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+
+from aura_omni import step_trace
 
 
 class Outbox:
@@ -20,16 +23,19 @@ class Outbox:
     def flush(self) -> None:
         with self._lock:
             items, self._items = self._items, {}
+        handed = time.perf_counter()
         for loop, batch in items.items():
             try:
-                loop.call_soon_threadsafe(_put_all, batch)
+                loop.call_soon_threadsafe(_put_all, batch, handed)
             except RuntimeError:  # the caller's event loop is closed: nobody listens any more
                 pass
 
 
-def _put_all(batch: list) -> None:
+def _put_all(batch: list, handed: float) -> None:
     for q, item in batch:
         q.put_nowait(item)
+    if step_trace.enabled():  # how long the event loop took to get to a step's outputs
+        step_trace.record("delivered", len(batch), f"{time.perf_counter() - handed:.6f}")
 
 
 class AsyncSink:
