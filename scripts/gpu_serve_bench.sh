@@ -358,7 +358,7 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
              /tmp/site/bin/py-spy record --nonblocking --idle --threads -r 100 -d 6 -f raw -o "$LOGS/pyspy_all.txt" \
                -p $SERVER > "$LOGS/pyspy_all.log" 2>&1 ) &
            SPY=$!
-           bench "cap_profile_${s%_profile}" --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
+           bench "cap_profile_${s%_profile}" --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 --save-detailed \
              "${load[@]}" --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            wait $SPY
            python3 scripts/pyspy_top.py "$LOGS/pyspy_gil.txt" "$LOGS/pyspy_all.txt" | tee "$OUT/pyspy_top.txt"
