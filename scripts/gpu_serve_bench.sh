@@ -63,6 +63,8 @@
 #        CAP_SIZES="32" CAP_SPREAD64=0: only the sizes given, no 64-session run, for a call with little time left)
 # cap32_ray: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with the deploy's stages in Ray actors, one per
 #        stage (needs the trimmed Ray tarball in .whl, scripts/build_ray_trimmed.sh)
+# cap32_hold: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with the ASR stage's prompt hold
+#   (`admission.hold_factor`, CAP_HOLD, default 1; stages/asr/prompt_hold.py): the A/B against cap32
 # cap32_proc: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with the stages CAP_PROC_STAGES names (default
 #        asr) in processes of their own (`process_stages`; no Ray)
 # cap32_cold: configs/aura_omni_duplex_32.yaml at 16 sessions from the moment it is ready, while the background
@@ -340,6 +342,13 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
              /tmp/duplex32_proc.yaml || continue
            serve /tmp/duplex32_proc.yaml aura || continue
            cap_load proc32 32
+           stop ;;
+    cap32_hold) # cap32's load (CAP_SIZES, default 32, and the 64 spread) with the ASR stage holding new clips to share
+           # a prompt step (`admission: {hold_factor: CAP_HOLD}`, default 1): the A/B against cap32 on the same machine
+           edited_config configs/aura_omni_duplex_32.yaml "d['stages'][0]['admission'] = {'hold_factor': ${CAP_HOLD:-1}}" \
+             /tmp/duplex32_hold.yaml || continue
+           serve /tmp/duplex32_hold.yaml aura || continue
+           cap_load hold32 32
            stop ;;
     cap32_cold) WAIT_WARM=0 serve configs/aura_omni_duplex_32.yaml aura || continue  # load while graphs are captured
            for run in 1 2; do

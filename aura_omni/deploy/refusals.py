@@ -146,6 +146,8 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
         if k.stage_stream and role != ASR:
             out.append((f"{where}.kernels.stage_stream", "only the asr stage runs on a stream of its own: AURA, the "
                                                          "Talker and Code2Wav hand device tensors to each other"))
+        if st.admission.hold_factor > 0 and role != ASR:
+            out.append((f"{where}.admission.hold_factor", "only the asr stage holds new prompts to batch them"))
         if role in (TALKER, CODE2WAV) and st.enable_prefix_caching:
             out.append((f"{where}.enable_prefix_caching", f"{role} prompts are embeddings without content hashes: "
                                                           "never cached"))

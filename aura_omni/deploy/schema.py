@@ -116,6 +116,16 @@ class Kernels(_Strict):
     stage_stream: bool | None = None  # a CUDA stream of the stage's own; asr only
 
 
+class Admission(_Strict):
+    """Our extension: when the asr stage takes new clips into its engine (stages/asr/prompt_hold.py). Clips added while
+    others decode wait while their summed wait is under `hold_factor` x the delay their prompt step would add to the
+    clips decoding, at most `max_hold_ms` and only while clips arrive closer together than that, so several share one
+    prompt step. 0: each at the next step."""
+
+    hold_factor: float = Field(0.0, ge=0)
+    max_hold_ms: float = Field(100.0, gt=0)
+
+
 class Stage(_Strict):
     """One engine stage: which checkpoint, where it runs, and its engine/sampling defaults."""
 
@@ -136,6 +146,7 @@ class Stage(_Strict):
     default_sampling_params: SamplingParams = Field(default_factory=SamplingParams)
     subtalker_sampling_params: SubtalkerSamplingParams | None = None
     kernels: Kernels = Field(default_factory=Kernels)
+    admission: Admission = Field(default_factory=Admission)
     # one step, add or call of the stage's loop running longer: stalled (/health 503, its requests fail); None: 60 s
     # on a GPU, ten times that on the CPU, where a real model's long prefill step can take minutes
     stall_s: float | None = Field(None, gt=0)
@@ -168,6 +179,7 @@ class StageOverride(_Strict):
     default_sampling_params: SamplingParams | None = None
     subtalker_sampling_params: SubtalkerSamplingParams | None = None
     kernels: Kernels | None = None
+    admission: Admission | None = None
     stall_s: float | None = Field(None, gt=0)
     num_replicas: int | None = Field(None, ge=1)
 

@@ -39,6 +39,10 @@ class EngineConfig:
     # Queue each step before the previous one's tokens are back (engine/llm_engine.py): the host's work between
     # steps then overlaps the device's (steps that need the tokens on the host still wait for them).
     async_scheduling: bool = True
+    # New prompts held while others decode, to share one prompt step (the ASR stage: stages/asr/prompt_hold.py;
+    # deploy `admission`): 0 = taken at the next step
+    prompt_hold_factor: float = 0.0
+    prompt_max_hold_s: float = 0.1
 
     @property
     def kernels(self) -> KernelSwitches:
@@ -69,6 +73,8 @@ class EngineConfig:
             (self.kv_cache_bytes is None or self.kv_cache_bytes > 0, "kv_cache_bytes must be > 0"),
             (self.num_kv_blocks is None or self.num_kv_blocks > 0, "num_kv_blocks must be > 0"),
             (self.prefill_graph_tokens is None or self.prefill_graph_tokens >= 0, "prefill_graph_tokens must be >= 0"),
+            (self.prompt_hold_factor >= 0, "prompt_hold_factor must be >= 0"),
+            (self.prompt_max_hold_s > 0, "prompt_max_hold_s must be > 0"),
         ]
         for ok, message in checks:
             if not ok:

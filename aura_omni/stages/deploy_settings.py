@@ -28,6 +28,8 @@ def engine_config(stage: Stage, defaults: EngineConfig | None = None, *,
         enforce_eager=stage.enforce_eager,
         async_scheduling=stage.async_scheduling,
         kv_cache_bytes=cpu_kv_cache_bytes,
+        prompt_hold_factor=stage.admission.hold_factor,
+        prompt_max_hold_s=stage.admission.max_hold_ms / 1000,
     )
     if stage.max_model_len is not None:
         fields["max_model_len"] = stage.max_model_len

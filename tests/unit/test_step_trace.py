@@ -1,5 +1,6 @@
 """The step trace (AURA_OMNI_STEP_TRACE): a stage's outputs handed to the event loop are traced with the loop's delay,
-and scripts/step_trace_report.py sums those delays up."""
+and scripts/step_trace_report.py sums those delays up and splits each stage's steps into those that took prompts and
+those that only decoded."""
 
 import asyncio
 import subprocess
@@ -23,6 +24,10 @@ def test_a_steps_outputs_reach_the_event_loop_traced_with_its_delay(tmp_path, mo
         sink.put("a")
         sink.put("b")
         step_trace.record("submit", "asr", "r1")
+        step_trace.record("engine_step", "asr", 60, 7)  # a new clip's prompt beside six decoding rows
+        step_trace.record("step", "asr", "0.020000", 1, 7, 0)
+        step_trace.record("engine_step", "asr", 7, 7)
+        step_trace.record("step", "asr", "0.004000", 0, 7, 0)
         step_trace.record("first_output", "asr", "r1")
         thread = threading.Thread(target=outbox.flush)  # the stage loop's thread
         thread.start()
@@ -37,3 +42,4 @@ def test_a_steps_outputs_reach_the_event_loop_traced_with_its_delay(tmp_path, mo
                          check=True).stdout
     assert "event loop: 1 deliveries of step outputs" in out
     assert "asr submit -> first_output" in out
+    assert "asr steps with prompts: 1, mean 20.0 ms" in out and "asr steps with decodes only: 1, mean 4.0 ms" in out

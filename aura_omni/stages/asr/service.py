@@ -6,6 +6,7 @@ batch on the stage's stream, and its pieces join the engine, whose steps batch e
 caller's pieces (continuous batching, CUDA graphs); the parsed Transcripts come back as one output.
 """
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 from aura_omni.stages.asr.prompt import ASR_TEXT_ID, AsrPromptBuilder
+from aura_omni.stages.asr.prompt_hold import PromptHold
 from aura_omni.stages.asr.split import MAX_ASR_INPUT_SECONDS, split_long_audio
 from aura_omni.stages.asr.transcript import Transcript, join_texts, merge_languages, normalize_language, parse_asr_output
 from aura_omni.engine.engine_config import EngineConfig
@@ -208,28 +210,29 @@ class AsrStageEngine:
     (or, for a transcription, the parsed Transcripts) once the last piece ends. `add` prepares a request's pieces on
     the host (validation, resampling); features and the audio encoder run at the next step, once for every request
     added since, so clips that arrive together cost one set of device operations instead of one each (a burst of 32
-    commits made 32 adds of ~2 ms each before the first step, each waiting for the interpreter lock at every call)."""
+    commits made 32 adds of ~2 ms each before the first step, each waiting for the interpreter lock at every call).
+    Clips added while others decode may be held a little to share one such step (prompt_hold.py: deploy `admission`)."""
 
     def __init__(self, service: AsrService):
         self.service = service
         self._running: dict[str, _Running] = {}
-        self._unencoded: list[str] = []  # added, pieces not yet encoded nor in the engine
+        self._unencoded: dict[str, float] = {}  # added, pieces not yet encoded nor in the engine -> when added
         self._ready: list[StageOutput] = []  # requests with nothing for the model (silence)
+        config = service.engine_config
+        self.hold = PromptHold(config.prompt_hold_factor, config.prompt_max_hold_s)
 
     def add(self, request_id: str, job: AsrJob) -> None:
         pieces = job.pieces if job.pieces is not None else self.service.prepare(job.audios, job.language, job.context)
         live = [k for k, p in enumerate(pieces) if p.samples is not None]
         self._running[request_id] = _Running(job, pieces, live, [[] for _ in pieces], set(live))
         if live:
-            self._unencoded.append(request_id)
+            self._unencoded[request_id] = self.hold.arrived()
         else:
             self._ready.append(self._finish(request_id))
 
     def abort(self, request_id: str) -> None:
         run = self._running.pop(request_id, None)
-        if request_id in self._unencoded:
-            self._unencoded.remove(request_id)
-        elif run is not None:
+        if self._unencoded.pop(request_id, None) is None and run is not None:  # in the engine: abort its pieces
             for k in run.remaining:
                 self.service.engine.abort(f"{request_id}/{k}")
 
@@ -238,11 +241,16 @@ class AsrStageEngine:
 
     def step(self) -> list[StageOutput]:
         done, self._ready = self._ready, []
-        if self._unencoded:
+        engine, start = self.service.engine, time.perf_counter()
+        took_prompts = bool(self._unencoded) and self.hold.admit(list(self._unencoded.values()),
+                                                                 len(engine.scheduler.running))
+        if took_prompts:
             done += self._admit()
-        if not self.service.engine.has_unfinished():
+        if not engine.has_unfinished():
             return done
-        for out in self.service.engine.step():
+        outputs = engine.step()
+        self.hold.stepped(time.perf_counter() - start, took_prompts)
+        for out in outputs:
             rid, _, k = out.request_id.rpartition("/")
             run = self._running.get(rid)
             if run is None:
@@ -260,7 +268,7 @@ class AsrStageEngine:
 
     def _admit(self) -> list[StageOutput]:
         """Encode the waiting requests' pieces in one batch and add them to the engine; a failure fails them alone."""
-        rids, self._unencoded = self._unencoded, []
+        rids, self._unencoded = list(self._unencoded), {}
         svc, runs = self.service, [self._running[r] for r in rids]
         try:
             prompts = iter(svc.engine_prompts([run.pieces[k] for run in runs for k in run.live]))

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Session 34's device calls, each part under its own time limit and the results packed in one file (a call brings
-# back at most 8):
+# One device call made of parts, each under its own time limit, the results packed in one file (a call brings back at
+# most 8); every server shares the first start's caches:
 #   startup  a new machine's start with stages in parallel against one after another (issue 31), each on its own cache
 #   test     the parallel-capture GPU test
 #   profile  the 64-spread load under py-spy, with the event loop's lag (issue 32)
 #   proc     the capacity load with every stage in a process of its own (the server a pure front)
-#   bash scripts/gpu_s34.sh [startup test profile proc]   (default: startup test profile)
+#   base     the capacity load (32 sessions together, 64 spread) on the shipped aura_omni_duplex_32.yaml
+#   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
+#   bash scripts/gpu_call.sh [startup test profile proc base hold]   (default: startup test profile)
 set -uo pipefail
 export OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT" /tmp/xdg /tmp/aura_cache_parallel
@@ -20,9 +22,13 @@ for part in ${*:-startup test profile}; do
              grep -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stages, mean" -e "stage loops" -e "event loop lag" \
                "$OUT/cap64.txt"
              head -n 30 "$OUT/pyspy_top.txt" 2>/dev/null ;;
+    base|hold) name=cap32; [ "$part" = hold ] && name=cap32_hold
+          CAP_SIZES=32 XDG_CACHE_HOME=/tmp/xdg timeout 170 bash scripts/gpu_serve_bench.sh $name > "$OUT/$part.txt" 2>&1
+          grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stage loops" \
+            -e "event loop lag" "$OUT/$part.txt" ;;
     proc) CAP_SIZES=32 CAP_PROC_STAGES=asr,aura,qwen3_tts XDG_CACHE_HOME=/tmp/xdg timeout 150 \
             bash scripts/gpu_serve_bench.sh cap32_proc > "$OUT/proc.txt" 2>&1
           grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "event loop lag" "$OUT/proc.txt" ;;
   esac
 done
-cd "$OUT" && tar czf /tmp/s34_call.tgz . && find . -type f -delete && mv /tmp/s34_call.tgz "$OUT/"
+cd "$OUT" && tar czf /tmp/gpu_call.tgz . && find . -type f -delete && mv /tmp/gpu_call.tgz "$OUT/"
