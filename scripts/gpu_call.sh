@@ -7,7 +7,8 @@
 #   proc     the capacity load with every stage in a process of its own (the server a pure front)
 #   base     the capacity load (32 sessions together, 64 spread) on the shipped aura_omni_duplex_32.yaml
 #   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
-#   bash scripts/gpu_call.sh [startup test profile proc base hold]   (default: startup test profile)
+#   aura32   the same with AURA's 32 seats, the deploy before session 34: the A/B against base
+#   bash scripts/gpu_call.sh [startup test profile proc base hold aura32]   (default: startup test profile)
 set -uo pipefail
 export OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT" /tmp/xdg /tmp/aura_cache_parallel
@@ -22,7 +23,7 @@ for part in ${*:-startup test profile}; do
              grep -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stages, mean" -e "stage loops" -e "event loop lag" \
                "$OUT/cap64.txt"
              head -n 30 "$OUT/pyspy_top.txt" 2>/dev/null ;;
-    base|hold) name=cap32; [ "$part" = hold ] && name=cap32_hold
+    base|hold|aura32) name=cap32; [ "$part" != base ] && name=cap32_$part
           CAP_SIZES=32 XDG_CACHE_HOME=/tmp/xdg timeout 170 bash scripts/gpu_serve_bench.sh $name > "$OUT/$part.txt" 2>&1
           grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stage loops" \
             -e "event loop lag" "$OUT/$part.txt" ;;

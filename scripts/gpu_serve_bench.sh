@@ -63,6 +63,7 @@
 #        CAP_SIZES="32" CAP_SPREAD64=0: only the sizes given, no 64-session run, for a call with little time left)
 # cap32_ray: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with the deploy's stages in Ray actors, one per
 #        stage (needs the trimmed Ray tarball in .whl, scripts/build_ray_trimmed.sh)
+# cap32_aura32: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with AURA's 32 seats (before session 34)
 # cap32_hold: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with the ASR stage's prompt hold
 #   (`admission.hold_factor`, CAP_HOLD, default 1; stages/asr/prompt_hold.py): the A/B against cap32
 # cap32_proc: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with the stages CAP_PROC_STAGES names (default
@@ -349,6 +350,13 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
              /tmp/duplex32_hold.yaml || continue
            serve /tmp/duplex32_hold.yaml aura || continue
            cap_load hold32 32
+           stop ;;
+    cap32_aura32) # cap32's load (CAP_SIZES, default 32, and the 64 spread) with AURA's 32 seats, the deploy before
+           # session 34 (64 since: at 64 spread its 32 seats kept up to 21 turns waiting): the A/B against cap32
+           edited_config configs/aura_omni_duplex_32.yaml "d['stages'][1]['max_num_seqs'] = 32" /tmp/duplex32_aura32.yaml \
+             || continue
+           serve /tmp/duplex32_aura32.yaml aura || continue
+           cap_load aura32 32
            stop ;;
     cap32_cold) WAIT_WARM=0 serve configs/aura_omni_duplex_32.yaml aura || continue  # load while graphs are captured
            for run in 1 2; do
