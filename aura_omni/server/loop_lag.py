@@ -42,4 +42,3 @@ class LoopLag:
 
     def snapshot(self) -> LatencySnapshot:
         return self.histogram.snapshot()
-
