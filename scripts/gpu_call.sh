@@ -7,8 +7,9 @@
 #   proc     the capacity load with every stage in a process of its own (the server a pure front)
 #   base     the capacity load (32 sessions together, 64 spread) on the shipped aura_omni_duplex_32.yaml
 #   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
-#   aura32   the same with AURA's 32 seats, the deploy before session 34: the A/B against base
-#   bash scripts/gpu_call.sh [startup test profile proc base hold aura32]   (default: startup test profile)
+#   aura32   the same with AURA's 32 seats, the deploy before session 34
+#   talker64 the same with 64 seats in the Talker
+#   bash scripts/gpu_call.sh [startup test profile proc base hold aura32 talker64]   (default: startup test profile)
 set -uo pipefail
 export OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT" /tmp/xdg /tmp/aura_cache_parallel
@@ -23,8 +24,15 @@ for part in ${*:-startup test profile}; do
              grep -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stages, mean" -e "stage loops" -e "event loop lag" \
                "$OUT/cap64.txt"
              head -n 30 "$OUT/pyspy_top.txt" 2>/dev/null ;;
-    base|hold|aura32) name=cap32; [ "$part" != base ] && name=cap32_$part
-          CAP_SIZES=32 XDG_CACHE_HOME=/tmp/xdg timeout 170 bash scripts/gpu_serve_bench.sh $name > "$OUT/$part.txt" 2>&1
+    base|hold|aura32|talker64)
+          case $part in
+            base) bench=cap32; edit="" ;;
+            hold) bench=cap32_edit; edit="d['stages'][0]['admission'] = {'hold_factor': ${CAP_HOLD:-1}}" ;;
+            aura32) bench=cap32_edit; edit="d['stages'][1]['max_num_seqs'] = 32" ;;
+            talker64) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 64" ;;
+          esac
+          CAP_SIZES=32 CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 170 \
+            bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1
           grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stage loops" \
             -e "event loop lag" "$OUT/$part.txt" ;;
     proc) CAP_SIZES=32 CAP_PROC_STAGES=asr,aura,qwen3_tts XDG_CACHE_HOME=/tmp/xdg timeout 150 \

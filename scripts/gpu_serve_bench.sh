@@ -63,9 +63,8 @@
 #        CAP_SIZES="32" CAP_SPREAD64=0: only the sizes given, no 64-session run, for a call with little time left)
 # cap32_ray: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with the deploy's stages in Ray actors, one per
 #        stage (needs the trimmed Ray tarball in .whl, scripts/build_ray_trimmed.sh)
-# cap32_aura32: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with AURA's 32 seats (before session 34)
-# cap32_hold: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with the ASR stage's prompt hold
-#   (`admission.hold_factor`, CAP_HOLD, default 1; stages/asr/prompt_hold.py): the A/B against cap32
+# cap32_edit: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread on aura_omni_duplex_32.yaml as CAP_EDIT (Python on
+#   the deploy `d`, e.g. "d['stages'][0]['admission'] = {'hold_factor': 1}") changes it, named CAP_NAME: an A/B
 # cap32_proc: cap32's load at 32 sessions (CAP_SIZES) and the 64 spread with the stages CAP_PROC_STAGES names (default
 #        asr) in processes of their own (`process_stages`; no Ray)
 # cap32_cold: configs/aura_omni_duplex_32.yaml at 16 sessions from the moment it is ready, while the background
@@ -344,19 +343,11 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
            serve /tmp/duplex32_proc.yaml aura || continue
            cap_load proc32 32
            stop ;;
-    cap32_hold) # cap32's load (CAP_SIZES, default 32, and the 64 spread) with the ASR stage holding new clips to share
-           # a prompt step (`admission: {hold_factor: CAP_HOLD}`, default 1): the A/B against cap32 on the same machine
-           edited_config configs/aura_omni_duplex_32.yaml "d['stages'][0]['admission'] = {'hold_factor': ${CAP_HOLD:-1}}" \
-             /tmp/duplex32_hold.yaml || continue
-           serve /tmp/duplex32_hold.yaml aura || continue
-           cap_load hold32 32
-           stop ;;
-    cap32_aura32) # cap32's load (CAP_SIZES, default 32, and the 64 spread) with AURA's 32 seats, the deploy before
-           # session 34 (64 since: at 64 spread its 32 seats kept up to 21 turns waiting): the A/B against cap32
-           edited_config configs/aura_omni_duplex_32.yaml "d['stages'][1]['max_num_seqs'] = 32" /tmp/duplex32_aura32.yaml \
-             || continue
-           serve /tmp/duplex32_aura32.yaml aura || continue
-           cap_load aura32 32
+    cap32_edit) # cap32's load (CAP_SIZES, default 32, and the 64 spread) on aura_omni_duplex_32.yaml as CAP_EDIT (a Python
+           # statement on the deploy `d`) changes it, the results named cap_CAP_NAME_*: the A/B against cap32
+           edited_config configs/aura_omni_duplex_32.yaml "$CAP_EDIT" /tmp/duplex32_edit.yaml || continue
+           serve /tmp/duplex32_edit.yaml aura || continue
+           cap_load "${CAP_NAME:-edit}" 32
            stop ;;
     cap32_cold) WAIT_WARM=0 serve configs/aura_omni_duplex_32.yaml aura || continue  # load while graphs are captured
            for run in 1 2; do
