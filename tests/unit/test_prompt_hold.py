@@ -116,3 +116,22 @@ def test_the_hold_is_a_deploy_key_of_the_asr_stage_only():
     assert engine_config(parse_deploy_config(deploy("asr", {}), "d.yaml").stages[0]).prompt_hold_factor == 0.0
     with pytest.raises(DeployConfigError, match=r"stages\[0\]\.admission\.hold_factor: only the asr stage"):
         parse_deploy_config(deploy("aura", {"hold_factor": 0.5}), "d.yaml")
+
+
+def test_in_a_model_of_the_stages_steps_the_hold_cuts_a_fast_stream_of_commits_and_costs_a_slow_one_nothing():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "asr_admission_model.py"
+    spec = importlib.util.spec_from_file_location("asr_admission_model", path)
+    model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(model)
+    costs = dict(prompt_ms=22.0, per_clip_ms=1.0, decode_ms=4.6, tokens=12, max_hold_ms=100.0)
+
+    def p95(gap_ms, factor):
+        arrivals = [k * gap_ms for k in range(int(3000 / gap_ms))]
+        return float(np.percentile(model.transcript_ms(arrivals, factor, **costs), 95))
+
+    assert p95(10, 1.0) < 0.6 * p95(10, 0.0)  # commits faster than the steps: prompt steps shared
+    assert p95(31, 1.0) < p95(31, 0.0)
+    assert p95(60, 1.0) == p95(60, 0.0)  # commits further apart than the wait budget: taken at once, as without
