@@ -9,11 +9,16 @@
 #   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
 #   aura32   the same with AURA's 32 seats, the deploy before session 34
 #   talker64 the same with 64 seats in the Talker
-#   bash scripts/gpu_call.sh [startup test profile proc base hold aura32 talker64]   (default: startup test profile)
+#   asr_alone  the ASR engine alone on the GPU, clips of 3 s one and six at a time: what a step that takes new clips
+#            and one that only decodes cost without the other stages beside it (session 34's trace under load: 26.7
+#            and 4.6 ms)
+#   bash scripts/gpu_call.sh [startup test profile proc base hold aura32 talker64 asr_alone]   (default: startup test profile)
 set -uo pipefail
 export OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT" /tmp/xdg /tmp/aura_cache_parallel
 ln -sfn /tmp/aura_cache_parallel /tmp/xdg/aura-omni  # every server here shares the parallel start's caches
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  $(ls .whl/*.whl | grep -v -e '/av-') || exit 1
 for part in ${*:-startup test profile}; do
   case $part in
     startup) (LOAD_AB=1 PASSES=1 timeout 200 bash scripts/gpu_startup.sh aura_omni_duplex_32 > "$OUT/startup_stdout.txt" 2>&1)
@@ -35,6 +40,9 @@ for part in ${*:-startup test profile}; do
             bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1
           grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stage loops" \
             -e "event loop lag" "$OUT/$part.txt" ;;
+    asr_alone) PYTHONPATH=/tmp/site:$PWD XDG_CACHE_HOME=/tmp/xdg timeout 150 python3 benchmarks/asr_throughput.py \
+            --model Qwen/Qwen3-ASR-1.7B --load-format dummy --concurrency 1 6 --clips 48 --min-seconds 3 \
+            --max-seconds 3 --new-tokens 12 2>&1 | tail -n 4 | tee "$OUT/asr_alone.txt" ;;
     proc) CAP_SIZES=32 CAP_PROC_STAGES=asr,aura,qwen3_tts XDG_CACHE_HOME=/tmp/xdg timeout 150 \
             bash scripts/gpu_serve_bench.sh cap32_proc > "$OUT/proc.txt" 2>&1
           grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "event loop lag" "$OUT/proc.txt" ;;
