@@ -12,7 +12,8 @@
 #   asr_alone  the ASR engine alone on the GPU, clips of 3 s one and six at a time: what a step that takes new clips
 #            and one that only decodes cost without the other stages beside it (session 34's trace under load: 26.7
 #            and 4.6 ms)
-#   bash scripts/gpu_call.sh [startup test profile proc base hold aura32 talker64 asr_alone]   (default: startup test profile)
+#   bash scripts/gpu_call.sh [PART ...]   (default: startup test profile; a server part takes ~2 minutes, a minute more
+#   as a new machine's first, when every kernel is compiled: at most four server parts fit one call)
 set -uo pipefail
 export OUT=${OUT:-/tmp/aura_gpu_out}
 mkdir -p "$OUT" /tmp/xdg /tmp/aura_cache_parallel
@@ -36,7 +37,7 @@ for part in ${*:-startup test profile}; do
             aura32) bench=cap32_edit; edit="d['stages'][1]['max_num_seqs'] = 32" ;;
             talker64) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 64" ;;
           esac
-          CAP_SIZES=32 CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 170 \
+          CAP_SIZES=32 CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 220 \
             bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1
           grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stage loops" \
             -e "event loop lag" "$OUT/$part.txt" ;;
