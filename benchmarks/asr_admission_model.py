@@ -16,34 +16,33 @@ from aura_omni.stages.asr.prompt_hold import PromptHold
 
 def transcript_ms(arrivals: list[float], factor: float, *, prompt_ms: float, per_clip_ms: float, decode_ms: float,
                   tokens: int, max_hold_ms: float) -> np.ndarray:
-    now = [0.0]
-    hold = PromptHold(factor, max_hold_ms / 1000, clock=lambda: now[0] / 1000)
+    now, reads = 0.0, [0.0]  # the model's time and what the stage's clock reads, ms
+    hold = PromptHold(factor, max_hold_ms / 1000, clock=lambda: reads[0] / 1000)
     arrivals = sorted(arrivals)
     nxt, waiting, decoding, done = 0, [], {}, []
     while len(done) < len(arrivals):
-        while nxt < len(arrivals) and arrivals[nxt] <= now[0]:
-            clock = now[0]
-            now[0] = arrivals[nxt]  # the stage sees the clip's arrival time
+        while nxt < len(arrivals) and arrivals[nxt] <= now:
+            reads[0] = arrivals[nxt]  # added when it arrived
             hold.arrived()
-            now[0] = clock
             waiting.append(arrivals[nxt])
             nxt += 1
         if not waiting and not decoding:
-            now[0] = arrivals[nxt]
+            now = arrivals[nxt]
             continue
+        reads[0] = now
         admitted = []
         if waiting and hold.admit([t / 1000 for t in waiting], len(decoding)):
             admitted, waiting = waiting, []
         took = prompt_ms + per_clip_ms * len(admitted) if admitted else decode_ms
         hold.stepped(took / 1000, bool(admitted))
-        now[0] += took
+        now += took
         for arrival in list(decoding):
             decoding[arrival] += 1
         for arrival in admitted:
             decoding[arrival] = 1
         for arrival, made in list(decoding.items()):
             if made >= tokens:
-                done.append(now[0] - arrival)
+                done.append(now - arrival)
                 del decoding[arrival]
     return np.array(done)
 
