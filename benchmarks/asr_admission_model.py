@@ -58,6 +58,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=12)
     ap.add_argument("--max-hold-ms", type=float, default=100.0)
     args = ap.parse_args()
+    costs = dict(prompt_ms=args.prompt_ms, per_clip_ms=args.per_clip_ms, decode_ms=args.decode_ms, tokens=args.tokens,
+                 max_hold_ms=args.max_hold_ms)
     rng = np.random.default_rng(0)
     print("| commits every | " + " | ".join(f"hold factor {f:g}" for f in args.factors) + " |")
     print("|---|" + "---|" * len(args.factors))
@@ -65,13 +67,11 @@ def main() -> None:
         arrivals = [k * gap + rng.uniform(0, 5) for k in range(int(1000 * args.seconds / gap))]
         cells = []
         for factor in args.factors:
-            ms = transcript_ms(arrivals, factor, prompt_ms=args.prompt_ms, per_clip_ms=args.per_clip_ms,
-                               decode_ms=args.decode_ms, tokens=args.tokens, max_hold_ms=args.max_hold_ms)
+            ms = transcript_ms(arrivals, factor, **costs)
             cells.append(f"{np.percentile(ms, 50):.0f} / {np.percentile(ms, 95):.0f}")
         print(f"| {gap:g} ms | " + " | ".join(cells) + " |")
     burst = [rng.uniform(0, 15) for _ in range(32)]
-    cells = [transcript_ms(burst, f, prompt_ms=args.prompt_ms, per_clip_ms=args.per_clip_ms, decode_ms=args.decode_ms,
-                           tokens=args.tokens, max_hold_ms=args.max_hold_ms) for f in args.factors]
+    cells = [transcript_ms(burst, f, **costs) for f in args.factors]
     print("| 32 at once | " + " | ".join(f"{np.percentile(c, 50):.0f} / {np.percentile(c, 95):.0f}" for c in cells) + " |")
 
 

@@ -231,6 +231,13 @@ cap_load() {  # cap_load NAME SIZES: issue 32's capacity load on the running ser
   python3 -m aura_omni.cli bench plot $(ls "$OUT"/cap_$1_s*.json | sort -V) --out "$OUT/cap_$1.svg" \
     --title "realtime sessions: $1" > /dev/null  # the picture of this server's runs
 }
+cap_edited() {  # cap_edited NAME PYTHON: cap32's load (CAP_SIZES, default 32, and the 64 spread) on
+  # aura_omni_duplex_32.yaml as the statement(s) on `d` change it, the results named cap_NAME_*: an A/B against cap32
+  edited_config configs/aura_omni_duplex_32.yaml "$2" /tmp/duplex32_edit.yaml || return
+  serve /tmp/duplex32_edit.yaml aura || return
+  cap_load "$1" 32
+  stop
+}
 edited_config() {  # edited_config DEPLOY PYTHON OUT: the deploy file as the statement(s) on `d` change it
   python3 -c "import yaml; d = yaml.safe_load(open('$1')); $2
 yaml.safe_dump(d, open('$3', 'w'))"
@@ -336,19 +343,9 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
            cap_load ray32 32
            stop
            PYTHONPATH=/tmp/ray/site:$PYTHONPATH python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1 ;;
-    cap32_proc) # cap32's load (CAP_SIZES, default 32, and the 64 spread) with the stages CAP_PROC_STAGES names (default
-           # asr) in processes of their own (`process_stages`, no Ray): the A/B against cap32 on the same machine
-           edited_config configs/aura_omni_duplex_32.yaml "d['process_stages'] = '${CAP_PROC_STAGES:-asr}'.split(',')" \
-             /tmp/duplex32_proc.yaml || continue
-           serve /tmp/duplex32_proc.yaml aura || continue
-           cap_load proc32 32
-           stop ;;
-    cap32_edit) # cap32's load (CAP_SIZES, default 32, and the 64 spread) on aura_omni_duplex_32.yaml as CAP_EDIT (a Python
-           # statement on the deploy `d`) changes it, the results named cap_CAP_NAME_*: the A/B against cap32
-           edited_config configs/aura_omni_duplex_32.yaml "$CAP_EDIT" /tmp/duplex32_edit.yaml || continue
-           serve /tmp/duplex32_edit.yaml aura || continue
-           cap_load "${CAP_NAME:-edit}" 32
-           stop ;;
+    cap32_proc) # the stages CAP_PROC_STAGES names (default asr) in processes of their own (`process_stages`, no Ray)
+           cap_edited proc32 "d['process_stages'] = '${CAP_PROC_STAGES:-asr}'.split(',')" ;;
+    cap32_edit) cap_edited "${CAP_NAME:-edit}" "${CAP_EDIT:-}" ;;  # as CAP_EDIT (Python on the deploy `d`) changes it
     cap32_cold) WAIT_WARM=0 serve configs/aura_omni_duplex_32.yaml aura || continue  # load while graphs are captured
            for run in 1 2; do
              bench "cap_cold_s16_$run" --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 \
