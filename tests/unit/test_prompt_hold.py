@@ -116,6 +116,9 @@ def test_the_hold_is_a_deploy_key_of_the_asr_stage_only():
     assert engine_config(parse_deploy_config(deploy("asr", {}), "d.yaml").stages[0]).prompt_hold_factor == 0.0
     with pytest.raises(DeployConfigError, match=r"stages\[0\]\.admission\.hold_factor: only the asr stage"):
         parse_deploy_config(deploy("aura", {"hold_factor": 0.5}), "d.yaml")
+    for bad in ({"hold_factor": -1}, {"max_hold_ms": 0}, {"hold_ms": 5}):  # negative, empty, unknown: refused
+        with pytest.raises(DeployConfigError, match="admission"):
+            parse_deploy_config(deploy("asr", bad), "d.yaml")
 
 
 def test_in_a_model_of_the_stages_steps_the_hold_cuts_a_fast_stream_of_commits_and_costs_a_slow_one_nothing():
