@@ -66,10 +66,13 @@ class Scheduler:
         self.waiting.append(seq)
 
     def has_work(self) -> bool:
-        """Whether a step would run anything (sequences waiting for input do not count)."""
+        """Whether a step would run anything: sequences waiting for input do not count, nor do waiting ones while every
+        seat is taken (the Talker's seats full of rows waiting for AURA's text made its loop spin, a step every 0.3 ms
+        doing nothing but holding the interpreter lock; a row's input or end wakes the loop)."""
         if self.ready is None:
             return bool(self.waiting or self.running)
-        return any(self.ready(s) for s in chain(self.running, self.waiting))
+        seat = len(self.running) < self.config.max_num_seqs
+        return any(map(self.ready, chain(self.running, self.waiting if seat else ())))
 
     def schedule(self) -> SchedulerOutput:
         budget = self.config.max_num_batched_tokens

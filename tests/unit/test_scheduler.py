@@ -117,3 +117,20 @@ def test_a_registered_block_keeps_its_ids_packed_not_the_prompts_int_objects():
     bm.commit(a)
     kept = [bm.block_tokens[b] for b in a.block_table[:2]]
     assert all(isinstance(k, bytes) and len(k) == 4 * 4 for k in kept)  # 4 ids of 4 bytes a block
+
+
+def test_a_waiting_sequence_is_no_work_while_every_seat_holds_a_row_waiting_for_input():
+    cfg = EngineConfig(max_model_len=64, block_size=4, max_num_batched_tokens=16, max_num_seqs=2)
+    starved: set[str] = set()
+    sched = Scheduler(cfg, BlockManager(32, 4), ready=lambda s: s.request_id not in starved)
+    a, b, c = seq(4, "a"), seq(4, "b"), seq(4, "c")
+    for s in (a, b, c):
+        sched.add(s)
+    advance(sched.schedule())  # a and b take both seats; c waits
+    starved |= {"a", "b"}  # both wait for their next input (the Talker's next text row)
+    assert not sched.has_work() and sched.schedule().scheduled == []  # a step would run nothing: the loop sleeps
+    starved.discard("a")
+    assert sched.has_work()
+    starved.add("a")
+    sched.finish(b, "stop")  # a seat frees: c can run
+    assert sched.has_work() and [s.seq for s in sched.schedule().scheduled] == [c]
