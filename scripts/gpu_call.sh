@@ -8,8 +8,7 @@
 #   base     the capacity load (32 sessions together, 64 spread) on the shipped aura_omni_duplex_32.yaml
 #   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
 #   aura32   the same with AURA's 32 seats, the deploy before session 34
-#   talker64 the same with 64 seats in the Talker
-#   talker64_hold  the same with both: 64 Talker seats and the ASR hold
+#   talker32 the same with 32 seats in the Talker, the deploy before session 35
 #   asr_alone  the ASR engine alone on the GPU, clips of 3 s one and six at a time: what a step that takes new clips
 #            and one that only decodes cost without the other stages beside it (session 34's trace under load: 26.7
 #            and 4.6 ms)
@@ -31,13 +30,12 @@ for part in ${*:-startup test profile}; do
              grep -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stages, mean" -e "stage loops" -e "event loop lag" \
                "$OUT/cap64.txt"
              head -n 30 "$OUT/pyspy_top.txt" 2>/dev/null ;;
-    base|hold|aura32|talker64|talker64_hold)
+    base|hold|aura32|talker32)
           case $part in
             base) bench=cap32; edit="" ;;
             hold) bench=cap32_edit; edit="d['stages'][0]['admission'] = {'hold_factor': ${CAP_HOLD:-1}}" ;;
             aura32) bench=cap32_edit; edit="d['stages'][1]['max_num_seqs'] = 32" ;;
-            talker64) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 64" ;;
-            talker64_hold) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 64; d['stages'][0]['admission'] = {'hold_factor': ${CAP_HOLD:-1}}" ;;
+            talker32) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 32" ;;
           esac
           CAP_SIZES=32 CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 220 \
             bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1
