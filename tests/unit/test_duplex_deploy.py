@@ -31,7 +31,7 @@ def test_the_sized_duplex_deploys_differ_from_each_other_only_in_their_batch_bou
     eight = load_deploy_config(CONFIGS / "aura_omni_duplex_8.yaml")
     wide = load_deploy_config(CONFIGS / "aura_omni_duplex_32.yaml")
     assert (eight.duplex_session.max_sessions, wide.duplex_session.max_sessions) == (8, 64)
-    assert [s.max_num_seqs for s in wide.stages] == [32, 64, 32, 32]  # AURA: a seat per live session
+    assert [s.max_num_seqs for s in wide.stages] == [32, 64, 64, 32]  # AURA and the Talker: a seat per live session
     # and the prefill graphs of ASR and AURA, long enough for a burst of 32 clips and of 32 turns' words
     assert [s.kernels.prefill_graph_tokens for s in wide.stages] == [2048, 1024, None, None]
     bounds = ("max_num_seqs", "kernels")
