@@ -5,7 +5,7 @@
 #   test     the parallel-capture GPU test
 #   profile  the 64-spread load under py-spy, with the event loop's lag (issue 32)
 #   proc     the capacity load with every stage in a process of its own (the server a pure front)
-#   base     the capacity load (32 sessions together, 64 spread) on the shipped aura_omni_duplex_32.yaml
+#   base     the capacity load (32 sessions together, or each of CAP_SIZES; 64 spread) on the shipped aura_omni_duplex_32.yaml
 #   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
 #   aura32   the same with AURA's 32 seats, the deploy before session 34
 #   talker32 the same with 32 seats in the Talker, the deploy before session 35
@@ -37,7 +37,7 @@ for part in ${*:-startup test profile}; do
             aura32) bench=cap32_edit; edit="d['stages'][1]['max_num_seqs'] = 32" ;;
             talker32) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 32" ;;
           esac
-          CAP_SIZES=32 CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 220 \
+          CAP_SIZES=${CAP_SIZES:-32} CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 220 \
             bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1
           grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stage loops" \
             -e "event loop lag" "$OUT/$part.txt" ;;
