@@ -37,7 +37,7 @@ for part in ${*:-startup test profile}; do
             aura32) bench=cap32_edit; edit="d['stages'][1]['max_num_seqs'] = 32" ;;
             talker32) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 32" ;;
           esac
-          CAP_SIZES=${CAP_SIZES:-32} CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 220 \
+          CAP_SIZES=${CAP_SIZES:-32} CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 250 \
             bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1
           grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stage loops" \
             -e "event loop lag" "$OUT/$part.txt" ;;
