@@ -132,6 +132,36 @@ def test_a_stream_waiting_for_text_does_not_hold_back_others(cv):
     assert torch.equal(stream.result(), cv.generate_codes([TTSRequest(**{**req.__dict__, "text": TEXT})])[0])
 
 
+def test_a_request_waiting_for_a_seat_held_by_a_stream_waiting_for_text_is_not_stepped(tiny_tts):
+    """Every seat holds a stream waiting for AURA's next words and a request waits for a seat: nothing can run, so the
+    loop sleeps (it spun before, a loop step every 0.3 ms at the 64-session spread) until the text comes."""
+    from aura_omni.engine.engine_config import EngineConfig
+
+    tts = Qwen3TTS.load(tiny_tts("custom_voice", with_codec=False), engine_config=EngineConfig(max_num_seqs=1))
+    req = template(tts)
+    ids = body_ids(tts, TEXT)
+    plain = TTSRequest(**{**req.__dict__, "text": "Another voice.", "max_new_tokens": 12})
+    alone = tts.generate_codes([plain])[0]
+    stream = Stream(tts, req, first=ids[:3])
+    stream.wait_until_waiting()
+    got = []
+    queued = threading.Thread(target=lambda: got.extend(tts.generate_codes([plain])))
+    queued.start()
+    deadline = time.monotonic() + 20
+    while tts.stats()["waiting"] == 0:  # the plain request waits for the seat
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    tts.talker_loop.settle()
+    steps = tts.talker_loop.counters.steps
+    time.sleep(0.1)
+    assert tts.talker_loop.counters.steps == steps and not got
+    stream.put(ids[3:], end=True)
+    assert torch.equal(stream.result(), tts.generate_codes([TTSRequest(**{**req.__dict__, "text": TEXT})])[0])
+    queued.join(60)
+    assert torch.equal(got[0], alone)
+    tts.close()
+
+
 def test_text_fed_to_many_streams_between_two_steps_is_embedded_in_one_pass(cv):
     """At 32 sessions AURA feeds each stream a token per step: the Talker takes them all at its next step in one
     pass of the text embedding (one call per feed held its loop for 400 ms, docs/benchmarks.md), frames unchanged."""
