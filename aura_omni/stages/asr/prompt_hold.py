@@ -11,6 +11,10 @@ waited, summed, is less than `hold_factor` x the delay that admitting them now w
 number x (prompt step - decode step), both the stage's own recent step times); never longer than `max_hold_ms`, and
 never while nothing decodes (a lone clip, or a burst that arrives together, goes at once), and never when clips
 arrive further apart than that budget of waiting (no clip would come to share the step).
+
+Off in the shipped deploys: on an H200 (session 35) factor 1 did not shorten the transcripts of 32 sessions committing
+together or of 64 spread over 2 s (p95 165 against 150 ms, and 425 against 380): on the GPU the prompt steps overlap
+the other stages' work.
 """
 
 from __future__ import annotations
