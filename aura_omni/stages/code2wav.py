@@ -118,9 +118,9 @@ ESSENTIAL_BUCKET, ESSENTIAL_WINDOW = 1, 2
 
 
 def slot_capacity(max_streams: int) -> int:
-    """Rows made up front: open streams (up to the stage's max_num_seqs), plus ones just ended whose rows are not back
-    yet. Rows are added when these run out, but that drops every captured graph (they read the old rows), so there are
-    plenty (5 MB a row in fp32)."""
+    """Rows made up front: open streams (one per Talker seat, and the stage's batch may be smaller), plus ones just
+    ended whose rows are not back yet. Rows are added when these run out, but that drops every captured graph (they
+    read the old rows), so there are plenty (5 MB a row in fp32)."""
     return max(64, 2 * max_streams)
 
 
@@ -138,14 +138,15 @@ class Code2WavStageEngine:
         self.decoded_frames = 0
 
     def configure(self, max_batch: int, windows: list[int], cuda_graphs: bool, batch_wait_s: float = 0.0,
-                  max_frames: int | None = None) -> None:
-        """The deploy's batch bound (streams, frames) and batch wait, and graphs for its window lengths (CUDA only). On
-        the loop thread, before it serves; the rows are made anew in the decoder's (possibly new) dtype."""
+                  max_frames: int | None = None, max_streams: int = 0) -> None:
+        """The deploy's batch bound (streams, frames) and batch wait, and graphs for its window lengths (CUDA only);
+        `max_streams`: how many streams may be open at once (the Talker's seats). On the loop thread, before it serves;
+        the rows are made anew in the decoder's (possibly new) dtype."""
         self.batch, self.windows = Code2WavBatch(max_batch, max_frames), sorted(set(windows))
         self.batch_wait_s = batch_wait_s
         if self.graphs is not None:
             self.graphs.close()
-        self.slots = Code2WavSlots(self.code2wav, slot_capacity(max_batch))
+        self.slots = Code2WavSlots(self.code2wav, slot_capacity(max(max_batch, max_streams)))
         self.graphs = (Code2WavGraphs(self.slots, windows, self.batch)
                        if cuda_graphs and self.device.type == "cuda" else None)
 

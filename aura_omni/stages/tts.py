@@ -158,12 +158,13 @@ class Qwen3TTS:
                            dtype: torch.dtype = torch.float32, batch_wait_s: float = 0.0,
                            max_frames: int | None = None) -> None:
         """The deploy's Code2Wav stage (deploy_settings.code2wav_settings), before serving: its dtype, batch bound, batch
-        wait and CUDA graphs."""
+        wait and CUDA graphs; its stream rows for as many streams as the Talker seats."""
         if self.code2wav is None:
             return
         self.code2wav.cast(dtype)
-        engine = self.code2wav_loop.engine
-        self.code2wav_loop.call(lambda: engine.configure(max_batch, windows, cuda_graphs, batch_wait_s, max_frames)).result()
+        engine, seats = self.code2wav_loop.engine, self.engine.engine.config.max_num_seqs
+        self.code2wav_loop.call(lambda: engine.configure(max_batch, windows, cuda_graphs, batch_wait_s, max_frames,
+                                                         seats)).result()
 
     # ------------------------------------------------------------------ properties
     @property

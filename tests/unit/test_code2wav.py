@@ -349,3 +349,15 @@ def test_with_a_batch_wait_a_whole_files_windows_never_wait(code2wav):
     stage.add("whole.1", Code2WavChunk(whole, _codes(25, 91)))
     assert stage.ready_in() == 0
     assert [o.request_id for o in stage.step()] == ["played.1", "whole.1"]  # and takes the waiting one along
+
+
+def test_code2wav_has_a_stream_row_for_every_talker_seat_however_small_its_batch(tiny_tts):
+    """A stream is open from its first window to its last, one per Talker seat: rows for fewer would have to grow under
+    load, which drops every captured graph (64 Talker seats beside a Code2Wav batch of 32 in aura_omni_duplex_32)."""
+    from aura_omni.engine.engine_config import EngineConfig
+    from aura_omni.stages.tts import Qwen3TTS
+
+    tts = Qwen3TTS.load(tiny_tts("custom_voice"), engine_config=EngineConfig(max_num_seqs=48))
+    tts.configure_code2wav(max_batch=4, windows=[1, 2, 4], cuda_graphs=False)
+    assert tts.code2wav_loop.engine.slots.capacity == 2 * 48  # the seats' rows and as many just ended
+    tts.close()
