@@ -20,6 +20,7 @@ KV_CACHE_USAGE = PREFIX + "kv_cache_usage_perc"
 NUM_PREEMPTIONS = PREFIX + "num_preemptions"  # counter
 STAGE_ENGINE_STEPS = PREFIX + "stage_engine_steps"  # counter
 STAGE_PROMPT_STEPS = PREFIX + "stage_prompt_steps"  # counter
+STAGE_SEAT_BOUND_STEPS = PREFIX + "stage_seat_bound_steps"  # counter
 
 # per stage (label `stage`), histograms of the stage loops' latencies (stages/loop_metrics.py)
 STAGE_QUEUE_TIME = PREFIX + "stage_queue_time_seconds"

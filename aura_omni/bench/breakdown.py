@@ -29,12 +29,14 @@ _QUANTILES = ("ttfa", "loop_lag")  # histograms whose p95 is also read from thei
 _UNDERRUNS = names.AUDIO_UNDERRUNS + "_total"
 _COMPILES, _COMPILE_SECONDS = names.KERNEL_COMPILES, names.KERNEL_COMPILE_SECONDS
 _STEPS, _PROMPT_STEPS = names.STAGE_ENGINE_STEPS + "_total", names.STAGE_PROMPT_STEPS + "_total"
+_SEAT_BOUND_STEPS = names.STAGE_SEAT_BOUND_STEPS + "_total"
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
     """kind (phase, queue, input_wait, first_output, add, step; gc by generation; loop_lag; kernel_compiles by phase) ->
     label -> (sum seconds, count) from Prometheus text; "ttfa_buckets" and "loop_lag_buckets" -> label -> bound ->
-    cumulative count; "prompt_steps" -> stage -> (steps that took prompts, steps)."""
+    cumulative count; "prompt_steps" -> stage -> (steps that took prompts, steps, steps with every seat taken while
+    requests waited)."""
     out: dict = {}
     for kind, (metric, label) in _HISTOGRAMS.items():
         labelled = rf'\{{{label}="([^"]+)"\}}' if label else "()"
@@ -54,7 +56,9 @@ def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
     out["kernel_compiles"] = {phase: (float(took.get(phase, 0.0)), float(n)) for phase, n in made.items()}
     steps = dict(re.findall(rf'^{_STEPS}\{{stage="([^"]+)"\}} (\S+)$', text, re.M))
     prompts = dict(re.findall(rf'^{_PROMPT_STEPS}\{{stage="([^"]+)"\}} (\S+)$', text, re.M))
-    out["prompt_steps"] = {stage: (float(prompts.get(stage, 0.0)), float(n)) for stage, n in steps.items()}
+    full = dict(re.findall(rf'^{_SEAT_BOUND_STEPS}\{{stage="([^"]+)"\}} (\S+)$', text, re.M))
+    out["prompt_steps"] = {stage: (float(prompts.get(stage, 0.0)), float(n), float(full.get(stage, 0.0)))
+                           for stage, n in steps.items()}
     return out
 
 
@@ -100,9 +104,10 @@ def means(before: dict | None, after: dict | None) -> dict[str, dict[str, dict]]
                 if (n := int(now - prev.get(label, 0.0))) > 0:
                     out.setdefault(kind, {})[label] = {"n": n}
             elif kind == "prompt_steps":
-                (prompts, steps), (p0, s0) = now, prev.get(label, (0.0, 0.0))
+                (prompts, steps, full), (p0, s0, f0) = now, prev.get(label, (0.0, 0.0, 0.0))
                 if steps - s0 > 0:
-                    out.setdefault(kind, {})[label] = {"n": int(steps - s0), "prompt": int(prompts - p0)}
+                    out.setdefault(kind, {})[label] = {"n": int(steps - s0), "prompt": int(prompts - p0),
+                                                       "seat_bound": int(full - f0)}
             else:
                 (total, count), (t0, c0) = now, prev.get(label, (0.0, 0.0))
                 if count - c0 > 0:
@@ -133,6 +138,9 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
     if prompt_steps := breakdown.get("prompt_steps"):  # steps beside which prompts were prefilled (no decode graph)
         out.append(prefix + "engine steps that took prompts: " + "  ".join(
             f"{s} {p['prompt']} of {p['n']}" for s, p in sorted(prompt_steps.items())))
+        if bound := {s: p for s, p in prompt_steps.items() if p.get("seat_bound")}:  # a stage short of seats
+            out.append(prefix + "engine steps with every seat taken and requests waiting: " + "  ".join(
+                f"{s} {p['seat_bound']} of {p['n']}" for s, p in sorted(bound.items())))
     if gc := breakdown.get("gc"):  # a collection holds every thread
         out.append(prefix + "garbage collection, mean pause ms: " + "  ".join(
             f"gen {g} {gc[g]['mean_ms']:.2f} (n={gc[g]['n']})" for g in sorted(gc)))

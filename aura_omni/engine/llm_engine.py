@@ -52,7 +52,7 @@ class LLMEngine:
         self.async_steps = config.async_scheduling
         self._in_flight: tuple[LaunchedStep, list[int]] | None = None  # a queued step, its rows' output indexes
         # steps launched, and those that took prompt tokens (a prefill alone or beside decodes: no decode graph)
-        self.num_steps = self.num_prompt_steps = 0
+        self.num_steps = self.num_prompt_steps = self.num_seat_bound_steps = 0
 
     # -- requests --------------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int] | None = None,
@@ -111,6 +111,7 @@ class LLMEngine:
             if step_trace.enabled():
                 step_trace.record("engine_step", self.name, sched.num_tokens, len(sched.scheduled))
             self.num_prompt_steps += any(s.start < s.seq.prompt_len for s in sched.scheduled)
+            self.num_seat_bound_steps += sched.seats_full
             for s in sched.scheduled:
                 s.seq.num_computed_tokens = s.end
                 self.blocks.commit(s.seq)
@@ -231,4 +232,5 @@ class LLMEngine:
             "preemptions": self.scheduler.num_preemptions,
             "engine_steps": self.num_steps,
             "prompt_steps": self.num_prompt_steps,
+            "seat_bound_steps": self.num_seat_bound_steps,
         }

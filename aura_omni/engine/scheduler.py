@@ -41,6 +41,7 @@ class ScheduledSeq:
 class SchedulerOutput:
     scheduled: list[ScheduledSeq]
     preempted: list[Sequence]
+    seats_full: bool = False  # every seat (max_num_seqs) taken while requests wait for one: the stage is seat-bound
 
     @property
     def is_decode(self) -> bool:
@@ -111,7 +112,8 @@ class Scheduler:
             self.running.append(seq)
             scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
             budget -= n
-        return SchedulerOutput(scheduled, preempted)
+        return SchedulerOutput(scheduled, preempted,
+                               seats_full=bool(self.waiting) and len(self.running) >= self.config.max_num_seqs)
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)

@@ -65,6 +65,8 @@ STAGE_COUNTERS = {  # from each stage's engine stats
     "engine_steps": (names.STAGE_ENGINE_STEPS, "Steps the stage's engine launched."),
     "prompt_steps": (names.STAGE_PROMPT_STEPS, "Steps that took prompt tokens (a prefill, alone or beside "
                      "decodes): these run without the decode graphs."),
+    "seat_bound_steps": (names.STAGE_SEAT_BOUND_STEPS, "Steps launched with every seat (max_num_seqs) taken while "
+                         "requests waited for one."),
 }
 
 

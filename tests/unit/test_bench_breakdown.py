@@ -81,14 +81,19 @@ def test_garbage_collection_pauses_during_the_run():
     assert breakdown.lines(got, prefix="c=64: ") == ["c=64: garbage collection, mean pause ms: gen 2 100.00 (n=2)"]
 
 
-def test_engine_steps_that_took_prompts_during_the_run():
-    def scrape(prompts, steps):
+def test_engine_steps_that_took_prompts_or_found_every_seat_taken_during_the_run():
+    def scrape(prompts, steps, full):
         return (f'aura_omni:stage_engine_steps_total{{stage="talker"}} {steps}\n'
                 f'aura_omni:stage_prompt_steps_total{{stage="talker"}} {prompts}\n'
+                f'aura_omni:stage_seat_bound_steps_total{{stage="talker"}} {full}\n'
+                f'aura_omni:stage_engine_steps_total{{stage="asr"}} {steps}\n'
                 f'aura_omni:stage_engine_steps_total{{stage="aura"}} 50.0\n')
-    got = breakdown.means(breakdown.parse(scrape(10, 100)), breakdown.parse(scrape(40, 1100)))
-    assert got == {"prompt_steps": {"talker": {"n": 1000, "prompt": 30}}}  # the idle aura stage is left out
-    assert breakdown.lines(got, prefix="c=32: ") == ["c=32: engine steps that took prompts: talker 30 of 1000"]
+    got = breakdown.means(breakdown.parse(scrape(10, 100, 5)), breakdown.parse(scrape(40, 1100, 45)))
+    assert got == {"prompt_steps": {"talker": {"n": 1000, "prompt": 30, "seat_bound": 40},  # the idle aura stage
+                                    "asr": {"n": 1000, "prompt": 0, "seat_bound": 0}}}  # is left out
+    assert breakdown.lines(got, prefix="c=32: ") == [
+        "c=32: engine steps that took prompts: asr 0 of 1000  talker 30 of 1000",
+        "c=32: engine steps with every seat taken and requests waiting: talker 40 of 1000"]  # only a stage short of seats
 
 
 def test_event_loop_lag_during_the_run():

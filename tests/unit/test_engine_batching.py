@@ -135,3 +135,17 @@ def test_the_engine_counts_its_steps_and_those_that_took_prompt_tokens():
     eng.add_request("c", prompts([3])[0], SamplingParams(temperature=0, max_tokens=2))
     eng.step()
     assert (eng.stats()["engine_steps"], eng.stats()["prompt_steps"]) == (4, 3)
+
+
+def test_the_engine_counts_steps_launched_with_every_seat_taken_while_requests_wait():
+    eng = engine(max_num_seqs=2, async_scheduling=False)
+    for rid in "ab":
+        eng.add_request(rid, prompts([4])[0], SamplingParams(temperature=0, max_tokens=3))
+    eng.step()
+    assert eng.stats()["seat_bound_steps"] == 0  # both seats taken, nobody waits
+    eng.add_request("c", prompts([4])[0], SamplingParams(temperature=0, max_tokens=3))
+    eng.step()
+    eng.step()  # a and b end (3 tokens each)
+    assert eng.stats()["seat_bound_steps"] == 2
+    eng.step()  # c has a seat now
+    assert (eng.stats()["seat_bound_steps"], eng.stats()["waiting"]) == (2, 0)

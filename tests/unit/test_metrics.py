@@ -63,7 +63,7 @@ def test_requests_are_counted_by_route_and_status():
 def test_stage_gauges_come_from_stage_stats_and_keys_a_stage_lacks_are_skipped():
     stats = {"aura": {"running": 3, "waiting": 2, "free_blocks": 30, "total_blocks": 40, "preemptions": 1,
                       "prefix_cache_hit_rate": 0.75, "step_seconds": 0.004, "batch_size": 3, "queued": 5,
-                      "engine_steps": 40, "prompt_steps": 7},
+                      "engine_steps": 40, "prompt_steps": 7, "seat_bound_steps": 4},
              "asr": {"running": 1}}
     got = samples(_app(stage_stats=lambda: stats).get("/metrics", headers=AUTH).text)
     aura = (("stage", "aura"),)
@@ -77,6 +77,7 @@ def test_stage_gauges_come_from_stage_stats_and_keys_a_stage_lacks_are_skipped()
     assert got[("aura_omni:num_preemptions_total", aura)] == 1
     assert got[("aura_omni:stage_engine_steps_total", aura)] == 40
     assert got[("aura_omni:stage_prompt_steps_total", aura)] == 7
+    assert got[("aura_omni:stage_seat_bound_steps_total", aura)] == 4
     asr = {name for name, labels in got if labels == (("stage", "asr"),)}
     assert asr == {"aura_omni:num_requests_running"}
 
