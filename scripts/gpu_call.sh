@@ -39,7 +39,7 @@ for part in ${*:-startup test profile}; do
           esac
           CAP_SIZES=${CAP_SIZES:-32} CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 250 \
             bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1
-          grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stage loops" \
+          grep -e "ready after" -e "| 8 |" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stage loops" -e "every seat" \
             -e "event loop lag" "$OUT/$part.txt" ;;
     asr_alone) PYTHONPATH=/tmp/site:$PWD XDG_CACHE_HOME=/tmp/xdg timeout 150 python3 benchmarks/asr_throughput.py \
             --model Qwen/Qwen3-ASR-1.7B --load-format dummy --concurrency 1 6 --clips 48 --min-seconds 3 \
