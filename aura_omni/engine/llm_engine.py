@@ -51,7 +51,8 @@ class LLMEngine:
         self.requests: dict[str, Sequence] = {}
         self.async_steps = config.async_scheduling
         self._in_flight: tuple[LaunchedStep, list[int]] | None = None  # a queued step, its rows' output indexes
-        # steps launched, and those that took prompt tokens (a prefill alone or beside decodes: no decode graph)
+        # steps launched, those that took prompt tokens (a prefill alone or beside decodes: no decode graph), and those
+        # launched with every seat taken while requests waited for one
         self.num_steps = self.num_prompt_steps = self.num_seat_bound_steps = 0
 
     # -- requests --------------------------------------------------------------------------------------
