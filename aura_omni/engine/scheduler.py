@@ -66,14 +66,18 @@ class Scheduler:
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
 
+    @property
+    def seat_free(self) -> bool:
+        """Fewer than `max_num_seqs` sequences run: a waiting one may be admitted."""
+        return len(self.running) < self.config.max_num_seqs
+
     def has_work(self) -> bool:
         """Whether a step would run anything: sequences waiting for input do not count, nor do waiting ones while every
         seat is taken (the Talker's seats full of rows waiting for AURA's text made its loop spin, a step every 0.3 ms
         doing nothing but holding the interpreter lock; a row's input or end wakes the loop)."""
         if self.ready is None:
             return bool(self.waiting or self.running)
-        seat = len(self.running) < self.config.max_num_seqs
-        return any(map(self.ready, chain(self.running, self.waiting if seat else ())))
+        return any(map(self.ready, chain(self.running, self.waiting if self.seat_free else ())))
 
     def schedule(self) -> SchedulerOutput:
         budget = self.config.max_num_batched_tokens
@@ -100,7 +104,7 @@ class Scheduler:
                 i += 1
                 continue
             break  # seq itself was preempted: everything after it already was
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs and not preempted:
+        while self.waiting and budget > 0 and self.seat_free and not preempted:
             seq = self.waiting[0] if self.ready is None else next((s for s in self.waiting if self.ready(s)), None)
             if seq is None:
                 break
@@ -112,8 +116,7 @@ class Scheduler:
             self.running.append(seq)
             scheduled.append(ScheduledSeq(seq, seq.num_computed_tokens, n))
             budget -= n
-        return SchedulerOutput(scheduled, preempted,
-                               seats_full=bool(self.waiting) and len(self.running) >= self.config.max_num_seqs)
+        return SchedulerOutput(scheduled, preempted, seats_full=bool(self.waiting) and not self.seat_free)
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
