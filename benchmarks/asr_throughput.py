@@ -140,6 +140,19 @@ def run_reference(svc: AsrService, ref, clips, concurrency: int, new_tokens: int
                 ttft_p50_ms=1000 * float(np.median(ttft)), ttft_p90_ms=1000 * float(np.percentile(ttft, 90)))
 
 
+def profile(svc: AsrService, engine: LLMEngine, clips, new_tokens: int, device: str) -> None:
+    """Where a one-clip prompt step's time goes: host ops (the interpreter's and the launches') against the device's."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with torch_profile(activities=activities) as prof:
+        print(json.dumps(run_ours(svc, engine, clips, 1, new_tokens, device) | {"profiled": True}), flush=True)
+    table = prof.key_averages()
+    print(table.table(sort_by="self_cpu_time_total", row_limit=30))
+    if device.startswith("cuda"):
+        print(table.table(sort_by="self_cuda_time_total", row_limit=25))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -153,6 +166,8 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--reference", action="store_true", help="also run transformers' Qwen3ASR generate")
     ap.add_argument("--out", default=None, help="write results as JSON here")
+    ap.add_argument("--profile", type=int, default=0, metavar="CLIPS",
+                    help="then this many clips one at a time under torch.profiler: the ops by host and device time")
     a = ap.parse_args()
     dtype = getattr(torch, a.dtype) if a.dtype else None
     svc = AsrService.from_pretrained(a.model, device=a.device, dtype=dtype, load_format=a.load_format)
@@ -163,6 +178,8 @@ def main() -> None:
     for c in a.concurrency:  # printed as they come: a time limit keeps what finished
         results.append(run_ours(svc, engine, clips, c, a.new_tokens, a.device))
         print(json.dumps(results[-1]), flush=True)
+    if a.profile:
+        profile(svc, engine, clips[:a.profile], a.new_tokens, a.device)
     if a.reference:
         ref = reference_model(svc, a.device, svc.model.embed_tokens.weight.dtype)
         for c in a.concurrency:  # two static batches' worth of clips (at least 16): HF decodes ~25 ms/token at c=1

@@ -11,7 +11,7 @@
 #   talker32 the same with 32 seats in the Talker, the deploy before session 35
 #   asr_alone  the ASR engine alone on the GPU, clips of 3 s one and six at a time: what a step that takes new clips
 #            and one that only decodes cost without the other stages beside it (session 34's trace under load: 26.7
-#            and 4.6 ms)
+#            and 4.6 ms), then six clips one at a time under torch.profiler (the ops by host and device time)
 #   bash scripts/gpu_call.sh [PART ...]   (default: startup test profile; a server part takes ~2 minutes, a minute more
 #   as a new machine's first, when every kernel is compiled: at most four server parts fit one call)
 set -uo pipefail
@@ -43,7 +43,8 @@ for part in ${*:-startup test profile}; do
             -e "event loop lag" "$OUT/$part.txt" ;;
     asr_alone) PYTHONPATH=/tmp/site:$PWD XDG_CACHE_HOME=/tmp/xdg timeout 150 python3 benchmarks/asr_throughput.py \
             --model Qwen/Qwen3-ASR-1.7B --load-format dummy --concurrency 1 6 --clips 48 --min-seconds 3 \
-            --max-seconds 3 --new-tokens 12 2>&1 | tail -n 4 | tee "$OUT/asr_alone.txt" ;;
+            --max-seconds 3 --new-tokens 12 --profile 6 > "$OUT/asr_alone.txt" 2>&1
+               grep -e '^{' -e "Self CPU time total" -e "Self CUDA time total" "$OUT/asr_alone.txt" ;;
     proc) CAP_SIZES=32 CAP_PROC_STAGES=asr,aura,qwen3_tts XDG_CACHE_HOME=/tmp/xdg timeout 150 \
             bash scripts/gpu_serve_bench.sh cap32_proc > "$OUT/proc.txt" 2>&1
           grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "event loop lag" "$OUT/proc.txt" ;;
