@@ -9,6 +9,8 @@
 #   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
 #   aura32   the same with AURA's 32 seats, the deploy before session 34
 #   talker32 the same with 32 seats in the Talker, the deploy before session 35
+#   cap8     configs/aura_omni_duplex_8.yaml at 8 sessions: the small load a wide deploy must not slow (CAP_ROUNDS turns
+#            a session, default 2; with CAP_SIZES=8 CAP_SPREAD64=0 the capacity parts run the same load)
 #   asr_alone  the ASR engine alone on the GPU, clips of 3 s one and six at a time: what a step that takes new clips
 #            and one that only decodes cost without the other stages beside it (session 34's trace under load: 26.7
 #            and 4.6 ms), then six clips one at a time under torch.profiler (the ops by host and device time)
@@ -39,12 +41,15 @@ for part in ${*:-startup test profile}; do
           esac
           CAP_SIZES=${CAP_SIZES:-32} CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 250 \
             bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1
-          grep -e "ready after" -e "| 8 |" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stage loops" -e "every seat" \
+          grep -e "ready after" -e "| 8 |" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stages, mean" \
+            -e "stage loops" -e "every seat" \
             -e "event loop lag" "$OUT/$part.txt" ;;
     asr_alone) PYTHONPATH=/tmp/site:$PWD XDG_CACHE_HOME=/tmp/xdg timeout 150 python3 benchmarks/asr_throughput.py \
             --model Qwen/Qwen3-ASR-1.7B --load-format dummy --concurrency 1 6 --clips 48 --min-seconds 3 \
             --max-seconds 3 --new-tokens 12 --profile 6 > "$OUT/asr_alone.txt" 2>&1
-               grep -e '^{' -e "Self CPU time total" -e "Self CUDA time total" "$OUT/asr_alone.txt" ;;
+          grep -e '^{' -e "Self CPU time total" -e "Self CUDA time total" "$OUT/asr_alone.txt" ;;
+    cap8) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap8 > "$OUT/cap8.txt" 2>&1
+          grep -e "ready after" -e "| 8 |" -e "transcript p50" -e "turn phases" -e "stages, mean" "$OUT/cap8.txt" ;;
     proc) CAP_SIZES=32 CAP_PROC_STAGES=asr,aura,qwen3_tts XDG_CACHE_HOME=/tmp/xdg timeout 150 \
             bash scripts/gpu_serve_bench.sh cap32_proc > "$OUT/proc.txt" 2>&1
           grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "event loop lag" "$OUT/proc.txt" ;;

@@ -218,12 +218,12 @@ tts_load_run() {  # tts_load_run NAME MODEL [ARGS]: c = 32 64, 256 requests each
   burst "$OUT/$1.json"
 }
 cap_load() {  # cap_load NAME SIZES: issue 32's capacity load on the running server, sessions opened together and
-  # committing together at each of CAP_SIZES (default SIZES, each twice over), then 64 with commits spread over 2 s
+  # committing together at each of CAP_SIZES (default SIZES, each CAP_ROUNDS times over, default 2), then 64 with commits spread over 2 s
   # (CAP_SPREAD64=0: not)
   local n
   for n in ${CAP_SIZES:-$2}; do
     bench "cap_$1_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
-      --max-concurrency $n --num-prompts $((2 * n)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
+      --max-concurrency $n --num-prompts $((${CAP_ROUNDS:-2} * n)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
   done
   [ "${CAP_SPREAD64:-1}" = 1 ] && bench "cap_$1_s64_spread" --backend realtime --model aura --voice Vivian \
     $TURN --num-warmups 0 --max-concurrency 64 --num-prompts 64 --commit-spread 2 \
@@ -327,7 +327,7 @@ for s in $(echo "${*:-tts turns live}" | sed -E 's/(^| )cap( |$)/\1cap8 cap32\2/
           stop ;;
     cap8) WAIT_WARM=${CAP_WAIT_WARM:-1} serve configs/aura_omni_duplex_8.yaml aura || continue
           bench cap_duplex8_s8 --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
-            --max-concurrency 8 --num-prompts 16 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
+            --max-concurrency 8 --num-prompts $((${CAP_ROUNDS:-2} * 8)) --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}" --save-detailed
           stop ;;
     cap32) serve configs/aura_omni_duplex_32.yaml aura || continue
            cap_load duplex32 "8 16 32"
