@@ -30,13 +30,14 @@ _UNDERRUNS = names.AUDIO_UNDERRUNS + "_total"
 _COMPILES, _COMPILE_SECONDS = names.KERNEL_COMPILES, names.KERNEL_COMPILE_SECONDS
 _STEPS, _PROMPT_STEPS = names.STAGE_ENGINE_STEPS + "_total", names.STAGE_PROMPT_STEPS + "_total"
 _SEAT_BOUND_STEPS = names.STAGE_SEAT_BOUND_STEPS + "_total"
+_ALLOCATOR_CALLS = names.GPU_ALLOCATOR_CALLS + "_total"
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
     """kind (phase, queue, input_wait, first_output, add, step; gc by generation; loop_lag; kernel_compiles by phase) ->
     label -> (sum seconds, count) from Prometheus text; "ttfa_buckets" and "loop_lag_buckets" -> label -> bound ->
     cumulative count; "prompt_steps" -> stage -> (steps that took prompts, steps, steps with every seat taken while
-    requests waited)."""
+    requests waited); "gpu_allocator" -> device -> call (malloc, free, retry) -> count."""
     out: dict = {}
     for kind, (metric, label) in _HISTOGRAMS.items():
         labelled = rf'\{{{label}="([^"]+)"\}}' if label else "()"
@@ -59,6 +60,10 @@ def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
     full = dict(re.findall(rf'^{_SEAT_BOUND_STEPS}\{{stage="([^"]+)"\}} (\S+)$', text, re.M))
     out["prompt_steps"] = {stage: (float(prompts.get(stage, 0.0)), float(n), float(full.get(stage, 0.0)))
                            for stage, n in steps.items()}
+    calls: dict[str, dict[str, float]] = {}
+    for device, call, n in re.findall(rf'^{_ALLOCATOR_CALLS}\{{device="([^"]+)",call="([^"]+)"\}} (\S+)$', text, re.M):
+        calls.setdefault(device, {})[call] = float(n)
+    out["gpu_allocator"] = calls
     return out
 
 
@@ -103,6 +108,10 @@ def means(before: dict | None, after: dict | None) -> dict[str, dict[str, dict]]
             elif kind == "underruns":
                 if (n := int(now - prev.get(label, 0.0))) > 0:
                     out.setdefault(kind, {})[label] = {"n": n}
+            elif kind == "gpu_allocator":
+                made = {call: int(n - prev.get(label, {}).get(call, 0.0)) for call, n in now.items()}
+                if any(made.values()):
+                    out.setdefault(kind, {})[label] = made
             elif kind == "prompt_steps":
                 (prompts, steps, full), (p0, s0, f0) = now, prev.get(label, (0.0, 0.0, 0.0))
                 if steps - s0 > 0:
@@ -141,6 +150,10 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
         if bound := {s: p for s, p in prompt_steps.items() if p.get("seat_bound")}:  # a stage short of seats
             out.append(prefix + "engine steps with every seat taken and requests waiting: " + "  ".join(
                 f"{s} {p['seat_bound']} of {p['n']}" for s, p in sorted(bound.items())))
+    if devices := breakdown.get("gpu_allocator"):  # steps that waited on the driver, every stage on the device with them
+        out.append(prefix + "GPU allocator calls to the driver (steps that waited on it): " + "  ".join(
+            f"device {d}: cudaMalloc {c.get('malloc', 0)}, cudaFree {c.get('free', 0)}, retries {c.get('retry', 0)}"
+            for d, c in sorted(devices.items())))
     if gc := breakdown.get("gc"):  # a collection holds every thread
         out.append(prefix + "garbage collection, mean pause ms: " + "  ".join(
             f"gen {g} {gc[g]['mean_ms']:.2f} (n={gc[g]['n']})" for g in sorted(gc)))

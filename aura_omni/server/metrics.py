@@ -27,7 +27,7 @@ from ..layers import kernel_compiles
 from ..media.playback import PlaybackClock
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.turn import AudioChunk, TextDelta, TurnDone
-from . import gc_pauses, heap_trim
+from . import device_memory, gc_pauses, heap_trim
 from .loop_lag import LoopLag
 
 log = logging.getLogger("aura_omni.server")
@@ -206,8 +206,8 @@ class LoopLagCollector(Collector):
 
 
 class MemoryCollector(Collector):
-    """The process's memory: resident, the C heap's and the interpreter's, pinned by torch, and the C heap's trims
-    (server/heap_trim.py)."""
+    """The process's memory: resident, the C heap's and the interpreter's, pinned by torch, the GPU allocator's
+    (server/device_memory.py), and the C heap's trims (server/heap_trim.py)."""
 
     def describe(self):
         return []
@@ -226,6 +226,23 @@ class MemoryCollector(Collector):
         if pinned is not None:
             yield GaugeMetricFamily(names.PINNED_HOST_MEMORY, "Page-locked host memory held by torch's pinned "
                                     "allocator (cached for reuse, never trimmed).", value=pinned)
+        if devices := device_memory.allocator_stats():
+            for name, key, doc in (
+                    (names.GPU_MEMORY_ALLOCATED, "allocated", "Bytes of GPU memory in this process's tensors."),
+                    (names.GPU_MEMORY_RESERVED, "reserved", "Bytes of GPU memory this process's caching allocator "
+                                                            "holds (in tensors or cached for reuse).")):
+                gauge = GaugeMetricFamily(name, doc, labels=["device"])
+                for device, stats in devices.items():
+                    gauge.add_metric([device], stats[key])
+                yield gauge
+            calls = CounterMetricFamily(names.GPU_ALLOCATOR_CALLS, "The caching allocator's calls to the driver: "
+                                        "cudaMalloc (malloc), cudaFree (free), and retries after a failed cudaMalloc "
+                                        "that freed the cache first: under load, steps that waited on the driver.",
+                                        labels=["device", "call"])
+            for device, stats in devices.items():
+                for call in device_memory.CALLS:
+                    calls.add_metric([device, call], stats[call])
+            yield calls
         snap, released = heap_trim.TRIMMER.snapshot()
         trims = HistogramMetricFamily(names.HEAP_TRIM, "Time of each trim of the C heap (malloc_trim) that gives its "
                                       "free pages back to the system.")

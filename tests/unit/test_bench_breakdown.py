@@ -96,6 +96,18 @@ def test_engine_steps_that_took_prompts_or_found_every_seat_taken_during_the_run
         "c=32: engine steps with every seat taken and requests waiting: talker 40 of 1000"]  # only a stage short of seats
 
 
+def test_gpu_allocator_calls_to_the_driver_during_the_run():
+    def scrape(malloc, free, retry):
+        return "".join(f'aura_omni:gpu_allocator_calls_total{{device="0",call="{call}"}} {n}\n'
+                       for call, n in (("malloc", malloc), ("free", free), ("retry", retry)))
+    got = breakdown.means(breakdown.parse(scrape(100, 2, 0)), breakdown.parse(scrape(130, 7, 1)))
+    assert got == {"gpu_allocator": {"0": {"malloc": 30, "free": 5, "retry": 1}}}
+    assert breakdown.lines(got, prefix="c=8: ") == [
+        "c=8: GPU allocator calls to the driver (steps that waited on it): device 0: cudaMalloc 30, cudaFree 5, "
+        "retries 1"]
+    assert breakdown.means(breakdown.parse(scrape(100, 2, 0)), breakdown.parse(scrape(100, 2, 0))) == {}
+
+
 def test_event_loop_lag_during_the_run():
     def scrape(n, seconds, under_10ms):
         return (f'aura_omni:event_loop_lag_seconds_bucket{{le="0.001"}} {under_10ms / 2}\n'

@@ -82,6 +82,25 @@ def test_stage_gauges_come_from_stage_stats_and_keys_a_stage_lacks_are_skipped()
     assert asr == {"aura_omni:num_requests_running"}
 
 
+def test_the_gpu_allocators_memory_and_driver_calls_by_device(monkeypatch):
+    from aura_omni.server import device_memory
+
+    monkeypatch.setattr(device_memory, "allocator_stats", lambda: {
+        "0": {"allocated": 7 << 30, "reserved": 9 << 30, "malloc": 120, "free": 3, "retry": 1}})
+    got = samples(_app().get("/metrics", headers=AUTH).text)
+    gpu0 = (("device", "0"),)
+    assert got[("aura_omni:gpu_memory_allocated_bytes", gpu0)] == 7 << 30
+    assert got[("aura_omni:gpu_memory_reserved_bytes", gpu0)] == 9 << 30
+    calls = {call: got[("aura_omni:gpu_allocator_calls_total", (("call", call), ("device", "0")))]
+             for call in ("malloc", "free", "retry")}
+    assert calls == {"malloc": 120, "free": 3, "retry": 1}
+
+
+def test_no_gpu_figures_where_cuda_is_unused():
+    text = _app().get("/metrics", headers=AUTH).text  # the CPU test process never initialises CUDA
+    assert "gpu_allocator_calls" not in text and "gpu_memory_reserved_bytes" not in text
+
+
 def test_a_stage_that_cannot_report_does_not_break_the_scrape():
     def broken():
         raise RuntimeError("engine gone")
