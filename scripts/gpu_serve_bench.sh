@@ -218,8 +218,8 @@ tts_load_run() {  # tts_load_run NAME MODEL [ARGS]: c = 32 64, 256 requests each
   burst "$OUT/$1.json"
 }
 cap_load() {  # cap_load NAME SIZES: issue 32's capacity load on the running server, sessions opened together and
-  # committing together at each of CAP_SIZES (default SIZES, each CAP_ROUNDS times over, default 2), then 64 with commits spread over 2 s
-  # (CAP_SPREAD64=0: not)
+  # committing together at each of CAP_SIZES (default SIZES, each CAP_ROUNDS times over, default 2), then 64 with
+  # commits spread over 2 s (CAP_SPREAD64=0: not)
   local n
   for n in ${CAP_SIZES:-$2}; do
     bench "cap_$1_s$n" --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \

@@ -16,7 +16,7 @@ def allocator_stats() -> dict[str, dict[str, int]]:
     out = {}
     for device in range(torch.cuda.device_count()):
         stats = torch.cuda.memory_stats(device)
-        if not stats:  # a device this process never allocated on
+        if not stats.get("num_device_alloc"):  # a device this process never allocated on
             continue
         out[str(device)] = {"allocated": int(stats.get("allocated_bytes.all.current", 0)),
                             "reserved": int(stats.get("reserved_bytes.all.current", 0)),
