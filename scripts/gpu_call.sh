@@ -29,8 +29,8 @@ for part in ${*:-startup test profile}; do
     test) PYTHONPATH=/tmp/site:$PWD timeout 70 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_parallel_captures.py \
             2>&1 | tail -n 3 | tee "$OUT/gpu_test.txt" ;;
     profile) XDG_CACHE_HOME=/tmp/xdg timeout 150 bash scripts/gpu_serve_bench.sh cap64_profile > "$OUT/cap64.txt" 2>&1
-             grep -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stages, mean" -e "stage loops" -e "event loop lag" -e "GPU allocator" \
-               "$OUT/cap64.txt"
+             grep -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stages, mean" -e "stage loops" -e "event loop lag" \
+               -e "GPU allocator" "$OUT/cap64.txt"
              head -n 30 "$OUT/pyspy_top.txt" 2>/dev/null ;;
     base|hold|aura32|talker32)
           case $part in
