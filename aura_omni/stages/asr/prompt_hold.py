@@ -12,9 +12,7 @@ number x (prompt step - decode step), both the stage's own recent step times); n
 never while nothing decodes (a lone clip, or a burst that arrives together, goes at once), and never when clips
 arrive further apart than that budget of waiting (no clip would come to share the step).
 
-Off in the shipped deploys: on an H200 (session 35) factor 1 did not shorten the transcripts of 32 sessions committing
-together or of 64 spread over 2 s (p95 165 against 150 ms, and 425 against 380): on the GPU the prompt steps overlap
-the other stages' work.
+Off in the shipped deploys: it has not shown a win on the GPU (docs/benchmarks.md, sessions 35 and 36).
 """
 
 from __future__ import annotations
