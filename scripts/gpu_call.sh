@@ -42,14 +42,14 @@ for part in ${*:-startup test profile}; do
           CAP_SIZES=${CAP_SIZES:-32} CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 250 \
             bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1
           grep -e "ready after" -e "| 8 |" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stages, mean" \
-            -e "stage loops" -e "every seat" -e "GPU allocator" \
+            -e "stage loops" -e "every seat" -e "GPU allocator" -e "GPU memory used" \
             -e "event loop lag" "$OUT/$part.txt" ;;
     asr_alone) PYTHONPATH=/tmp/site:$PWD XDG_CACHE_HOME=/tmp/xdg timeout 150 python3 benchmarks/asr_throughput.py \
             --model Qwen/Qwen3-ASR-1.7B --load-format dummy --concurrency 1 6 --clips 48 --min-seconds 3 \
             --max-seconds 3 --new-tokens 12 --profile 6 > "$OUT/asr_alone.txt" 2>&1
           grep -e '^{' -e "Self CPU time total" -e "Self CUDA time total" "$OUT/asr_alone.txt" ;;
     cap8) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap8 > "$OUT/cap8.txt" 2>&1
-          grep -e "ready after" -e "| 8 |" -e "transcript p50" -e "turn phases" -e "stages, mean" -e "GPU allocator" "$OUT/cap8.txt" ;;
+          grep -e "ready after" -e "| 8 |" -e "transcript p50" -e "turn phases" -e "stages, mean" -e "GPU allocator" -e "GPU memory used" "$OUT/cap8.txt" ;;
     proc) CAP_SIZES=32 CAP_PROC_STAGES=asr,aura,qwen3_tts XDG_CACHE_HOME=/tmp/xdg timeout 150 \
             bash scripts/gpu_serve_bench.sh cap32_proc > "$OUT/proc.txt" 2>&1
           grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "event loop lag" "$OUT/proc.txt" ;;

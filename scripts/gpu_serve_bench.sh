@@ -133,6 +133,8 @@ serve() {  # serve DEPLOY NAME: start a server, wait for /health, register the `
   wait_ready || { tail -n 30 "$SERVER_LOG" | tee -a "$OUT/serve_tails.txt"; return 1; }
   echo "=== $2 ready after $((SECONDS - t0)) s" | tee -a "$OUT/summary.md"
   [ "${WAIT_WARM:-1}" = 1 ] && warm_done && echo "=== $2 warm (background captures done) after $((SECONDS - t0)) s"
+  echo "=== $2 GPU memory used / total (MiB): $(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader 2>/dev/null)" \
+    | tee -a "$OUT/summary.md"
   python3 -c "import httpx, sys; r = httpx.post('$URL/v1/audio/voices', data={'name': 'bench'}, files={'audio_sample': open('/tmp/ref.wav', 'rb')}, timeout=60); print('voice', r.status_code)"
 }
 wait_ready() {  # until /health says ready; gives up at once if the server ($SERVER) has exited
@@ -168,7 +170,7 @@ EOF
 }
 stop() {  # the server down; its log's errors and last lines kept in serve_tails.txt
   kill "$SERVER"; wait "$SERVER" 2>/dev/null
-  { echo "=== $SERVER_LOG"; grep -e "loaded in" -e "warm start" -e "frozen out of" "$SERVER_LOG"; grep -i -m 20 -e error -e traceback \
+  { echo "=== $SERVER_LOG"; grep -e "loaded in" -e "warm start" -e "frozen out of" -e "KV cache" -e "captured" "$SERVER_LOG"; grep -i -m 20 -e error -e traceback \
     "$SERVER_LOG"; grep -m 10 -e "Assertion" -e "CUDA error" "$SERVER_LOG"; grep -m 30 WARNING "$SERVER_LOG"
     tail -n 15 "$SERVER_LOG"; } >> "$OUT/serve_tails.txt"
   # a failed server's whole log (a device-side assert names its kernel on a line of its own, before the tracebacks)
