@@ -12,7 +12,8 @@ number x (prompt step - decode step), both the stage's own recent step times); n
 never while nothing decodes (a lone clip, or a burst that arrives together, goes at once), and never when clips
 arrive further apart than that budget of waiting (no clip would come to share the step).
 
-Off in the shipped deploys: it has not shown a win on the GPU (docs/benchmarks.md, sessions 35 and 36).
+Off in the shipped deploys: on the GPU it shortens a spread load's tail and lengthens a burst's transcripts
+(docs/benchmarks.md, session 37).
 """
 
 from __future__ import annotations
