@@ -25,6 +25,7 @@ STAGE_SEAT_BOUND_STEPS = PREFIX + "stage_seat_bound_steps"  # counter
 # per stage (label `stage`), histograms of the stage loops' latencies (stages/loop_metrics.py)
 STAGE_QUEUE_TIME = PREFIX + "stage_queue_time_seconds"
 STAGE_INPUT_WAIT = PREFIX + "stage_input_wait_seconds"
+STAGE_FIRST_WINDOW = PREFIX + "stage_first_window_seconds"
 STAGE_TIME_TO_FIRST_OUTPUT = PREFIX + "stage_time_to_first_output_seconds"
 STAGE_ADD_TIME = PREFIX + "stage_add_time_seconds"
 STAGE_STEP_TIME = PREFIX + "stage_step_time_seconds"

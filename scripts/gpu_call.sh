@@ -9,6 +9,7 @@
 #   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
 #   aura32   the same with AURA's 32 seats, the deploy before session 34
 #   talker32 the same with 32 seats in the Talker, the deploy before session 35
+#   c2w16    the same with Code2Wav in float16 (as qwen3_tts_128.yaml decodes): its steps a quarter shorter under TTS load
 #   cap8     configs/aura_omni_duplex_8.yaml at 8 sessions: the small load a wide deploy must not slow (CAP_ROUNDS turns
 #            a session, default 2; with CAP_SIZES=8 CAP_SPREAD64=0 the capacity parts run the same load)
 #   asr_alone  the ASR engine alone on the GPU, clips of 3 s one and six at a time: what a step that takes new clips
@@ -32,12 +33,13 @@ for part in ${*:-startup test profile}; do
              grep -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stages, mean" -e "stage loops" -e "event loop lag" \
                -e "GPU allocator" "$OUT/cap64.txt"
              head -n 30 "$OUT/pyspy_top.txt" 2>/dev/null ;;
-    base|hold|aura32|talker32)
+    base|hold|aura32|talker32|c2w16)
           case $part in
             base) bench=cap32; edit="" ;;
             hold) bench=cap32_edit; edit="d['stages'][0]['admission'] = {'hold_factor': ${CAP_HOLD:-1}}" ;;
             aura32) bench=cap32_edit; edit="d['stages'][1]['max_num_seqs'] = 32" ;;
             talker32) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 32" ;;
+            c2w16) bench=cap32_edit; edit="d['stages'][3]['dtype'] = 'float16'" ;;
           esac
           CAP_SIZES=${CAP_SIZES:-32} CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 250 \
             bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1

@@ -1,7 +1,8 @@
 """Where a run's time went on the server, from an aura-omni server's `/metrics` read before and after the run: the
 mean of each turn phase (`aura_omni:turn_phase_seconds`) and, per stage, the mean wait in front of its engine, the
-Talker's wait for its text and time to its first output (`aura_omni:stage_queue_time_seconds`,
-`aura_omni:stage_input_wait_seconds`, `aura_omni:stage_time_to_first_output_seconds`); and the server's own first
+Talker's wait for its text, Code2Wav's first windows and time to its first output (`aura_omni:stage_queue_time_seconds`,
+`aura_omni:stage_input_wait_seconds`, `aura_omni:stage_first_window_seconds`,
+`aura_omni:stage_time_to_first_output_seconds`); and the server's own first
 audio (mean, and p95 from the histogram's buckets) and underruns per endpoint, as it handed each chunk to the
 transport: beside the client's figures they split a run's latency into the server's part and the network's and
 client's part. A server without these metrics (vLLM-Omni, or one without the API key's access) gives none, never an
@@ -19,6 +20,7 @@ from ..pipeline.turn import TURN_PHASES
 _HISTOGRAMS = {"phase": (names.TURN_PHASE, "phase"),
                "queue": (names.STAGE_QUEUE_TIME, "stage"),
                "input_wait": (names.STAGE_INPUT_WAIT, "stage"),
+               "first_window": (names.STAGE_FIRST_WINDOW, "stage"),
                "first_output": (names.STAGE_TIME_TO_FIRST_OUTPUT, "stage"),
                "add": (names.STAGE_ADD_TIME, "stage"),
                "step": (names.STAGE_STEP_TIME, "stage"),
@@ -34,7 +36,7 @@ _ALLOCATOR_CALLS = names.GPU_ALLOCATOR_CALLS + "_total"
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """kind (phase, queue, input_wait, first_output, add, step; gc by generation; loop_lag; kernel_compiles by phase) ->
+    """kind (phase, queue, input_wait, first_window, first_output, add, step; gc by generation; loop_lag; kernel_compiles by phase) ->
     label -> (sum seconds, count) from Prometheus text; "ttfa_buckets" and "loop_lag_buckets" -> label -> bound ->
     cumulative count; "prompt_steps" -> stage -> (steps that took prompts, steps, steps with every seat taken while
     requests waited); "gpu_allocator" -> device -> call (malloc, free, retry) -> count."""
@@ -133,11 +135,12 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
     if phases:
         out.append(prefix + "turn phases (mean ms): " + "  ".join(
             f"{p} {phases[p]['mean_ms']:.1f} (n={phases[p]['n']})" for p in TURN_PHASES if p in phases))
-    first, queue, wait = (breakdown.get(k, {}) for k in ("first_output", "queue", "input_wait"))
+    first, queue, wait, window = (breakdown.get(k, {}) for k in ("first_output", "queue", "input_wait", "first_window"))
     if first:
         out.append(prefix + "stages, mean queue / first output ms: " + "  ".join(
             f"{s} {queue.get(s, {}).get('mean_ms', 0.0):.1f} / {first[s]['mean_ms']:.1f}"
-            + (f" (waited {wait[s]['mean_ms']:.1f} for input)" if s in wait else "") + f" (n={first[s]['n']})"
+            + (f" (waited {wait[s]['mean_ms']:.1f} for input)" if s in wait else "")
+            + (f" (first windows {window[s]['mean_ms']:.1f})" if s in window else "") + f" (n={first[s]['n']})"
             for s in sorted(first)))
     add, step = breakdown.get("add", {}), breakdown.get("step", {})
     if step:

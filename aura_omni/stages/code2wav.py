@@ -42,6 +42,7 @@ from aura_omni.models.qwen3_tts.code2wav_batch import Code2WavBatch
 from aura_omni.models.qwen3_tts.code2wav_graphs import Code2WavGraphs
 from aura_omni.models.qwen3_tts.codec_config import SAMPLES_PER_FRAME
 from aura_omni.models.qwen3_tts.code2wav_stream import Code2WavSlots
+from aura_omni.stages.loop_metrics import LatencyHistogram
 from aura_omni.stages.stage_engine import StageOutput
 
 
@@ -136,6 +137,9 @@ class Code2WavStageEngine:
         self.windows: list[int] = []  # the window lengths of the codec schedule, which a last chunk is padded up to
         self.batch_wait_s = 0.0  # the deploy's codec_batch_wait_ms (configure)
         self.decoded_frames = 0
+        # a stream's first window, from its taking to its samples, apart from the stage's first output of every chunk
+        # (later windows may wait for a fuller step by design): the loop publishes it as the stage's `first_window`
+        self.latency = {"first_window": LatencyHistogram()}
 
     def configure(self, max_batch: int, windows: list[int], cuda_graphs: bool, batch_wait_s: float = 0.0,
                   max_frames: int | None = None, max_streams: int = 0) -> None:
@@ -202,8 +206,7 @@ class Code2WavStageEngine:
             length = min(groups)  # shortest first: a new stream's first chunk is its first audio
         rids = [r for r, _ in groups[length][:self.batch.streams(length)]]
         part = [self._pending.pop(r) for r in rids]
-        for r in rids:
-            self._arrived.pop(r)
+        arrived = [self._arrived.pop(r) for r in rids]
         if length == 0:
             return [StageOutput(r, np.zeros(0, np.float32), True) for r in rids]
         codes = torch.zeros(len(part), length, part[0].codes.shape[1], dtype=torch.long)  # code 0 pads last chunks
@@ -216,7 +219,9 @@ class Code2WavStageEngine:
         self.decoded_frames += sum(c.codes.shape[0] for c in part)
         host = download(wavs.float())
         now = time.perf_counter()
-        for c in part:  # played from its first chunk on; after a gap, from now
+        for c, at in zip(part, arrived):  # played from its first chunk on; after a gap, from now
+            if c.session.audio_end is None:
+                self.latency["first_window"].observe(now - at)
             c.session.audio_end = max(c.session.audio_end or now, now) + c.codes.shape[0] * SECONDS_PER_FRAME
         # copies, not views: a view would hold the step's pinned block for as long as its stream keeps the chunk (a
         # whole file, for a request that is not streamed), and the pinned allocator would make new blocks meanwhile

@@ -70,6 +70,7 @@ def test_metrics_move_after_a_speech_request_and_a_chat_turn(omni_server, ref_au
     assert stage_moved("aura_omni:stage_time_to_first_output_seconds_count", "talker") == 2  # speech, spoken turn
     assert stage_moved("aura_omni:stage_input_wait_seconds_count", "talker") == 2  # the Talker's wait for its text
     assert stage_moved("aura_omni:stage_time_to_first_output_seconds_sum", "code2wav") > 0
+    assert stage_moved("aura_omni:stage_first_window_seconds_count", "code2wav") == 2  # one a stream: speech, the turn
     for stage in ("aura", "talker", "code2wav"):  # the loops' own time: taking requests, and each step
         assert stage_moved("aura_omni:stage_add_time_seconds_count", stage) >= 2
         assert stage_moved("aura_omni:stage_step_time_seconds_count", stage) >= 2

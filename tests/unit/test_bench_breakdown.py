@@ -32,6 +32,10 @@ def test_stage_waits_per_replica_and_a_server_without_the_metrics():
                       'aura_omni:stage_input_wait_seconds_count{stage="talker/0"} 5.0\n'
     assert breakdown.lines(breakdown.means(None, breakdown.parse(waited)))[1] == (
         "stages, mean queue / first output ms: talker/0 100.0 / 200.0 (waited 50.0 for input) (n=5)")
+    windows = BEFORE + 'aura_omni:stage_first_window_seconds_sum{stage="talker/0"} 0.05\n' \
+                       'aura_omni:stage_first_window_seconds_count{stage="talker/0"} 5.0\n'
+    assert breakdown.lines(breakdown.means(None, breakdown.parse(windows)))[1] == (
+        "stages, mean queue / first output ms: talker/0 100.0 / 200.0 (first windows 10.0) (n=5)")
     looped = BEFORE + 'aura_omni:stage_step_time_seconds_sum{stage="talker/0"} 0.3\n' \
                       'aura_omni:stage_step_time_seconds_count{stage="talker/0"} 40.0\n' \
                       'aura_omni:stage_add_time_seconds_sum{stage="talker/0"} 0.01\n' \

@@ -120,6 +120,7 @@ def test_the_stage_decodes_concurrent_streams_together_like_each_alone(code2wav)
     for i in range(len(streams)):
         assert torch.allclose(torch.cat(parts[i]), alone[i].float(), atol=1e-5, rtol=0)
     assert rows and rows[0] == len(streams)  # the first chunks went in one forward
+    assert stage.latency["first_window"].snapshot().count == len(streams)  # a stream's first window only
     assert stage.slots.capacity == 8 and stage.stats()["streams"] == 6
     sessions[0].close()
     assert stage.stats()["streams"] == 5  # a closed stream gives its row back at once
