@@ -1,7 +1,7 @@
 """The ASR stage's prompt hold (stages/asr/prompt_hold.py): clips added while others decode wait to share a prompt
 step only while the delay they would add to the decoding clips outweighs their wait, never past the limit, never
-while nothing decodes nor when no other clip is likely to come meanwhile, and the transcripts are those of clips
-taken at once."""
+while nothing decodes, nor when no other clip is likely to come meanwhile, nor when clips come faster than steps end,
+and the transcripts are those of clips taken at once."""
 
 import dataclasses
 
@@ -53,7 +53,9 @@ def test_clips_go_at_once_when_off_when_nothing_decodes_or_before_any_step_time(
     fresh = PromptHold(0.5, clock=Clock())
     assert fresh.admit([fresh.clock.now], decoding=8)  # nothing measured yet to weigh a wait against
     fresh.stepped(0.027, took_prompts=True)  # every step so far took clips: a decode step's time counts as nothing
-    fresh.gap = 0.005
+    fresh.arrived()
+    fresh.clock.now += 0.005
+    fresh.arrived()
     assert not fresh.admit([fresh.clock.now - 0.05], decoding=8)  # 0.5 x 8 x 27 ms: 108 ms of waits
     assert fresh.admit([fresh.clock.now - 0.06, fresh.clock.now - 0.05], decoding=8)
     cheap = measured(prompt=0.004, decode=0.005)  # a prompt step no slower than a decode step: nothing to save
@@ -66,13 +68,22 @@ def test_clips_arriving_further_apart_than_the_wait_budget_go_at_once():
     assert not hold.admit([hold.clock.now - 0.001], decoding=32)  # at 32 decoding the budget is 358 ms
 
 
-def test_arrival_gaps_and_step_times_are_running_means():
+def test_clips_coming_faster_than_a_decode_step_go_at_once():
+    hold = measured(gap=0.002)  # a burst's commits, 2 ms apart: the next step takes those that came meanwhile
+    assert hold.admit([hold.clock.now - 0.001], decoding=6)
+    assert not measured(gap=0.006).admit([measured().clock.now - 0.001], decoding=6)  # slower than a 4.6 ms step
+
+
+def test_step_times_are_running_means_and_the_gap_a_median_the_pause_between_bursts_does_not_sway():
     hold = measured(prompt=0.030, decode=0.005, gap=0.010)
     hold.stepped(0.010, took_prompts=True)
     assert hold.prompt_step == pytest.approx(0.030 + 0.2 * (0.010 - 0.030)) and hold.decode_step == 0.005
-    hold.clock.now += 0.010  # 20 ms after the last clip
-    hold.arrived()
-    assert hold.gap == pytest.approx(0.010 + 0.2 * (0.020 - 0.010))
+    hold.clock.now += 1.490  # a pause of 1.5 s since the last clip, then a burst 2 ms apart
+    for _ in range(4):
+        hold.arrived()
+        hold.clock.now += 0.002
+    assert hold.gap == pytest.approx(0.002)  # gaps 10 ms, 1.5 s, 2, 2, 2 ms (a running mean: ~0.2 s)
+    assert hold.admit([hold.clock.now - 0.001], decoding=6)
 
 
 def test_the_asr_stage_holds_a_clip_added_while_another_decodes_and_transcribes_it_the_same(tmp_path):
@@ -95,6 +106,7 @@ def test_the_asr_stage_holds_a_clip_added_while_another_decodes_and_transcribes_
     step()  # nothing decodes: taken at once
     step()
     assert "a" not in stage._unencoded and svc.engine.stats()["running"] == 1
+    clock.now += 1.0  # a second after "a": not a burst, which steps take in without a hold
     stage.add("b", AsrJob([(clips[1], SR)], None, None, params))
     step()
     assert "b" in stage._unencoded  # held: admitting it would delay "a" far more than it has waited
