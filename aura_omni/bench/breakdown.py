@@ -1,12 +1,11 @@
 """Where a run's time went on the server, from an aura-omni server's `/metrics` read before and after the run: the
 mean of each turn phase (`aura_omni:turn_phase_seconds`) and, per stage, the mean wait in front of its engine, the
-Talker's wait for its text, Code2Wav's first windows and time to its first output (`aura_omni:stage_queue_time_seconds`,
-`aura_omni:stage_input_wait_seconds`, `aura_omni:stage_first_window_seconds`,
-`aura_omni:stage_time_to_first_output_seconds`); and the server's own first
-audio (mean, and p95 from the histogram's buckets) and underruns per endpoint, as it handed each chunk to the
-transport: beside the client's figures they split a run's latency into the server's part and the network's and
-client's part. A server without these metrics (vLLM-Omni, or one without the API key's access) gives none, never an
-error."""
+Talker's wait for its text, Code2Wav's first windows and time to its first output
+(`aura_omni:stage_queue_time_seconds`, `aura_omni:stage_input_wait_seconds`, `aura_omni:stage_first_window_seconds`,
+`aura_omni:stage_time_to_first_output_seconds`); and the server's own first audio (mean, and p95 from the histogram's
+buckets) and underruns per endpoint, as it handed each chunk to the transport: beside the client's figures they split
+a run's latency into the server's part and the network's and client's part. A server without these metrics
+(vLLM-Omni, or one without the API key's access) gives none, never an error."""
 
 from __future__ import annotations
 
@@ -36,10 +35,11 @@ _ALLOCATOR_CALLS = names.GPU_ALLOCATOR_CALLS + "_total"
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """kind (phase, queue, input_wait, first_window, first_output, add, step; gc by generation; loop_lag; kernel_compiles by phase) ->
-    label -> (sum seconds, count) from Prometheus text; "ttfa_buckets" and "loop_lag_buckets" -> label -> bound ->
-    cumulative count; "prompt_steps" -> stage -> (steps that took prompts, steps, steps with every seat taken while
-    requests waited); "gpu_allocator" -> device -> call (malloc, free, retry) -> count."""
+    """kind (phase, queue, input_wait, first_window, first_output, add, step; gc by generation; loop_lag;
+    kernel_compiles by phase) -> label -> (sum seconds, count) from Prometheus text; "ttfa_buckets" and
+    "loop_lag_buckets" -> label -> bound -> cumulative count; "prompt_steps" -> stage -> (steps that took prompts,
+    steps, steps with every seat taken while requests waited); "gpu_allocator" -> device -> call (malloc, free, retry)
+    -> count."""
     out: dict = {}
     for kind, (metric, label) in _HISTOGRAMS.items():
         labelled = rf'\{{{label}="([^"]+)"\}}' if label else "()"
@@ -135,7 +135,8 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
     if phases:
         out.append(prefix + "turn phases (mean ms): " + "  ".join(
             f"{p} {phases[p]['mean_ms']:.1f} (n={phases[p]['n']})" for p in TURN_PHASES if p in phases))
-    first, queue, wait, window = (breakdown.get(k, {}) for k in ("first_output", "queue", "input_wait", "first_window"))
+    first, queue, wait, window = (breakdown.get(k, {})
+                                  for k in ("first_output", "queue", "input_wait", "first_window"))
     if first:
         out.append(prefix + "stages, mean queue / first output ms: " + "  ".join(
             f"{s} {queue.get(s, {}).get('mean_ms', 0.0):.1f} / {first[s]['mean_ms']:.1f}"

@@ -119,8 +119,8 @@ STAGE_LATENCIES = {  # stages/loop_metrics.py histogram -> metric labelled `stag
               "(submitted -> taken in between two steps)."),
     "input_wait": (names.STAGE_INPUT_WAIT, "Time a request waited for input it needs to start, after "
                    "the stage took it (the Talker's first streamed text, 0 for a whole text)."),
-    "first_window": (names.STAGE_FIRST_WINDOW, "Code2Wav only: time from a stream's first window's taking "
-                     "to its samples (the window behind every stream's first audio; later windows may wait by design)."),
+    "first_window": (names.STAGE_FIRST_WINDOW, "Code2Wav only: time from a stream's first window's taking to "
+                     "its samples (the window behind every stream's first audio; later ones may wait by design)."),
     "first_output": (names.STAGE_TIME_TO_FIRST_OUTPUT, "Time from a request's submission to the stage "
                      "to its first output (AURA's first token, the Talker's first codec frame, a Code2Wav chunk)."),
     "add": (names.STAGE_ADD_TIME, "Time the stage's loop spent taking one new request in between two "

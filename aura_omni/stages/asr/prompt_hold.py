@@ -15,8 +15,8 @@ closer together than a decode step takes: every step then takes several anyway, 
 of 32 commits reaches the stage over ~70 ms). The gap between arrivals is the median of the last few, which the pause
 between two bursts does not sway as a running mean did.
 
-Off in the shipped deploys: on the GPU it shortens a spread load's tail and lengthens a burst's transcripts
-(docs/benchmarks.md, session 37).
+Off in the shipped deploys: on the GPU it shortened a spread load's tail and lengthened a burst's transcripts
+(docs/benchmarks.md, session 37, before the rule for clips that come faster than a decode step).
 """
 
 from __future__ import annotations
