@@ -168,9 +168,11 @@ for _ in range(600):
     time.sleep(0.5)
 EOF
 }
-stop() {  # the server down; its log's errors and last lines kept in serve_tails.txt
+stop() {  # the server down; its log's errors and last lines kept in serve_tails.txt, with its GPU memory figures
+  local gpu_metrics
+  gpu_metrics=$(python3 -c "import httpx; print(httpx.get('$URL/metrics', timeout=10).text)" 2>/dev/null | grep "^aura_omni:gpu_")
   kill "$SERVER"; wait "$SERVER" 2>/dev/null
-  { echo "=== $SERVER_LOG"; grep -e "loaded in" -e "warm start" -e "frozen out of" -e "KV cache" -e "captured" "$SERVER_LOG"; grep -i -m 20 -e error -e traceback \
+  { echo "=== $SERVER_LOG"; echo "$gpu_metrics"; grep -e "loaded in" -e "warm start" -e "frozen out of" -e "KV cache" -e "captured" "$SERVER_LOG"; grep -i -m 20 -e error -e traceback \
     "$SERVER_LOG"; grep -m 10 -e "Assertion" -e "CUDA error" "$SERVER_LOG"; grep -m 30 WARNING "$SERVER_LOG"
     tail -n 15 "$SERVER_LOG"; } >> "$OUT/serve_tails.txt"
   # a failed server's whole log (a device-side assert names its kernel on a line of its own, before the tracebacks)
