@@ -23,6 +23,10 @@ mkdir -p "$OUT" /tmp/xdg /tmp/aura_cache_parallel
 ln -sfn /tmp/aura_cache_parallel /tmp/xdg/aura-omni  # every server here shares the parallel start's caches
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   $(ls .whl/*.whl | grep -v -e '/av-') || exit 1
+show() {  # show FILE: a server part's lines worth reading at once (its tables' rows and its breakdown)
+  grep -E -e "ready after|GPU memory used|^\| [0-9]+ \||transcript p50|turn phases|stages, mean|stage loops|every seat" \
+    -e "GPU allocator|event loop lag" "$1"
+}
 for part in ${*:-startup test profile}; do
   case $part in
     startup) (LOAD_AB=1 PASSES=1 timeout 200 bash scripts/gpu_startup.sh aura_omni_duplex_32 > "$OUT/startup_stdout.txt" 2>&1)
@@ -30,8 +34,7 @@ for part in ${*:-startup test profile}; do
     test) PYTHONPATH=/tmp/site:$PWD timeout 70 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_parallel_captures.py \
             2>&1 | tail -n 3 | tee "$OUT/gpu_test.txt" ;;
     profile) XDG_CACHE_HOME=/tmp/xdg timeout 150 bash scripts/gpu_serve_bench.sh cap64_profile > "$OUT/cap64.txt" 2>&1
-             grep -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stages, mean" -e "stage loops" -e "event loop lag" \
-               -e "GPU allocator" "$OUT/cap64.txt"
+             show "$OUT/cap64.txt"
              head -n 30 "$OUT/pyspy_top.txt" 2>/dev/null ;;
     base|hold|aura32|talker32|c2w16)
           case $part in
@@ -43,18 +46,16 @@ for part in ${*:-startup test profile}; do
           esac
           CAP_SIZES=${CAP_SIZES:-32} CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 250 \
             bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1
-          grep -e "ready after" -e "| 8 |" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "stages, mean" \
-            -e "stage loops" -e "every seat" -e "GPU allocator" -e "GPU memory used" \
-            -e "event loop lag" "$OUT/$part.txt" ;;
+          show "$OUT/$part.txt" ;;
     asr_alone) PYTHONPATH=/tmp/site:$PWD XDG_CACHE_HOME=/tmp/xdg timeout 150 python3 benchmarks/asr_throughput.py \
             --model Qwen/Qwen3-ASR-1.7B --load-format dummy --concurrency 1 6 --clips 48 --min-seconds 3 \
             --max-seconds 3 --new-tokens 12 --profile 6 > "$OUT/asr_alone.txt" 2>&1
           grep -e '^{' -e "Self CPU time total" -e "Self CUDA time total" "$OUT/asr_alone.txt" ;;
     cap8) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap8 > "$OUT/cap8.txt" 2>&1
-          grep -e "ready after" -e "| 8 |" -e "transcript p50" -e "turn phases" -e "stages, mean" -e "GPU allocator" -e "GPU memory used" "$OUT/cap8.txt" ;;
+          show "$OUT/cap8.txt" ;;
     proc) CAP_SIZES=32 CAP_PROC_STAGES=asr,aura,qwen3_tts XDG_CACHE_HOME=/tmp/xdg timeout 150 \
             bash scripts/gpu_serve_bench.sh cap32_proc > "$OUT/proc.txt" 2>&1
-          grep -e "ready after" -e "| 32 |" -e "| 64 |" -e "transcript p50" -e "turn phases" -e "event loop lag" "$OUT/proc.txt" ;;
+          show "$OUT/proc.txt" ;;
   esac
 done
 cd "$OUT" && tar czf /tmp/gpu_call.tgz . && find . -type f -delete && mv /tmp/gpu_call.tgz "$OUT/"
