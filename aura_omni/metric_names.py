@@ -29,6 +29,7 @@ STAGE_FIRST_WINDOW = PREFIX + "stage_first_window_seconds"
 STAGE_TIME_TO_FIRST_OUTPUT = PREFIX + "stage_time_to_first_output_seconds"
 STAGE_ADD_TIME = PREFIX + "stage_add_time_seconds"
 STAGE_STEP_TIME = PREFIX + "stage_step_time_seconds"
+STAGE_DEVICE_WAIT = PREFIX + "stage_device_wait_seconds"
 
 # the process
 KERNEL_COMPILES = PREFIX + "kernel_compiles"  # counter, label `phase`

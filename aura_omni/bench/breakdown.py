@@ -23,6 +23,7 @@ _HISTOGRAMS = {"phase": (names.TURN_PHASE, "phase"),
                "first_output": (names.STAGE_TIME_TO_FIRST_OUTPUT, "stage"),
                "add": (names.STAGE_ADD_TIME, "stage"),
                "step": (names.STAGE_STEP_TIME, "stage"),
+               "device_wait": (names.STAGE_DEVICE_WAIT, "stage"),
                "gc": (names.GC_PAUSE, "generation"),
                "ttfa": (names.AUDIO_TTFP, "endpoint"),
                "loop_lag": (names.EVENT_LOOP_LAG, None)}  # no label: read as label "server"
@@ -35,7 +36,7 @@ _ALLOCATOR_CALLS = names.GPU_ALLOCATOR_CALLS + "_total"
 
 
 def parse(text: str) -> dict[str, dict[str, tuple[float, float]]]:
-    """kind (phase, queue, input_wait, first_window, first_output, add, step; gc by generation; loop_lag;
+    """kind (phase, queue, input_wait, first_window, first_output, add, step, device_wait; gc by generation; loop_lag;
     kernel_compiles by phase) -> label -> (sum seconds, count) from Prometheus text; "ttfa_buckets" and
     "loop_lag_buckets" -> label -> bound -> cumulative count; "prompt_steps" -> stage -> (steps that took prompts,
     steps, steps with every seat taken while requests waited); "gpu_allocator" -> device -> call (malloc, free, retry)
@@ -143,10 +144,11 @@ def lines(breakdown: dict, prefix: str = "") -> list[str]:
             + (f" (waited {wait[s]['mean_ms']:.1f} for input)" if s in wait else "")
             + (f" (first windows {window[s]['mean_ms']:.1f})" if s in window else "") + f" (n={first[s]['n']})"
             for s in sorted(first)))
-    add, step = breakdown.get("add", {}), breakdown.get("step", {})
+    add, step, device = (breakdown.get(k, {}) for k in ("add", "step", "device_wait"))
     if step:
         out.append(prefix + "stage loops, mean add / step ms: " + "  ".join(
-            f"{s} {add.get(s, {}).get('mean_ms', 0.0):.2f} / {step[s]['mean_ms']:.2f} ({step[s]['n']} steps)"
+            f"{s} {add.get(s, {}).get('mean_ms', 0.0):.2f} / {step[s]['mean_ms']:.2f}"
+            + (f" (device wait {device[s]['mean_ms']:.2f})" if s in device else "") + f" ({step[s]['n']} steps)"
             for s in sorted(step)))
     if prompt_steps := breakdown.get("prompt_steps"):  # steps beside which prompts were prefilled (no decode graph)
         out.append(prefix + "engine steps that took prompts: " + "  ".join(

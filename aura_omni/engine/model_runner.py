@@ -32,7 +32,7 @@ from aura_omni.engine.scheduler import ScheduledSeq, SchedulerOutput
 from aura_omni.engine.sequence import NON_FINITE
 from aura_omni.layers import attention_backend, kernel_switches, measure_gate
 from aura_omni.layers.attention import AttentionMetadata
-from aura_omni.layers.device import on_device, upload_async
+from aura_omni.layers.device import on_device, upload_async, wait_event
 from aura_omni.layers.kv_cache import allocate_kv_cache, free_kv_cache
 
 log = logging.getLogger(__name__)
@@ -86,17 +86,23 @@ class LaunchedStep:
             token_ids = torch.where(finite, token_ids, NON_FINITE)
         self._ids, self._extras, self._copied = token_ids, extras, None
         if ahead and token_ids is not None and token_ids.is_cuda:
-            self._ids = token_ids.to("cpu", non_blocking=True)
-            self._extras = extras.to("cpu", non_blocking=True) if extras is not None else None
-            self._copied = torch.cuda.Event()
-            self._copied.record()
+            self._copy()
+
+    def _copy(self) -> None:
+        """Queue the ids' (and extras') copy to the host behind the step, with an event to wait on."""
+        self._ids = self._ids.to("cpu", non_blocking=True)
+        self._extras = self._extras.to("cpu", non_blocking=True) if self._extras is not None else None
+        self._copied = torch.cuda.Event()
+        self._copied.record()
 
     def result(self) -> tuple[list[ScheduledSeq], list[int], list[Any] | None]:
         """(sequences that sampled, their new token ids, their extras or None)."""
         if self._ids is None:
             return [], [], None
+        if self._copied is None and self._ids.is_cuda:  # a step not run ahead: copied now, behind it
+            self._copy()
         if self._copied is not None:
-            self._copied.synchronize()
+            wait_event(self._copied)  # the step's wait for the device, counted per stage thread
         extras = list(self._extras.cpu().unbind(0)) if self._extras is not None else None
         return self.sampling, self._ids.tolist(), extras
 

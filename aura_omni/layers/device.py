@@ -9,6 +9,9 @@ ops do not need this.
 
 `download`: a GPU result to the host through pinned memory, waited on with an event.
 
+`wait_event` / `device_wait_s`: a stage thread's waits for its GPU results, summed per thread, so a stage loop can say
+how much of each step waited for the device (the rest is the host's: launches, scheduling, the interpreter lock).
+
 `private_stream`: a stream of torch's pool that no stage or CUDA-graph family shares (layers/cuda_graph.py).
 
 `stage_stream` / `on_stream`: a CUDA stream of a stage's own, for a stage whose inputs and outputs cross on the host
@@ -20,6 +23,7 @@ can keep every stage on the default stream (A/B benchmarks).
 import contextlib
 import functools
 import threading
+import time
 
 import numpy as np
 import torch
@@ -123,5 +127,20 @@ def download(t: torch.Tensor) -> np.ndarray:
     host.copy_(t, non_blocking=True)
     done = torch.cuda.Event()
     done.record()
-    done.synchronize()
+    wait_event(done)
     return host.numpy()
+
+
+_waits = threading.local()
+
+
+def wait_event(event: "torch.cuda.Event") -> None:
+    """`event.synchronize()`, its wait added to this thread's `device_wait_s`."""
+    start = time.perf_counter()
+    event.synchronize()
+    _waits.total = getattr(_waits, "total", 0.0) + time.perf_counter() - start
+
+
+def device_wait_s() -> float:
+    """Seconds this thread has waited in `wait_event` so far."""
+    return getattr(_waits, "total", 0.0)

@@ -127,6 +127,9 @@ STAGE_LATENCIES = {  # stages/loop_metrics.py histogram -> metric labelled `stag
             "steps (prompt building, encoders): the requests behind it in the queue wait that long."),
     "step": (names.STAGE_STEP_TIME, "Duration of each of the stage's steps (a batch's device and host "
              "work; with async scheduling, launching one step and reading the one before)."),
+    "device_wait": (names.STAGE_DEVICE_WAIT, "Of each step on a GPU, the time its thread waited for the "
+                    "device's results (the rest of the step is host work: a wait near the step's length means "
+                    "the GPU, shared with the other stages, is the bound)."),
 }
 
 

@@ -38,7 +38,7 @@ import torch
 
 from aura_omni import step_trace
 from aura_omni.layers import kernel_switches
-from aura_omni.layers.device import on_device, on_stream, stage_stream
+from aura_omni.layers.device import device_wait_s, on_device, on_stream, stage_stream
 from aura_omni.layers.device_loss import is_device_lost
 from aura_omni.layers.kernel_switches import KernelSwitches
 from aura_omni.stages import supervision
@@ -309,7 +309,7 @@ class StageLoop:
             self._publish(-1, 0.0)
 
     def _step(self) -> None:
-        start = time.perf_counter()
+        start, waited = time.perf_counter(), device_wait_s()
         self.work.begin("step", start)
         try:
             self.faults.fail_step_if_asked()
@@ -327,8 +327,10 @@ class StageLoop:
             self.work.end()
         for out in outputs:
             self._deliver(out.request_id, out)
-        took = time.perf_counter() - start
+        took, waited = time.perf_counter() - start, device_wait_s() - waited
         self.latency.observe("step", took)
+        if waited > 0 or self.device.type == "cuda":  # of the step, the wait for the GPU's results
+            self.latency.observe("device_wait", waited)
         self._publish(len(outputs), took)
         if step_trace.enabled():
             e = self.counters.engine

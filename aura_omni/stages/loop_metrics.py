@@ -1,9 +1,11 @@
 """What a stage loop publishes: its counters after every step (`StageCounters`, `/health`), and its latencies: how long a request waited in front of the stage's engine
 (`queue`: submitted -> taken in between steps) and until its first output (`first_output`: submitted -> first
 output delivered; the Talker's first codec frame, a Code2Wav chunk's audio, AURA's first token); and the loop's own
-time taking each new request (`add`: prompt building, encoders) and in each step (`step`). `/metrics` serves them
-as `aura_omni:stage_queue_time_seconds`, `aura_omni:stage_time_to_first_output_seconds`,
-`aura_omni:stage_add_time_seconds` and `aura_omni:stage_step_time_seconds`.
+time taking each new request (`add`: prompt building, encoders) and in each step (`step`), and of each step on a
+GPU the time it waited for the device's results (`device_wait`; the rest of the step is the host's). `/metrics`
+serves them as `aura_omni:stage_queue_time_seconds`, `aura_omni:stage_time_to_first_output_seconds`,
+`aura_omni:stage_add_time_seconds`, `aura_omni:stage_step_time_seconds` and
+`aura_omni:stage_device_wait_seconds`.
 
 Observed on the loop thread only; a scrape reads a snapshot from another thread without a lock (counts may be one
 observation apart from the sum, which a histogram tolerates)."""
@@ -41,7 +43,7 @@ class LatencyHistogram:
         return LatencySnapshot(buckets, self.total, running)
 
 
-LATENCIES = ("queue", "first_output", "add", "step")
+LATENCIES = ("queue", "first_output", "add", "step", "device_wait")
 
 
 class LoopLatency:

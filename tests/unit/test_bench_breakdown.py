@@ -42,6 +42,10 @@ def test_stage_waits_per_replica_and_a_server_without_the_metrics():
                       'aura_omni:stage_add_time_seconds_count{stage="talker/0"} 5.0\n'
     assert breakdown.lines(breakdown.means(None, breakdown.parse(looped)))[2] == (
         "stage loops, mean add / step ms: talker/0 2.00 / 7.50 (40 steps)")
+    waiting = looped + 'aura_omni:stage_device_wait_seconds_sum{stage="talker/0"} 0.2\n' \
+                       'aura_omni:stage_device_wait_seconds_count{stage="talker/0"} 40.0\n'
+    assert breakdown.lines(breakdown.means(None, breakdown.parse(waiting)))[2] == (
+        "stage loops, mean add / step ms: talker/0 2.00 / 7.50 (device wait 5.00) (40 steps)")
     assert breakdown.means(None, breakdown.parse("vllm:num_requests_running 3.0\n")) == {}
     assert breakdown.means(None, None) == {} and breakdown.lines({}) == []
 

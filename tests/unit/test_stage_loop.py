@@ -521,3 +521,34 @@ def test_an_engine_that_would_rather_wait_is_stepped_after_its_wait_or_when_a_re
         assert engine.log[-1] == ("step", ("c",))  # stepped after its wait, alone
     finally:
         loop.close()
+
+
+def test_each_steps_wait_for_the_device_is_observed_apart_from_its_host_time():
+    """What a step's thread waited in `wait_event` (a GPU result) is the step's `device_wait`; a loop whose steps
+    never wait (a CPU stage) observes none."""
+    from aura_omni.layers.device import device_wait_s, wait_event
+
+    class Result:  # stands for a CUDA event: its synchronize is the device's time still to run
+        def synchronize(self):
+            time.sleep(0.03)
+
+    class Waiting(_RecordingEngine):
+        def step(self):
+            time.sleep(0.01)  # the host's part
+            wait_event(Result())
+            return super().step()
+
+    for engine, waits in ((Waiting(), True), (_RecordingEngine(), False)):
+        loop = StageLoop(engine, name="waits")
+        try:
+            for i in range(3):
+                assert list(loop.run(f"r{i}", None)) == [None]
+        finally:
+            loop.close()
+        got = loop.latencies()
+        assert got["step"].count == 3
+        if waits:
+            assert got["device_wait"].count == 3 and 0.09 <= got["device_wait"].total < got["step"].total - 0.025
+        else:
+            assert got["device_wait"].count == 0
+    assert device_wait_s() == 0.0  # the waits were the loop thread's, not this one's
