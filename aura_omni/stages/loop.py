@@ -335,7 +335,7 @@ class StageLoop:
         if step_trace.enabled():
             e = self.counters.engine
             step_trace.record("step", self.name, f"{took:.6f}", len(outputs), e.get("running", "-"),
-                              e.get("waiting", "-"))
+                              e.get("waiting", "-"), f"{waited:.6f}")
         if took > self.slow_s:
             log.log(self._slow_level, "stage %s: a step took %.2f s (%d outputs; %s)", self.name, took, len(outputs),
                     self.counters.engine)

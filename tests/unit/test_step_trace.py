@@ -25,9 +25,9 @@ def test_a_steps_outputs_reach_the_event_loop_traced_with_its_delay(tmp_path, mo
         sink.put("b")
         step_trace.record("submit", "asr", "r1")
         step_trace.record("engine_step", "asr", 60, 7)  # a new clip's prompt beside six decoding rows
-        step_trace.record("step", "asr", "0.020000", 1, 7, 0)
+        step_trace.record("step", "asr", "0.020000", 1, 7, 0, "0.015000")  # 15 ms of it waiting for the device
         step_trace.record("engine_step", "asr", 7, 7)
-        step_trace.record("step", "asr", "0.004000", 0, 7, 0)
+        step_trace.record("step", "asr", "0.004000", 0, 7, 0, "0.001000")
         step_trace.record("first_output", "asr", "r1")
         thread = threading.Thread(target=outbox.flush)  # the stage loop's thread
         thread.start()
@@ -42,4 +42,5 @@ def test_a_steps_outputs_reach_the_event_loop_traced_with_its_delay(tmp_path, mo
                          check=True).stdout
     assert "event loop: 1 deliveries of step outputs" in out
     assert "asr submit -> first_output" in out
-    assert "asr steps with prompts: 1, mean 20.0 ms" in out and "asr steps with decodes only: 1, mean 4.0 ms" in out
+    assert "asr steps with prompts: 1, mean 20.0 ms, p95 20.0, of them waiting for the device: mean 15.0 ms" in out
+    assert "asr steps with decodes only: 1, mean 4.0 ms, p95 4.0, of them waiting for the device: mean 1.0 ms" in out
