@@ -12,6 +12,8 @@
 #   c2w16    the same with Code2Wav in float16 (as qwen3_tts_128.yaml decodes): its steps a quarter shorter under TTS load
 #   cap8     configs/aura_omni_duplex_8.yaml at 8 sessions: the small load a wide deploy must not slow (CAP_ROUNDS turns
 #            a session, default 2; with CAP_SIZES=8 CAP_SPREAD64=0 the capacity parts run the same load)
+#   trace64  the 64-spread load on the shipped deploy with every loop's step trace: per stage its prompt and decode
+#            steps, each with its wait for the device, and where the slowest requests' first outputs waited
 #   asr_alone  the ASR engine alone on the GPU, clips of 3 s one and six at a time: what a step that takes new clips
 #            and one that only decodes cost without the other stages beside it (session 34's trace under load: 26.7
 #            and 4.6 ms), then six clips one at a time under torch.profiler (the ops by host and device time)
@@ -51,6 +53,9 @@ for part in ${*:-startup test profile}; do
             --model Qwen/Qwen3-ASR-1.7B --load-format dummy --concurrency 1 6 --clips 48 --min-seconds 3 \
             --max-seconds 3 --new-tokens 12 --profile 6 > "$OUT/asr_alone.txt" 2>&1
           grep -e '^{' -e "Self CPU time total" -e "Self CUDA time total" "$OUT/asr_alone.txt" ;;
+    trace64) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap64_trace > "$OUT/trace64.txt" 2>&1
+          show "$OUT/trace64.txt"
+          grep -e "steps with" -e "-> " "$OUT/trace_report.txt" ;;
     cap8) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap8 > "$OUT/cap8.txt" 2>&1
           show "$OUT/cap8.txt" ;;
     proc) CAP_SIZES=32 CAP_PROC_STAGES=asr,aura,qwen3_tts XDG_CACHE_HOME=/tmp/xdg timeout 150 \
