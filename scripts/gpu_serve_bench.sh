@@ -361,11 +361,12 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
            # over 2 s (the target #32 misses most)
            load=(--max-concurrency 32 --num-prompts 96)
            [ "$s" = cap64_profile ] && load=(--max-concurrency 64 --num-prompts 64 --commit-spread 2)
-           ( sleep 6  # the sessions speak for 3 s, then commit: sample from the commits on
-             /tmp/site/bin/py-spy record --nonblocking --gil --threads -r 200 -d 8 -f raw -o "$LOGS/pyspy_gil.txt" \
-               -p $SERVER > "$LOGS/pyspy_gil.log" 2>&1
+           ( sleep 6  # the sessions speak for 3 s, then commit: sample from the commits on, both views at once
+             /tmp/site/bin/py-spy record --nonblocking --gil --threads -r 200 -d 6 -f raw -o "$LOGS/pyspy_gil.txt" \
+               -p $SERVER > "$LOGS/pyspy_gil.log" 2>&1 &
              /tmp/site/bin/py-spy record --nonblocking --idle --threads -r 100 -d 6 -f raw -o "$LOGS/pyspy_all.txt" \
-               -p $SERVER > "$LOGS/pyspy_all.log" 2>&1 ) &
+               -p $SERVER > "$LOGS/pyspy_all.log" 2>&1
+             wait ) &
            SPY=$!
            bench "cap_profile_${s%_profile}" --backend realtime --model aura --voice Vivian $TURN --num-warmups 0 --save-detailed \
              "${load[@]}" --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
