@@ -2,7 +2,7 @@
 # One device call made of parts, each under its own time limit, the results packed in one file (a call brings back at
 # most 8); every server shares the first start's caches:
 #   startup  a new machine's start with stages in parallel against one after another (issue 31), each on its own cache
-#   test     the parallel-capture GPU test
+#   test     the parallel-capture GPU test, and that no step waits for the device outside reading its results
 #   profile  the 64-spread load under py-spy, with the event loop's lag (issue 32)
 #   proc     the capacity load with every stage in a process of its own (the server a pure front)
 #   base     the capacity load (32 sessions together, or each of CAP_SIZES; 64 spread) on the shipped aura_omni_duplex_32.yaml
@@ -33,8 +33,8 @@ for part in ${*:-startup test profile}; do
   case $part in
     startup) (LOAD_AB=1 PASSES=1 timeout 200 bash scripts/gpu_startup.sh aura_omni_duplex_32 > "$OUT/startup_stdout.txt" 2>&1)
              grep -e "pass 1" "$OUT/startup.md" ;;
-    test) PYTHONPATH=/tmp/site:$PWD timeout 70 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_parallel_captures.py \
-            2>&1 | tail -n 3 | tee "$OUT/gpu_test.txt" ;;
+    test) PYTHONPATH=/tmp/site:$PWD timeout 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_parallel_captures.py \
+            tests/gpu/test_steps_do_not_wait.py 2>&1 | tail -n 30 | tee "$OUT/gpu_test.txt" ;;
     profile) XDG_CACHE_HOME=/tmp/xdg timeout 150 bash scripts/gpu_serve_bench.sh cap64_profile > "$OUT/cap64.txt" 2>&1
              show "$OUT/cap64.txt"
              head -n 30 "$OUT/pyspy_top.txt" 2>/dev/null ;;

@@ -101,11 +101,13 @@ class CausalLMAdapter:
                 stop = min(e, seq.prompt_len)
                 embeds.append(mm.embeds[s:stop])
                 embed_rows.append(torch.arange(offset, offset + stop - s))
-                if mm.deepstack_positions is not None:
-                    inside = (mm.deepstack_positions >= s) & (mm.deepstack_positions < stop)
-                    if bool(inside.any()):
-                        ds_rows.append(mm.deepstack_positions[inside].cpu() - s + offset)
-                        ds_feats.append([f[inside.to(f.device)] for f in mm.deepstack_features])
+                if mm.deepstack_positions is not None:  # host indexes: no mask on the device (a nonzero: a sync)
+                    at = mm.deepstack_positions.cpu()
+                    inside = torch.nonzero((at >= s) & (at < stop)).squeeze(1)
+                    if inside.numel():
+                        ds_rows.append(at[inside] - s + offset)
+                        ds_feats.append([f.index_select(0, upload_async(inside, f.device))
+                                         for f in mm.deepstack_features])
                 tok_from = stop
             else:
                 tok_from = s
@@ -113,22 +115,24 @@ class CausalLMAdapter:
                 ids.extend(seq.token_ids(tok_from, e))
                 id_rows.append(torch.arange(offset + tok_from - s, offset + e - s))
             offset += e - s
-        positions = torch.cat([self._positions(p.seq, p.start, p.end) for p in pieces], dim=-1).to(device)
+        # every host tensor goes up without the host waiting (upload_async): a step builds its inputs while the one
+        # queued before it still runs
+        positions = upload_async(torch.cat([self._positions(p.seq, p.start, p.end) for p in pieces], dim=-1), device)
         out = None
         if ids:
-            id_embeds = self.model.embed_tokens(torch.tensor(ids, dtype=torch.long, device=device))
+            id_embeds = self.model.embed_tokens(upload_async(torch.tensor(ids, dtype=torch.long), device))
             out = torch.empty(offset, id_embeds.shape[-1], dtype=id_embeds.dtype, device=device)
-            out[torch.cat(id_rows).to(device)] = id_embeds
+            out[upload_async(torch.cat(id_rows), device)] = id_embeds
         if embeds:
-            rows = torch.cat(embed_rows).to(device)
-            flat = torch.cat([x.to(device) for x in embeds])
+            rows = upload_async(torch.cat(embed_rows), device)
+            flat = torch.cat([x.to(device) for x in embeds])  # on the device already (a prompt's embeddings)
             if out is None:
                 out = torch.empty(offset, flat.shape[-1], dtype=flat.dtype, device=device)
             out[rows] = flat.to(out.dtype)
         deepstack = None
         if ds_rows:
             layers = len(ds_feats[0])
-            deepstack = DeepStack(torch.cat(ds_rows).to(device),
+            deepstack = DeepStack(upload_async(torch.cat(ds_rows), device),
                                   [torch.cat([f[i] for f in ds_feats]).to(device) for i in range(layers)])
         return StepInputs(out, positions, deepstack)
 

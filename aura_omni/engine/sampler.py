@@ -16,6 +16,14 @@ import torch
 
 from aura_omni.engine.grammar import GrammarMatcher, apply_bitmask, fill_bitmask
 from aura_omni.engine.sampling_params import SamplingParams
+from aura_omni.layers.device import upload_async
+
+
+def _values(values: list, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Per-row parameters on the logits' device without the host waiting: `torch.tensor(values, device=cuda)` copies
+    from pageable memory and synchronises the stream, which waits for the step's own forward (queued just before)
+    and undoes async scheduling."""
+    return upload_async(torch.tensor(values, dtype=dtype), device)
 
 
 class SamplingState(Protocol):
@@ -61,9 +69,8 @@ class Sampler:
         greedy_ids = logits.argmax(-1)
         if all(p.greedy for p in params):  # host check: no device sync
             return greedy_ids
-        greedy = torch.tensor([p.greedy for p in params], device=logits.device)
-        temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params],
-                                   device=logits.device)
+        greedy = _values([p.greedy for p in params], logits.device)
+        temperature = _values([p.temperature if p.temperature > 0 else 1.0 for p in params], logits.device)
         logits = logits / temperature[:, None]
         if any(p.top_k > 0 or p.top_p < 1 for p in params):
             logits = self._top_k_top_p(logits, params)
@@ -87,8 +94,8 @@ class Sampler:
                     if 0 <= tok < vocab:
                         rows.append(i), cols.append(tok), vals.append(float("-inf"))
         if rows:
-            idx = (torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device))
-            logits.index_put_(idx, torch.tensor(vals, device=logits.device), accumulate=True)
+            idx = _values([rows, cols], logits.device, torch.long)
+            logits.index_put_((idx[0], idx[1]), _values(vals, logits.device, logits.dtype), accumulate=True)
 
     @staticmethod
     def _apply_grammars(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:
@@ -109,17 +116,17 @@ class Sampler:
                 if len(h):
                     ids[i, :len(h)] = torch.as_tensor(list(h), dtype=torch.long)
             out = torch.zeros(b, vocab + 1, device=dev)
-            out.scatter_add_(1, ids.to(dev), torch.ones(ids.shape, device=dev))
+            out.scatter_add_(1, upload_async(ids, dev), torch.ones(ids.shape, device=dev))
             return out[:, :vocab]
 
         output_counts = counts([s.output_token_ids for s in states])
         seen = counts([s.output_token_ids if s.params.repetition_scope == "output"
                        else list(s.prompt_token_ids) + list(s.output_token_ids) for s in states]) > 0
-        rep = torch.tensor([s.params.repetition_penalty for s in states], device=dev)[:, None]
+        rep = _values([s.params.repetition_penalty for s in states], dev)[:, None]
         penalized = torch.where(logits > 0, logits / rep, logits * rep)
         logits.copy_(torch.where(seen, penalized, logits))
-        presence = torch.tensor([s.params.presence_penalty for s in states], device=dev)[:, None]
-        frequency = torch.tensor([s.params.frequency_penalty for s in states], device=dev)[:, None]
+        presence = _values([s.params.presence_penalty for s in states], dev)[:, None]
+        frequency = _values([s.params.frequency_penalty for s in states], dev)[:, None]
         logits -= presence * (output_counts > 0) + frequency * output_counts
 
     @staticmethod
@@ -127,11 +134,11 @@ class Sampler:
         vocab = logits.shape[1]
         dev = logits.device
         sorted_logits, order = logits.sort(-1, descending=True)
-        k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=dev)
+        k = _values([p.top_k if p.top_k > 0 else vocab for p in params], dev)
         rank = torch.arange(vocab, device=dev)[None, :]
         sorted_logits = sorted_logits.masked_fill(rank >= k[:, None], float("-inf"))
         probs = sorted_logits.softmax(-1)
-        top_p = torch.tensor([p.top_p for p in params], device=dev)[:, None]
+        top_p = _values([p.top_p for p in params], dev)[:, None]
         # drop a token when the tokens ranked above it already hold top_p of the mass (the first is always kept)
         drop = (probs.cumsum(-1) - probs) >= top_p
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
@@ -140,7 +147,7 @@ class Sampler:
     @staticmethod
     def _min_p(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
         probs = logits.softmax(-1)
-        min_p = torch.tensor([p.min_p for p in params], device=logits.device)[:, None]
+        min_p = _values([p.min_p for p in params], logits.device)[:, None]
         return logits.masked_fill(probs < min_p * probs.max(-1, keepdim=True).values, float("-inf"))
 
     @staticmethod

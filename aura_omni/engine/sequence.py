@@ -28,11 +28,11 @@ class SequenceStatus(enum.Enum):
 class MultimodalPrompt:
     """Embedding-driven prompt parts the model adapter consumes (all indexed by prompt position)."""
 
-    embeds: torch.Tensor  # [L, H]
-    positions: torch.Tensor | None = None  # [L] or [3, L]; None = 0..L-1
+    embeds: torch.Tensor  # [L, H] on the model's device
+    positions: torch.Tensor | None = None  # [L] or [3, L] on the host (a device copy costs a sync a step); None = 0..L-1
     rope_delta: int = 0  # decode position = token index + rope_delta (MRoPE)
-    deepstack_positions: torch.Tensor | None = None  # [M] prompt indices that receive DeepStack features
-    deepstack_features: list[torch.Tensor] | None = None  # per layer, [M, H]
+    deepstack_positions: torch.Tensor | None = None  # [M] prompt indices that receive DeepStack features, on the host
+    deepstack_features: list[torch.Tensor] | None = None  # per layer, [M, H] on the model's device
     # Prefix-cache identity of embedded content: (prompt offset where an item starts, content hash).
     # None = the embeds are not a function of the ids alone and the prompt must not be prefix-cached;
     # [] = they are (e.g. a text-only prompt given as embeds).

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from aura_omni.layers.attention import AttentionMetadata
+from aura_omni.layers.device import upload_async
 from aura_omni.layers.rotary import RotaryEmbedding
 from aura_omni.media.vision_preprocess import VisionInput
 from aura_omni.models.loader import dummy_config_dir, init_dummy, iter_tensors, load_into, read_json, resolve_checkpoint
@@ -65,10 +66,10 @@ class VLPrompt:
     """A prefill-ready prompt. DeepStack positions index into this prompt (0..L-1)."""
 
     token_ids: list[int]
-    inputs_embeds: torch.Tensor  # [L, H]
-    positions: torch.Tensor  # [3, L] long
+    inputs_embeds: torch.Tensor  # [L, H] on the model's device
+    positions: torch.Tensor  # [3, L] long, on the host (the engine uploads a step's share without waiting)
     rope_delta: int  # decode position of sequence index n is n + rope_delta on all three axes
-    deepstack: DeepStack | None = None
+    deepstack: DeepStack | None = None  # its positions on the host, its features on the device
     num_vision_tokens: int = 0
 
     def __len__(self) -> int:
@@ -205,17 +206,16 @@ class Qwen3VLForCausalLM(nn.Module):
         vision_inputs = list(vision_inputs or [])
         ids = np.asarray(token_ids, dtype=np.int64)  # one conversion of a long session's ids, not one per use
         positions, delta = mrope_positions(ids, vision_inputs, cfg.image_token_id, cfg.video_token_id)
-        embeds = self.embed(torch.from_numpy(ids).to(self.device))
+        embeds = self.embed(upload_async(torch.from_numpy(ids), self.device))
         token_ids = ids.tolist()
         if not vision_inputs:
-            return VLPrompt(token_ids, embeds, positions.to(self.device), delta)
-        slots = torch.from_numpy(np.flatnonzero(np.isin(ids, (cfg.image_token_id, cfg.video_token_id)))).to(self.device)
+            return VLPrompt(token_ids, embeds, positions, delta)
+        slots = torch.from_numpy(np.flatnonzero(np.isin(ids, (cfg.image_token_id, cfg.video_token_id))))
         visual, deepstack = vision_embeds if vision_embeds is not None else self.encode_vision(vision_inputs)
         if visual.shape[0] != slots.numel():  # mrope_positions already matched groups; this guards the count
             raise ValueError(f"{slots.numel()} vision placeholder tokens but {visual.shape[0]} visual embeddings")
-        embeds = embeds.index_copy(0, slots, visual.to(embeds.dtype))
-        return VLPrompt(token_ids, embeds, positions.to(self.device), delta, DeepStack(slots, deepstack),
-                        int(slots.numel()))
+        embeds = embeds.index_copy(0, upload_async(slots, self.device), visual.to(embeds.dtype))
+        return VLPrompt(token_ids, embeds, positions, delta, DeepStack(slots, deepstack), int(slots.numel()))
 
     def forward(self, inputs_embeds: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 deepstack: DeepStack | None = None) -> torch.Tensor:

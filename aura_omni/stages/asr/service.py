@@ -146,7 +146,7 @@ class AsrService:
     def engine_prompts(self, pieces: list[AsrPiece]) -> list[tuple[list[int], MultimodalPrompt]]:
         """(prompt ids, MultimodalPrompt) per live piece, for `LLMEngine.add_request(id, ids, params, mm=...)`."""
         embeds = self.model.prompts_embeds([p.input_ids for p in pieces], self.features(pieces))
-        positions = torch.arange(max(len(p.input_ids) for p in pieces), device=self.model.device)
+        positions = torch.arange(max(len(p.input_ids) for p in pieces))  # on the host, as the engine takes them
         # no content hash: never prefix-cached
         return [(p.input_ids, MultimodalPrompt(e, positions[:len(p.input_ids)])) for p, e in zip(pieces, embeds)]
 
