@@ -29,7 +29,7 @@ class MultimodalPrompt:
     """Embedding-driven prompt parts the model adapter consumes (all indexed by prompt position)."""
 
     embeds: torch.Tensor  # [L, H] on the model's device
-    positions: torch.Tensor | None = None  # [L] or [3, L] on the host (a device copy costs a sync a step); None = 0..L-1
+    positions: torch.Tensor | None = None  # [L] or [3, L] on the host (the engine uploads a step's); None = 0..L-1
     rope_delta: int = 0  # decode position = token index + rope_delta (MRoPE)
     deepstack_positions: torch.Tensor | None = None  # [M] prompt indices that receive DeepStack features, on the host
     deepstack_features: list[torch.Tensor] | None = None  # per layer, [M, H] on the model's device

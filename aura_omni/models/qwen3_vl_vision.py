@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from aura_omni.layers.device import upload_async
 from aura_omni.layers.rotary import apply_rotary
 
 
@@ -172,8 +173,8 @@ class Qwen3VLVisionEncoder(nn.Module):
             y0, x0 = fy.floor().long(), fx.floor().long()
             y1, x1 = (y0 + 1).clamp(max=side - 1), (x0 + 1).clamp(max=side - 1)
             dy, dx = (fy - y0).float(), (fx - x0).float()
-            idx = torch.stack([y0 * side + x0, y0 * side + x1, y1 * side + x0, y1 * side + x1], 1).to(device)
-            wts = torch.stack([(1 - dy) * (1 - dx), (1 - dy) * dx, dy * (1 - dx), dy * dx], 1).to(device)
+            idx = upload_async(torch.stack([y0 * side + x0, y0 * side + x1, y1 * side + x0, y1 * side + x1], 1), device)
+            wts = upload_async(torch.stack([(1 - dy) * (1 - dx), (1 - dy) * dx, dy * (1 - dx), dy * dx], 1), device)
             emb = (self.pos_embed(idx) * wts[:, :, None].to(self.dtype)).sum(1)
             out.append(emb.repeat(t, 1))
         return torch.cat(out)
@@ -184,7 +185,7 @@ class Qwen3VLVisionEncoder(nn.Module):
         for t, h, w in grids:
             rows, cols = merge_block_coords(h, w, m)
             coords.append(torch.stack([rows, cols], 1).repeat(t, 1))
-        pos = torch.cat(coords).to(self.rotary_inv_freq.device).float()
+        pos = upload_async(torch.cat(coords), self.rotary_inv_freq.device).float()
         freqs = pos[:, :, None] * self.rotary_inv_freq[None, None, :]  # [N, 2, D/4]
         freqs = freqs.flatten(1)  # (rows..., cols...)
         emb = torch.cat([freqs, freqs], -1)
