@@ -11,17 +11,6 @@ import torch
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from aura_omni.testing.tiny_asr import write_tiny_asr
-    from aura_omni.testing.tiny_tts import write_tiny_tts
-    from aura_omni.testing.tiny_vl import write_tiny_aura
-
-    root = tmp_path_factory.mktemp("tiny")
-    return {"asr": write_tiny_asr(root / "asr"), "aura": write_tiny_aura(root / "aura"),
-            "tts": write_tiny_tts(root / "tts", "custom_voice")}
-
-
 @pytest.mark.parametrize("enforce_eager", [True, False])
 def test_engine_greedy_tokens_match_cpu(enforce_eager):
     from aura_omni.engine.engine_config import EngineConfig

@@ -17,17 +17,6 @@ import torch
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from aura_omni.testing.tiny_asr import write_tiny_asr
-    from aura_omni.testing.tiny_tts import write_tiny_tts
-    from aura_omni.testing.tiny_vl import write_tiny_aura
-
-    root = tmp_path_factory.mktemp("tiny")
-    return {"asr": write_tiny_asr(root / "asr"), "aura": write_tiny_aura(root / "aura"),
-            "tts": write_tiny_tts(root / "tts", "custom_voice")}
-
-
 @pytest.fixture
 def no_waits(monkeypatch):
     """A context in which any host wait for the GPU raises, but reading a step's results (`wait_event`)."""
