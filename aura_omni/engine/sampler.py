@@ -94,8 +94,8 @@ class Sampler:
                     if 0 <= tok < vocab:
                         rows.append(i), cols.append(tok), vals.append(float("-inf"))
         if rows:
-            idx = _values([rows, cols], logits.device, torch.long)
-            logits.index_put_((idx[0], idx[1]), _values(vals, logits.device, logits.dtype), accumulate=True)
+            flat = _values([r * vocab + c for r, c in zip(rows, cols)], logits.device, torch.long)
+            logits.view(-1).index_add_(0, flat, _values(vals, logits.device, logits.dtype))  # atomics, no host sync
 
     @staticmethod
     def _apply_grammars(logits: torch.Tensor, states: Sequence[SamplingState]) -> None:
