@@ -43,20 +43,23 @@ def main() -> None:
     for stage, took in sorted(steps.items()):
         print(f"{stage}: {len(took)} steps, mean {1000 * np.mean(took):.2f} ms, p95 {1000 * np.percentile(took, 95):.2f}, "
               f"max {1000 * max(took):.1f}")
-    kinds = collections.defaultdict(list)  # (stage, "prompt" or "decode") -> (step seconds, its wait for the device)
-    scheduled = {}  # stage -> (tokens, sequences) of its engine's step in progress
-    for _, _, f in lines:
+    # (stage, "prompt" or "decode") -> (step seconds, from its start until the engine's launch returned, its wait for
+    # the device's results): a launch that takes long while the wait stays short hides a synchronisation
+    kinds = collections.defaultdict(list)
+    scheduled = {}  # stage -> (tokens, sequences, when the launch returned) of its engine's step in progress
+    for t, _, f in lines:
         if f[0] == "engine_step":
-            scheduled[f[1]] = (int(f[2]), int(f[3]))
+            scheduled[f[1]] = (int(f[2]), int(f[3]), t)
         elif f[0] == "step" and f[1] in scheduled:
-            tokens, seqs = scheduled.pop(f[1])
+            tokens, seqs, launched = scheduled.pop(f[1])
+            took = float(f[2])
             waited = float(f[6]) if len(f) > 6 else float("nan")  # traces before the wait was recorded have none
-            kinds[f[1], "decode" if tokens == seqs else "prompt"].append((float(f[2]), waited))
+            kinds[f[1], "decode" if tokens == seqs else "prompt"].append((took, launched - (t - took), waited))
     for (stage, kind), rows in sorted(kinds.items()):  # a step that prefills anything holds every decoding row
-        took, waited = np.array(rows).T
+        took, launch, waited = np.array(rows).T
         print(f"{stage} steps with {'prompts' if kind == 'prompt' else 'decodes only'}: {len(took)}, mean "
-              f"{1000 * np.mean(took):.1f} ms, p95 {1000 * np.percentile(took, 95):.1f}, of them waiting for the "
-              f"device: mean {1000 * np.mean(waited):.1f} ms")
+              f"{1000 * np.mean(took):.1f} ms, p95 {1000 * np.percentile(took, 95):.1f}, launched after "
+              f"{1000 * np.mean(launch):.1f}, of them waiting for the device: mean {1000 * np.mean(waited):.1f} ms")
     delivered = [float(f[2]) for _, _, f in lines if f[0] == "delivered"]  # a step's outputs handed to the event loop
     if delivered:
         print(f"event loop: {len(delivered)} deliveries of step outputs, waited mean {1000 * np.mean(delivered):.2f} ms, "
