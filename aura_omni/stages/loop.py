@@ -309,7 +309,7 @@ class StageLoop:
             self._publish(-1, 0.0)
 
     def _step(self) -> None:
-        start, waited = time.perf_counter(), device_wait_s()
+        start, waits_before = time.perf_counter(), device_wait_s()
         self.work.begin("step", start)
         try:
             self.faults.fail_step_if_asked()
@@ -327,7 +327,7 @@ class StageLoop:
             self.work.end()
         for out in outputs:
             self._deliver(out.request_id, out)
-        took, waited = time.perf_counter() - start, device_wait_s() - waited
+        took, waited = time.perf_counter() - start, device_wait_s() - waits_before
         self.latency.observe("step", took)
         if waited > 0 or self.device.type == "cuda":  # of the step, the wait for the GPU's results
             self.latency.observe("device_wait", waited)
