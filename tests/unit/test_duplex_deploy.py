@@ -27,17 +27,20 @@ def test_duplex_config_differs_from_the_seed_only_where_upstream_does():
     assert duplex.platforms == seed.platforms
 
 
-def test_the_sized_duplex_deploys_differ_from_each_other_only_in_their_batch_bounds():
+def test_the_sized_duplex_deploys_differ_from_each_other_only_in_their_batch_bounds_and_code2wav_dtype():
     eight = load_deploy_config(CONFIGS / "aura_omni_duplex_8.yaml")
     wide = load_deploy_config(CONFIGS / "aura_omni_duplex_32.yaml")
     assert (eight.duplex_session.max_sessions, wide.duplex_session.max_sessions) == (8, 64)
     assert [s.max_num_seqs for s in wide.stages] == [32, 64, 64, 32]  # AURA and the Talker: a seat per live session
     # and the prefill graphs of ASR and AURA, long enough for a burst of 32 clips and of 32 turns' words
     assert [s.kernels.prefill_graph_tokens for s in wide.stages] == [2048, 1024, None, None]
-    bounds = ("max_num_seqs", "kernels")
+    # and Code2Wav in float16, its steps the ones that wait for the GPU at 32 sessions
+    assert [s.dtype for s in wide.stages][3] == "float16" and eight.stages[3].dtype != "float16"
+    bounds = ("max_num_seqs", "kernels", "dtype")
     for a, b in zip(eight.stages, wide.stages):
         assert {k: v for k, v in a.model_dump().items() if k not in bounds} == \
             {k: v for k, v in b.model_dump().items() if k not in bounds}, a.stage_id
+        assert a.dtype == b.dtype or a.stage_id == 3
         assert a.kernels.model_copy(update={"prefill_graph_tokens": None}) == \
             b.kernels.model_copy(update={"prefill_graph_tokens": None}), a.stage_id
     assert eight.codec_streaming() == wide.codec_streaming()
