@@ -14,6 +14,7 @@
 #            a session, default 2; with CAP_SIZES=8 CAP_SPREAD64=0 the capacity parts run the same load)
 #   trace64  the 64-spread load on the shipped deploy with every loop's step trace: per stage its prompt and decode
 #            steps, each with its wait for the device, and where the slowest requests' first outputs waited
+#   trace32  the same for 32 sessions committing at once (two waves, after two warm-up turns)
 #   asr_alone  the ASR engine alone on the GPU, clips of 3 s one and six at a time: what a step that takes new clips
 #            and one that only decodes cost without the other stages beside it (session 34's trace under load: 26.7
 #            and 4.6 ms), then six clips one at a time under torch.profiler (the ops by host and device time)
@@ -55,6 +56,9 @@ for part in ${*:-startup test profile}; do
           grep -e '^{' -e "Self CPU time total" -e "Self CUDA time total" "$OUT/asr_alone.txt" ;;
     trace64) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap64_trace > "$OUT/trace64.txt" 2>&1
           show "$OUT/trace64.txt"
+          grep -e "steps with" -e "-> " "$OUT/trace_report.txt" ;;
+    trace32) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap32_trace > "$OUT/trace32.txt" 2>&1
+          show "$OUT/trace32.txt"
           grep -e "steps with" -e "-> " "$OUT/trace_report.txt" ;;
     cap8) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap8 > "$OUT/cap8.txt" 2>&1
           show "$OUT/cap8.txt" ;;
