@@ -92,7 +92,7 @@ class CausalLMAdapter:
 
     def build_inputs(self, pieces: Seq[Piece], device: torch.device) -> StepInputs:
         ids, id_rows, embeds, embed_rows = [], [], [], []
-        ds_rows, ds_feats = [], []
+        ds_rows, ds_inside, ds_of = [], [], []  # DeepStack: rows in the step, the same in their sequence's features
         offset = 0
         for piece in pieces:
             seq, s, e = piece.seq, piece.start, piece.end
@@ -106,8 +106,8 @@ class CausalLMAdapter:
                     inside = torch.nonzero((at >= s) & (at < stop)).squeeze(1)
                     if inside.numel():
                         ds_rows.append(at[inside] - s + offset)
-                        ds_feats.append([f.index_select(0, upload_async(inside, f.device))
-                                         for f in mm.deepstack_features])
+                        ds_inside.append(inside)
+                        ds_of.append(mm.deepstack_features)
                 tok_from = stop
             else:
                 tok_from = s
@@ -115,35 +115,38 @@ class CausalLMAdapter:
                 ids.extend(seq.token_ids(tok_from, e))
                 id_rows.append(torch.arange(offset + tok_from - s, offset + e - s))
             offset += e - s
-        # every host tensor goes up without the host waiting (upload_async): a step builds its inputs while the one
-        # queued before it still runs
-        positions = upload_async(torch.cat([self._positions(p.seq, p.start, p.end) for p in pieces], dim=-1), device)
+        # every host index in one copy that the host does not wait for (a step builds its inputs while the one queued
+        # before it still runs); the positions first, so that their view is as aligned as a tensor of their own
+        host_positions = torch.cat([self._positions(p.seq, p.start, p.end) for p in pieces], dim=-1)
+        flat = [torch.cat(rows) if rows else torch.empty(0, dtype=torch.long) for rows in (id_rows, embed_rows, ds_rows)]
+        parts = [host_positions.reshape(-1), torch.tensor(ids, dtype=torch.long), *flat, *ds_inside]
+        positions, ids_d, id_rows_d, embed_rows_d, ds_rows_d, *ds_inside_d = (
+            upload_async(torch.cat(parts), device).split([len(part) for part in parts]))
+        positions = positions.view(host_positions.shape)
         out = None
         if ids:
-            id_embeds = self.model.embed_tokens(upload_async(torch.tensor(ids, dtype=torch.long), device))
+            id_embeds = self.model.embed_tokens(ids_d)
             out = torch.empty(offset, id_embeds.shape[-1], dtype=id_embeds.dtype, device=device)
-            out[upload_async(torch.cat(id_rows), device)] = id_embeds
+            out[id_rows_d] = id_embeds
         if embeds:
-            rows = upload_async(torch.cat(embed_rows), device)
-            flat = torch.cat([x.to(device) for x in embeds])  # on the device already (a prompt's embeddings)
+            rows = torch.cat([x.to(device) for x in embeds])  # on the device already (a prompt's embeddings)
             if out is None:
-                out = torch.empty(offset, flat.shape[-1], dtype=flat.dtype, device=device)
-            out[rows] = flat.to(out.dtype)
+                out = torch.empty(offset, rows.shape[-1], dtype=rows.dtype, device=device)
+            out[embed_rows_d] = rows.to(out.dtype)
         deepstack = None
         if ds_rows:
-            layers = len(ds_feats[0])
-            deepstack = DeepStack(upload_async(torch.cat(ds_rows), device),
-                                  [torch.cat([f[i] for f in ds_feats]).to(device) for i in range(layers)])
+            picked = [[f.index_select(0, inside) for f in features] for features, inside in zip(ds_of, ds_inside_d)]
+            deepstack = DeepStack(ds_rows_d, [torch.cat([p[i] for p in picked]) for i in range(len(ds_of[0]))])
         return StepInputs(out, positions, deepstack)
 
     def decode_inputs(self, seqs: Seq[Sequence], device: torch.device,
                       known: tuple[torch.Tensor, torch.Tensor] | None = None) -> StepInputs:
         """`known`: (rows, ids) on the device for rows whose input token is still PENDING on the host."""
-        last = upload_async(torch.tensor([s.token_id(s.num_tokens - 1) for s in seqs], dtype=torch.long), device)
+        last, pos = upload_async(torch.tensor([[s.token_id(s.num_tokens - 1) for s in seqs],
+                                               [s.num_tokens - 1 + (s.mm.rope_delta if s.mm is not None else 0)
+                                                for s in seqs]], dtype=torch.long), device)
         if known is not None:
             last = last.index_copy(0, *known)
-        pos = torch.tensor([s.num_tokens - 1 + (s.mm.rope_delta if s.mm is not None else 0) for s in seqs],
-                           dtype=torch.long, device=device)
         return StepInputs(self.model.embed_tokens(last), pos.expand(3, -1) if self.mrope else pos)
 
     def compute_logits(self, hidden: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
