@@ -4,13 +4,23 @@ first token, for our engine and (optionally) transformers' Qwen3ASR `generate` o
     python benchmarks/asr_throughput.py --model Qwen/Qwen3-ASR-1.7B --load-format dummy --device cuda \
         --concurrency 1 16 64 --clips 128 --reference
     python benchmarks/asr_throughput.py --model /tmp/tiny-asr --device cpu --concurrency 1 4 --clips 8   # smoke
+    python benchmarks/asr_throughput.py ... --beside python gpu   # again beside other threads' load (below)
 
 Clips are 5-30 s speech-like signals (seeded). Every request decodes exactly --new-tokens tokens
 (EOS ignored) so both sides do the same work with random weights.
+
+`--beside KIND [KIND ...]` runs each concurrency again with three threads beside the engine, as the server's other
+stage loops are: `python` spins the interpreter (each thread's Python holds the lock until the switch interval or a
+torch call lets go), `gpu` replays a graph of many small kernels on a stream of its own and waits for it, as a stage
+loop steps (the driver's launch path is shared by every thread). Under load a served ASR prompt step takes ~15 ms
+where alone it takes ~4: which of the two makes up the difference.
 """
 
 import argparse
+import contextlib
 import json
+import sys
+import threading
 import time
 
 import numpy as np
@@ -47,6 +57,40 @@ def make_engine(svc: AsrService, max_concurrency: int) -> LLMEngine:
                                              max_num_batched_tokens=max(2048, 512 * max_concurrency),
                                              gpu_memory_utilization=0.5),
                      eos_token_ids=list(svc.eos_token_ids), name="asr")
+
+
+@contextlib.contextmanager
+def beside(kind: str, device: str, threads: int = 3):
+    """`threads` threads of `kind` load (module docstring) while inside."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(i * i for i in range(2000))
+
+    def launch() -> None:
+        stream = torch.cuda.Stream(device)
+        x = torch.zeros(64, 1024, device=device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream):
+            x.add_(1.0)  # warm-up outside the capture
+            stream.synchronize()
+            with torch.cuda.graph(graph, stream=stream):
+                for _ in range(1000):  # a Talker step replays ~1,600 small kernels
+                    x.add_(1.0)
+            while not stop.is_set():
+                graph.replay()
+                torch.cuda.current_stream().synchronize()
+
+    workers = [threading.Thread(target=spin if kind == "python" else launch, daemon=True) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
 
 
 def run_ours(svc: AsrService, engine: LLMEngine, clips, concurrency: int, new_tokens: int, device: str) -> dict:
@@ -166,9 +210,14 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--reference", action="store_true", help="also run transformers' Qwen3ASR generate")
     ap.add_argument("--out", default=None, help="write results as JSON here")
+    ap.add_argument("--beside", nargs="*", default=[], choices=["python", "gpu"],
+                    help="then each concurrency again beside three threads of this load (module docstring)")
     ap.add_argument("--profile", type=int, default=0, metavar="CLIPS",
                     help="then this many clips one at a time under torch.profiler: the ops by host and device time")
+    ap.add_argument("--switch-interval-ms", type=float, default=0.5,
+                    help="the interpreter lock's switch interval (the server's `gil_switch_interval_ms` default)")
     a = ap.parse_args()
+    sys.setswitchinterval(a.switch_interval_ms / 1000)
     dtype = getattr(torch, a.dtype) if a.dtype else None
     svc = AsrService.from_pretrained(a.model, device=a.device, dtype=dtype, load_format=a.load_format)
     clips = make_clips(a.clips, 0, a.min_seconds, a.max_seconds)
@@ -183,6 +232,11 @@ def main() -> None:
         run_ours(svc, engine, clips[:2 * c], c, 4, a.device)
         results.append(run_ours(svc, engine, clips, c, a.new_tokens, a.device))
         print(json.dumps(results[-1]), flush=True)
+    for kind in a.beside:
+        for c in a.concurrency:
+            with beside(kind, a.device):
+                results.append(run_ours(svc, engine, clips, c, a.new_tokens, a.device) | {"beside": kind})
+            print(json.dumps(results[-1]), flush=True)
     if a.profile:
         profile(svc, engine, clips[:a.profile], a.new_tokens, a.device)
     if a.reference:

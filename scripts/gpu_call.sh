@@ -18,6 +18,8 @@
 #   asr_alone  the ASR engine alone on the GPU, clips of 3 s one and six at a time: what a step that takes new clips
 #            and one that only decodes cost without the other stages beside it (session 34's trace under load: 26.7
 #            and 4.6 ms), then six clips one at a time under torch.profiler (the ops by host and device time)
+#   contention  the same, then again beside three threads spinning Python, then beside three replaying GPU graphs: does
+#            the interpreter lock or the driver's launch path make a served step's launch several times its time alone
 #   bash scripts/gpu_call.sh [PART ...]   (default: startup test profile; a server part takes ~2 minutes, a minute more
 #   as a new machine's first, when every kernel is compiled: at most four server parts fit one call)
 set -uo pipefail
@@ -54,6 +56,10 @@ for part in ${*:-startup test profile}; do
             --model Qwen/Qwen3-ASR-1.7B --load-format dummy --concurrency 1 6 --clips 48 --min-seconds 3 \
             --max-seconds 3 --new-tokens 12 --profile 6 > "$OUT/asr_alone.txt" 2>&1
           grep -e '^{' -e "Self CPU time total" -e "Self CUDA time total" "$OUT/asr_alone.txt" ;;
+    contention) PYTHONPATH=/tmp/site:$PWD XDG_CACHE_HOME=/tmp/xdg timeout 200 python3 benchmarks/asr_throughput.py \
+            --model Qwen/Qwen3-ASR-1.7B --load-format dummy --concurrency 1 6 --clips 24 --min-seconds 3 \
+            --max-seconds 3 --new-tokens 12 --beside python gpu > "$OUT/contention.txt" 2>&1
+          grep -e '^{' "$OUT/contention.txt" ;;
     trace64) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap64_trace > "$OUT/trace64.txt" 2>&1
           show "$OUT/trace64.txt"
           grep -e "steps with" -e "-> " "$OUT/trace_report.txt" ;;
