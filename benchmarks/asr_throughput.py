@@ -11,8 +11,8 @@ Clips are 5-30 s speech-like signals (seeded). Every request decodes exactly --n
 
 `--beside KIND [KIND ...]` runs each concurrency again with three threads beside the engine, as the server's other
 stage loops are: `python` spins the interpreter (each thread's Python holds the lock until the switch interval or a
-torch call lets go), `gpu` replays a graph of many small kernels on a stream of its own and waits for it, as a stage
-loop steps (the driver's launch path is shared by every thread). Under load a served ASR prompt step takes ~15 ms
+torch call lets go), `gpu` (CUDA) replays a graph of many small kernels on a stream of its own and waits for it, as a
+stage loop steps (the driver's launch path is shared by every thread). Under load a served ASR prompt step takes ~15 ms
 where alone it takes ~4: which of the two makes up the difference.
 """
 
@@ -68,21 +68,24 @@ def beside(kind: str, device: str, threads: int = 3):
         while not stop.is_set():
             sum(i * i for i in range(2000))
 
-    def launch() -> None:
-        stream = torch.cuda.Stream(device)
-        x = torch.zeros(64, 1024, device=device)
-        graph = torch.cuda.CUDAGraph()
+    def captured() -> tuple[torch.cuda.Stream, torch.cuda.CUDAGraph]:
+        """A graph of many small kernels (a Talker step replays ~1,600), captured here: one capture at a time."""
+        stream, x, graph = torch.cuda.Stream(device), torch.zeros(64, 1024, device=device), torch.cuda.CUDAGraph()
         with torch.cuda.stream(stream):
-            x.add_(1.0)  # warm-up outside the capture
-            stream.synchronize()
+            x.add_(1.0)  # its first run outside the capture
             with torch.cuda.graph(graph, stream=stream):
-                for _ in range(1000):  # a Talker step replays ~1,600 small kernels
+                for _ in range(1000):
                     x.add_(1.0)
+        return stream, graph
+
+    def launch(stream: torch.cuda.Stream, graph: torch.cuda.CUDAGraph) -> None:
+        with torch.cuda.stream(stream):
             while not stop.is_set():
                 graph.replay()
-                torch.cuda.current_stream().synchronize()
+                stream.synchronize()
 
-    workers = [threading.Thread(target=spin if kind == "python" else launch, daemon=True) for _ in range(threads)]
+    workers = [threading.Thread(target=spin, daemon=True) if kind == "python" else
+               threading.Thread(target=launch, args=captured(), daemon=True) for _ in range(threads)]
     for w in workers:
         w.start()
     try:
