@@ -68,17 +68,19 @@ def beside(kind: str, device: str, threads: int = 3):
         while not stop.is_set():
             sum(i * i for i in range(2000))
 
-    def captured() -> tuple[torch.cuda.Stream, torch.cuda.CUDAGraph]:
-        """A graph of many small kernels (a Talker step replays ~1,600), captured here: one capture at a time."""
-        stream, x, graph = torch.cuda.Stream(device), torch.zeros(64, 1024, device=device), torch.cuda.CUDAGraph()
+    def captured() -> tuple[torch.cuda.Stream, torch.cuda.CUDAGraph, torch.Tensor]:
+        """A graph of many small kernels (a Talker step replays ~1,600), captured here: one capture at a time. Its
+        tensor goes with it: freed, its memory would go to the engine while the graph still writes there."""
+        stream, graph = torch.cuda.Stream(device), torch.cuda.CUDAGraph()
         with torch.cuda.stream(stream):
+            x = torch.zeros(64, 1024, device=device)
             x.add_(1.0)  # its first run outside the capture
             with torch.cuda.graph(graph, stream=stream):
                 for _ in range(1000):
                     x.add_(1.0)
-        return stream, graph
+        return stream, graph, x
 
-    def launch(stream: torch.cuda.Stream, graph: torch.cuda.CUDAGraph) -> None:
+    def launch(stream: torch.cuda.Stream, graph: torch.cuda.CUDAGraph, _: torch.Tensor) -> None:
         with torch.cuda.stream(stream):
             while not stop.is_set():
                 graph.replay()
