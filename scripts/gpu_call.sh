@@ -15,6 +15,7 @@
 #   trace64  the 64-spread load on the shipped deploy with every loop's step trace: per stage its prompt and decode
 #            steps, each with its wait for the device, and where the slowest requests' first outputs waited
 #   trace32  the same for 32 sessions committing at once (two waves, after two warm-up turns)
+#   proc_trace  trace32 with every stage group in a process of its own (`proc`): where the crossings' time goes
 #   asr_alone  the ASR engine alone on the GPU, clips of 3 s one and six at a time: what a step that takes new clips
 #            and one that only decodes cost without the other stages beside it (session 34's trace under load: 26.7
 #            and 4.6 ms), then six clips one at a time under torch.profiler (the ops by host and device time)
@@ -63,9 +64,13 @@ for part in ${*:-startup test profile}; do
     trace64) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap64_trace > "$OUT/trace64.txt" 2>&1
           show "$OUT/trace64.txt"
           grep -e "steps with" -e "-> " "$OUT/trace_report.txt" ;;
-    trace32) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap32_trace > "$OUT/trace32.txt" 2>&1
-          show "$OUT/trace32.txt"
-          grep -e "steps with" -e "-> " "$OUT/trace_report.txt" ;;
+    trace32|proc_trace)
+          [ $part = proc_trace ] && export TRACE_EDIT="d['process_stages'] = ['asr', 'aura', 'qwen3_tts']"
+          XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap32_trace > "$OUT/$part.txt" 2>&1
+          unset TRACE_EDIT
+          mv "$OUT/trace_report.txt" "$OUT/${part}_report.txt"; mv "$OUT/step_trace.tgz" "$OUT/${part}_steps.tgz"
+          show "$OUT/$part.txt"
+          grep -e "steps with" -e "-> " "$OUT/${part}_report.txt" ;;
     cap8) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap8 > "$OUT/cap8.txt" 2>&1
           show "$OUT/cap8.txt" ;;
     proc) CAP_SIZES=32 CAP_PROC_STAGES=asr,aura,qwen3_tts XDG_CACHE_HOME=/tmp/xdg timeout 150 \

@@ -398,7 +398,9 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
              --concurrency 32 1 --clips 64 --min-seconds 3 --max-seconds 3 --new-tokens 12 2>&1 | tail -n 12 \
              | tee -a "$OUT/summary.md" ;;
     cap32_trace) rm -rf /tmp/step_trace  # 32 sessions with every loop's step trace (aura_omni/stages/step_trace.py)
-           AURA_OMNI_STEP_TRACE=/tmp/step_trace serve configs/aura_omni_duplex_32.yaml aura || continue
+           # (TRACE_EDIT: Python on the deploy `d` first; stages in processes of their own trace there too)
+           edited_config configs/aura_omni_duplex_32.yaml "${TRACE_EDIT:-pass}" /tmp/duplex32_trace.yaml || continue
+           AURA_OMNI_STEP_TRACE=/tmp/step_trace serve /tmp/duplex32_trace.yaml aura || continue
            bench cap_trace_s32 --backend realtime --model aura --voice Vivian $TURN --num-warmups 2 \
              --max-concurrency 32 --num-prompts 64 --extra-body "{$ASR12, \"tts_max_new_tokens\": 41}"
            stop
