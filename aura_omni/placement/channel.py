@@ -11,6 +11,7 @@ waits in a buffer the loop writes out as the other side reads (32 clips of 192 K
 from __future__ import annotations
 
 import asyncio
+import collections
 import pickle
 import socket
 import struct
@@ -24,6 +25,11 @@ def encode(message: Any) -> bytes:
     """A message as it crosses (a message that does not pickle raises here, the sender's error)."""
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return HEADER.pack(len(payload)) + payload
+
+
+def request_id_of(args: tuple) -> str:
+    """A call's request id, for the step trace: the first argument of a request's call (placement/host.py)."""
+    return args[0] if args and isinstance(args[0], str) else "-"
 
 
 class FrameReader:
@@ -69,7 +75,10 @@ class Channel:
         self.sock, self.loop = sock, loop
         self.closed = False
         self.frames = frames or FrameReader()  # may hold bytes read before (a handshake, another loop)
-        self._out = bytearray()  # what the socket has not taken yet
+        # what the socket has not taken yet, message by message: taking the sent bytes off the front of one buffer
+        # moved the rest each time, quadratic in the backlog (16 turns' frames, 29 MB to AURA's process at once,
+        # held the server's event loop ~70 ms; docs/benchmarks.md, session 39)
+        self._out: collections.deque[memoryview] = collections.deque()
         self._on_message, self._on_closed = on_message, on_closed
         loop.add_reader(sock.fileno(), self._readable)
 
@@ -77,9 +86,9 @@ class Channel:
         """Queue `message` behind those sent before; BrokenPipeError once the channel is closed."""
         if self.closed:
             raise BrokenPipeError("the channel is closed")
-        data = encode(message)
+        data = memoryview(encode(message))
         if self._out:
-            self._out += data
+            self._out.append(data)
             return
         try:
             sent = self.sock.send(data)
@@ -88,7 +97,7 @@ class Channel:
         except OSError:  # the other side is gone: the reader sees it and closes
             return
         if sent < len(data):
-            self._out += memoryview(data)[sent:]
+            self._out.append(data[sent:])
             self.loop.add_writer(self.sock.fileno(), self._writable)
 
     def close(self) -> None:
@@ -115,12 +124,17 @@ class Channel:
             self._on_message(message)
 
     def _writable(self) -> None:
-        try:
-            sent = self.sock.send(self._out)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            sent = len(self._out)
-        del self._out[:sent]
-        if not self._out:
-            self.loop.remove_writer(self.sock.fileno())
+        while self._out:
+            head = self._out[0]
+            try:
+                sent = self.sock.send(head)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # the other side is gone: the reader sees it and closes
+                self._out.clear()
+                break
+            if sent < len(head):
+                self._out[0] = head[sent:]
+                return
+            self._out.popleft()
+        self.loop.remove_writer(self.sock.fileno())

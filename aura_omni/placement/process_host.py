@@ -27,7 +27,8 @@ import socket
 import sys
 from typing import Callable
 
-from aura_omni.placement.channel import Channel, FrameReader, encode, receive
+from aura_omni import step_trace
+from aura_omni.placement.channel import Channel, FrameReader, encode, receive, request_id_of
 from aura_omni.placement.host import StageHost
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ class _Server:
             getattr(self.host, message[1])(*message[2])
         else:
             _, call_id, method, args = message
+            if step_trace.enabled():
+                step_trace.record("arrived", method, request_id_of(args))
             run = self._call if kind == "call" else self._stream
             task = asyncio.ensure_future(run(call_id, getattr(self.host, method), args))
             self.tasks[call_id] = task

@@ -30,9 +30,10 @@ import threading
 import time
 from typing import Any, AsyncIterator, Callable
 
+from aura_omni import step_trace
 from aura_omni.deploy import CODE2WAV, DeployConfig
 from aura_omni.placement import process_host, stage_pythonpath
-from aura_omni.placement.channel import Channel, FrameReader, encode, receive
+from aura_omni.placement.channel import Channel, FrameReader, encode, receive, request_id_of
 from aura_omni.placement.placed import PlacedStages, replica_set, stage_label
 from aura_omni.placement.replicas import ReplicaDied, ReplicaSet
 
@@ -208,6 +209,8 @@ class ProcessActor:
         self._pending[call_id] = pending
         try:
             self._channel.send((kind, call_id, method, args))
+            if step_trace.enabled():  # (the stage's process records its arrival)
+                step_trace.record("sent", method, request_id_of(args))
         except BaseException:  # the arguments do not pickle (the caller's error), or the channel just closed
             del self._pending[call_id]
             raise
