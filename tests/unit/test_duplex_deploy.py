@@ -35,7 +35,7 @@ def test_the_sized_duplex_deploys_differ_from_each_other_only_in_their_batch_bou
     # and the prefill graphs of ASR and AURA, long enough for a burst of 32 clips and of 32 turns' words
     assert [s.kernels.prefill_graph_tokens for s in wide.stages] == [2048, 1024, None, None]
     # and Code2Wav in float16, its steps the ones that wait for the GPU at 32 sessions
-    assert [s.dtype for s in wide.stages][3] == "float16" and eight.stages[3].dtype != "float16"
+    assert wide.stages[3].dtype == "float16" and eight.stages[3].dtype != "float16"
     bounds = ("max_num_seqs", "kernels", "dtype")
     for a, b in zip(eight.stages, wide.stages):
         assert {k: v for k, v in a.model_dump().items() if k not in bounds} == \

@@ -1,6 +1,7 @@
 """Qwen3-VL preprocessing pieces: smart_resize budgets, patch order, frame sampling, timestamps, limits."""
 
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
@@ -111,13 +112,6 @@ def test_patches_made_on_demand_equal_normalising_and_flattening_the_frames():
 def test_a_vision_input_crosses_a_pickle_with_its_tensors_intact():
     """A stage in a process of its own gets the turn's frames pickled: as numpy arrays (torch's own pickling took ~5
     ms each way for two camera frames), tensors again on arrival."""
-    import pickle
-
-    import numpy as np
-    import torch
-
-    from aura_omni.media.vision_preprocess import preprocess_image
-
     item = preprocess_image(np.random.RandomState(0).randint(0, 256, (48, 64, 3), dtype=np.uint8))
     item.pixel_values  # the patches too, as a host that computed them has them
     back = pickle.loads(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
