@@ -13,6 +13,7 @@ positions, DeepStack and `rope_delta`; generated tokens through `embed_tokens`.
 from dataclasses import dataclass
 from typing import Protocol, Sequence as Seq, runtime_checkable
 
+import numpy as np
 import torch
 
 from aura_omni.engine.sequence import Sequence
@@ -73,38 +74,39 @@ class CausalLMAdapter:
         self.backbone = model.backbone
         self.mrope = model.backbone.config.mrope_section is not None
 
-    def _positions(self, seq: Sequence, start: int, end: int) -> torch.Tensor:
-        """[n] or, for MRoPE, [3, n]; generated tokens sit at index + rope_delta on all three streams."""
+    def _positions(self, seq: Sequence, start: int, end: int) -> np.ndarray:
+        """[n] or, for MRoPE, [3, n] (int64, host); generated tokens sit at index + rope_delta on all three streams."""
         mm = seq.mm
         parts = []
         if start < seq.prompt_len:
             stop = min(end, seq.prompt_len)
-            if mm is not None and mm.positions is not None:
-                p = mm.positions[..., start:stop]
-            else:
-                p = torch.arange(start, stop)
-            parts.append(p.expand(3, -1) if self.mrope and p.dim() == 1 else p)
+            p = mm.host_positions[..., start:stop] if mm is not None and mm.positions is not None else \
+                np.arange(start, stop)
+            parts.append(np.broadcast_to(p, (3, p.shape[-1])) if self.mrope and p.ndim == 1 else p)
         if end > seq.prompt_len:
-            delta = mm.rope_delta if mm is not None else 0
-            p = torch.arange(max(start, seq.prompt_len), end) + delta
-            parts.append(p.expand(3, -1) if self.mrope else p)
-        return torch.cat([p.to(torch.long).cpu() for p in parts], dim=-1)
+            p = np.arange(max(start, seq.prompt_len), end) + (mm.rope_delta if mm is not None else 0)
+            parts.append(np.broadcast_to(p, (3, p.size)) if self.mrope else p)
+        return np.concatenate(parts, axis=-1).astype(np.int64, copy=False)
 
     def build_inputs(self, pieces: Seq[Piece], device: torch.device) -> StepInputs:
-        ids, id_rows, embeds, embed_rows = [], [], [], []
+        # a step's host indexes are numpy arrays, not tensors: a prompt step of 32 sequences made ~10 torch calls per
+        # sequence here, and each torch call lets the interpreter lock go and waits to take it back behind the other
+        # stages' threads
+        ids, id_rows, embeds, embed_rows, positions = [], [], [], [], []
         ds_rows, ds_inside, ds_of = [], [], []  # DeepStack: rows in the step, the same in their sequence's features
         offset = 0
         for piece in pieces:
             seq, s, e = piece.seq, piece.start, piece.end
             mm = seq.mm
+            positions.append(self._positions(seq, s, e))
             if mm is not None and s < seq.prompt_len:
                 stop = min(e, seq.prompt_len)
-                embeds.append(mm.embeds[s:stop])
-                embed_rows.append(torch.arange(offset, offset + stop - s))
+                embeds.append(mm.embeds if s == 0 and stop == mm.embeds.shape[0] else mm.embeds[s:stop])
+                embed_rows.append(np.arange(offset, offset + stop - s))
                 if mm.deepstack_positions is not None:  # host indexes: no mask on the device (a nonzero: a sync)
-                    at = mm.deepstack_positions.cpu()
-                    inside = torch.nonzero((at >= s) & (at < stop)).squeeze(1)
-                    if inside.numel():
+                    at = mm.host_deepstack_positions
+                    inside = np.flatnonzero((at >= s) & (at < stop))
+                    if inside.size:
                         ds_rows.append(at[inside] - s + offset)
                         ds_inside.append(inside)
                         ds_of.append(mm.deepstack_features)
@@ -113,15 +115,16 @@ class CausalLMAdapter:
                 tok_from = s
             if e > tok_from:
                 ids.extend(seq.token_ids(tok_from, e))
-                id_rows.append(torch.arange(offset + tok_from - s, offset + e - s))
+                id_rows.append(np.arange(offset + tok_from - s, offset + e - s))
             offset += e - s
         # every host index in one copy that the host does not wait for (a step builds its inputs while the one queued
         # before it still runs); the positions first, so that their view is as aligned as a tensor of their own
-        host_positions = torch.cat([self._positions(p.seq, p.start, p.end) for p in pieces], dim=-1)
-        flat = [torch.cat(rows) if rows else torch.empty(0, dtype=torch.long) for rows in (id_rows, embed_rows, ds_rows)]
-        parts = [host_positions.reshape(-1), torch.tensor(ids, dtype=torch.long), *flat, *ds_inside]
+        host_positions = np.concatenate(positions, axis=-1)
+        flat = [np.concatenate(rows) if rows else np.zeros(0, np.int64) for rows in (id_rows, embed_rows, ds_rows)]
+        parts = [host_positions.reshape(-1), np.asarray(ids, dtype=np.int64), *flat, *ds_inside]
+        blob = torch.from_numpy(np.concatenate(parts).astype(np.int64, copy=False))
         positions, ids_d, id_rows_d, embed_rows_d, ds_rows_d, *ds_inside_d = (
-            upload_async(torch.cat(parts), device).split([len(part) for part in parts]))
+            upload_async(blob, device).split([part.size for part in parts]))
         positions = positions.view(host_positions.shape)
         out = None
         if ids:
@@ -129,7 +132,7 @@ class CausalLMAdapter:
             out = torch.empty(offset, id_embeds.shape[-1], dtype=id_embeds.dtype, device=device)
             out[id_rows_d] = id_embeds
         if embeds:
-            rows = torch.cat([x.to(device) for x in embeds])  # on the device already (a prompt's embeddings)
+            rows = (embeds[0] if len(embeds) == 1 else torch.cat(embeds)).to(device)  # a prompt's: on the device
             if out is None:
                 out = torch.empty(offset, rows.shape[-1], dtype=rows.dtype, device=device)
             out[embed_rows_d] = rows.to(out.dtype)

@@ -9,9 +9,11 @@ i - prompt_len. `num_computed_tokens` counts tokens whose K/V are in the cache; 
 """
 
 import enum
+import functools
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from aura_omni.engine.detokenizer import IncrementalDetokenizer
@@ -37,6 +39,17 @@ class MultimodalPrompt:
     # None = the embeds are not a function of the ids alone and the prompt must not be prefix-cached;
     # [] = they are (e.g. a text-only prompt given as embeds).
     content_hashes: list[tuple[int, str]] | None = None
+
+    @functools.cached_property
+    def host_positions(self) -> np.ndarray | None:
+        """`positions` as numpy (a view): a step's indexes are built in numpy, since every torch call, `.numpy()`
+        too, lets the interpreter lock go and waits to take it back behind the other stages' threads."""
+        return None if self.positions is None else self.positions.numpy()
+
+    @functools.cached_property
+    def host_deepstack_positions(self) -> np.ndarray | None:
+        """`deepstack_positions` as numpy (a view), for the same reason."""
+        return None if self.deepstack_positions is None else self.deepstack_positions.numpy()
 
 
 PENDING = -1  # an output token queued on the device whose value has not come back yet

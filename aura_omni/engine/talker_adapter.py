@@ -5,6 +5,7 @@ own rules (qwen3_tts/sampling.py: repetition penalty over the output code0s, sup
 EOS banned for min_new_tokens = 2 steps, temperature/top-k/top-p, per-request counter-based draws).
 """
 
+import numpy as np
 import torch
 
 from aura_omni.engine.model_api import StepInputs
@@ -42,11 +43,12 @@ class TalkerAdapter:
         return n == 0 or seq.model_state.text_known(n - 1)
 
     def build_inputs(self, pieces, device: torch.device):
-        rows, positions = [], []
+        rows, positions = [], []  # (positions as numpy: each torch call lets the interpreter lock go and waits for it)
         for piece in pieces:
             seq, s, e = piece.seq, piece.start, piece.end
             if s < seq.prompt_len:
-                rows.append(seq.mm.embeds[s:min(e, seq.prompt_len)].to(device, self.dtype))
+                prompt = seq.mm.embeds  # on the device, in the Talker's dtype (qwen3_tts/prompt.py embed_prompts)
+                rows.append(prompt if s == 0 and e >= seq.prompt_len else prompt[s:min(e, seq.prompt_len)])
             if e > seq.prompt_len:  # output frames (a decode beside a prompt; recomputed after preemption) + text
                 frames = range(max(s, seq.prompt_len) - seq.prompt_len, e - seq.prompt_len)
                 text = torch.stack([seq.model_state.text_row(j, self.pad) for j in frames]).to(device, self.dtype)
@@ -56,8 +58,9 @@ class TalkerAdapter:
                 if frames[-1] == last:
                     parts.append(self.decoder.frame_embed[seq.model_state.slot][None])
                 rows.append(torch.cat(parts) + text)
-            positions.append(torch.arange(s, e))
-        return StepInputs(torch.cat(rows), upload_async(torch.cat(positions), device))
+            positions.append(np.arange(s, e))
+        embeds = (rows[0] if len(rows) == 1 else torch.cat(rows)).to(device, self.dtype)
+        return StepInputs(embeds, upload_async(torch.from_numpy(np.concatenate(positions)), device))
 
     def decode_inputs(self, seqs, device: torch.device):
         slots, pos = upload_async(torch.tensor([[s.model_state.slot for s in seqs], [s.num_tokens - 1 for s in seqs]]),
