@@ -152,7 +152,7 @@ class Qwen3ASR(nn.Module):
         """Prompt ids per clip, each with a run of `<|audio_pad|>` as long as its clip's audio tokens, and the clips'
         log-mel features [128, L_i] -> inputs_embeds [L_i, H] per prompt: the audio encoded and every prompt embedded
         in one pass each, the audio tokens put in place with one index (no host synchronisation, nothing per clip)."""
-        audio = self.audio_tower.encode([f.to(self.device) for f in features])
+        audio = self.audio_tower.encode([f if f.device == self.device else f.to(self.device) for f in features])
         flat = [t for ids in prompts for t in ids]
         at = [i for i, t in enumerate(flat) if t == self.config.audio_token_id]
         if len(at) != audio.shape[0]:

@@ -146,9 +146,8 @@ class AsrService:
     def engine_prompts(self, pieces: list[AsrPiece]) -> list[tuple[list[int], MultimodalPrompt]]:
         """(prompt ids, MultimodalPrompt) per live piece, for `LLMEngine.add_request(id, ids, params, mm=...)`."""
         embeds = self.model.prompts_embeds([p.input_ids for p in pieces], self.features(pieces))
-        positions = torch.arange(max(len(p.input_ids) for p in pieces))  # on the host, as the engine takes them
-        # no content hash: never prefix-cached
-        return [(p.input_ids, MultimodalPrompt(e, positions[:len(p.input_ids)])) for p, e in zip(pieces, embeds)]
+        # positions 0..L-1 (None): no tensor per clip for the engine to slice; no content hash: never prefix-cached
+        return [(p.input_ids, MultimodalPrompt(e)) for p, e in zip(pieces, embeds)]
 
     # ---- requests ------------------------------------------------------------------------------
     async def atranscribe(self, audios: list[tuple[np.ndarray, int]], language: str | None = None,
