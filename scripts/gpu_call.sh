@@ -70,7 +70,7 @@ for part in ${*:-startup test profile}; do
           unset TRACE_EDIT
           mv "$OUT/trace_report.txt" "$OUT/${part}_report.txt"; mv "$OUT/step_trace.tgz" "$OUT/${part}_steps.tgz"
           show "$OUT/$part.txt"
-          grep -e "steps with" -e "-> " "$OUT/${part}_report.txt" ;;
+          grep -e "steps with" -e "-> " -e "crossing to" "$OUT/${part}_report.txt" ;;
     cap8) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap8 > "$OUT/cap8.txt" 2>&1
           show "$OUT/cap8.txt" ;;
     proc) CAP_SIZES=32 CAP_PROC_STAGES=asr,aura,qwen3_tts XDG_CACHE_HOME=/tmp/xdg timeout 150 \

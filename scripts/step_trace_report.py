@@ -1,6 +1,7 @@
 """Where a stage's time to its first output went, from the step trace (`AURA_OMNI_STEP_TRACE=DIR`,
-aura_omni/step_trace.py): per stage its steps; per request of STAGE the gaps submit -> taken -> (the Talker's
-planned -> admitted) -> first output; and for the slowest few, every loop's lines in between.
+aura_omni/step_trace.py): per stage its steps; with stages in processes of their own, each call's crossing from the
+server to the stage's process; per request of STAGE the gaps submit -> taken -> (the Talker's planned -> admitted) ->
+first output; and for the slowest few, every loop's lines in between.
 
     python scripts/step_trace_report.py DIR [--stage talker] [--worst 3]
 """
@@ -64,6 +65,16 @@ def main() -> None:
     if delivered:
         print(f"event loop: {len(delivered)} deliveries of step outputs, waited mean {1000 * np.mean(delivered):.2f} ms, "
               f"p95 {1000 * np.percentile(delivered, 95):.2f}, max {1000 * max(delivered):.1f}")
+    # calls to stages in processes of their own (`process_stages`): sent by the server, arrived in the stage's process
+    sent, crossed = {}, collections.defaultdict(list)
+    for t, _, f in lines:
+        if f[0] == "sent":
+            sent[f[1], f[2]] = t
+        elif f[0] == "arrived" and (f[1], f[2]) in sent:
+            crossed[f[1]].append(1000 * (t - sent.pop((f[1], f[2]))))
+    for method, ms in sorted(crossed.items()):
+        print(f"crossing to {method}: mean {np.mean(ms):.1f} ms, p95 {np.percentile(ms, 95):.1f}, max {max(ms):.1f} "
+              f"(n={len(ms)})")
     req = collections.defaultdict(dict)  # request id -> moment -> time
     for t, _, f in lines:
         kind = f[0]

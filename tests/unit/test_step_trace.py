@@ -1,6 +1,6 @@
 """The step trace (AURA_OMNI_STEP_TRACE): a stage's outputs handed to the event loop are traced with the loop's delay,
-and scripts/step_trace_report.py sums those delays up and splits each stage's steps into those that took prompts and
-those that only decoded."""
+and scripts/step_trace_report.py sums those delays up, times calls crossing to stages in processes of their own, and
+splits each stage's steps into those that took prompts and those that only decoded."""
 
 import asyncio
 import subprocess
@@ -23,6 +23,8 @@ def test_a_steps_outputs_reach_the_event_loop_traced_with_its_delay(tmp_path, mo
         sink = AsyncSink(outbox)
         sink.put("a")
         sink.put("b")
+        step_trace.record("sent", "transcribe", "r1")  # the server's call to a stage in a process of its own
+        step_trace.record("arrived", "transcribe", "r1")  # (the stage's process records its arrival)
         step_trace.record("submit", "asr", "r1")
         step_trace.record("engine_step", "asr", 60, 7)  # a new clip's prompt beside six decoding rows
         step_trace.record("step", "asr", "0.020000", 1, 7, 0, "0.015000")  # 15 ms of it waiting for the device
@@ -41,6 +43,7 @@ def test_a_steps_outputs_reach_the_event_loop_traced_with_its_delay(tmp_path, mo
     out = subprocess.run([sys.executable, str(REPORT), str(tmp_path), "--stage", "asr"], capture_output=True, text=True,
                          check=True).stdout
     assert "event loop: 1 deliveries of step outputs" in out
+    assert "crossing to transcribe: mean" in out and "(n=1)" in out
     assert "asr submit -> first_output" in out
     assert "asr steps with prompts: 1, mean 20.0 ms, p95 20.0, launched after" in out
     assert "of them waiting for the device: mean 15.0 ms" in out and "decodes only: 1, mean 4.0 ms, p95 4.0" in out
