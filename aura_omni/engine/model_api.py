@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from aura_omni.engine.sequence import Sequence
-from aura_omni.layers.device import upload_async
+from aura_omni.layers.device import upload, upload_async
 from aura_omni.models.qwen3 import DeepStack, Qwen3Model
 
 
@@ -118,14 +118,10 @@ class CausalLMAdapter:
                 id_rows.append(np.arange(offset + tok_from - s, offset + e - s))
             offset += e - s
         # every host index in one copy that the host does not wait for (a step builds its inputs while the one queued
-        # before it still runs); the positions first, so that their view is as aligned as a tensor of their own
-        host_positions = np.concatenate(positions, axis=-1)
+        # before it still runs)
         flat = [np.concatenate(rows) if rows else np.zeros(0, np.int64) for rows in (id_rows, embed_rows, ds_rows)]
-        parts = [host_positions.reshape(-1), np.asarray(ids, dtype=np.int64), *flat, *ds_inside]
-        blob = torch.from_numpy(np.concatenate(parts).astype(np.int64, copy=False))
-        positions, ids_d, id_rows_d, embed_rows_d, ds_rows_d, *ds_inside_d = (
-            upload_async(blob, device).split([part.size for part in parts]))
-        positions = positions.view(host_positions.shape)
+        positions, ids_d, id_rows_d, embed_rows_d, ds_rows_d, *ds_inside_d = upload(
+            [np.concatenate(positions, axis=-1), np.asarray(ids, dtype=np.int64), *flat, *ds_inside], device)
         out = None
         if ids:
             id_embeds = self.model.embed_tokens(ids_d)

@@ -32,7 +32,7 @@ from aura_omni.engine.scheduler import ScheduledSeq, SchedulerOutput
 from aura_omni.engine.sequence import NON_FINITE
 from aura_omni.layers import attention_backend, kernel_switches, measure_gate
 from aura_omni.layers.attention import AttentionMetadata
-from aura_omni.layers.device import on_device, upload_async, wait_event
+from aura_omni.layers.device import on_device, upload, upload_async, wait_event
 from aura_omni.layers.kv_cache import allocate_kv_cache, free_kv_cache
 
 log = logging.getLogger(__name__)
@@ -50,25 +50,6 @@ def token_bucket(n: int) -> int:
         if n <= limit:
             return -(-n // step) * step
     return -(-n // 512) * 512
-
-
-def upload(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
-    """Several small int arrays to the device in one copy; returns device views in the same dtypes.
-    Each view starts 16-byte aligned: Triton specialises kernels on pointer alignment, so a view whose
-    alignment changed with the step's shape (e.g. the number of sequences) would cost a recompile."""
-    sizes = [-(-a.nbytes // 16) * 16 for a in arrays]
-    blob = np.zeros(sum(sizes), dtype=np.uint8)
-    at = 0
-    for a, size in zip(arrays, sizes):
-        blob[at:at + a.nbytes] = np.ascontiguousarray(a).view(np.uint8).reshape(-1)
-        at += size
-    dev = upload_async(torch.from_numpy(blob), device)
-    out, at = [], 0
-    for a, size in zip(arrays, sizes):
-        t = dev[at:at + a.nbytes].view(getattr(torch, a.dtype.name)).view(a.shape)
-        out.append(t)
-        at += size
-    return out
 
 
 class LaunchedStep:

@@ -96,6 +96,25 @@ def upload_async(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
+def upload(arrays: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """Several small int arrays to the device in one copy; returns device views in the same dtypes.
+    Each view starts 16-byte aligned: Triton specialises kernels on pointer alignment, so a view whose
+    alignment changed with the step's shape (e.g. the number of sequences) would cost a recompile."""
+    sizes = [-(-a.nbytes // 16) * 16 for a in arrays]
+    blob = np.zeros(sum(sizes), dtype=np.uint8)
+    at = 0
+    for a, size in zip(arrays, sizes):
+        blob[at:at + a.nbytes] = np.ascontiguousarray(a).view(np.uint8).reshape(-1)
+        at += size
+    dev = upload_async(torch.from_numpy(blob), device)
+    out, at = [], 0
+    for a, size in zip(arrays, sizes):
+        t = dev[at:at + a.nbytes].view(getattr(torch, a.dtype.name))
+        out.append(t if a.ndim == 1 else t.view(a.shape))  # (each torch call may wait for the interpreter lock)
+        at += size
+    return out
+
+
 def upload_into(dst: torch.Tensor, t: torch.Tensor) -> None:
     """`dst.copy_(t)`; from the host to a GPU without the host waiting (as `upload_async`), and `t` may be reused at
     once."""
