@@ -103,6 +103,7 @@ class VisionInput:
     content_key: str | None = field(default=None, compare=False, repr=False)  # pixels_key, or engine.prompts.vision_key
     frames: torch.Tensor | None = field(default=None, compare=False, repr=False)  # uint8 [T, C, H, W], resized
     preprocess: "VisionPreprocessConfig | None" = field(default=None, compare=False, repr=False)
+    crosses_once = True  # to a stage's process, whole once and by content_key after (placement/channel.py)
 
     def __getstate__(self) -> dict:
         """Pickled (to a stage in a process of its own) with its host tensors as numpy arrays: torch pickles a turn's

@@ -6,12 +6,20 @@ and the stage loops keep busy. With a reader thread and a writer thread per pipe
 
 A message is its pickle behind its length (8 bytes, network order). `send` never blocks: what the socket does not take
 waits in a buffer the loop writes out as the other side reads (32 clips of 192 KB committed together).
+
+An object whose class sets `crosses_once` (a camera frame: media/vision_preprocess.py VisionInput) crosses whole the
+first time and by its `content_key` after: the reader keeps the last KEPT such objects, and the sender keeps the same
+keys in the same order (both sides apply the same steps to an LRU, message by message, in the socket's order), so it
+knows which the reader holds. A turn's frames went with its prefix prefill while the user spoke, again with the prefix
+at the commit and again with the generation, ~1 MB each time: at 32 sessions committing together the last one's
+`generate` reached AURA's process ~60 ms after it was sent (docs/benchmarks.md, session 40).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import io
 import pickle
 import socket
 import struct
@@ -19,12 +27,94 @@ from typing import Any, Callable
 
 HEADER = struct.Struct("!Q")
 READ_BYTES = 1 << 20
+KEPT = 128  # objects kept by content key on the reading side (camera frames: ~0.9 MB each)
 
 
-def encode(message: Any) -> bytes:
-    """A message as it crosses (a message that does not pickle raises here, the sender's error)."""
-    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    return HEADER.pack(len(payload)) + payload
+def encode(message: Any, held: collections.OrderedDict | None = None) -> bytes:
+    """A message as it crosses (a message that does not pickle raises here, the sender's error). `held`: the keys the
+    reader keeps (a Channel's), updated as the message is pickled."""
+    if held is None:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        return HEADER.pack(len(payload)) + payload
+    out = io.BytesIO()
+    out.write(bytes(HEADER.size))
+    pickler = _Pickler(out, held)
+    try:
+        pickler.dump(message)
+    except BaseException:
+        pickler.undo()
+        raise
+    with out.getbuffer() as data:
+        HEADER.pack_into(data, 0, len(data) - HEADER.size)
+    return out.getvalue()
+
+
+def keep(key: str, obj: Any) -> Any:
+    """In a message: `obj` whole, for the reader to keep under `key` (resolved by the reader's unpickler)."""
+    raise RuntimeError("a kept object is read only by a channel's FrameReader")
+
+
+def kept(key: str) -> Any:
+    """In a message: the object the reader keeps under `key`."""
+    raise RuntimeError("a kept object is read only by a channel's FrameReader")
+
+
+def _hold(store: collections.OrderedDict, key: str, value: Any = None) -> None:
+    """The one LRU step both sides take for an object that crosses whole."""
+    store[key] = value
+    store.move_to_end(key)
+    if len(store) > KEPT:
+        store.popitem(last=False)
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, out: io.BytesIO, held: collections.OrderedDict):
+        super().__init__(out, protocol=pickle.HIGHEST_PROTOCOL)
+        self.held = held
+        self.before: collections.OrderedDict | None = None  # `held` as it was, once this message changed it
+        self.whole = None  # the object being pickled whole inside its `keep`
+
+    def reducer_override(self, obj: Any) -> Any:  # called for objects other than the builtin types
+        if obj is self.whole:
+            self.whole = None
+            return NotImplemented
+        if not getattr(type(obj), "crosses_once", False) or (key := obj.content_key) is None:
+            return NotImplemented
+        if self.before is None:
+            self.before = collections.OrderedDict(self.held)
+        if key in self.held:
+            self.held.move_to_end(key)
+            return kept, (key,)
+        _hold(self.held, key)
+        self.whole = obj
+        return keep, (key, obj)
+
+    def undo(self) -> None:
+        """The message did not pickle: the reader never sees it."""
+        if self.before is not None:
+            self.held.clear()
+            self.held.update(self.before)
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data, store: collections.OrderedDict):
+        super().__init__(io.BytesIO(data))
+        self.store = store
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == __name__ and name == "keep":
+            return self._keep
+        if module == __name__ and name == "kept":
+            return self._kept
+        return super().find_class(module, name)
+
+    def _keep(self, key: str, obj: Any) -> Any:
+        _hold(self.store, key, obj)
+        return obj
+
+    def _kept(self, key: str) -> Any:
+        self.store.move_to_end(key)
+        return self.store[key]
 
 
 def request_id_of(args: tuple) -> str:
@@ -37,6 +127,7 @@ class FrameReader:
 
     def __init__(self):
         self._buffer = bytearray()
+        self.kept: collections.OrderedDict[str, Any] = collections.OrderedDict()  # objects that crossed once
 
     def feed(self, data: bytes) -> list[Any]:
         self._buffer += data
@@ -46,7 +137,7 @@ class FrameReader:
             if end - pos - HEADER.size < size:
                 break
             start = pos + HEADER.size
-            messages.append(pickle.loads(self._buffer[start:start + size]))
+            messages.append(_Unpickler(self._buffer[start:start + size], self.kept).load())
             pos = start + size
         del self._buffer[:pos]
         return messages
@@ -79,6 +170,9 @@ class Channel:
         # moved the rest each time, quadratic in the backlog (16 turns' frames, 29 MB to AURA's process at once,
         # held the server's event loop ~70 ms; docs/benchmarks.md, session 39)
         self._out: collections.deque[memoryview] = collections.deque()
+        # the keys of the objects the reader keeps (`crosses_once`); a Channel made anew over a served socket starts
+        # empty, and the reader's older entries are then the first it drops, so every key here is still there
+        self._held: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._on_message, self._on_closed = on_message, on_closed
         loop.add_reader(sock.fileno(), self._readable)
 
@@ -86,7 +180,7 @@ class Channel:
         """Queue `message` behind those sent before; BrokenPipeError once the channel is closed."""
         if self.closed:
             raise BrokenPipeError("the channel is closed")
-        data = memoryview(encode(message))
+        data = memoryview(encode(message, self._held))
         if self._out:
             self._out.append(data)
             return

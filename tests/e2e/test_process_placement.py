@@ -92,6 +92,7 @@ def test_a_realtime_turn_crosses_the_processes(served):
     assert types.count("response.audio.delta") > 0
     wait_until(lambda: all(runtime.stage_stats()[n].get("steps", 0) > before[n] for n in before), 10,
                "every stage process's counters to move")
+    assert len(actor_of(runtime, "aura")._channel._held) == 1  # the camera frame crossed whole once, then by key
 
 
 def test_a_chat_turn_streams_its_text_into_the_talker_process(served):
