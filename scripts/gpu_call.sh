@@ -5,6 +5,7 @@
 #   test     the parallel-capture GPU test, and that no step waits for the device outside reading its results
 #   profile  the 64-spread load under py-spy, with the event loop's lag (issue 32)
 #   proc     the capacity load with every stage in a process of its own (the server a pure front)
+#   proc_tts the same with only the Talker and Code2Wav in a process of their own (ASR and AURA in the server's)
 #   base     the capacity load (32 sessions together, or each of CAP_SIZES; 64 spread) on the shipped aura_omni_duplex_32.yaml
 #   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
 #   aura32   the same with AURA's 32 seats, the deploy before session 34
@@ -73,9 +74,11 @@ for part in ${*:-startup test profile}; do
           grep -e "steps with" -e "-> " -e "crossing to" "$OUT/${part}_report.txt" ;;
     cap8) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap8 > "$OUT/cap8.txt" 2>&1
           show "$OUT/cap8.txt" ;;
-    proc) CAP_SIZES=32 CAP_PROC_STAGES=asr,aura,qwen3_tts XDG_CACHE_HOME=/tmp/xdg timeout 150 \
-            bash scripts/gpu_serve_bench.sh cap32_proc > "$OUT/proc.txt" 2>&1
-          show "$OUT/proc.txt" ;;
+    proc|proc_tts)
+          stages=asr,aura,qwen3_tts; [ $part = proc_tts ] && stages=qwen3_tts
+          CAP_SIZES=32 CAP_PROC_STAGES=$stages CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 150 \
+            bash scripts/gpu_serve_bench.sh cap32_proc > "$OUT/$part.txt" 2>&1
+          show "$OUT/$part.txt" ;;
   esac
 done
 cd "$OUT" && tar czf /tmp/gpu_call.tgz . && find . -type f -delete && mv /tmp/gpu_call.tgz "$OUT/"

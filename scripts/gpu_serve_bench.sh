@@ -348,7 +348,7 @@ if '${CAP_RAY_STAGES:-}': d['ray_stages'] = '${CAP_RAY_STAGES:-}'.split(',')" /t
            stop
            PYTHONPATH=/tmp/ray/site:$PYTHONPATH python3 -m ray.scripts.scripts stop --force > /dev/null 2>&1 ;;
     cap32_proc) # the stages CAP_PROC_STAGES names (default asr) in processes of their own (`process_stages`, no Ray)
-           cap_edited proc32 "d['process_stages'] = '${CAP_PROC_STAGES:-asr}'.split(',')" ;;
+           cap_edited "${CAP_NAME:-proc32}" "d['process_stages'] = '${CAP_PROC_STAGES:-asr}'.split(',')" ;;
     cap32_edit) cap_edited "${CAP_NAME:-edit}" "${CAP_EDIT:-}" ;;  # as CAP_EDIT (Python on the deploy `d`) changes it
     cap32_cold) WAIT_WARM=0 serve configs/aura_omni_duplex_32.yaml aura || continue  # load while graphs are captured
            for run in 1 2; do

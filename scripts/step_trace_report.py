@@ -1,6 +1,6 @@
 """Where a stage's time to its first output went, from the step trace (`AURA_OMNI_STEP_TRACE=DIR`,
 aura_omni/step_trace.py): per stage its steps; with stages in processes of their own, each call's crossing from the
-server to the stage's process; per request of STAGE the gaps submit -> taken -> (the Talker's planned -> admitted) ->
+server to the stage's process (from the first turn on: the server's warm-up left out); per request of STAGE the gaps submit -> taken -> (the Talker's planned -> admitted) ->
 first output; and for the slowest few, every loop's lines in between.
 
     python scripts/step_trace_report.py DIR [--stage talker] [--worst 3]
@@ -37,6 +37,9 @@ def main() -> None:
     lines = read(args.folder)
     if not lines:
         raise SystemExit(f"no trace lines in {args.folder}")
+    first_turn = next((t for t, _, f in lines if f[0] == "turn_start"), None)
+    if first_turn is not None:  # the server's own warm-up (a grammar's compile: a 2.3 s step) is not the load's
+        lines = [line for line in lines if line[0] >= first_turn]
     steps = collections.defaultdict(list)
     for t, _, f in lines:
         if f[0] == "step":
