@@ -156,7 +156,8 @@ class Runtime:
 
                 devices = {s.stage_id: stage_device(s, device) for s in deploy.stages if deploy.in_own_process(s)}
                 placement = ProcessPlacement.start(deploy, load_stage, warm_models, devices=devices, dtype=dtype,
-                                                   load_format=load_format, meanwhile=load_local)
+                                                   load_format=load_format, meanwhile=load_local,
+                                                   warm_after_ready=warm_models_after_ready)
             else:
                 load_local()
             if placement is not None:
@@ -237,18 +238,8 @@ class Runtime:
         """What the warm start left for after the server is ready: AURA's grammar machinery, then the Code2Wav graphs
         of batches of several streams and the ASR encoder's of several clips (`/health` and `/metrics` show
         `graphs_pending` until they are captured). Ray actors warm everything first: only this process's stages."""
-        from ..pipeline.warmup import capture_after_ready, warm_grammar
-
         here = local_roles(self.deploy)
-        took = await warm_grammar(self.models.get(AURA)) if AURA in here else {}
-        if took:
-            log.info("background warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
-        asr = self.models.get(ASR) if ASR in here else None
-        tts = self.models.get(TALKER) if TALKER in here else None
-        # Code2Wav's first: until they are captured a batch of streams goes through a lone stream's graphs in
-        # turns, while an ASR step without its encoder's graphs only runs the layers eagerly
-        loops = [getattr(t, "code2wav_loop", None) for t in (tts.facades if tts else [])] + [getattr(asr, "loop", None)]
-        await capture_after_ready([loop for loop in loops if loop is not None], self.busy)
+        await warm_models_after_ready({role: m for role, m in self.models.items() if role in here}, self.busy)
 
     def busy(self) -> bool:
         """Whether any stage holds a request (queued or in flight)."""
@@ -376,3 +367,20 @@ async def warm_models(models: dict[str, Any], deploy: DeployConfig, all_graphs: 
     return await warm_up(models.get(ASR), aura, models.get(TALKER), frames=frames,
                          initial_chunk_frames=codec.first_window,
                          chunk_frames=codec.codec_chunk_frames, all_graphs=all_graphs)
+
+
+
+async def warm_models_after_ready(models: dict[str, Any], busy: Callable[[], bool]) -> None:
+    """What `warm_models(all_graphs=False)` left for after the server is ready (`busy()`: a stage holds a request):
+    AURA's grammar machinery, then Code2Wav's graphs of batches of streams, then the ASR encoder's of several clips.
+    The server's runtime calls it for its own stages, a stage's process (`process_stages`) for its stage."""
+    from ..pipeline.warmup import capture_after_ready, warm_grammar
+
+    took = await warm_grammar(models.get(AURA))
+    if took:
+        log.info("background warm start: %s", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items()))
+    asr, tts = models.get(ASR), models.get(TALKER)
+    # Code2Wav's first: until they are captured a batch of streams goes through a lone stream's graphs in
+    # turns, while an ASR step without its encoder's graphs only runs the layers eagerly
+    loops = [getattr(t, "code2wav_loop", None) for t in (tts.facades if tts else [])] + [getattr(asr, "loop", None)]
+    await capture_after_ready([loop for loop in loops if loop is not None], busy)

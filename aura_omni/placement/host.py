@@ -53,18 +53,18 @@ def run_in_thread(coroutine) -> Any:
 
 
 class StageHost:
-    """`load(deploy, stage, device, dtype, load_format)` and `warm({role: model}, deploy)` come from pipeline/runtime.py
-    (`load_stage`, `warm_models`): the same code that loads and warms the stage in process."""
+    """`load(deploy, stage, device, dtype, load_format)` and `warm({role: model}, deploy, all_graphs)` come from
+    pipeline/runtime.py (`load_stage`, `warm_models`): the same code that loads and warms the stage in process."""
 
     def __init__(self, deploy, stage_id: int, load: Callable, warm: Callable, device: str, dtype: str | None,
-                 load_format: str | None):
+                 load_format: str | None, all_graphs: bool = True):
         stage = next(s for s in deploy.stages if s.stage_id == stage_id)
         self.role = deploy.role_of(stage)
         self.device = device
         self.model = load(deploy, stage, device, dtype, load_format)
         self.started = uuid.uuid4().hex  # differs after every restart
         t = time.perf_counter()
-        run_in_thread(warm({self.role: self.model}, deploy))
+        run_in_thread(warm({self.role: self.model}, deploy, all_graphs=all_graphs))
         self.warm_s = time.perf_counter() - t
         self.loops = {loop.name: loop for loop in (getattr(self.model, a, None) for a in LOOP_ATTRIBUTES)
                       if loop is not None}
@@ -101,6 +101,10 @@ class StageHost:
         elif self.role == ASR:
             out.update(languages=model.languages)
         return out
+
+    def busy(self) -> bool:
+        """Whether any of the replica's loops holds a request (queued or in flight)."""
+        return any(s.get("queued") or s.get("in_flight") for s in (loop.stats() for loop in self.loops.values()))
 
     def stats(self) -> dict:
         """Every loop's published counters (never waits for a step), its latency histograms and the start token (a new

@@ -45,20 +45,22 @@ def main() -> None:
     first: list = []
     while not first:
         first = receive(sock, frames, None)
-    deploy, stage_id, load, warm, device, dtype, load_format, log_level = first[0]
+    deploy, stage_id, load, warm, warm_after_ready, device, dtype, load_format, log_level = first[0]
     logging.basicConfig(level=log_level, format=f"%(asctime)s %(levelname)s %(name)s[stage {stage_id}]: %(message)s")
     sys.setswitchinterval(deploy.gil_switch_interval_ms / 1000)  # as the server's (server/gil.py)
     try:
-        host = StageHost(deploy, stage_id, load, warm, device, dtype, load_format)
+        host = StageHost(deploy, stage_id, load, warm, device, dtype, load_format,
+                         all_graphs=warm_after_ready is None)
     except BaseException as e:  # noqa: BLE001 - the server says why it cannot start
         log.exception("stage %d failed to load", stage_id)
         sock.sendall(encode(("failed", f"{type(e).__name__}: {e}")))
         os._exit(1)  # whatever threads the failed load started
-    if deploy.gc_freeze:  # start-up objects out of the collector's sight, as the server's (server/gc_pauses.py)
+    freeze = deploy.gc_freeze
+    if freeze:  # start-up objects out of the collector's sight, as the server's (server/gc_pauses.py)
         gc.collect()
         gc.freeze()
     sock.sendall(encode(("ready", host.info())))
-    asyncio.run(_Server(host).serve(sock, frames))
+    asyncio.run(_Server(host).serve(sock, frames, warm_after_ready, freeze))
     os._exit(0)  # the stage loops' threads are daemons of a process with nothing left to do
 
 
@@ -68,15 +70,31 @@ class _Server:
         self.tasks: dict[int, asyncio.Task] = {}
         self.channel: Channel | None = None
 
-    async def serve(self, sock: socket.socket, frames: FrameReader) -> None:
+    async def serve(self, sock: socket.socket, frames: FrameReader, warm_after_ready: Callable | None,
+                    freeze: bool) -> None:
         loop = asyncio.get_running_loop()
         closed = loop.create_future()
         self.channel = Channel(sock, loop, self._dispatch, lambda: closed.done() or closed.set_result(None), frames)
         stats = loop.call_soon(self._send_stats)
+        after_ready = asyncio.ensure_future(self._warm_after_ready(warm_after_ready, freeze))
         await closed
         stats.cancel()
+        after_ready.cancel()
         for task in self.tasks.values():
             task.cancel()
+
+    async def _warm_after_ready(self, warm_after_ready: Callable | None, freeze: bool) -> None:
+        """What the stage's warm start left for after ready (graphs of batches), while it serves."""
+        if warm_after_ready is None:
+            return
+        try:
+            await warm_after_ready({self.host.role: self.host.model}, self.host.busy)
+        except Exception:  # noqa: BLE001 - steps run eagerly or through the captured graphs meanwhile; serve on
+            log.exception("stage %s: the warm start after ready failed", self.host.role)
+            return
+        if freeze:  # what that made lives as long as the process
+            gc.collect()
+            gc.freeze()
 
     def _send_stats(self) -> None:
         self._send(("stats", self.host.stats()))

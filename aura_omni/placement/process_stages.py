@@ -272,18 +272,21 @@ class ProcessPlacement(PlacedStages):
     @classmethod
     def start(cls, deploy: DeployConfig, load: Callable, warm: Callable, *, devices: dict[int, str],
               dtype: str | None = None, load_format: str | None = None,
-              meanwhile: Callable[[], None] | None = None) -> ProcessPlacement:
+              meanwhile: Callable[[], None] | None = None,
+              warm_after_ready: Callable | None = None) -> ProcessPlacement:
         """Spawn a process for each stage `process_stages` names, run `meanwhile` (this process's stages loading) while
         they load theirs, and wait until each is warm. A stage that fails on either side stops the start and ends the
-        processes already started."""
+        processes already started. `warm_after_ready(models, busy)`: a process is ready once `warm(all_graphs=False)`
+        has run, and runs this after (the graphs of batches: ~1 minute of Code2Wav's on an H100), as the server does
+        for its own stages; None: everything before ready."""
         level = logging.getLogger().getEffectiveLevel()
         apart = [s for s in deploy.stages if deploy.role_of(s) != CODE2WAV and deploy.in_own_process(s)]
         actors: dict[str, ProcessActor] = {}
         for stage in apart:
             label = stage_label(deploy, stage, apart)
             log.info("stage %d (%s): in a process of its own on %s", stage.stage_id, label, devices[stage.stage_id])
-            actors[label] = ProcessActor(label, (deploy, stage.stage_id, load, warm, devices[stage.stage_id], dtype,
-                                                 load_format, level))
+            actors[label] = ProcessActor(label, (deploy, stage.stage_id, load, warm, warm_after_ready,
+                                                 devices[stage.stage_id], dtype, load_format, level))
         t = time.perf_counter()
         try:
             for actor in actors.values():

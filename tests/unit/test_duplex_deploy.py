@@ -27,10 +27,13 @@ def test_duplex_config_differs_from_the_seed_only_where_upstream_does():
     assert duplex.platforms == seed.platforms
 
 
-def test_the_sized_duplex_deploys_differ_from_each_other_only_in_their_batch_bounds_and_code2wav_dtype():
+def test_the_sized_duplex_deploys_differ_from_each_other_only_in_their_bounds_code2wav_dtype_and_processes():
     eight = load_deploy_config(CONFIGS / "aura_omni_duplex_8.yaml")
     wide = load_deploy_config(CONFIGS / "aura_omni_duplex_32.yaml")
     assert (eight.duplex_session.max_sessions, wide.duplex_session.max_sessions) == (8, 64)
+    # the wide one's stage groups each in a process of its own (Code2Wav in its Talker's), the small one's in process
+    assert (eight.process_stages, wide.process_stages) == ([], [ASR, AURA, TALKER])
+    assert all(wide.in_own_process(s) for s in wide.stages) and not any(eight.in_own_process(s) for s in eight.stages)
     assert [s.max_num_seqs for s in wide.stages] == [32, 64, 64, 32]  # AURA and the Talker: a seat per live session
     # and the prefill graphs of ASR and AURA, long enough for a burst of 32 clips and of 32 turns' words
     assert [s.kernels.prefill_graph_tokens for s in wide.stages] == [2048, 1024, None, None]
