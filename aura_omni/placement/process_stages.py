@@ -9,9 +9,10 @@ it as a Ray actor does (placement/host.py), behind the same proxies, so the orch
 sessions do not know the difference. What crosses its socket (channel.py) is plain data: clips and transcripts,
 prompts and text deltas, samples. What it is for: the stage's Python runs beside the event loop and the other stages'
 threads, not in turns with them on one interpreter lock (at 64 live sessions on one H200 the in-process ASR stage's
-first output waited ~740 ms on it; docs/benchmarks.md, session 22). Measured: ASR in its own process, its socket
-served by the event loop, was no steady gain at 32 and 64 sessions (sessions 30 and 32), so no shipped deploy uses
-it; it does load beside the other stages and restart without the server.
+first output waited ~740 ms on it; docs/benchmarks.md, session 22). ASR alone in its own process was no steady gain
+(sessions 30 and 32); every stage group in its own process, once a turn's camera frames crossed once (channel.py),
+served 32 sessions committing at once within 281 ms p95 against 372 in process on one H100 (session 40), and
+`aura_omni_duplex_32.yaml` ships so. A stage also loads beside the others and restarts without the server.
 
 A process that dies (its GPU failed, or it was killed) fails its requests in flight with StageUnavailableError (503);
 /health shows the stage down while a new process loads and warms, and back up (`restarts` counted) once it reports.
