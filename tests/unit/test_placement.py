@@ -173,3 +173,26 @@ def test_process_stages_in_the_deploy_file():
         parse_deploy_config(deploy(process_stages=["asr"]))
     with pytest.raises(DeployConfigError, match="process_stages: with distributed_executor_backend: ray"):
         parse_deploy_config(deploy(process_stages=["qwen3_tts"], distributed_executor_backend="ray"))
+
+
+def test_a_stage_process_warms_the_rest_after_ready_with_its_own_stage_and_serves_on_if_that_fails(caplog):
+    import asyncio
+    import types
+
+    from aura_omni.placement.process_host import _Server
+
+    host = types.SimpleNamespace(role="qwen3_tts", model=object(), busy=lambda: False)
+    calls = []
+
+    async def rest(models, busy):
+        calls.append((models, busy))
+        if len(calls) == 2:
+            raise RuntimeError("a capture failed")
+
+    server = _Server(host)
+    asyncio.run(server._warm_after_ready(rest, freeze=False))
+    assert calls == [({"qwen3_tts": host.model}, host.busy)]
+    asyncio.run(server._warm_after_ready(rest, freeze=False))  # logged; the process serves on
+    assert "the warm start after ready failed" in caplog.text
+    asyncio.run(server._warm_after_ready(None, freeze=False))  # warmed whole before ready: nothing left
+    assert len(calls) == 2
