@@ -88,7 +88,7 @@ def main() -> None:
     sys.setswitchinterval(args.switch_interval_ms / 1000)
     deploy = load_deploy_config(args.deploy)
     stage = deploy.stage(ASR)
-    actor = ProcessActor(ASR, (deploy, stage.stage_id, load_stage, warm_models, stage_device(stage, args.device),
+    actor = ProcessActor(ASR, (deploy, stage.stage_id, load_stage, warm_models, None, stage_device(stage, args.device),
                                None, None, 30))
     actor.spawn()
     actor.wait_ready()
