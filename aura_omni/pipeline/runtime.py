@@ -369,7 +369,6 @@ async def warm_models(models: dict[str, Any], deploy: DeployConfig, all_graphs: 
                          chunk_frames=codec.codec_chunk_frames, all_graphs=all_graphs)
 
 
-
 async def warm_models_after_ready(models: dict[str, Any], busy: Callable[[], bool]) -> None:
     """What `warm_models(all_graphs=False)` left for after the server is ready (`busy()`: a stage holds a request):
     AURA's grammar machinery, then Code2Wav's graphs of batches of streams, then the ASR encoder's of several clips.
