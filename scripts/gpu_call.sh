@@ -4,9 +4,10 @@
 #   startup  a new machine's start with stages in parallel against one after another (issue 31), each on its own cache
 #   test     the parallel-capture GPU test, and that no step waits for the device outside reading its results
 #   profile  the 64-spread load under py-spy, with the event loop's lag (issue 32)
-#   proc     the capacity load with every stage in a process of its own (the server a pure front)
-#   proc_tts the same with only the Talker and Code2Wav in a process of their own (ASR and AURA in the server's)
 #   base     the capacity load (32 sessions together, or each of CAP_SIZES; 64 spread) on the shipped aura_omni_duplex_32.yaml
+#            (since session 40 every stage group in a process of its own, the server a front)
+#   inproc   the same with every stage in the server's process (the deploy before session 40): the A/B against base
+#   proc_tts the same with only the Talker and Code2Wav in a process of their own (ASR and AURA in the server's)
 #   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
 #   aura32   the same with AURA's 32 seats, the deploy before session 34
 #   talker32 the same with 32 seats in the Talker, the deploy before session 35
@@ -16,7 +17,7 @@
 #   trace64  the 64-spread load on the shipped deploy with every loop's step trace: per stage its prompt and decode
 #            steps, each with its wait for the device, and where the slowest requests' first outputs waited
 #   trace32  the same for 32 sessions committing at once (two waves, after two warm-up turns)
-#   proc_trace  trace32 with every stage group in a process of its own (`proc`): where the crossings' time goes
+#   inproc_trace  trace32 with every stage in the server's process (`inproc`)
 #   asr_alone  the ASR engine alone on the GPU, clips of 3 s one and six at a time: what a step that takes new clips
 #            and one that only decodes cost without the other stages beside it (session 34's trace under load: 26.7
 #            and 4.6 ms), then six clips one at a time under torch.profiler (the ops by host and device time)
@@ -43,9 +44,10 @@ for part in ${*:-startup test profile}; do
     profile) XDG_CACHE_HOME=/tmp/xdg timeout 150 bash scripts/gpu_serve_bench.sh cap64_profile > "$OUT/cap64.txt" 2>&1
              show "$OUT/cap64.txt"
              head -n 30 "$OUT/pyspy_top.txt" 2>/dev/null ;;
-    base|hold|aura32|talker32|c2w16)
+    base|inproc|hold|aura32|talker32|c2w16)
           case $part in
             base) bench=cap32; edit="" ;;
+            inproc) bench=cap32_edit; edit="d.pop('process_stages', None)" ;;
             hold) bench=cap32_edit; edit="d['stages'][0]['admission'] = {'hold_factor': ${CAP_HOLD:-1}}" ;;
             aura32) bench=cap32_edit; edit="d['stages'][1]['max_num_seqs'] = 32" ;;
             talker32) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 32" ;;
@@ -65,8 +67,8 @@ for part in ${*:-startup test profile}; do
     trace64) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap64_trace > "$OUT/trace64.txt" 2>&1
           show "$OUT/trace64.txt"
           grep -e "steps with" -e "-> " "$OUT/trace_report.txt" ;;
-    trace32|proc_trace)
-          [ $part = proc_trace ] && export TRACE_EDIT="d['process_stages'] = ['asr', 'aura', 'qwen3_tts']"
+    trace32|inproc_trace)
+          [ $part = inproc_trace ] && export TRACE_EDIT="d.pop('process_stages', None)"
           XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap32_trace > "$OUT/$part.txt" 2>&1
           unset TRACE_EDIT
           mv "$OUT/trace_report.txt" "$OUT/${part}_report.txt"; mv "$OUT/step_trace.tgz" "$OUT/${part}_steps.tgz"
@@ -74,9 +76,7 @@ for part in ${*:-startup test profile}; do
           grep -e "steps with" -e "-> " -e "crossing to" "$OUT/${part}_report.txt" ;;
     cap8) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap8 > "$OUT/cap8.txt" 2>&1
           show "$OUT/cap8.txt" ;;
-    proc|proc_tts)
-          stages=asr,aura,qwen3_tts; [ $part = proc_tts ] && stages=qwen3_tts
-          CAP_SIZES=32 CAP_PROC_STAGES=$stages CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 150 \
+    proc_tts) CAP_SIZES=32 CAP_PROC_STAGES=qwen3_tts CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 150 \
             bash scripts/gpu_serve_bench.sh cap32_proc > "$OUT/$part.txt" 2>&1
           show "$OUT/$part.txt" ;;
   esac
