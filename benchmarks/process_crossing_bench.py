@@ -22,7 +22,7 @@ import numpy as np
 
 from aura_omni.deploy import ASR, load_deploy_config
 from aura_omni.pipeline.runtime import load_stage, stage_device, warm_models
-from aura_omni.placement.process_stages import ProcessActor
+from aura_omni.placement.process_stages import ProcessActor, StageInProcess
 
 
 def busy(stop: threading.Event) -> None:
@@ -88,14 +88,14 @@ def main() -> None:
     sys.setswitchinterval(args.switch_interval_ms / 1000)
     deploy = load_deploy_config(args.deploy)
     stage = deploy.stage(ASR)
-    actor = ProcessActor(ASR, (deploy, stage.stage_id, load_stage, warm_models, None, stage_device(stage, args.device),
-                               None, None, 30))
+    actor = ProcessActor([ASR], (deploy, [(ASR, stage.stage_id, stage_device(stage, args.device))], load_stage,
+                                 warm_models, None, None, None, 30))
     actor.spawn()
     actor.wait_ready()
     print("| stage | busy threads | calls at once | call to answer p50 / p95 / max ms |\n|---|---|---|---|")
     try:
         for n in args.busy_threads:
-            asyncio.run(run("own process", actor, args.calls, args.rounds, n))
+            asyncio.run(run("own process", StageInProcess(actor, ASR), args.calls, args.rounds, n))
             asyncio.run(run("in process (a thread)", ThreadStage(), args.calls, args.rounds, n))
     finally:
         actor.close()

@@ -8,6 +8,9 @@
 #            (since session 40 every stage group in a process of its own, the server a front)
 #   inproc   the same with every stage in the server's process (the deploy before session 40): the A/B against base
 #   proc_tts the same with only the Talker and Code2Wav in a process of their own (ASR and AURA in the server's)
+#   grouped  the same with ASR and AURA together in one process, the Talker and Code2Wav in another (two CUDA contexts
+#            time-slicing the GPU instead of three), the server a front
+#   front    the same with every stage in one process (one CUDA context), the server a front
 #   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
 #   aura32   the same with AURA's 32 seats, the deploy before session 34
 #   talker32 the same with 32 seats in the Talker, the deploy before session 35
@@ -44,10 +47,12 @@ for part in ${*:-startup test profile}; do
     profile) XDG_CACHE_HOME=/tmp/xdg timeout 150 bash scripts/gpu_serve_bench.sh cap64_profile > "$OUT/cap64.txt" 2>&1
              show "$OUT/cap64.txt"
              head -n 30 "$OUT/pyspy_top.txt" 2>/dev/null ;;
-    base|inproc|hold|aura32|talker32|c2w16)
+    base|inproc|grouped|front|hold|aura32|talker32|c2w16)
           case $part in
             base) bench=cap32; edit="" ;;
             inproc) bench=cap32_edit; edit="d.pop('process_stages', None)" ;;
+            grouped) bench=cap32_edit; edit="d['process_stages'] = [['asr', 'aura'], 'qwen3_tts']" ;;
+            front) bench=cap32_edit; edit="d['process_stages'] = [['asr', 'aura', 'qwen3_tts']]" ;;
             hold) bench=cap32_edit; edit="d['stages'][0]['admission'] = {'hold_factor': ${CAP_HOLD:-1}}" ;;
             aura32) bench=cap32_edit; edit="d['stages'][1]['max_num_seqs'] = 32" ;;
             talker32) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 32" ;;

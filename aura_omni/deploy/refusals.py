@@ -122,12 +122,21 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
                 out.append((f"ray_stages[{j}]", f"no stage has role {name!r} (here: {', '.join(sorted(roles))})"))
     if cfg.process_stages and cfg.distributed_executor_backend == "ray":
         out.append(("process_stages", "with distributed_executor_backend: ray, ray_stages says which stages run apart"))
-    for j, name in enumerate(cfg.process_stages):
-        if name == CODE2WAV:
-            out.append((f"process_stages[{j}]", f"{CODE2WAV} runs in its Talker's process: name {TALKER}"))
-        elif name not in {cfg.role_of(st) for st in cfg.stages}:
-            out.append((f"process_stages[{j}]", f"no stage has role {name!r} (here: "
-                                                f"{', '.join(sorted(cfg.role_of(st) for st in cfg.stages))})"))
+    named: set[str] = set()
+    for j, entry in enumerate(cfg.process_stages):
+        group = entry if isinstance(entry, list) else [entry]
+        for k, name in enumerate(group):
+            where = f"process_stages[{j}][{k}]" if isinstance(entry, list) else f"process_stages[{j}]"
+            if name == CODE2WAV:
+                out.append((where, f"{CODE2WAV} runs in its Talker's process: name {TALKER}"))
+            elif name not in {cfg.role_of(st) for st in cfg.stages}:
+                out.append((where, f"no stage has role {name!r} (here: "
+                                   f"{', '.join(sorted(cfg.role_of(st) for st in cfg.stages))})"))
+            elif name in named:
+                out.append((where, f"{name} is named twice: a stage runs in one process"))
+            named.add(name)
+        if isinstance(entry, list) and not entry:
+            out.append((f"process_stages[{j}]", "an empty group"))
     gpu_shares: dict[str, list[float]] = {}
     for i, st in enumerate(cfg.stages):
         role, where, given = cfg.role_of(st), f"stages[{i}]", st.model_fields_set

@@ -223,8 +223,9 @@ class DeployConfig(_Strict):
     ray_stages: list[str] | None = None
     ray_address: str | None = None  # an existing Ray cluster (`serve --ray-address`); None: a local Ray
     # stages (model_stage names) that run in a process of their own on this machine, without Ray: away from the
-    # interpreter lock the event loop and the other stages share (placement/process_stages.py)
-    process_stages: list[str] = Field(default_factory=list)
+    # interpreter lock the event loop and the other stages share (placement/process_stages.py). A name: each stage of
+    # that role in a process of its own; a list of names: their stages together in one process
+    process_stages: list[str | list[str]] = Field(default_factory=list)
     # the stages of this process load on a thread each (pipeline/runtime.py `load_stages`); false: one after another
     parallel_load: bool = True
     # realtime sessions: OpenAI voice name -> a Talker speaker or registered voice; None: session/session_config.py's table
@@ -297,8 +298,14 @@ class DeployConfig(_Strict):
 
     def in_own_process(self, stage: Stage) -> bool:
         """Whether the stage runs in a process of its own (`process_stages`; Code2Wav: in its Talker's)."""
+        return self.process_group_of(stage) is not None
+
+    def process_group_of(self, stage: Stage) -> int | None:
+        """The `process_stages` entry whose process runs the stage (Code2Wav: its Talker's), None: the server's."""
         role = self.role_of(stage)
-        return (TALKER if role == CODE2WAV else role) in self.process_stages
+        role = TALKER if role == CODE2WAV else role
+        return next((j for j, entry in enumerate(self.process_stages)
+                     if role == entry or (isinstance(entry, list) and role in entry)), None)
 
     def code2wav_of(self, talker: Stage) -> Stage:
         """The Code2Wav stage that decodes `talker`'s codes (the one loading the same checkpoint)."""

@@ -1,13 +1,16 @@
-"""The body of a stage's own process (`process_stages`; the server's side: `process_stages.py`): a StageHost (the same
-one a Ray actor runs) served over a socket to the server (channel.py).
+"""The body of a process of stages (`process_stages`; the server's side: `process_stages.py`): a StageHost per stage
+(the same one a Ray actor runs; a group's loaded one after another) served over a socket to the server (channel.py).
 
-    server -> here   (deploy, stage_id, load, warm, device, dtype, load_format, log_level)   first: what to load
-                     ("call", id, method, args)     one result: ("ok", id, value) or ("error", id, exception)
-                     ("stream", id, method, args)   ("item", id, value) as the stage yields, then ("end", id) or error
-                     ("cancel", id)                 cancels that call's or stream's coroutine (aborts its request)
-                     ("tell", method, args)         one way, in order (the Talker's streamed text)
-    here -> server   ("ready", info) once loaded and warm, or ("failed", why); then ("stats", host.stats()) every
-                     STATS_INTERVAL_S, beside the answers
+    server -> here   (deploy, [(label, stage_id, device)], load, warm, warm_after_ready, dtype, load_format, log_level)
+                                                           first: what to load
+                     ("call", id, label, method, args)     one result: ("ok", id, value) or ("error", id, exception)
+                     ("stream", id, label, method, args)   ("item", id, value) as the stage yields, then ("end", id)
+                                                           or error
+                     ("cancel", id)                        cancels that call's or stream's coroutine (aborts its
+                                                           request)
+                     ("tell", label, method, args)         one way, in order (the Talker's streamed text)
+    here -> server   ("ready", {label: info}) once loaded and warm, or ("failed", why); then ("stats", {label:
+                     host.stats()}) every STATS_INTERVAL_S, beside the answers
 
 Requests run as tasks on the process's event loop, which reads and writes the socket itself. The process ignores SIGINT
 and SIGTERM (a terminal's Ctrl-C and a service manager reach the whole process group; the server decides when its
@@ -45,28 +48,31 @@ def main() -> None:
     first: list = []
     while not first:
         first = receive(sock, frames, None)
-    deploy, stage_id, load, warm, warm_after_ready, device, dtype, load_format, log_level = first[0]
-    logging.basicConfig(level=log_level, format=f"%(asctime)s %(levelname)s %(name)s[stage {stage_id}]: %(message)s")
+    deploy, stages, load, warm, warm_after_ready, dtype, load_format, log_level = first[0]
+    ids = ",".join(str(stage_id) for _, stage_id, _ in stages)
+    logging.basicConfig(level=log_level, format=f"%(asctime)s %(levelname)s %(name)s[stage {ids}]: %(message)s")
     sys.setswitchinterval(deploy.gil_switch_interval_ms / 1000)  # as the server's (server/gil.py)
+    hosts: dict[str, StageHost] = {}
     try:
-        host = StageHost(deploy, stage_id, load, warm, device, dtype, load_format,
-                         all_graphs=warm_after_ready is None)
+        for label, stage_id, device in stages:
+            hosts[label] = StageHost(deploy, stage_id, load, warm, device, dtype, load_format,
+                                     all_graphs=warm_after_ready is None)
     except BaseException as e:  # noqa: BLE001 - the server says why it cannot start
-        log.exception("stage %d failed to load", stage_id)
+        log.exception("stage %s failed to load", ids)
         sock.sendall(encode(("failed", f"{type(e).__name__}: {e}")))
         os._exit(1)  # whatever threads the failed load started
     freeze = deploy.gc_freeze
     if freeze:  # start-up objects out of the collector's sight, as the server's (server/gc_pauses.py)
         gc.collect()
         gc.freeze()
-    sock.sendall(encode(("ready", host.info())))
-    asyncio.run(_Server(host).serve(sock, frames, warm_after_ready, freeze))
+    sock.sendall(encode(("ready", {label: host.info() for label, host in hosts.items()})))
+    asyncio.run(_Server(hosts).serve(sock, frames, warm_after_ready, freeze))
     os._exit(0)  # the stage loops' threads are daemons of a process with nothing left to do
 
 
 class _Server:
-    def __init__(self, host: StageHost):
-        self.host = host
+    def __init__(self, hosts: dict[str, StageHost]):
+        self.hosts = hosts
         self.tasks: dict[int, asyncio.Task] = {}
         self.channel: Channel | None = None
 
@@ -84,20 +90,23 @@ class _Server:
             task.cancel()
 
     async def _warm_after_ready(self, warm_after_ready: Callable | None, freeze: bool) -> None:
-        """What the stage's warm start left for after ready (graphs of batches), while it serves."""
+        """What the stages' warm start left for after ready (graphs of batches), while they serve."""
         if warm_after_ready is None:
             return
         try:
-            await warm_after_ready({self.host.role: self.host.model}, self.host.busy)
+            await warm_after_ready({host.role: host.model for host in self.hosts.values()}, self._busy)
         except Exception:  # noqa: BLE001 - steps run eagerly or through the captured graphs meanwhile; serve on
-            log.exception("stage %s: the warm start after ready failed", self.host.role)
+            log.exception("stages %s: the warm start after ready failed", ", ".join(self.hosts))
             return
         if freeze:  # what that made lives as long as the process
             gc.collect()
             gc.freeze()
 
+    def _busy(self) -> bool:
+        return any(host.busy() for host in self.hosts.values())
+
     def _send_stats(self) -> None:
-        self._send(("stats", self.host.stats()))
+        self._send(("stats", {label: host.stats() for label, host in self.hosts.items()}))
         if not self.channel.closed:
             asyncio.get_running_loop().call_later(STATS_INTERVAL_S, self._send_stats)
 
@@ -107,13 +116,14 @@ class _Server:
             if (task := self.tasks.get(message[1])) is not None:
                 task.cancel()
         elif kind == "tell":
-            getattr(self.host, message[1])(*message[2])
+            _, label, method, args = message
+            getattr(self.hosts[label], method)(*args)
         else:
-            _, call_id, method, args = message
+            _, call_id, label, method, args = message
             if step_trace.enabled():
                 step_trace.record("arrived", method, request_id_of(args))
             run = self._call if kind == "call" else self._stream
-            task = asyncio.ensure_future(run(call_id, getattr(self.host, method), args))
+            task = asyncio.ensure_future(run(call_id, getattr(self.hosts[label], method), args))
             self.tasks[call_id] = task
             task.add_done_callback(lambda _, i=call_id: self.tasks.pop(i, None))
 

@@ -4,15 +4,16 @@
                                        load_format=None, meanwhile=load_the_rest)
     placement.models        # role -> proxy (placement/placed.py), what Runtime.models holds in process
 
-Each named stage runs in a fresh interpreter (`process_host.py`; never a fork: CUDA in the server) that loads and warms
-it as a Ray actor does (placement/host.py), behind the same proxies, so the orchestrator, the endpoints and realtime
-sessions do not know the difference. What crosses its socket (channel.py) is plain data: clips and transcripts,
-prompts and text deltas, samples. What it is for: the stage's Python runs beside the event loop and the other stages'
-threads, not in turns with them on one interpreter lock (at 64 live sessions on one H200 the in-process ASR stage's
-first output waited ~740 ms on it; docs/benchmarks.md, session 22). ASR alone in its own process was no steady gain
-(sessions 30 and 32); every stage group in its own process, once a turn's camera frames crossed once (channel.py),
-served 32 sessions committing at once within 281 ms p95 against 372 in process on one H100 (session 40), and
-`aura_omni_duplex_32.yaml` ships so. A stage also loads beside the others and restarts without the server.
+Each named stage (or named group of stages: `[[asr, aura], qwen3_tts]`) runs in a fresh interpreter (`process_host.py`;
+never a fork: CUDA in the server) that loads and warms it as a Ray actor does (placement/host.py), behind the same
+proxies, so the orchestrator, the endpoints and realtime sessions do not know the difference. What crosses its socket
+(channel.py) is plain data: clips and transcripts, prompts and text deltas, samples. What it is for: the stage's Python
+runs beside the event loop and the other stages' threads, not in turns with them on one interpreter lock (at 64 live
+sessions on one H200 the in-process ASR stage's first output waited ~740 ms on it; docs/benchmarks.md, session 22). ASR
+alone in its own process was no steady gain (sessions 30 and 32); every stage group in its own process, once a turn's
+camera frames crossed once (channel.py), served 32 sessions committing at once within 281 ms p95 against 372 in process
+on one H100 (session 40), and `aura_omni_duplex_32.yaml` ships so. A stage also loads beside the others and restarts
+without the server.
 
 A process that dies (its GPU failed, or it was killed) fails its requests in flight with StageUnavailableError (503);
 /health shows the stage down while a new process loads and warms, and back up (`restarts` counted) once it reports.
@@ -21,6 +22,7 @@ A process that dies (its GPU failed, or it was killed) fails its requests in fli
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -32,7 +34,7 @@ import time
 from typing import Any, AsyncIterator, Callable
 
 from aura_omni import step_trace
-from aura_omni.deploy import CODE2WAV, DeployConfig
+from aura_omni.deploy import CODE2WAV, DeployConfig, Stage
 from aura_omni.placement import process_host, stage_pythonpath
 from aura_omni.placement.channel import Channel, FrameReader, encode, receive, request_id_of
 from aura_omni.placement.placed import PlacedStages, replica_set, stage_label
@@ -45,12 +47,13 @@ RESTART_DELAY_S = 2.0  # between a process's death and its successor's spawn, an
 
 
 class ProcessActor:
-    """One stage's process as placement/replicas.py calls it (`call`, `call_blocking`, `stream`, `tell`), restarted
-    whenever it dies until the placement closes. Its socket is served by the event loop that calls it first (the
-    server's; `attach`), so answers reach their callers without a thread in between (channel.py)."""
+    """One process of stages (one, or a `process_stages` group), restarted whenever it dies until the placement closes;
+    each stage's replica calls it through its `StageInProcess`. Its socket is served by the event loop that calls it
+    first (the server's; `attach`), so answers reach their callers without a thread in between (channel.py)."""
 
-    def __init__(self, label: str, args: tuple):
-        self.label = label
+    def __init__(self, labels: list[str], args: tuple):
+        self.labels = labels
+        self.label = "+".join(labels)
         self._args = args  # what process_host.main loads
         self._ids = itertools.count()
         self._pending: dict[int, asyncio.Future | asyncio.Queue] = {}
@@ -60,7 +63,7 @@ class ProcessActor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._channel: Channel | None = None  # None while no live process is served
         self._closing = False
-        self.on_stats: Callable[[dict], None] = lambda stats: None
+        self.on_stats: Callable[[dict], None] = lambda stats: None  # {label: that stage's StageHost.stats()}
         self.on_down: Callable[[], None] = lambda: None
 
     @property
@@ -81,8 +84,8 @@ class ProcessActor:
         self._starting = ours
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> dict:
-        """Blocking: the stage's `StageHost.info()` once the process has loaded and warmed it; RuntimeError saying
-        why not."""
+        """Blocking: {label: that stage's `StageHost.info()`} once the process has loaded and warmed its stages;
+        RuntimeError saying why not."""
         sock, frames, deadline = self._starting, FrameReader(), time.monotonic() + timeout_s
         first = None
         while first is None:
@@ -202,14 +205,14 @@ class ProcessActor:
         else:
             pending.set_exception(message[2])
 
-    def _submit(self, kind: str, method: str, args: tuple, pending) -> int:
+    def _submit(self, kind: str, label: str, method: str, args: tuple, pending) -> int:
         self.attach()
         if self._channel is None:
             raise ReplicaDied("its process is starting again")
         call_id = next(self._ids)
         self._pending[call_id] = pending
         try:
-            self._channel.send((kind, call_id, method, args))
+            self._channel.send((kind, call_id, label, method, args))
             if step_trace.enabled():  # (the stage's process records its arrival)
                 step_trace.record("sent", method, request_id_of(args))
         except BaseException:  # the arguments do not pickle (the caller's error), or the channel just closed
@@ -224,25 +227,25 @@ class ProcessActor:
             except BrokenPipeError:  # gone meanwhile: nothing left to cancel
                 pass
 
-    # ---- requests ---------------------------------------------------------------------------------------
-    async def call(self, method: str, *args) -> Any:
+    # ---- requests to the stage `label` -----------------------------------------------------------------
+    async def call(self, label: str, method: str, *args) -> Any:
         future = asyncio.get_running_loop().create_future()
-        call_id = self._submit("call", method, args, future)
+        call_id = self._submit("call", label, method, args, future)
         try:
             return await future
         except asyncio.CancelledError:
             self._cancel(call_id)
             raise
 
-    def call_blocking(self, method: str, *args) -> Any:
+    def call_blocking(self, label: str, method: str, *args) -> Any:
         """From a thread other than the loop's (a worker thread's cloned voice, offline use)."""
         if self._loop is None or self._loop.is_closed():
             raise RuntimeError(f"stage {self.label}: no event loop serves its process yet")
-        return asyncio.run_coroutine_threadsafe(self.call(method, *args), self._loop).result()
+        return asyncio.run_coroutine_threadsafe(self.call(label, method, *args), self._loop).result()
 
-    async def stream(self, method: str, *args) -> AsyncIterator[Any]:
+    async def stream(self, label: str, method: str, *args) -> AsyncIterator[Any]:
         queue: asyncio.Queue = asyncio.Queue()
-        call_id = self._submit("stream", method, args, queue)
+        call_id = self._submit("stream", label, method, args, queue)
         ended = False
         try:
             while True:
@@ -258,10 +261,37 @@ class ProcessActor:
             if not ended:  # the caller left: cancel it there (aborts the request in the stage loop)
                 self._cancel(call_id)
 
-    def tell(self, method: str, *args) -> None:
+    def tell(self, label: str, method: str, *args) -> None:
         self.attach()
         if self._channel is not None:
-            self._channel.send(("tell", method, args))
+            self._channel.send(("tell", label, method, args))
+
+
+class StageInProcess:
+    """One stage of a ProcessActor's process, as a replica's actor (placement/replicas.py: `call`, `call_blocking`,
+    `stream`, `tell`)."""
+
+    def __init__(self, process: ProcessActor, label: str):
+        self.process, self.label = process, label
+
+    async def call(self, method: str, *args) -> Any:
+        return await self.process.call(self.label, method, *args)
+
+    def call_blocking(self, method: str, *args) -> Any:
+        return self.process.call_blocking(self.label, method, *args)
+
+    def stream(self, method: str, *args) -> AsyncIterator[Any]:
+        return self.process.stream(self.label, method, *args)
+
+    def tell(self, method: str, *args) -> None:
+        self.process.tell(self.label, method, *args)
+
+
+def _note_stats(sets: dict[str, ReplicaSet], stats: dict | None) -> None:
+    """A process's stages' counters as it reported them ({label: stats}); None: the process is down."""
+    for label, replicas in sets.items():
+        if stats is None or label in stats:
+            replicas.note_stats(replicas.replicas[0], None if stats is None else stats[label])
 
 
 class ProcessPlacement(PlacedStages):
@@ -282,31 +312,38 @@ class ProcessPlacement(PlacedStages):
         for its own stages; None: everything before ready."""
         level = logging.getLogger().getEffectiveLevel()
         apart = [s for s in deploy.stages if deploy.role_of(s) != CODE2WAV and deploy.in_own_process(s)]
-        actors: dict[str, ProcessActor] = {}
+        groups: dict[object, list[Stage]] = {}  # a name's stages a process each, a list's one process together
         for stage in apart:
-            label = stage_label(deploy, stage, apart)
-            log.info("stage %d (%s): in a process of its own on %s", stage.stage_id, label, devices[stage.stage_id])
-            actors[label] = ProcessActor(label, (deploy, stage.stage_id, load, warm, warm_after_ready,
-                                                 devices[stage.stage_id], dtype, load_format, level))
+            j = deploy.process_group_of(stage)
+            groups.setdefault(j if isinstance(deploy.process_stages[j], list) else stage.stage_id, []).append(stage)
+        actors: list[ProcessActor] = []
+        for stages in groups.values():
+            labels = [stage_label(deploy, stage, apart) for stage in stages]
+            log.info("stages %s: in a process of their own on %s", ", ".join(labels),
+                     ", ".join(sorted({devices[s.stage_id] for s in stages})))
+            actors.append(ProcessActor(labels, (deploy, [(label, s.stage_id, devices[s.stage_id])
+                                                         for label, s in zip(labels, stages)],
+                                                load, warm, warm_after_ready, dtype, load_format, level)))
         t = time.perf_counter()
         try:
-            for actor in actors.values():
+            for actor in actors:
                 actor.spawn()
             if meanwhile is not None:
                 meanwhile()
-            infos = {label: [actor.wait_ready()] for label, actor in actors.items()}
+            infos = {label: [info] for actor in actors for label, info in actor.wait_ready().items()}
         except BaseException:
-            for actor in actors.values():
+            for actor in actors:
                 actor.close()
             raise
         log.info("stage processes ready in %.1f s: %s", time.perf_counter() - t,
                  ", ".join(f"{label} (pid {info[0]['pid']})" for label, info in infos.items()))
-        sets = {label: replica_set(label, [actor], infos[label]) for label, actor in actors.items()}
-        for label, actor in actors.items():
-            replicas = sets[label]
-            actor.on_stats = lambda stats, rs=replicas: rs.note_stats(rs.replicas[0], stats)
-            actor.on_down = lambda rs=replicas: rs.note_stats(rs.replicas[0], None)
-        return cls(deploy, sets, infos, list(actors.values()))
+        sets = {label: replica_set(label, [StageInProcess(actor, label)], infos[label])
+                for actor in actors for label in actor.labels}
+        for actor in actors:
+            mine = {label: sets[label] for label in actor.labels}
+            actor.on_stats = functools.partial(_note_stats, mine)
+            actor.on_down = functools.partial(_note_stats, mine, None)
+        return cls(deploy, sets, infos, actors)
 
     async def warm_up(self) -> dict[str, float]:
         """From now on the server's event loop serves the processes' sockets."""

@@ -2,9 +2,10 @@
 the Talker + Code2Wav each in a process of its own, served by the app's event loop. A realtime push-to-talk turn, a
 chat turn with its text streamed into the Talker, and a transcription cross them; a stage's own error keeps its type;
 leaving a stream frees its request in the process; a killed process fails its request with 503, shows on /health and
-comes back; a stage that cannot load stops the start; closing the server ends the processes.
+comes back; a stage that cannot load stops the start; closing the server ends the processes. A group of stages
+(`[[asr, aura], qwen3_tts]`) shares one process.
 
-No Ray needed. Three stage processes (about 40 s on 2 CPU cores)."""
+No Ray needed. Three stage processes (about 40 s on 2 CPU cores), then two."""
 
 from __future__ import annotations
 
@@ -220,3 +221,27 @@ def test_two_talker_stages_each_in_a_process_behind_one_talker_set(tiny_dir):
         assert steps > 0 and runtime.stage_stats()["talker:base/0"]["alive"]
     finally:
         runtime.close()
+
+
+def test_a_group_of_stages_shares_one_process(chat_customvoice_deploy):
+    """`process_stages: [[asr, aura], qwen3_tts]`: ASR and AURA in one process, the Talker in another; a realtime turn
+    crosses both."""
+    from fastapi.testclient import TestClient
+
+    data = yaml.safe_load(chat_customvoice_deploy.read_text())
+    data["process_stages"] = [[ASR, AURA], TALKER]
+    path = chat_customvoice_deploy.parent / "deploy_process_group.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    app = create_app(load_deploy_config(path), MODEL, "test-key")
+    with TestClient(app) as client:
+        placement = app.state.server.runtime.placement
+        assert sorted(actor.label for actor in placement.actors) == [f"{ASR}+{AURA}", TALKER]
+        pids = {label: infos[0]["pid"] for label, infos in placement.infos.items()}
+        assert pids[ASR] == pids[AURA] != pids[TALKER] and os.getpid() not in pids.values()
+        events = push_to_talk_turn(client, MODEL, AUTH, {"tts_max_new_tokens": FEW, "sampling_params_list": SPEAK},
+                                   [])
+        assert events[-1]["response"]["status"] == "completed", events[-1]
+        assert any(e["type"] == "response.audio.delta" for e in events)
+        stages = wait_until(lambda: (h := client.get("/health").json()["stages"]) and
+                            all(s.get("steps") for s in h.values()) and h, 10, "every stage's counters")
+        assert sorted(stages) == ["asr/0", "aura/0", "code2wav/0", "talker/0"]

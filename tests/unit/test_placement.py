@@ -175,13 +175,26 @@ def test_process_stages_in_the_deploy_file():
         parse_deploy_config(deploy(process_stages=["qwen3_tts"], distributed_executor_backend="ray"))
 
 
-def test_a_stage_process_warms_the_rest_after_ready_with_its_own_stage_and_serves_on_if_that_fails(caplog):
+def test_process_stages_groups_share_one_process():
+    cfg = parse_deploy_config(deploy(process_stages=[["qwen3_tts"]]))
+    assert cfg.process_group_of(cfg.stages[0]) == cfg.process_group_of(cfg.stages[1]) == 0
+    assert parse_deploy_config(deploy()).process_group_of(cfg.stages[0]) is None
+    with pytest.raises(DeployConfigError, match=r"process_stages\[0\]\[1\]: code2wav runs in its Talker's process"):
+        parse_deploy_config(deploy(process_stages=[["qwen3_tts", "code2wav"]]))
+    with pytest.raises(DeployConfigError, match=r"process_stages\[1\]: qwen3_tts is named twice"):
+        parse_deploy_config(deploy(process_stages=[["qwen3_tts"], "qwen3_tts"]))
+    with pytest.raises(DeployConfigError, match=r"process_stages\[0\]: an empty group"):
+        parse_deploy_config(deploy(process_stages=[[]]))
+
+
+def test_a_stage_process_warms_the_rest_after_ready_with_its_own_stages_and_serves_on_if_that_fails(caplog):
     import asyncio
     import types
 
     from aura_omni.placement.process_host import _Server
 
     host = types.SimpleNamespace(role="qwen3_tts", model=object(), busy=lambda: False)
+    other = types.SimpleNamespace(role="asr", model=object(), busy=lambda: True)
     calls = []
 
     async def rest(models, busy):
@@ -189,9 +202,9 @@ def test_a_stage_process_warms_the_rest_after_ready_with_its_own_stage_and_serve
         if len(calls) == 2:
             raise RuntimeError("a capture failed")
 
-    server = _Server(host)
+    server = _Server({"qwen3_tts": host, "asr": other})  # a group's process: its stages warm together
     asyncio.run(server._warm_after_ready(rest, freeze=False))
-    assert calls == [({"qwen3_tts": host.model}, host.busy)]
+    assert calls == [({"qwen3_tts": host.model, "asr": other.model}, server._busy)] and server._busy()
     asyncio.run(server._warm_after_ready(rest, freeze=False))  # logged; the process serves on
     assert "the warm start after ready failed" in caplog.text
     asyncio.run(server._warm_after_ready(None, freeze=False))  # warmed whole before ready: nothing left
