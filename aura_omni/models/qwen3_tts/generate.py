@@ -39,6 +39,8 @@ class TalkerInput:
     # <tts_text_eod> row last; `text_taken` of its ids are already in the prompt and `trailing_embeds`
     text: TextFeed | None = None
     text_taken: int = 0
+    # `trailing_embeds` as one [H] view per row, when the batch that made it split them already (`talker_inputs`)
+    trailing_rows: tuple[torch.Tensor, ...] | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -59,8 +61,8 @@ def talker_inputs(talker: Talker, plans: list[TalkerPlan]) -> list[TalkerInput]:
     """The plans' TalkerInputs, their embeddings made together (on the current stream)."""
     embedded = embed_prompts(talker, [p.prompt for p in plans], [p.xvector for p in plans],
                              [p.ref_codes for p in plans])
-    return [TalkerInput(embeds, trailing, p.sampling, seed=p.seed, text=p.text, text_taken=p.text_taken)
-            for p, (embeds, trailing) in zip(plans, embedded)]
+    return [TalkerInput(embeds, trailing, p.sampling, seed=p.seed, text=p.text, text_taken=p.text_taken,
+                        trailing_rows=rows) for p, (embeds, trailing, rows) in zip(plans, embedded)]
 
 
 @dataclass
@@ -70,23 +72,25 @@ class TalkerRequestState:
     request: TalkerInput
     key: int  # 32-bit sampling key (from the seed, or random)
     slot: int | None = None  # row of the frame decoder's tables while the request lives
-    trailing: torch.Tensor | None = None  # the trailing text rows known so far (grows with a streamed text)
-    text_taken: int = 0  # ids of the request's TextFeed already in the prompt or `trailing`
+    # the trailing text rows known so far, one [H] view each (grows with a streamed text): a step stacks its rows' in
+    # one torch call, where indexing a tensor per row took one each (each lets the interpreter lock go)
+    rows: list[torch.Tensor] = field(default_factory=list)
+    text_taken: int = 0  # ids of the request's TextFeed already in the prompt or `rows`
     text_done: bool = True  # every trailing row is known (<tts_pad> after them)
 
     def __post_init__(self):
-        self.trailing = self.request.trailing_embeds
+        given = self.request.trailing_rows
+        self.rows = list(given if given is not None else self.request.trailing_embeds.unbind(0))
         self.text_taken = self.request.text_taken
         self.text_done = self.request.text is None
 
     def text_row(self, frame: int, pad: torch.Tensor) -> torch.Tensor:
         """Trailing text embedding added to frame `frame`'s codec embedding (<tts_pad> once exhausted)."""
-        trailing = self.trailing
-        return trailing[frame] if frame < trailing.shape[0] else pad
+        return self.rows[frame] if frame < len(self.rows) else pad
 
     def text_known(self, frame: int) -> bool:
         """Whether frame `frame`'s text row is known; a streamed text may not have reached it yet."""
-        return self.text_done or frame < self.trailing.shape[0]
+        return self.text_done or frame < len(self.rows)
 
 
 def take_texts(states: list[TalkerRequestState], embed_text, eos_id: int) -> None:
@@ -105,10 +109,13 @@ def take_texts(states: list[TalkerRequestState], embed_text, eos_id: int) -> Non
             taking.append(state)
     if not taking:
         return
-    device = taking[0].trailing.device
-    rows = embed_text(upload_async(torch.tensor([i for new in news for i in new], dtype=torch.long), device))
-    for state, part in zip(taking, rows.split([len(new) for new in news])):
-        state.trailing = torch.cat([state.trailing, part.to(state.trailing.dtype)])
+    trailing = taking[0].request.trailing_embeds
+    rows = embed_text(upload_async(torch.tensor([i for new in news for i in new], dtype=torch.long), trailing.device))
+    rows = rows.to(trailing.dtype).unbind(0)
+    offset = 0
+    for state, new in zip(taking, news):
+        state.rows.extend(rows[offset:offset + len(new)])
+        offset += len(new)
 
 
 class TalkerSequence(Protocol):

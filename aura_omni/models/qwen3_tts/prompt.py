@@ -11,6 +11,7 @@ Templates (qwen-tts wrapper): target "<|im_start|>assistant\\n{text}<|im_end|>\\
 ICL reference "<|im_start|>assistant\\n{ref_text}<|im_end|>\\n" -> ids[3:-2].
 """
 
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -140,9 +141,9 @@ def plan_prompt(
 
 @torch.no_grad()
 def embed_prompts(talker, prompts: list[TalkerPrompt], xvectors: list[torch.Tensor | None] | None = None,
-                  ref_codes: list[torch.Tensor | None] | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """-> per prompt (inputs_embeds [L, H], trailing text embeddings [Q, H]) on the talker's device and dtype:
-    views of one buffer each. Every prompt taken between two Talker steps is embedded in one pass: one upload of
+                  ref_codes: list[torch.Tensor | None] | None = None) -> list[tuple[torch.Tensor, torch.Tensor, tuple]]:
+    """-> per prompt (inputs_embeds [L, H], trailing text embeddings [Q, H], those Q rows as [H] views) on the talker's
+    device and dtype: views of one buffer each. Every prompt taken between two Talker steps is embedded in one pass: one upload of
     every id and row index, one pass of each embedding over all of them, four `index_add_`s, whatever the number of
     prompts (a burst of 32 would otherwise make ~20 launches and uploads each on the loop's thread).
     `xvectors[i]` ([H], host) and `ref_codes[i]` ([F, 16] long, host) serve prompt i's XVECTOR and RefFrame rows."""
@@ -195,4 +196,7 @@ def embed_prompts(talker, prompts: list[TalkerPrompt], xvectors: list[torch.Tens
     if frames:
         out.index_add_(0, frame_at_d, talker.embed_frame(upload_async(torch.stack(frames), device)).to(dtype))
     trailing = texts[len(text_ids):]  # [0, H] for an open text with nothing trailing yet
-    return list(zip(out.split(lengths), trailing.split(trailing_lengths)))
+    rows = trailing.unbind(0)  # one [H] view per row, for every prompt in one call (a step stacks its rows' views)
+    starts = list(itertools.accumulate(trailing_lengths, initial=0))
+    return [(embeds, part, rows[a:b]) for embeds, part, a, b in
+            zip(out.split(lengths), trailing.split(trailing_lengths), starts, starts[1:])]
