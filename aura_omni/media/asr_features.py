@@ -91,4 +91,5 @@ def log_mel_spectrograms(clips: list[np.ndarray], device: torch.device | str = "
     valid = torch.arange(longest, device=device) < counts[:, None]
     peak = log_spec.masked_fill(~valid[:, None, :], float("-inf")).amax(dim=(1, 2))  # each clip's own maximum
     log_spec = (torch.maximum(log_spec, (peak - DYNAMIC_RANGE)[:, None, None]) + 4.0) / 4.0
-    return [log_spec[i, :, :n] for i, n in enumerate(frames)]
+    # each clip's features in one call for all (indexing a clip: a torch call each), cut where shorter than the longest
+    return [clip if n == longest else clip[:, :n] for clip, n in zip(log_spec.unbind(0), frames)]

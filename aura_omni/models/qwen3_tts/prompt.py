@@ -141,11 +141,12 @@ def plan_prompt(
 
 @torch.no_grad()
 def embed_prompts(talker, prompts: list[TalkerPrompt], xvectors: list[torch.Tensor | None] | None = None,
-                  ref_codes: list[torch.Tensor | None] | None = None) -> list[tuple[torch.Tensor, torch.Tensor, tuple]]:
+                  ref_codes: list[torch.Tensor | None] | None = None) -> list[tuple[torch.Tensor, torch.Tensor,
+                                                                                    tuple[torch.Tensor, ...]]]:
     """-> per prompt (inputs_embeds [L, H], trailing text embeddings [Q, H], those Q rows as [H] views) on the talker's
-    device and dtype: views of one buffer each. Every prompt taken between two Talker steps is embedded in one pass: one upload of
-    every id and row index, one pass of each embedding over all of them, four `index_add_`s, whatever the number of
-    prompts (a burst of 32 would otherwise make ~20 launches and uploads each on the loop's thread).
+    device and dtype: views of one buffer each. Every prompt taken between two Talker steps is embedded in one pass:
+    one upload of every id and row index, one pass of each embedding over all of them, four `index_add_`s, whatever
+    the number of prompts (a burst of 32 would otherwise make ~20 launches and uploads each on the loop's thread).
     `xvectors[i]` ([H], host) and `ref_codes[i]` ([F, 16] long, host) serve prompt i's XVECTOR and RefFrame rows."""
     weight = talker.model.codec_embedding.weight
     device, dtype, hidden = weight.device, weight.dtype, weight.shape[1]
