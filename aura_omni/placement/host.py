@@ -57,11 +57,12 @@ class StageHost:
     pipeline/runtime.py (`load_stage`, `warm_models`): the same code that loads and warms the stage in process."""
 
     def __init__(self, deploy, stage_id: int, load: Callable, warm: Callable, device: str, dtype: str | None,
-                 load_format: str | None, all_graphs: bool = True):
+                 load_format: str | None, all_graphs: bool = True, model: Any = None):
+        """`model`: the stage loaded already (a process of several stages loads them side by side first)."""
         stage = next(s for s in deploy.stages if s.stage_id == stage_id)
         self.role = deploy.role_of(stage)
         self.device = device
-        self.model = load(deploy, stage, device, dtype, load_format)
+        self.model = model if model is not None else load(deploy, stage, device, dtype, load_format)
         self.started = uuid.uuid4().hex  # differs after every restart
         t = time.perf_counter()
         run_in_thread(warm({self.role: self.model}, deploy, all_graphs=all_graphs))

@@ -1,5 +1,6 @@
 """The body of a process of stages (`process_stages`; the server's side: `process_stages.py`): a StageHost per stage
-(the same one a Ray actor runs; a group's loaded one after another) served over a socket to the server (channel.py).
+(the same one a Ray actor runs; a group's loaded side by side, then warmed in turn) served over a socket to the server
+(channel.py).
 
     server -> here   (deploy, [(label, stage_id, device)], load, warm, warm_after_ready, dtype, load_format, log_level)
                                                            first: what to load
@@ -28,10 +29,12 @@ import pickle
 import signal
 import socket
 import sys
-from typing import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 from aura_omni import step_trace
 from aura_omni.placement.channel import Channel, FrameReader, encode, receive, request_id_of
+from aura_omni.layers.measure_gate import MeasureGate
 from aura_omni.placement.host import StageHost
 
 log = logging.getLogger(__name__)
@@ -52,11 +55,11 @@ def main() -> None:
     ids = ",".join(str(stage_id) for _, stage_id, _ in stages)
     logging.basicConfig(level=log_level, format=f"%(asctime)s %(levelname)s %(name)s[stage {ids}]: %(message)s")
     sys.setswitchinterval(deploy.gil_switch_interval_ms / 1000)  # as the server's (server/gil.py)
-    hosts: dict[str, StageHost] = {}
     try:
-        for label, stage_id, device in stages:
-            hosts[label] = StageHost(deploy, stage_id, load, warm, device, dtype, load_format,
-                                     all_graphs=warm_after_ready is None)
+        models = _load(deploy, stages, load, dtype, load_format)
+        hosts = {label: StageHost(deploy, stage_id, load, warm, device, dtype, load_format,
+                                  all_graphs=warm_after_ready is None, model=models[label])
+                 for label, stage_id, device in stages}  # each warmed in turn
     except BaseException as e:  # noqa: BLE001 - the server says why it cannot start
         log.exception("stage %s failed to load", ids)
         sock.sendall(encode(("failed", f"{type(e).__name__}: {e}")))
@@ -68,6 +71,27 @@ def main() -> None:
     sock.sendall(encode(("ready", {label: host.info() for label, host in hosts.items()})))
     asyncio.run(_Server(hosts).serve(sock, frames, warm_after_ready, freeze))
     os._exit(0)  # the stage loops' threads are daemons of a process with nothing left to do
+
+
+def _load(deploy, stages: list[tuple[str, int, str]], load: Callable, dtype: str | None,
+          load_format: str | None) -> dict[str, Any]:
+    """The process's stages by label, loaded on a thread each as the server loads its own (pipeline/runtime.py
+    `load_stages`: weights, compiles and captures overlap; the device measurements that size each KV cache take turns,
+    layers/measure_gate.py); one after another without `parallel_load`."""
+    def one(stage_id: int, device: str) -> Any:
+        return load(deploy, next(s for s in deploy.stages if s.stage_id == stage_id), device, dtype, load_format)
+
+    if not deploy.parallel_load or len(stages) < 2:
+        return {label: one(stage_id, device) for label, stage_id, device in stages}
+    gate = MeasureGate()
+
+    def member(stage_id: int, device: str) -> Any:
+        with gate.loading():
+            return one(stage_id, device)
+
+    with ThreadPoolExecutor(len(stages), thread_name_prefix="stage-load") as pool:
+        futures = {label: pool.submit(member, stage_id, device) for label, stage_id, device in stages}
+    return {label: future.result() for label, future in futures.items()}  # (a failure: the process ends)
 
 
 class _Server:
