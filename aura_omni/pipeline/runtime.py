@@ -8,17 +8,17 @@ Endpoints ask `require(role)`; a role the deployment lacks answers a clear 400.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
 from ..deploy import ASR, AURA, CODE2WAV, TALKER, DeployConfig, DeployConfigError, Stage
-from ..layers.measure_gate import MeasureGate
+from ..layers.measure_gate import side_by_side
 from ..stages.asr.service import load_asr_stage
 from ..stages.aura.stage import load_aura_stage
 from ..stages.supervision import Supervisor
@@ -306,15 +306,8 @@ def load_stages(deploy: DeployConfig, stages: list[Stage], device: str | None, d
             _close_all(loaded)
             raise
         return loaded
-    gate = MeasureGate()
-
-    def member(stage: Stage) -> Any:
-        with gate.loading():
-            return one(stage)
-
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(len(stages), thread_name_prefix="stage-load") as pool:
-        futures = [pool.submit(member, stage) for stage in stages]
+    futures = side_by_side([functools.partial(one, stage) for stage in stages])
     errors = [f.exception() for f in futures if f.exception() is not None]
     if errors:
         _close_all([f.result() for f in futures if f.exception() is None])

@@ -21,6 +21,7 @@ stages stop, after its drain) and ends when the server closes the socket, or die
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import inspect
 import logging
@@ -29,12 +30,11 @@ import pickle
 import signal
 import socket
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from aura_omni import step_trace
 from aura_omni.placement.channel import Channel, FrameReader, encode, receive, request_id_of
-from aura_omni.layers.measure_gate import MeasureGate
+from aura_omni.layers.measure_gate import side_by_side
 from aura_omni.placement.host import StageHost
 
 log = logging.getLogger(__name__)
@@ -83,15 +83,8 @@ def _load(deploy, stages: list[tuple[str, int, str]], load: Callable, dtype: str
 
     if not deploy.parallel_load or len(stages) < 2:
         return {label: one(stage_id, device) for label, stage_id, device in stages}
-    gate = MeasureGate()
-
-    def member(stage_id: int, device: str) -> Any:
-        with gate.loading():
-            return one(stage_id, device)
-
-    with ThreadPoolExecutor(len(stages), thread_name_prefix="stage-load") as pool:
-        futures = {label: pool.submit(member, stage_id, device) for label, stage_id, device in stages}
-    return {label: future.result() for label, future in futures.items()}  # (a failure: the process ends)
+    futures = side_by_side([functools.partial(one, stage_id, device) for _, stage_id, device in stages])
+    return {label: future.result() for (label, _, _), future in zip(stages, futures)}  # (a failure: the process ends)
 
 
 class _Server:
