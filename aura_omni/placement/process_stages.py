@@ -287,6 +287,16 @@ class StageInProcess:
         self.process.tell(self.label, method, *args)
 
 
+def process_groups(deploy: DeployConfig, apart: list[Stage]) -> list[list[Stage]]:
+    """The stages of each process: a name's stages a process each, a list's one process together."""
+    groups: dict[tuple[str, int], list[Stage]] = {}
+    for stage in apart:
+        j = deploy.process_group_of(stage)
+        key = ("group", j) if isinstance(deploy.process_stages[j], list) else ("stage", stage.stage_id)
+        groups.setdefault(key, []).append(stage)
+    return list(groups.values())
+
+
 def _note_stats(sets: dict[str, ReplicaSet], stats: dict | None) -> None:
     """A process's stages' counters as it reported them ({label: stats}); None: the process is down."""
     for label, replicas in sets.items():
@@ -312,12 +322,8 @@ class ProcessPlacement(PlacedStages):
         for its own stages; None: everything before ready."""
         level = logging.getLogger().getEffectiveLevel()
         apart = [s for s in deploy.stages if deploy.role_of(s) != CODE2WAV and deploy.in_own_process(s)]
-        groups: dict[object, list[Stage]] = {}  # a name's stages a process each, a list's one process together
-        for stage in apart:
-            j = deploy.process_group_of(stage)
-            groups.setdefault(j if isinstance(deploy.process_stages[j], list) else stage.stage_id, []).append(stage)
         actors: list[ProcessActor] = []
-        for stages in groups.values():
+        for stages in process_groups(deploy, apart):
             labels = [stage_label(deploy, stage, apart) for stage in stages]
             log.info("stages %s: in a process of their own on %s", ", ".join(labels),
                      ", ".join(sorted({devices[s.stage_id] for s in stages})))

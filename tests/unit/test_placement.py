@@ -187,6 +187,17 @@ def test_process_stages_groups_share_one_process():
         parse_deploy_config(deploy(process_stages=[[]]))
 
 
+def test_a_group_and_a_lone_stage_get_a_process_each_whatever_their_numbers():
+    from aura_omni.placement.process_stages import process_groups
+
+    stages = [{"stage_id": i, "model": "m", "devices": "cpu", "model_stage": role}
+              for i, role in enumerate(["asr", "aura", "qwen3_tts", "code2wav"])]
+    cfg = parse_deploy_config({"pipeline": "aura_omni", "stages": stages, "process_stages": [["aura"], "asr"]})
+    apart = [s for s in cfg.stages if cfg.role_of(s) != "code2wav" and cfg.in_own_process(s)]
+    # the group is entry 0 and ASR is stage 0: still two processes
+    assert [[s.stage_id for s in group] for group in process_groups(cfg, apart)] == [[0], [1]]
+
+
 def test_a_stage_process_warms_the_rest_after_ready_with_its_own_stages_and_serves_on_if_that_fails(caplog):
     import asyncio
     import types
