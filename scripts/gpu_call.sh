@@ -38,6 +38,12 @@ show() {  # show FILE: a server part's lines worth reading at once (its tables' 
   grep -E -e "ready after|GPU memory used|^\| [0-9]+ \||transcript p50|turn phases|stages, mean|stage loops|every seat" \
     -e "GPU allocator|event loop lag" "$1"
 }
+leftovers() {  # leftovers PART: the part's server log kept (its stage processes' lines too), and a server its time
+  # limit cut off stopped with its stage processes, which would hold the port and the GPU's memory
+  [ -f /tmp/aura_gpu_logs/serve_aura.log ] && gzip -c /tmp/aura_gpu_logs/serve_aura.log > "$OUT/${1}_serve.log.gz"
+  pkill -f "aura_omni.cli serve" && sleep 3
+  pkill -9 -f "aura_omni.placement.process_host"
+}
 for part in ${*:-startup test profile}; do
   case $part in
     startup) (LOAD_AB=1 PASSES=1 timeout 200 bash scripts/gpu_startup.sh aura_omni_duplex_32 > "$OUT/startup_stdout.txt" 2>&1)
@@ -58,9 +64,10 @@ for part in ${*:-startup test profile}; do
             talker32) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 32" ;;
             c2w16) bench=cap32_edit; edit="d['stages'][3]['dtype'] = 'float16'" ;;
           esac
-          CAP_SIZES=${CAP_SIZES:-32} CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout 250 \
+          CAP_SIZES=${CAP_SIZES:-32} CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout ${PART_S:-250} \
             bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1
-          show "$OUT/$part.txt" ;;
+          show "$OUT/$part.txt"
+          leftovers $part ;;
     asr_alone) PYTHONPATH=/tmp/site:$PWD XDG_CACHE_HOME=/tmp/xdg timeout 150 python3 benchmarks/asr_throughput.py \
             --model Qwen/Qwen3-ASR-1.7B --load-format dummy --concurrency 1 6 --clips 48 --min-seconds 3 \
             --max-seconds 3 --new-tokens 12 --profile 6 > "$OUT/asr_alone.txt" 2>&1

@@ -132,7 +132,8 @@ serve() {  # serve DEPLOY NAME: start a server, wait for /health, register the `
   SERVER=$!
   wait_ready || { tail -n 30 "$SERVER_LOG" | tee -a "$OUT/serve_tails.txt"; return 1; }
   echo "=== $2 ready after $((SECONDS - t0)) s" | tee -a "$OUT/summary.md"
-  [ "${WAIT_WARM:-1}" = 1 ] && warm_done && echo "=== $2 warm (background captures done) after $((SECONDS - t0)) s"
+  [ "${WAIT_WARM:-1}" = 1 ] && { warm_done && echo "=== $2 warm (background captures done) after $((SECONDS - t0)) s" \
+    || echo "=== $2 still warming after $((SECONDS - t0)) s: $(python3 -c "import httpx; print(httpx.get('$URL/health', timeout=5).text)" 2>&1)"; } | tee -a "$OUT/summary.md"
   echo "=== $2 GPU memory used / total (MiB): $(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader 2>/dev/null)" \
     | tee -a "$OUT/summary.md"
   python3 -c "import httpx, sys; r = httpx.post('$URL/v1/audio/voices', data={'name': 'bench'}, files={'audio_sample': open('/tmp/ref.wav', 'rb')}, timeout=60); print('voice', r.status_code)"
@@ -156,16 +157,18 @@ for _ in range(1200):
 sys.exit(1)
 EOF
 }
-warm_done() {  # until /health lists nothing warming (the graphs captured after ready)
-  python3 - "$URL" <<'EOF'
+warm_done() {  # until /health lists nothing warming (the graphs captured after ready); fails after WARM_MAX_S
+  python3 - "$URL" "${WARM_MAX_S:-300}" <<'EOF'
 import sys, time, httpx
-for _ in range(600):
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
     try:
         if not httpx.get(sys.argv[1] + "/health", timeout=2).json().get("warming"):
-            break
+            sys.exit(0)
     except (httpx.HTTPError, ValueError):
         pass
     time.sleep(0.5)
+sys.exit(1)
 EOF
 }
 stop() {  # the server down; its log's errors and last lines kept in serve_tails.txt, with its GPU memory figures

@@ -234,6 +234,11 @@ class Runtime:
             loop.serving()  # a slow step from now on is a stall to explain
         return took
 
+    def serve_here(self) -> None:
+        """On the server's event loop as it starts serving: the stages placed apart report to it from now on."""
+        if self.placement is not None:
+            self.placement.serve_here()
+
     async def warm_after_ready(self) -> None:
         """What the warm start left for after the server is ready: AURA's grammar machinery, then the Code2Wav graphs
         of batches of several streams and the ASR encoder's of several clips (`/health` and `/metrics` show

@@ -53,6 +53,9 @@ class PlacedStages:
         took."""
         return {f"{label}/{i}": info["warm_s"] for label, infos in self.infos.items() for i, info in enumerate(infos)}
 
+    def serve_here(self) -> None:
+        """Called on the server's event loop as it starts serving (stage processes: their sockets are read there)."""
+
     def stage_stats(self) -> dict[str, dict]:
         """Per replica and loop (`talker/1`), as last reported."""
         out: dict[str, dict] = {}

@@ -110,7 +110,8 @@ class ProcessActor:
         return value
 
     def attach(self) -> None:
-        """Serve the socket from the running event loop (the first call's, or the server's warm-up)."""
+        """Serve the socket from the running event loop (the server's, from its start: `ProcessPlacement.serve_here`;
+        or the first call's)."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             if self._loop is not None and not self._loop.is_closed():
@@ -351,11 +352,11 @@ class ProcessPlacement(PlacedStages):
             actor.on_down = functools.partial(_note_stats, mine, None)
         return cls(deploy, sets, infos, actors)
 
-    async def warm_up(self) -> dict[str, float]:
-        """From now on the server's event loop serves the processes' sockets."""
+    def serve_here(self) -> None:
+        """From now on the running event loop (the server's) serves the processes' sockets: their answers, and their
+        counters (/health, /metrics, `Runtime.busy`), which nobody reads until a loop serves them."""
         for actor in self.actors:
             actor.attach()
-        return await super().warm_up()
 
     def close(self) -> None:
         for actor in self.actors:

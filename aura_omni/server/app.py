@@ -84,6 +84,7 @@ def create_app(deploy_config: DeployConfig, served_model_name: str | list[str] |
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
+        runtime.serve_here()  # (the warm-up ran on a loop of its own, gone now)
         after_ready = asyncio.create_task(warm_after_ready())
         heap_trim.TRIMMER.start(deploy_config.heap_trim_interval_s)
         state.metrics.loop_lag.start()

@@ -79,6 +79,25 @@ def test_named_stages_run_in_their_own_processes_and_health_lists_them(served):
     assert 'aura_omni:stage_up{stage="talker/0"} 1.0' in metrics
 
 
+def test_every_process_reports_its_counters_before_a_request_reaches_it(served):
+    """(First to use the server: no request has reached the processes.) The warm-up ran on an event loop of its own;
+    the server's must read the processes' reports from its start, or /health's `warming` and the counters admission
+    reads stay as they were at ready until a request happens to reach each process."""
+    _, runtime, _ = served
+    reports = {actor.label: 0 for actor in runtime.placement.actors}
+    noted = {}
+    for actor in runtime.placement.actors:
+        def count(stats, actor=actor, note=actor.on_stats):
+            reports[actor.label] += 1
+            note(stats)
+        noted[actor], actor.on_stats = actor.on_stats, count
+    try:
+        wait_until(lambda: min(reports.values()) >= 2, 10, "every process's counters to come, twice")
+    finally:
+        for actor, note in noted.items():
+            actor.on_stats = note
+
+
 def test_a_realtime_turn_crosses_the_processes(served):
     client, runtime, _ = served
     before = {name: runtime.stage_stats()[name].get("steps", 0) for name in ("asr/0", "aura/0", "talker/0")}
