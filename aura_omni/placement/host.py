@@ -56,9 +56,10 @@ class StageHost:
     """`load(deploy, stage, device, dtype, load_format)` and `warm({role: model}, deploy, all_graphs)` come from
     pipeline/runtime.py (`load_stage`, `warm_models`): the same code that loads and warms the stage in process."""
 
-    def __init__(self, deploy, stage_id: int, load: Callable, warm: Callable, device: str, dtype: str | None,
+    def __init__(self, deploy, stage_id: int, load: Callable | None, warm: Callable, device: str, dtype: str | None,
                  load_format: str | None, all_graphs: bool = True, model: Any = None):
-        """`model`: the stage loaded already (a process of several stages loads them side by side first)."""
+        """`model`: the stage loaded already (a stage process loads its stages side by side first), else `load` loads
+        it."""
         stage = next(s for s in deploy.stages if s.stage_id == stage_id)
         self.role = deploy.role_of(stage)
         self.device = device

@@ -57,7 +57,7 @@ def main() -> None:
     sys.setswitchinterval(deploy.gil_switch_interval_ms / 1000)  # as the server's (server/gil.py)
     try:
         models = _load(deploy, stages, load, dtype, load_format)
-        hosts = {label: StageHost(deploy, stage_id, load, warm, device, dtype, load_format,
+        hosts = {label: StageHost(deploy, stage_id, None, warm, device, dtype, load_format,
                                   all_graphs=warm_after_ready is None, model=models[label])
                  for label, stage_id, device in stages}  # each warmed in turn
     except BaseException as e:  # noqa: BLE001 - the server says why it cannot start
