@@ -239,7 +239,10 @@ def summarize(results: list[RequestResult], duration: float, concurrency: int | 
     }
 
 
-UNDERRUN_POSITIONS = (0.25, 0.5, 1.0, 2.0, 4.0)  # seconds of audio already received
+# seconds of audio already received: between the ends of the shipped window schedule's windows (1, 2, 4, 8, 16, 25
+# frames of 80 ms end at 0.08, 0.24, 0.56, 1.2, 2.48, 4.48 s), so each row names the window that came late (the
+# first row: the second window)
+UNDERRUN_POSITIONS = (0.1, 0.3, 0.6, 1.25, 2.5, 4.5)
 
 
 def underruns_by_position(results: list[RequestResult]) -> list[dict]:

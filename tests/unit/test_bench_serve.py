@@ -177,7 +177,7 @@ def test_a_late_realtime_chunk_counts_as_an_underrun():
     _, report = realtime_run("slow", "--num-prompts", "1")
     assert report["runs"][0]["underruns"] == 1 and report["runs"][0]["requests_with_underruns"] == 1
     (where,) = report["runs"][0]["underruns_by_position"]  # after the stream's first 0.2 s, ~0.1 s of silence
-    assert where["audio_before_s"] == [0.0, 0.25] and where["n"] == 1 and 50 < where["max_gap_ms"] < 300
+    assert where["audio_before_s"] == [0.1, 0.3] and where["n"] == 1 and 50 < where["max_gap_ms"] < 300
 
 
 def test_realtime_errors_are_counted_with_their_message():
