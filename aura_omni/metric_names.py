@@ -45,6 +45,12 @@ HEAP_IN_USE = PREFIX + "heap_in_use_bytes"  # gauge, with glibc
 PYTHON_BLOCKS = PREFIX + "python_allocated_blocks"  # gauge
 HEAP_TRIM = PREFIX + "heap_trim_seconds"  # histogram
 HEAP_TRIM_RELEASED = PREFIX + "heap_trim_released_bytes"  # counter
+# a stage process's (`process_stages`), label `process` (its stages: `qwen3_tts`, `asr+aura`)
+STAGE_PROCESS_RESIDENT_MEMORY = PREFIX + "stage_process_resident_memory_bytes"  # gauge
+STAGE_PROCESS_HEAP_IN_USE = PREFIX + "stage_process_heap_in_use_bytes"  # gauge, with glibc
+STAGE_PROCESS_HEAP_TRIM_RELEASED = PREFIX + "stage_process_heap_trim_released_bytes"  # counter
+STAGE_PROCESS_GPU_MEMORY_ALLOCATED = PREFIX + "stage_process_gpu_memory_allocated_bytes"  # gauge, labels + `device`
+STAGE_PROCESS_GPU_MEMORY_RESERVED = PREFIX + "stage_process_gpu_memory_reserved_bytes"  # gauge, labels + `device`
 
 # requests, turns and sessions (label `endpoint` unless noted)
 REQUESTS = PREFIX + "requests"  # counter, labels `endpoint`, `status`

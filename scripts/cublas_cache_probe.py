@@ -4,7 +4,7 @@
 
 Runs bf16 matmuls of `--shapes` distinct row counts (a prefill's packed token count, never the same twice) against
 three weight shapes, in a child process per setting of `CUBLASLT_HEURISTICS_CACHE_CAPACITY`, and prints the C heap's
-bytes in use (server/heap_trim.py) before and after, and the step's time for new shapes."""
+bytes in use (stages/heap_trim.py) before and after, and the step's time for new shapes."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from aura_omni.server.heap_trim import heap_in_use_bytes  # noqa: E402
+from aura_omni.stages.heap_trim import heap_in_use_bytes  # noqa: E402
 
 
 def heap_mb() -> float:

@@ -21,7 +21,8 @@ due counts as an unexpected error, by kind. Every `--sample-s` seconds it reads 
 (`/proc/<--server-pid>/status`: VmRSS, and of it anonymous, file-backed and shared pages; else `/metrics`
 aura_omni:resident_memory_bytes), GPU memory in use (`nvidia-smi`, when there is one), from `/metrics` the C heap's
 bytes in use, the interpreter's memory blocks and torch's pinned host memory (parts of the RSS) and what the C heap's
-trims gave back, and `/health` (a 503 is an error). It prints one line per minute (jobs, errors, latency p50/p95/p99 by
+trims gave back, each stage process's resident memory (a process deploy, `process_stages`: judged flat or not as the
+server's is, `stage_processes_rss_flat`), and `/health` (a 503 is an error). It prints one line per minute (jobs, errors, latency p50/p95/p99 by
 kind, each stage's requests in flight and busy seconds), under it that minute's turn phases and stage waits from
 `/metrics` (aura_omni/bench/breakdown.py), and at the end a JSON report (`--report`).
 
@@ -302,7 +303,7 @@ class Soak:
     async def memory_metrics(self) -> dict:
         """From one read of /metrics, in MB: the resident memory (when the server is not local), what of it the C
         heap has handed out, what is torch's pinned host memory (never trimmed), and what the C heap's trims gave
-        back so far (server/heap_trim.py)."""
+        back so far (stages/heap_trim.py)."""
         try:
             text = (await self.client.get("/metrics", timeout=10)).text
         except Exception:  # noqa: BLE001 - a sample without them
@@ -315,6 +316,9 @@ class Soak:
             m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
             if m:
                 row[key] = int(float(m.group(1))) if key == "py_blocks" else round(float(m.group(1)) / 2**20, 1)
+        stages = re.findall(r'^aura_omni:stage_process_resident_memory_bytes\{process="([^"]+)"\} ([0-9.e+]+)$', text, re.M)
+        if stages:  # a process deploy (`process_stages`): each stage process's own resident memory
+            row["stage_rss_mb"] = {process: round(float(v) / 2**20, 1) for process, v in stages}
         blocks = re.findall(r'^aura_omni:prefix_cache_blocks\{stage="([^"]+)"\} ([0-9.e+]+)$', text, re.M)
         if blocks:  # each registered block holds its hash and ids on the host until it is reused
             row["prefix_blocks"] = {stage: int(float(n)) for stage, n in blocks}
@@ -445,6 +449,10 @@ class Soak:
                        "growth_after_warmup": None if growth is None else round(growth, 4),
                        "by_minute": rss_by_minute(rss)},
             "rss_flat": flat, "anon_flat": flatness(anon, self.args.flat_limit),
+            "stage_processes_rss_flat": {  # a process deploy's stage processes, each judged as the server is
+                process: flatness([(m["t"], m["stage_rss_mb"][process]) for m in self.memory
+                                   if m["t"] >= warm_s and process in m.get("stage_rss_mb", {})], self.args.flat_limit)
+                for process in sorted({p for m in self.memory for p in m.get("stage_rss_mb", {})})} or None,
             "rss_growth_by_mapping": mappings, "finished": idle is not None,
             "gpu_mb": [m["gpu_mb"] for m in self.memory if m.get("gpu_mb") is not None][-1:] or None,
             "memory_samples": self.memory, "stages_after": idle,
@@ -596,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model = httpx.get(args.url.rstrip("/") + "/v1/models", headers=headers).json()["data"][0]["id"]
     report = asyncio.run(Soak(args).run())
     summary = {k: report[k] for k in ("jobs", "unexpected_errors", "errors_by_kind", "rss_mb", "rss_flat", "anon_flat",
-                                      "stages_after", "pass")}
+                                      "stage_processes_rss_flat", "stages_after", "pass")}
     print(json.dumps(summary, indent=1))
     flat = report["rss_flat"]
     if flat is None:

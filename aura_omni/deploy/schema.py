@@ -210,7 +210,7 @@ class DeployConfig(_Strict):
     # thread gives it up at each torch call, so each call may wait this long behind the event loop (server/gil.py)
     gil_switch_interval_ms: float = Field(0.5, gt=0, le=100)
     # how often the C heap's free pages go back to the system (malloc_trim; 0: never): without it resident memory
-    # keeps every peak's high-water mark (server/heap_trim.py)
+    # keeps every peak's high-water mark (stages/heap_trim.py)
     heap_trim_interval_s: float = Field(10.0, ge=0, le=3600)
     session_mode: Literal["turn", "duplex"] = "turn"
     duplex_session: DuplexSession | None = None

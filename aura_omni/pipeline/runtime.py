@@ -239,6 +239,10 @@ class Runtime:
         if self.placement is not None:
             self.placement.serve_here()
 
+    def process_memory(self) -> dict[str, dict]:
+        """The stage processes' memory (`process_stages`; /metrics shows it beside the server's own)."""
+        return self.placement.process_memory() if self.placement is not None else {}
+
     async def warm_after_ready(self) -> None:
         """What the warm start left for after the server is ready: AURA's grammar machinery, then the Code2Wav graphs
         of batches of several streams and the ASR encoder's of several clips (`/health` and `/metrics` show

@@ -56,6 +56,10 @@ class PlacedStages:
     def serve_here(self) -> None:
         """Called on the server's event loop as it starts serving (stage processes: their sockets are read there)."""
 
+    def process_memory(self) -> dict[str, dict]:
+        """Per process of the server's own that runs stages (`process_stages`): its memory as last reported."""
+        return {}
+
     def stage_stats(self) -> dict[str, dict]:
         """Per replica and loop (`talker/1`), as last reported."""
         out: dict[str, dict] = {}

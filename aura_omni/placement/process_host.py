@@ -11,7 +11,7 @@
                                                            request)
                      ("tell", label, method, args)         one way, in order (the Talker's streamed text)
     here -> server   ("ready", {label: info}) once loaded and warm, or ("failed", why); then ("stats", {label:
-                     host.stats()}) every STATS_INTERVAL_S, beside the answers
+                     host.stats()}, process_memory()) every STATS_INTERVAL_S, beside the answers
 
 Requests run as tasks on the process's event loop, which reads and writes the socket itself. The process ignores SIGINT
 and SIGTERM (a terminal's Ctrl-C and a service manager reach the whole process group; the server decides when its
@@ -36,6 +36,7 @@ from aura_omni import step_trace
 from aura_omni.placement.channel import Channel, FrameReader, encode, receive, request_id_of
 from aura_omni.layers.measure_gate import side_by_side
 from aura_omni.placement.host import StageHost
+from aura_omni.stages import device_memory, heap_trim
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ def main() -> None:
         gc.collect()
         gc.freeze()
     sock.sendall(encode(("ready", {label: host.info() for label, host in hosts.items()})))
+    heap_trim.TRIMMER.start(deploy.heap_trim_interval_s)  # as the server trims its own C heap (its stages' peaks)
     asyncio.run(_Server(hosts).serve(sock, frames, warm_after_ready, freeze))
     os._exit(0)  # the stage loops' threads are daemons of a process with nothing left to do
 
@@ -85,6 +87,13 @@ def _load(deploy, stages: list[tuple[str, int, str]], load: Callable, dtype: str
         return {label: one(stage_id, device) for label, stage_id, device in stages}
     futures = side_by_side([functools.partial(one, stage_id, device) for _, stage_id, device in stages])
     return {label: future.result() for (label, _, _), future in zip(stages, futures)}  # (a failure: the process ends)
+
+
+def process_memory() -> dict:
+    """This process's memory, for the server's /metrics beside its own (stages/heap_trim.py, device_memory.py)."""
+    trims, released = heap_trim.TRIMMER.snapshot()
+    return {"resident": heap_trim.resident_bytes(), "heap_in_use": heap_trim.heap_in_use_bytes(),
+            "trims": trims.count, "trim_released": released, "gpu": device_memory.allocator_stats()}
 
 
 class _Server:
@@ -123,7 +132,7 @@ class _Server:
         return any(host.busy() for host in self.hosts.values())
 
     def _send_stats(self) -> None:
-        self._send(("stats", {label: host.stats() for label, host in self.hosts.items()}))
+        self._send(("stats", {label: host.stats() for label, host in self.hosts.items()}, process_memory()))
         if not self.channel.closed:
             asyncio.get_running_loop().call_later(STATS_INTERVAL_S, self._send_stats)
 

@@ -64,6 +64,7 @@ class ProcessActor:
         self._channel: Channel | None = None  # None while no live process is served
         self._closing = False
         self.on_stats: Callable[[dict], None] = lambda stats: None  # {label: that stage's StageHost.stats()}
+        self.memory: dict | None = None  # the process's memory as it last reported it (process_host.process_memory)
         self.on_down: Callable[[], None] = lambda: None
 
     @property
@@ -172,6 +173,7 @@ class ProcessActor:
             elif not p.done():
                 p.set_exception(why)
         self.on_down()
+        self.memory = None  # until its successor reports
         threading.Thread(target=self._restart, name=f"stage-process-restart-{self.label}", daemon=True).start()
 
     def _restart(self) -> None:
@@ -192,6 +194,7 @@ class ProcessActor:
         kind = message[0]
         if kind == "stats":
             self.on_stats(message[1])
+            self.memory = message[2]
             return
         call_id = message[1]
         pending = self._pending.get(call_id) if kind == "item" else self._pending.pop(call_id, None)
@@ -357,6 +360,10 @@ class ProcessPlacement(PlacedStages):
         counters (/health, /metrics, `Runtime.busy`), which nobody reads until a loop serves them."""
         for actor in self.actors:
             actor.attach()
+
+    def process_memory(self) -> dict[str, dict]:
+        """Per stage process (by its stages' labels, `asr+aura` for a group): its memory as last reported."""
+        return {actor.label: actor.memory for actor in self.actors if actor.memory is not None}
 
     def close(self) -> None:
         for actor in self.actors:

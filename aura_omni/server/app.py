@@ -15,8 +15,9 @@ from ..deploy import DeployConfig
 from ..layers import kernel_compiles
 from ..media.limits import Limits
 from ..pipeline.runtime import DEFAULT_REQUEST_TIMEOUT_S, Runtime
+from ..stages import heap_trim
 from .admission import Admission
-from . import (chat, gc_pauses, gil, health, heap_trim, metrics, page, realtime, speech, speech_batch,
+from . import (chat, gc_pauses, gil, health, metrics, page, realtime, speech, speech_batch,
                speech_stream, transcriptions, voices)
 from .errors import install_error_handlers
 from .health import main_model

@@ -27,7 +27,8 @@ from ..layers import kernel_compiles
 from ..media.playback import PlaybackClock
 from ..pipeline.constants import TTS_SAMPLE_RATE
 from ..pipeline.turn import AudioChunk, TextDelta, TurnDone
-from . import device_memory, gc_pauses, heap_trim
+from ..stages import device_memory, heap_trim
+from . import gc_pauses
 from .loop_lag import LoopLag
 
 log = logging.getLogger("aura_omni.server")
@@ -212,10 +213,41 @@ class LoopLagCollector(Collector):
 
 class MemoryCollector(Collector):
     """The process's memory: resident, the C heap's and the interpreter's, pinned by torch, the GPU allocator's
-    (server/device_memory.py), and the C heap's trims (server/heap_trim.py)."""
+    (stages/device_memory.py), and the C heap's trims (stages/heap_trim.py); and each stage process's as it last
+    reported it (`processes()`: placement/process_host.py `process_memory`, by process)."""
+
+    def __init__(self, processes: Callable[[], dict[str, dict]] | None = None):
+        self.processes = processes or dict
 
     def describe(self):
         return []
+
+    def _stage_processes(self):
+        processes = self.processes()
+        if not processes:
+            return
+        for name, key, doc, family in (
+                (names.STAGE_PROCESS_RESIDENT_MEMORY, "resident", "Resident memory of a stage process.",
+                 GaugeMetricFamily),
+                (names.STAGE_PROCESS_HEAP_IN_USE, "heap_in_use", "Bytes a stage process's C heap has handed out "
+                                                                 "and not had back.", GaugeMetricFamily),
+                (names.STAGE_PROCESS_HEAP_TRIM_RELEASED, "trim_released", "Resident bytes a stage process's C heap "
+                                                                         "trims gave back.", CounterMetricFamily)):
+            metric = family(name, doc, labels=["process"])
+            for process, memory in processes.items():
+                if memory.get(key) is not None:
+                    metric.add_metric([process], memory[key])
+            yield metric
+        for name, key, doc in (
+                (names.STAGE_PROCESS_GPU_MEMORY_ALLOCATED, "allocated", "Bytes of GPU memory in a stage process's "
+                                                                        "tensors."),
+                (names.STAGE_PROCESS_GPU_MEMORY_RESERVED, "reserved", "Bytes of GPU memory a stage process's "
+                                                                      "caching allocator holds.")):
+            gauge = GaugeMetricFamily(name, doc, labels=["process", "device"])
+            for process, memory in processes.items():
+                for device, stats in (memory.get("gpu") or {}).items():
+                    gauge.add_metric([process, device], stats[key])
+            yield gauge
 
     def collect(self):
         yield GaugeMetricFamily(names.RESIDENT_MEMORY, "Resident memory of the server process.",
@@ -255,13 +287,15 @@ class MemoryCollector(Collector):
         yield trims
         yield CounterMetricFamily(names.HEAP_TRIM_RELEASED, "Resident bytes the C heap's trims gave back.",
                                   value=released)
+        yield from self._stage_processes()
 
 
 class ServerMetrics:
     """One app's metrics; the observe_* methods take the endpoint label (the route path, e.g. /v1/audio/speech)."""
 
     def __init__(self, stage_stats: Callable[[], dict[str, dict]] | None = None,
-                 stage_latencies: Callable[[], dict[str, dict]] | None = None):
+                 stage_latencies: Callable[[], dict[str, dict]] | None = None,
+                 process_memory: Callable[[], dict[str, dict]] | None = None):
         self.registry = r = CollectorRegistry()
         self.requests = Counter(names.REQUESTS, "HTTP requests answered, by route and status.",
                                 ["endpoint", "status"], registry=r)
@@ -293,7 +327,7 @@ class ServerMetrics:
             r.register(StageLatencyCollector(stage_latencies))
         r.register(KernelCompileCollector())
         r.register(GcPauseCollector())
-        r.register(MemoryCollector())
+        r.register(MemoryCollector(process_memory))
         self.loop_lag = LoopLag()  # started and stopped by the app's lifespan, on its event loop
         r.register(LoopLagCollector(self.loop_lag))
 

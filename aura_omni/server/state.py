@@ -29,7 +29,8 @@ class ServerState:
 
     def __post_init__(self):
         self.metrics = self.metrics or ServerMetrics(lambda: self.runtime.stage_stats(),
-                                                     lambda: self.runtime.stage_latencies())
+                                                     lambda: self.runtime.stage_latencies(),
+                                                     lambda: self.runtime.process_memory())
         self.runtime.turn_observer = self.metrics.observe_turn_phases
 
     def media_policy(self) -> MediaPolicy:

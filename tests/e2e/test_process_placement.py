@@ -44,6 +44,7 @@ def served(chat_customvoice_deploy):
 
     data = yaml.safe_load(chat_customvoice_deploy.read_text())
     data["process_stages"] = APART
+    data["heap_trim_interval_s"] = 0.2  # each process trims its own C heap, as the server does
     data["stages"][2]["default_sampling_params"]["max_tokens"] = LONG  # requests that run until they are stopped
     path = chat_customvoice_deploy.parent / "deploy_processes.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -96,6 +97,18 @@ def test_every_process_reports_its_counters_before_a_request_reaches_it(served):
     finally:
         for actor, note in noted.items():
             actor.on_stats = note
+
+
+def test_each_stage_process_trims_its_own_heap_and_its_memory_is_on_metrics(served):
+    client, runtime, _ = served
+    wait_until(lambda: len(runtime.process_memory()) == 3 and all(
+        m["trims"] >= 1 for m in runtime.process_memory().values()), 10, "every process to report a trim")
+    metrics = client.get("/metrics", headers=AUTH).text
+    for process in APART:
+        line = next(x for x in metrics.splitlines()
+                    if x.startswith(f'aura_omni:stage_process_resident_memory_bytes{{process="{process}"}}'))
+        assert float(line.split()[-1]) > 50e6  # an interpreter with torch and a tiny stage
+    assert 'aura_omni:stage_process_heap_trim_released_bytes_total{process="asr"}' in metrics
 
 
 def test_a_realtime_turn_crosses_the_processes(served):

@@ -1,4 +1,4 @@
-"""The C heap's free pages go back to the system while the server runs (server/heap_trim.py)."""
+"""The C heap's free pages go back to the system while the server runs (stages/heap_trim.py)."""
 
 import ctypes
 import sys
@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from aura_omni.deploy import parse_deploy_config
 from aura_omni.deploy.schema import DeployConfigError
 from aura_omni.pipeline.runtime import Runtime
-from aura_omni.server import heap_trim
+from aura_omni.stages import heap_trim
 from aura_omni.server.app import create_app
 
 glibc = pytest.mark.skipif(not heap_trim.TRIMMER.available, reason="no malloc_trim in this C library")

@@ -83,7 +83,7 @@ def test_stage_gauges_come_from_stage_stats_and_keys_a_stage_lacks_are_skipped()
 
 
 def test_the_gpu_allocators_memory_and_driver_calls_by_device(monkeypatch):
-    from aura_omni.server import device_memory
+    from aura_omni.stages import device_memory
 
     monkeypatch.setattr(device_memory, "allocator_stats", lambda: {
         "0": {"allocated": 7 << 30, "reserved": 9 << 30, "malloc": 120, "free": 3, "retry": 1}})

@@ -8,7 +8,7 @@ import pytest
 
 from aura_omni.models.qwen_vocab import dummy_tokenizer_dir
 from aura_omni.models.tokenizer import BPE_WORD_CACHE, bound_word_cache, load_tokenizer
-from aura_omni.server import heap_trim
+from aura_omni.stages import heap_trim
 
 glibc = pytest.mark.skipif(not heap_trim.TRIMMER.available, reason="no mallinfo2 in this C library")
 

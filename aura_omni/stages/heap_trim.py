@@ -19,7 +19,7 @@ import os
 import threading
 import time
 
-from ..stages.loop_metrics import LatencyHistogram, LatencySnapshot
+from .loop_metrics import LatencyHistogram, LatencySnapshot
 
 log = logging.getLogger(__name__)
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
