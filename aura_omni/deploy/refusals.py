@@ -108,8 +108,8 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
         out.append((f"platforms.{name}", f"a platform is one of {', '.join(PLATFORMS)} (a stage device's kind)"))
     if cfg.ray_address is not None and cfg.distributed_executor_backend != "ray":
         out.append(("ray_address", "a Ray cluster serves stages only with distributed_executor_backend: ray"))
+    roles = {cfg.role_of(st) for st in cfg.stages}
     if cfg.ray_stages is not None:
-        roles = {cfg.role_of(st) for st in cfg.stages}
         if cfg.distributed_executor_backend != "ray":
             out.append(("ray_stages", "names the stages that run as Ray actors: set distributed_executor_backend: "
                                       "ray"))
@@ -129,9 +129,8 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
             where = f"process_stages[{j}][{k}]" if isinstance(entry, list) else f"process_stages[{j}]"
             if name == CODE2WAV:
                 out.append((where, f"{CODE2WAV} runs in its Talker's process: name {TALKER}"))
-            elif name not in {cfg.role_of(st) for st in cfg.stages}:
-                out.append((where, f"no stage has role {name!r} (here: "
-                                   f"{', '.join(sorted(cfg.role_of(st) for st in cfg.stages))})"))
+            elif name not in roles:
+                out.append((where, f"no stage has role {name!r} (here: {', '.join(sorted(roles))})"))
             elif name in named:
                 out.append((where, f"{name} is named twice: a stage runs in one process"))
             named.add(name)
