@@ -155,7 +155,8 @@ class Runtime:
                 from ..placement.process_stages import ProcessPlacement
 
                 devices = {s.stage_id: stage_device(s, device) for s in deploy.stages if deploy.in_own_process(s)}
-                placement = ProcessPlacement.start(deploy, load_stage, warm_models, devices=devices, dtype=dtype,
+                placement = ProcessPlacement.start(deploy, functools.partial(load_stages, device=device),
+                                                   warm_models, devices=devices, dtype=dtype,
                                                    load_format=load_format, meanwhile=load_local,
                                                    warm_after_ready=warm_models_after_ready)
             else:

@@ -21,7 +21,6 @@ stages stop, after its drain) and ends when the server closes the socket, or die
 from __future__ import annotations
 
 import asyncio
-import functools
 import gc
 import inspect
 import logging
@@ -30,11 +29,10 @@ import pickle
 import signal
 import socket
 import sys
-from typing import Any, Callable
+from typing import Callable
 
 from aura_omni import step_trace
 from aura_omni.placement.channel import Channel, FrameReader, encode, receive, request_id_of
-from aura_omni.layers.measure_gate import side_by_side
 from aura_omni.placement.host import StageHost
 from aura_omni.stages import device_memory, heap_trim
 
@@ -57,10 +55,11 @@ def main() -> None:
     logging.basicConfig(level=log_level, format=f"%(asctime)s %(levelname)s %(name)s[stage {ids}]: %(message)s")
     sys.setswitchinterval(deploy.gil_switch_interval_ms / 1000)  # as the server's (server/gil.py)
     try:
-        models = _load(deploy, stages, load, dtype, load_format)
+        mine = [next(s for s in deploy.stages if s.stage_id == stage_id) for _, stage_id, _ in stages]
+        models = load(deploy, mine, dtype=dtype, load_format=load_format)  # side by side, as the server loads its own
         hosts = {label: StageHost(deploy, stage_id, None, warm, device, dtype, load_format,
-                                  all_graphs=warm_after_ready is None, model=models[label])
-                 for label, stage_id, device in stages}  # each warmed in turn
+                                  all_graphs=warm_after_ready is None, model=model)
+                 for (label, stage_id, device), model in zip(stages, models)}  # each warmed in turn
     except BaseException as e:  # noqa: BLE001 - the server says why it cannot start
         log.exception("stage %s failed to load", ids)
         sock.sendall(encode(("failed", f"{type(e).__name__}: {e}")))
@@ -73,20 +72,6 @@ def main() -> None:
     heap_trim.TRIMMER.start(deploy.heap_trim_interval_s)  # as the server trims its own C heap (its stages' peaks)
     asyncio.run(_Server(hosts).serve(sock, frames, warm_after_ready, freeze))
     os._exit(0)  # the stage loops' threads are daemons of a process with nothing left to do
-
-
-def _load(deploy, stages: list[tuple[str, int, str]], load: Callable, dtype: str | None,
-          load_format: str | None) -> dict[str, Any]:
-    """The process's stages by label, loaded on a thread each as the server loads its own (pipeline/runtime.py
-    `load_stages`: weights, compiles and captures overlap; the device measurements that size each KV cache take turns,
-    layers/measure_gate.py); one after another without `parallel_load`."""
-    def one(stage_id: int, device: str) -> Any:
-        return load(deploy, next(s for s in deploy.stages if s.stage_id == stage_id), device, dtype, load_format)
-
-    if not deploy.parallel_load or len(stages) < 2:
-        return {label: one(stage_id, device) for label, stage_id, device in stages}
-    futures = side_by_side([functools.partial(one, stage_id, device) for _, stage_id, device in stages])
-    return {label: future.result() for (label, _, _), future in zip(stages, futures)}  # (a failure: the process ends)
 
 
 def process_memory() -> dict:
