@@ -10,7 +10,10 @@
 #   proc_tts the same with only the Talker and Code2Wav in a process of their own (ASR and AURA in the server's)
 #   grouped  the same with ASR and AURA together in one process, the Talker and Code2Wav in another (two CUDA contexts
 #            time-slicing the GPU instead of three), the server a front
-#   front    the same with every stage in one process (one CUDA context), the server a front
+#   front    the same with every stage in one process (one CUDA context), the server a front: the 64 spread within
+#            300 ms, the burst and 8 sessions slower (session 42)
+#   tts_apart  the same with ASR in a process of its own, AURA, the Talker and Code2Wav in another: AURA's decode
+#            shares a context with the Talker's, the ASR's bursts of prompt work a lock of their own
 #   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
 #   aura32   the same with AURA's 32 seats, the deploy before session 34
 #   talker32 the same with 32 seats in the Talker, the deploy before session 35
@@ -21,6 +24,7 @@
 #            steps, each with its wait for the device, and where the slowest requests' first outputs waited
 #   trace32  the same for 32 sessions committing at once (two waves, after two warm-up turns)
 #   inproc_trace  trace32 with every stage in the server's process (`inproc`)
+#   front_trace  trace32 with every stage in one process (`front`): where the Talker's first output waits
 #   asr_alone  the ASR engine alone on the GPU, clips of 3 s one and six at a time: what a step that takes new clips
 #            and one that only decodes cost without the other stages beside it (session 34's trace under load: 26.7
 #            and 4.6 ms), then six clips one at a time under torch.profiler (the ops by host and device time)
@@ -53,12 +57,13 @@ for part in ${*:-startup test profile}; do
     profile) XDG_CACHE_HOME=/tmp/xdg timeout 150 bash scripts/gpu_serve_bench.sh cap64_profile > "$OUT/cap64.txt" 2>&1
              show "$OUT/cap64.txt"
              head -n 30 "$OUT/pyspy_top.txt" 2>/dev/null ;;
-    base|inproc|grouped|front|hold|aura32|talker32|c2w16)
+    base|inproc|grouped|front|tts_apart|hold|aura32|talker32|c2w16)
           case $part in
             base) bench=cap32; edit="" ;;
             inproc) bench=cap32_edit; edit="d.pop('process_stages', None)" ;;
             grouped) bench=cap32_edit; edit="d['process_stages'] = [['asr', 'aura'], 'qwen3_tts']" ;;
             front) bench=cap32_edit; edit="d['process_stages'] = [['asr', 'aura', 'qwen3_tts']]" ;;
+            tts_apart) bench=cap32_edit; edit="d['process_stages'] = ['asr', ['aura', 'qwen3_tts']]" ;;
             hold) bench=cap32_edit; edit="d['stages'][0]['admission'] = {'hold_factor': ${CAP_HOLD:-1}}" ;;
             aura32) bench=cap32_edit; edit="d['stages'][1]['max_num_seqs'] = 32" ;;
             talker32) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 32" ;;
@@ -79,8 +84,9 @@ for part in ${*:-startup test profile}; do
     trace64) XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap64_trace > "$OUT/trace64.txt" 2>&1
           show "$OUT/trace64.txt"
           grep -e "steps with" -e "-> " "$OUT/trace_report.txt" ;;
-    trace32|inproc_trace)
+    trace32|inproc_trace|front_trace)
           [ $part = inproc_trace ] && export TRACE_EDIT="d.pop('process_stages', None)"
+          [ $part = front_trace ] && export TRACE_EDIT="d['process_stages'] = [['asr', 'aura', 'qwen3_tts']]"
           XDG_CACHE_HOME=/tmp/xdg timeout 200 bash scripts/gpu_serve_bench.sh cap32_trace > "$OUT/$part.txt" 2>&1
           unset TRACE_EDIT
           mv "$OUT/trace_report.txt" "$OUT/${part}_report.txt"; mv "$OUT/step_trace.tgz" "$OUT/${part}_steps.tgz"
