@@ -4,8 +4,13 @@ and the stage loops keep busy. With a reader thread and a writer thread per pipe
 (p50 / p95) to cross while two other threads ran Python, against 5 / 7 ms with none
 (`benchmarks/process_crossing_bench.py`; docs/benchmarks.md, session 30).
 
-A message is its pickle behind its length (8 bytes, network order). `send` never blocks: what the socket does not take
-waits in a buffer the loop writes out as the other side reads (32 clips of 192 KB committed together).
+A message is its pickle behind its length (8 bytes, network order; the top bit says it names kept objects, below).
+`send` pickles at once and never blocks: the messages sent while the loop runs its callbacks go out together in one
+write as it comes round (a step's 32 text deltas, the Talker's 32 streams' texts), and what the socket does not take
+waits in a buffer the loop writes out as the other side reads (32 clips of 192 KB committed together). Most messages
+carry no kept object and cross as plain pickles. A step's 32 text deltas took 7.4 us each to send and 12 us of process
+time each in all (sending, reading, the loop's rounds) through the kept-object pickler and a write apiece; now 2.6 and
+5.9 (`benchmarks/channel_bench.py`, docs/benchmarks.md session 42).
 
 An object whose class sets `crosses_once` (a camera frame: media/vision_preprocess.py VisionInput) crosses whole the
 first time and by its `content_key` after: the reader keeps the last KEPT such objects, and the sender keeps the same
@@ -20,19 +25,22 @@ from __future__ import annotations
 import asyncio
 import collections
 import io
+import itertools
 import pickle
 import socket
 import struct
 from typing import Any, Callable
 
 HEADER = struct.Struct("!Q")
+NAMES_KEPT = 1 << 63  # in the header: the message names objects that cross once (read by the kept-object unpickler)
+WRITE_BUFFERS = 512  # buffers per write (under the system's IOV_MAX, 1024 on Linux)
 READ_BYTES = 1 << 20
 KEPT = 128  # objects kept by content key on the reading side (camera frames: ~0.9 MB each)
 
 
 def encode(message: Any, held: collections.OrderedDict | None = None) -> bytes:
     """A message as it crosses (a message that does not pickle raises here, the sender's error). `held`: the keys the
-    reader keeps (a Channel's), updated as the message is pickled."""
+    reader keeps (a Channel's), updated as the message is pickled; without it, objects that cross once go whole."""
     if held is None:
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         return HEADER.pack(len(payload)) + payload
@@ -45,7 +53,7 @@ def encode(message: Any, held: collections.OrderedDict | None = None) -> bytes:
         pickler.undo()
         raise
     with out.getbuffer() as data:
-        HEADER.pack_into(data, 0, len(data) - HEADER.size)
+        HEADER.pack_into(data, 0, (len(data) - HEADER.size) | (NAMES_KEPT if pickler.named else 0))
     return out.getvalue()
 
 
@@ -73,6 +81,11 @@ class _Pickler(pickle.Pickler):
         self.held = held
         self.before: collections.OrderedDict | None = None  # `held` as it was, once this message changed it
         self.whole = None  # the object being pickled whole inside its `keep`
+
+    @property
+    def named(self) -> bool:
+        """The message holds an object that crosses once (whole or by its key)."""
+        return self.before is not None
 
     def reducer_override(self, obj: Any) -> Any:  # called for objects other than the builtin types
         if obj is self.whole:
@@ -133,11 +146,13 @@ class FrameReader:
         self._buffer += data
         messages, pos, end = [], 0, len(self._buffer)
         while end - pos >= HEADER.size:
-            (size,) = HEADER.unpack_from(self._buffer, pos)
+            (header,) = HEADER.unpack_from(self._buffer, pos)
+            size = header & ~NAMES_KEPT
             if end - pos - HEADER.size < size:
                 break
             start = pos + HEADER.size
-            messages.append(_Unpickler(self._buffer[start:start + size], self.kept).load())
+            with memoryview(self._buffer)[start:start + size] as payload:
+                messages.append(_Unpickler(payload, self.kept).load() if header & NAMES_KEPT else pickle.loads(payload))
             pos = start + size
         del self._buffer[:pos]
         return messages
@@ -161,38 +176,43 @@ class Channel:
     side is gone. Every method runs on the loop's thread."""
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, on_message: Callable[[Any], None],
-                 on_closed: Callable[[], None], frames: FrameReader | None = None):
+                 on_closed: Callable[[], None], frames: FrameReader | None = None,
+                 unsent: collections.deque[memoryview] | None = None):
         sock.setblocking(False)
         self.sock, self.loop = sock, loop
         self.closed = False
         self.frames = frames or FrameReader()  # may hold bytes read before (a handshake, another loop)
-        # what the socket has not taken yet, message by message: taking the sent bytes off the front of one buffer
-        # moved the rest each time, quadratic in the backlog (16 turns' frames, 29 MB to AURA's process at once,
-        # held the server's event loop ~70 ms; docs/benchmarks.md, session 39)
-        self._out: collections.deque[memoryview] = collections.deque()
+        # what the socket has not taken yet, message by message (`unsent`: a channel's before over this socket, whose
+        # loop closed): taking the sent bytes off the front of one buffer moved the rest each time, quadratic in the
+        # backlog (16 turns' frames, 29 MB to AURA's process at once, held the server's event loop ~70 ms;
+        # docs/benchmarks.md, session 39)
+        self._out: collections.deque[memoryview] = unsent if unsent is not None else collections.deque()
+        self._writing = False  # a write is due: on the loop's next round, or when the socket takes more
         # the keys of the objects the reader keeps (`crosses_once`); a Channel made anew over a served socket starts
         # empty, and the reader's older entries are then the first it drops, so every key here is still there
         self._held: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._on_message, self._on_closed = on_message, on_closed
         loop.add_reader(sock.fileno(), self._readable)
+        if self._out:
+            self._write_soon()
 
-    def send(self, message: Any) -> None:
-        """Queue `message` behind those sent before; BrokenPipeError once the channel is closed."""
+    def send(self, message: Any, kept: bool = False) -> None:
+        """Queue `message` behind those sent before, written on the loop's next round; BrokenPipeError once the channel
+        is closed. `kept`: it may hold objects that cross once (a call's arguments), else they go whole."""
         if self.closed:
             raise BrokenPipeError("the channel is closed")
-        data = memoryview(encode(message, self._held))
-        if self._out:
-            self._out.append(data)
-            return
-        try:
-            sent = self.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:  # the other side is gone: the reader sees it and closes
-            return
-        if sent < len(data):
-            self._out.append(data[sent:])
-            self.loop.add_writer(self.sock.fileno(), self._writable)
+        self._out.append(memoryview(encode(message, self._held if kept else None)))
+        if not self._writing:
+            self._write_soon()
+
+    def _write_soon(self) -> None:
+        self._writing = True
+        self.loop.call_soon(self._writable)
+
+    def handover(self) -> tuple[socket.socket, FrameReader, collections.deque[memoryview]]:
+        """What a new Channel over this socket takes on once this one's loop has closed: the socket, the bytes read
+        and the messages not yet written."""
+        return self.sock, self.frames, self._out
 
     def close(self) -> None:
         if self.closed:
@@ -218,17 +238,25 @@ class Channel:
             self._on_message(message)
 
     def _writable(self) -> None:
+        """Write what is queued, many messages a call, until the socket takes no more (then again once it can)."""
+        if self.closed:
+            return
         while self._out:
-            head = self._out[0]
+            batch = list(itertools.islice(self._out, WRITE_BUFFERS))
             try:
-                sent = self.sock.send(head)
+                sent = self.sock.sendmsg(batch)
             except (BlockingIOError, InterruptedError):
-                return
+                sent = 0
             except OSError:  # the other side is gone: the reader sees it and closes
                 self._out.clear()
                 break
-            if sent < len(head):
-                self._out[0] = head[sent:]
+            full = sent < sum(map(len, batch))
+            while sent and sent >= len(self._out[0]):
+                sent -= len(self._out.popleft())
+            if sent:
+                self._out[0] = self._out[0][sent:]
+            if full:
+                self.loop.add_writer(self.sock.fileno(), self._writable)
                 return
-            self._out.popleft()
+        self._writing = False
         self.loop.remove_writer(self.sock.fileno())

@@ -22,6 +22,7 @@ A process that dies (its GPU failed, or it was killed) fails its requests in fli
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import itertools
 import logging
@@ -59,7 +60,8 @@ class ProcessActor:
         self._pending: dict[int, asyncio.Future | asyncio.Queue] = {}
         self._process: subprocess.Popen | None = None
         self._starting: socket.socket | None = None  # a spawned process's socket until it says it is ready
-        self._ready: tuple[socket.socket, FrameReader] | None = None  # ready, not yet served by the loop
+        # ready, not yet served by the loop: its socket, the bytes read and the messages not yet written
+        self._ready: tuple[socket.socket, FrameReader, collections.deque | None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._channel: Channel | None = None  # None while no live process is served
         self._closing = False
@@ -105,7 +107,7 @@ class ProcessActor:
             self._starting = None
             self._end_process(sock)
             raise RuntimeError(f"stage {self.label} failed to start in its own process: {value}")
-        self._starting, self._ready = None, (sock, frames)
+        self._starting, self._ready = None, (sock, frames, None)
         if self._loop is not None and not self._loop.is_closed():  # a restart: the loop serves it from now on
             self._loop.call_soon_threadsafe(self._serve_ready)
         return value
@@ -118,15 +120,15 @@ class ProcessActor:
             if self._loop is not None and not self._loop.is_closed():
                 raise RuntimeError(f"stage {self.label}: its process is served by another event loop")
             if self._channel is not None:  # its loop closed, and took the reader with it: this loop serves it now
-                self._ready, self._channel = (self._channel.sock, self._channel.frames), None
+                self._ready, self._channel = self._channel.handover(), None
             self._loop = loop
         self._serve_ready()
 
     def _serve_ready(self) -> None:
         if self._ready is None or self._closing:
             return
-        (sock, frames), self._ready = self._ready, None
-        self._channel = Channel(sock, self._loop, self._deliver, self._lost, frames)
+        (sock, frames, unsent), self._ready = self._ready, None
+        self._channel = Channel(sock, self._loop, self._deliver, self._lost, frames, unsent)
 
     def _wait(self, timeout_s: float) -> int | None:
         """The process's exit code once it ends within `timeout_s`, else None."""
@@ -216,7 +218,7 @@ class ProcessActor:
         call_id = next(self._ids)
         self._pending[call_id] = pending
         try:
-            self._channel.send((kind, call_id, label, method, args))
+            self._channel.send((kind, call_id, label, method, args), kept=True)  # a turn's camera frames cross once
             if step_trace.enabled():  # (the stage's process records its arrival)
                 step_trace.record("sent", method, request_id_of(args))
         except BaseException:  # the arguments do not pickle (the caller's error), or the channel just closed
