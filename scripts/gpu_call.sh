@@ -14,6 +14,8 @@
 #            300 ms, the burst and 8 sessions slower (session 42)
 #   tts_apart  the same with ASR in a process of its own, AURA, the Talker and Code2Wav in another: AURA's decode
 #            shares a context with the Talker's, the ASR's bursts of prompt work a lock of their own
+#            (any of these with CAP_ALSO: Python on the deploy `d` after the part's edit, e.g.
+#            CAP_ALSO="d['gil_switch_interval_ms'] = 0.1" for `front`, whose four stage threads share one lock)
 #   hold     the same with the ASR stage's prompt hold (CAP_HOLD, default 1): the A/B against base
 #   aura32   the same with AURA's 32 seats, the deploy before session 34
 #   talker32 the same with 32 seats in the Talker, the deploy before session 35
@@ -69,6 +71,8 @@ for part in ${*:-startup test profile}; do
             talker32) bench=cap32_edit; edit="d['stages'][2]['max_num_seqs'] = 32" ;;
             c2w16) bench=cap32_edit; edit="d['stages'][3]['dtype'] = 'float16'" ;;
           esac
+          # CAP_ALSO: Python statements on the deploy `d` after the part's own (an A/B of one knob on any layout)
+          [ -n "${CAP_ALSO:-}" ] && bench=cap32_edit && edit="${edit:-pass}; $CAP_ALSO"
           CAP_SIZES=${CAP_SIZES:-32} CAP_EDIT="$edit" CAP_NAME=$part XDG_CACHE_HOME=/tmp/xdg timeout ${PART_S:-250} \
             bash scripts/gpu_serve_bench.sh $bench > "$OUT/$part.txt" 2>&1
           show "$OUT/$part.txt"
