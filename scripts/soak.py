@@ -22,9 +22,9 @@ due counts as an unexpected error, by kind. Every `--sample-s` seconds it reads 
 aura_omni:resident_memory_bytes), GPU memory in use (`nvidia-smi`, when there is one), from `/metrics` the C heap's
 bytes in use, the interpreter's memory blocks and torch's pinned host memory (parts of the RSS) and what the C heap's
 trims gave back, each stage process's resident memory (a process deploy, `process_stages`: judged flat or not as the
-server's is, `stage_processes_rss_flat`), and `/health` (a 503 is an error). It prints one line per minute (jobs, errors, latency p50/p95/p99 by
-kind, each stage's requests in flight and busy seconds), under it that minute's turn phases and stage waits from
-`/metrics` (aura_omni/bench/breakdown.py), and at the end a JSON report (`--report`).
+server's is, `stage_processes_rss_flat`), and `/health` (a 503 is an error). It prints one line per minute (jobs,
+errors, latency p50/p95/p99 by kind, each stage's requests in flight and busy seconds), under it that minute's turn
+phases and stage waits from `/metrics` (aura_omni/bench/breakdown.py), and at the end a JSON report (`--report`).
 
 Detached (a run longer than one shell, e.g. across device calls): start it with `nohup ... > soak.log 2>&1 &`;
 `--report` is rewritten every minute (`finished` false until the end), with RSS by minute, and the log has a line a
@@ -316,7 +316,8 @@ class Soak:
             m = re.search(rf"^{re.escape(name)} ([0-9.e+]+)$", text, re.M)
             if m:
                 row[key] = int(float(m.group(1))) if key == "py_blocks" else round(float(m.group(1)) / 2**20, 1)
-        stages = re.findall(r'^aura_omni:stage_process_resident_memory_bytes\{process="([^"]+)"\} ([0-9.e+]+)$', text, re.M)
+        stages = re.findall(r'^aura_omni:stage_process_resident_memory_bytes\{process="([^"]+)"\} ([0-9.e+]+)$', text,
+                            re.M)
         if stages:  # a process deploy (`process_stages`): each stage process's own resident memory
             row["stage_rss_mb"] = {process: round(float(v) / 2**20, 1) for process, v in stages}
         blocks = re.findall(r'^aura_omni:prefix_cache_blocks\{stage="([^"]+)"\} ([0-9.e+]+)$', text, re.M)

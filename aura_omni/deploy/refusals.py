@@ -108,7 +108,7 @@ def refusals(cfg: DeployConfig) -> list[tuple[str, str]]:
         out.append((f"platforms.{name}", f"a platform is one of {', '.join(PLATFORMS)} (a stage device's kind)"))
     if cfg.ray_address is not None and cfg.distributed_executor_backend != "ray":
         out.append(("ray_address", "a Ray cluster serves stages only with distributed_executor_backend: ray"))
-    roles = {cfg.role_of(st) for st in cfg.stages}
+    roles = cfg.roles
     if cfg.ray_stages is not None:
         if cfg.distributed_executor_backend != "ray":
             out.append(("ray_stages", "names the stages that run as Ray actors: set distributed_executor_backend: "

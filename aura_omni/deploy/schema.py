@@ -314,6 +314,9 @@ class DeployConfig(_Strict):
     def stage(self, role: str) -> Stage | None:
         return next((s for s in self.stages if self.role_of(s) == role), None)
 
+    def stage_with_id(self, stage_id: int) -> Stage:
+        return next(s for s in self.stages if s.stage_id == stage_id)
+
     @property
     def roles(self) -> set[str]:
         return {self.role_of(s) for s in self.stages}

@@ -60,7 +60,7 @@ class StageHost:
                  load_format: str | None, all_graphs: bool = True, model: Any = None):
         """`model`: the stage loaded already (a stage process loads its stages side by side first), else `load` loads
         it."""
-        stage = next(s for s in deploy.stages if s.stage_id == stage_id)
+        stage = deploy.stage_with_id(stage_id)
         self.role = deploy.role_of(stage)
         self.device = device
         self.model = model if model is not None else load(deploy, stage, device, dtype, load_format)

@@ -55,7 +55,7 @@ def main() -> None:
     logging.basicConfig(level=log_level, format=f"%(asctime)s %(levelname)s %(name)s[stage {ids}]: %(message)s")
     sys.setswitchinterval(deploy.gil_switch_interval_ms / 1000)  # as the server's (server/gil.py)
     try:
-        mine = [next(s for s in deploy.stages if s.stage_id == stage_id) for _, stage_id, _ in stages]
+        mine = [deploy.stage_with_id(stage_id) for _, stage_id, _ in stages]
         models = load(deploy, mine, dtype=dtype, load_format=load_format)  # side by side, as the server loads its own
         hosts = {label: StageHost(deploy, stage_id, None, warm, device, dtype, load_format,
                                   all_graphs=warm_after_ready is None, model=model)

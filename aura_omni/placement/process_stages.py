@@ -323,10 +323,10 @@ class ProcessPlacement(PlacedStages):
               warm_after_ready: Callable | None = None) -> ProcessPlacement:
         """Spawn a process for each stage `process_stages` names, run `meanwhile` (this process's stages loading) while
         they load theirs, and wait until each is warm. `load(deploy, stages, dtype=, load_format=)`: a process's stages'
-        models in order (pipeline/runtime.py `load_stages`, the server's device bound); `devices`: each stage's. A stage that fails on either side stops the start and ends the
-        processes already started. `warm_after_ready(models, busy)`: a process is ready once `warm(all_graphs=False)`
-        has run, and runs this after (the graphs of batches: ~1 minute of Code2Wav's on an H100), as the server does
-        for its own stages; None: everything before ready."""
+        models in order (pipeline/runtime.py `load_stages`, the server's device bound); `devices`: each stage's. A stage
+        that fails on either side stops the start and ends the processes already started. `warm_after_ready(models,
+        busy)`: a process is ready once `warm(all_graphs=False)` has run, and runs this after (the graphs of batches:
+        ~1 minute of Code2Wav's on an H100), as the server does for its own stages; None: everything before ready."""
         level = logging.getLogger().getEffectiveLevel()
         apart = [s for s in deploy.stages if deploy.role_of(s) != CODE2WAV and deploy.in_own_process(s)]
         actors: list[ProcessActor] = []

@@ -129,7 +129,7 @@ class TalkerStageEngine(LLMStageEngine):
         planned, self.planned = self.planned, {}
         step_trace.record("admitted", len(planned))
         inputs = talker_inputs(self.talker, list(planned.values()))
-        step_trace.record("embedded", len(planned))  # (a burst's embedding took 26 ms in session 40's trace: why?)
+        step_trace.record("embedded", len(planned))  # apart from the adds after it (scripts/step_trace_report.py)
         for request_id, inp in zip(planned, inputs):
             seq = self.engine.add_request(request_id, *TalkerEngine._request(inp))
             TalkerEngine._start(seq, inp)
